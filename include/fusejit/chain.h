@@ -1,0 +1,126 @@
+// fusejit/chain.h: the op-chain description a caller hands to fusejit.
+//
+// A chain is an input shape (float32, NCDHW, contiguous) followed by ops:
+//   [producer]  conv3d | conv_transpose3d            (optional, first)
+//   elementwise relu, leaky_relu, sigmoid, tanh, swish (alias silu), hardswish, gelu, clamp
+//   group_norm  at most one, affine, elementwise ops before and after it
+//   mean        optional, last: dims [2,3,4] -> [N,C] or [1,2,3,4] -> [N]
+//
+// Its text form (the "spec") is canonical: FormatChain(ParseChain(s)) is the same string for every
+// spelling of the same chain, so it serves as a log line, an error context and a cache key.
+//   x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish |
+//   group_norm(groups=4,eps=1e-5) | hardswish
+//
+// Parameters are named as PyTorch's nn.Sequential names them, by op index ("0.weight", "2.bias"),
+// with PyTorch's shapes (Conv3d weight [Cout,Cin,kd,kh,kw]; ConvTranspose3d [Cin,Cout,kd,kh,kw]).
+//
+// Thread safety: all functions here are pure; a Chain is a value type.
+#ifndef FUSEJIT_CHAIN_H_
+#define FUSEJIT_CHAIN_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fusejit {
+
+using Dims3 = std::array<int64_t, 3>;  // (d, h, w)
+using Shape = std::vector<int64_t>;
+
+enum class OpKind {
+  kConv3d,
+  kConvTranspose3d,
+  kRelu,
+  kLeakyRelu,
+  kSigmoid,
+  kTanh,
+  kSwish,
+  kHardswish,
+  kGelu,
+  kClamp,
+  kGroupNorm,
+  kMean,
+};
+
+// Attributes of conv3d / conv_transpose3d, with PyTorch's defaults.
+struct ConvAttrs {
+  int64_t out_channels = 0;
+  Dims3 kernel = {0, 0, 0};
+  Dims3 stride = {1, 1, 1};
+  Dims3 padding = {0, 0, 0};
+  Dims3 output_padding = {0, 0, 0};  // conv_transpose3d only
+  Dims3 dilation = {1, 1, 1};
+  bool bias = true;
+  bool operator==(const ConvAttrs&) const = default;
+};
+
+// One op. Only the fields of its kind are meaningful; the others keep their defaults so that
+// operator== compares chains by content.
+struct Op {
+  OpKind kind = OpKind::kRelu;
+  ConvAttrs conv;            // kConv3d, kConvTranspose3d
+  double slope = 0.01;       // kLeakyRelu
+  double min = 0, max = 0;   // kClamp
+  int64_t groups = 0;        // kGroupNorm
+  double eps = 1e-5;         // kGroupNorm
+  std::vector<int> dims;     // kMean: {2,3,4} or {1,2,3,4}
+  bool operator==(const Op&) const = default;
+};
+
+struct Chain {
+  Shape input;  // [N, C, D, H, W]
+  std::vector<Op> ops;
+  bool operator==(const Chain&) const = default;
+};
+
+// Builders for chains written in C++ (the alternative to ParseChain).
+Op Conv3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1}, Dims3 padding = {0, 0, 0},
+          Dims3 dilation = {1, 1, 1}, bool bias = true);
+Op ConvTranspose3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1},
+                   Dims3 padding = {0, 0, 0}, Dims3 output_padding = {0, 0, 0},
+                   Dims3 dilation = {1, 1, 1}, bool bias = true);
+Op Elementwise(OpKind kind);  // relu, sigmoid, tanh, swish, hardswish, gelu
+Op LeakyRelu(double slope = 0.01);
+Op Clamp(double min, double max);
+Op GroupNorm(int64_t groups, double eps = 1e-5);
+Op Mean(std::vector<int> dims);
+
+// Parses and validates a spec. Errors name the op, the argument and what would be valid, e.g.
+// "op 3 group_norm(groups=5): 16 channels are not divisible by 5 groups".
+absl::StatusOr<Chain> ParseChain(std::string_view spec);
+
+// Checks a chain built in C++ against the grammar and shape rules (ParseChain calls this).
+absl::Status ValidateChain(const Chain& chain);
+
+// The canonical spec text. REQUIRES: chain is valid.
+std::string FormatChain(const Chain& chain);
+
+// Name of an op kind as written in specs ("conv3d", "swish", ...).
+std::string_view OpName(OpKind kind);
+bool IsElementwise(OpKind kind);
+bool IsProducer(OpKind kind);
+
+// Shape after op i (the shape it writes). REQUIRES: chain is valid and i < ops.size().
+Shape ShapeAfter(const Chain& chain, size_t i);
+// The chain's output shape. REQUIRES: chain is valid.
+Shape OutputShape(const Chain& chain);
+int64_t NumElements(const Shape& shape);
+std::string FormatShape(const Shape& shape);  // "[128,3,16,32,32]"
+
+struct ParamSpec {
+  std::string name;  // "0.weight"
+  Shape shape;
+  size_t op_index;
+  bool operator==(const ParamSpec&) const = default;
+};
+// Every parameter the chain reads, in op order (weight before bias). REQUIRES: chain is valid.
+std::vector<ParamSpec> ChainParams(const Chain& chain);
+
+}  // namespace fusejit
+
+#endif  // FUSEJIT_CHAIN_H_

@@ -1,0 +1,124 @@
+// fusejit/fusejit.h: compile a chain into shape-specialized kernels and run them.
+//
+//   auto chain = fusejit::ParseChain("x:f32[2,3,8,8,8] | conv3d(out=8,k=3) | relu");
+//   auto compiled = fusejit::Compile(*chain, {});            // needs a current CUDA context
+//   fusejit::Bindings b{.input = d_x, .output = d_y, .workspace = d_ws};
+//   b.params["0.weight"] = d_w; b.params["0.bias"] = d_b;
+//   absl::Status s = (*compiled)->Run(b, stream);
+//
+// Nothing here throws; failures are absl::Status with a message naming what was wrong.
+#ifndef FUSEJIT_FUSEJIT_H_
+#define FUSEJIT_FUSEJIT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fusejit/chain.h"
+
+// The driver API's handle types, declared exactly as cuda.h declares them, so that this header does
+// not require cuda.h. Interchangeable with cuda.h's.
+typedef struct CUstream_st* CUstream;
+typedef unsigned long long CUdeviceptr_v2;  // NOLINT: cuda.h's spelling
+typedef CUdeviceptr_v2 CUdeviceptr;
+
+namespace fusejit {
+
+// Numeric precision a caller may ask for by name; never chosen silently.
+enum class Precision {
+  kFp32,  // default: fp32 arithmetic, accurate to ~1e-6 relative against a float64 reference
+  kTf32,  // opt-in: tensor-core TF32 where a plan can use it (~1e-3 relative)
+};
+
+struct CompileOptions {
+  // Target architecture, "sm_80", "sm_90", ... Empty: the device of the current CUDA context
+  // (which requires a driver).
+  std::string arch;
+  Precision precision = Precision::kFp32;
+  // Force a plan strategy by name (see `fusejit explain`); empty: the planner chooses.
+  std::string strategy;
+  // When non-empty, every generated source (and PTX) is written below this folder. The
+  // environment variable FUSEJIT_DUMP_DIR has the same effect when this is empty.
+  std::string dump_dir;
+  // Use the kernel cache (memory and disk). FUSEJIT_DISABLE_CACHE=1 turns the disk part off.
+  bool use_cache = true;
+};
+
+// Device buffers for one run, by name. All pointers are device pointers owned by the caller.
+struct Bindings {
+  CUdeviceptr input = 0;                     // x, float32, the chain's input shape
+  CUdeviceptr output = 0;                    // y, float32, OutputShape(chain)
+  CUdeviceptr workspace = 0;                 // WorkspaceBytes() bytes, 256-byte aligned; may be 0 if
+                                             // WorkspaceBytes() == 0
+  std::map<std::string, CUdeviceptr> params; // "0.weight" -> pointer, for every ChainParams() entry
+};
+
+// Timings of the compile pipeline, for logs and `fusejit compile`.
+struct CompileStats {
+  double plan_ms = 0;
+  double codegen_ms = 0;
+  double nvrtc_ms = 0;   // 0 when the cubin came from the cache
+  bool cache_hit = false;
+  std::string source_path;  // where the generated source was dumped, if it was
+};
+
+class CompiledChain {
+ public:
+  virtual ~CompiledChain() = default;
+
+  virtual const Chain& chain() const = 0;
+  virtual const std::string& arch() const = 0;
+  virtual Shape output_shape() const = 0;
+  virtual std::vector<ParamSpec> params() const = 0;
+  virtual size_t workspace_bytes() const = 0;
+  virtual const CompileStats& stats() const = 0;
+  // Human-readable plan: strategy, kernels, launch dimensions, workspace layout, source path.
+  virtual std::string Explain() const = 0;
+  // The generated CUDA source (main translation unit).
+  virtual const std::string& source() const = 0;
+
+  // Loads the module into the current CUDA context (done by the first Run otherwise). Call it
+  // before capturing Run into a CUDA graph.
+  virtual absl::Status Load() = 0;
+
+  // Enqueues the chain's kernels on `stream`. Performs no allocation and no synchronization once
+  // the module is loaded in the current context, so it may be captured in a CUDA graph.
+  // REQUIRES: every pointer in `bindings` is valid for the sizes above; buffers must not alias.
+  // Thread-safe: concurrent Runs with distinct bindings are allowed.
+  virtual absl::Status Run(const Bindings& bindings, CUstream stream) = 0;
+};
+
+// Plans, generates source and compiles it with NVRTC (or fetches the cubin from the cache).
+// Works without a GPU when options.arch is set. The same (chain, options, device) returns the same
+// shared instance from the in-memory cache. Thread-safe.
+absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
+                                                       const CompileOptions& options = {});
+
+// Convenience for callers who want fusejit to own the workspace: allocates WorkspaceBytes() in
+// the current context. Freed by the destructor.
+class Workspace {
+ public:
+  static absl::StatusOr<Workspace> Allocate(size_t bytes);
+  Workspace(Workspace&&) noexcept;
+  Workspace& operator=(Workspace&&) noexcept;
+  ~Workspace();
+  CUdeviceptr get() const { return ptr_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  Workspace(CUdeviceptr ptr, size_t bytes) : ptr_(ptr), bytes_(bytes) {}
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Version string of the generator; part of every cache key.
+const char* GeneratorVersion();
+
+}  // namespace fusejit
+
+#endif  // FUSEJIT_FUSEJIT_H_

@@ -1,0 +1,62 @@
+// fusejit/reference.h: host tensors, random test data and the CPU reference.
+//
+// The reference evaluates a chain op by op in double precision, with PyTorch's semantics. It is the
+// ground truth for the tests, the CLI's --check and the examples. It is written for clarity first
+// and speed second (multi-threaded over samples), and can evaluate a subset of the batch, since
+// samples are independent: that keeps checks of large seed shapes affordable.
+#ifndef FUSEJIT_REFERENCE_H_
+#define FUSEJIT_REFERENCE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fusejit/chain.h"
+
+namespace fusejit {
+
+// A dense float32 host tensor, C order.
+struct HostTensor {
+  Shape shape;
+  std::vector<float> data;
+};
+
+// Host copies of a chain's input and every parameter, by name.
+struct HostInputs {
+  HostTensor x;
+  std::map<std::string, HostTensor> params;
+};
+
+// Random data for a chain, deterministic in `seed`: x uniform in [0,1) (like torch.rand); conv
+// weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's default init); GroupNorm weight uniform
+// in [0.5,1.5] and bias in [-0.5,0.5] (never the 1/0 defaults, which hide bugs).
+// REQUIRES: chain is valid.
+HostInputs RandomInputs(const Chain& chain, uint64_t seed);
+
+struct ReferenceOptions {
+  // Batch indices to evaluate, ascending; empty means all. The result then has shape
+  // [samples.size(), ...OutputShape(chain)[1:]].
+  std::vector<int64_t> samples;
+  int threads = 0;  // 0: hardware concurrency
+};
+
+// Evaluates the chain in double precision. Errors: missing or wrongly shaped tensors (naming the
+// parameter and the expected shape), sample index out of range.
+absl::StatusOr<std::vector<double>> RunReference(const Chain& chain, const HostInputs& inputs,
+                                                 const ReferenceOptions& options = {});
+
+// Comparison of a float32 result with a double reference.
+struct ErrorStats {
+  double max_abs = 0;       // max |out - ref|
+  double rel_l2 = 0;        // ||out - ref||_2 / ||ref||_2
+  double max_rel = 0;       // max |out - ref| / max(|ref|, 1e-6 * max|ref|) -- informational
+  int64_t non_finite = 0;   // NaN/Inf in out where ref is finite (unwritten or broken outputs)
+  int64_t count = 0;
+};
+ErrorStats CompareToReference(const float* out, const double* ref, int64_t count);
+
+}  // namespace fusejit
+
+#endif  // FUSEJIT_REFERENCE_H_

@@ -1,0 +1,23 @@
+// templates/embedded.h: the CUDA templates of templates/, embedded at build time.
+#ifndef FUSEJIT_TEMPLATES_EMBEDDED_H_
+#define FUSEJIT_TEMPLATES_EMBEDDED_H_
+
+#include <span>
+#include <string_view>
+
+namespace fusejit::templates {
+
+struct TemplateFile {
+  std::string_view name;  // file name, e.g. "common.cuh"; also its #include name
+  std::string_view text;  // verbatim contents
+};
+
+// Every template, sorted by name.
+std::span<const TemplateFile> All();
+
+// The template named `name`, or nullptr.
+const TemplateFile* Find(std::string_view name);
+
+}  // namespace fusejit::templates
+
+#endif  // FUSEJIT_TEMPLATES_EMBEDDED_H_
