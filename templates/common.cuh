@@ -1,0 +1,96 @@
+// templates/common.cuh: device helpers shared by every fusejit kernel template.
+//
+// Contract for templates: every kernel is `template <class Cfg> __global__ void ...`, reading all
+// shape constants and the chain's elementwise ops from Cfg (see default_config.cuh for the fields).
+// Generated sources define a Cfg struct, then #include the templates they use and instantiate the
+// kernels with `extern "C"`-free explicit names via the FJ_KERNEL macro below.
+// Arithmetic is IEEE fp32 (no fast-math): NVRTC's defaults (-prec-div, -prec-sqrt, no -ftz).
+#ifndef FUSEJIT_TEMPLATES_COMMON_CUH_
+#define FUSEJIT_TEMPLATES_COMMON_CUH_
+
+namespace fj {
+
+// ---- elementwise ops (PyTorch semantics, fp32) -------------------------------------------------
+__device__ __forceinline__ float relu(float x) { return x > 0.f ? x : 0.f; }
+__device__ __forceinline__ float leaky_relu(float x, float slope) { return x > 0.f ? x : x * slope; }
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+__device__ __forceinline__ float swish(float x) { return x / (1.f + expf(-x)); }
+__device__ __forceinline__ float hardswish(float x) {
+  return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f;
+}
+__device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+
+// ---- statistics: Welford/Chan, merged in a fixed order (deterministic) ----------------------
+struct Moments {
+  float count;
+  float mean;
+  float m2;  // sum of squared deviations from mean
+};
+
+__device__ __forceinline__ Moments moments_empty() { return {0.f, 0.f, 0.f}; }
+
+__device__ __forceinline__ void moments_add(Moments& m, float x) {
+  m.count += 1.f;
+  float delta = x - m.mean;
+  m.mean += delta / m.count;
+  m.m2 += delta * (x - m.mean);
+}
+
+// Chan et al. merge of b into a. Deterministic for a fixed merge order.
+__device__ __forceinline__ Moments moments_merge(Moments a, Moments b) {
+  float n = a.count + b.count;
+  if (n == 0.f) return a;
+  float delta = b.mean - a.mean;
+  float wb = b.count / n;
+  Moments r;
+  r.count = n;
+  r.mean = a.mean + delta * wb;
+  r.m2 = a.m2 + b.m2 + delta * delta * a.count * wb;
+  return r;
+}
+
+__device__ __forceinline__ Moments shfl_down(Moments m, int offset) {
+  Moments r;
+  r.count = __shfl_down_sync(0xffffffffu, m.count, offset);
+  r.mean = __shfl_down_sync(0xffffffffu, m.mean, offset);
+  r.m2 = __shfl_down_sync(0xffffffffu, m.m2, offset);
+  return r;
+}
+
+// Reduces one Moments per thread to thread 0 of the block, in a fixed tree order.
+// REQUIRES: blockDim.x is a multiple of 32 and <= 1024; all threads of the block call it;
+// `scratch` holds at least 32 Moments.
+__device__ __forceinline__ Moments block_reduce_moments(Moments m, Moments* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) m = moments_merge(m, shfl_down(m, off));
+  if (lane == 0) scratch[warp] = m;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  m = lane < warps ? scratch[lane] : moments_empty();
+  if (warp == 0) {
+    for (int off = 16; off > 0; off >>= 1) m = moments_merge(m, shfl_down(m, off));
+  }
+  __syncthreads();  // scratch may be reused by the caller
+  return m;
+}
+
+// Sum of one float per thread to thread 0 of the block, fixed order. Same REQUIRES as above.
+__device__ __forceinline__ float block_reduce_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? scratch[lane] : 0.f;
+  if (warp == 0) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  }
+  __syncthreads();
+  return v;
+}
+
+}  // namespace fj
+
+#endif  // FUSEJIT_TEMPLATES_COMMON_CUH_
