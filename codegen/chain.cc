@@ -1,0 +1,372 @@
+// Chain builders, validation, shape inference, parameter listing and canonical printing.
+#include "fusejit/chain.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/format_number.h"
+
+namespace fusejit {
+namespace {
+
+// Largest element count of any tensor fusejit accepts: kernels index with 32-bit integers.
+constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+
+std::string Dims3Text(const Dims3& d) {
+  if (d[0] == d[1] && d[1] == d[2]) return absl::StrCat(d[0]);
+  return absl::StrCat("[", d[0], ",", d[1], ",", d[2], "]");
+}
+
+std::string OpText(const Op& op) {
+  std::string s(OpName(op.kind));
+  switch (op.kind) {
+    case OpKind::kConv3d:
+    case OpKind::kConvTranspose3d: {
+      const ConvAttrs& c = op.conv;
+      absl::StrAppend(&s, "(out=", c.out_channels, ",k=", Dims3Text(c.kernel));
+      if (c.stride != Dims3{1, 1, 1}) absl::StrAppend(&s, ",stride=", Dims3Text(c.stride));
+      if (c.padding != Dims3{0, 0, 0}) absl::StrAppend(&s, ",padding=", Dims3Text(c.padding));
+      if (c.output_padding != Dims3{0, 0, 0}) {
+        absl::StrAppend(&s, ",output_padding=", Dims3Text(c.output_padding));
+      }
+      if (c.dilation != Dims3{1, 1, 1}) absl::StrAppend(&s, ",dilation=", Dims3Text(c.dilation));
+      if (!c.bias) absl::StrAppend(&s, ",bias=false");
+      absl::StrAppend(&s, ")");
+      break;
+    }
+    case OpKind::kLeakyRelu:
+      absl::StrAppend(&s, "(slope=", FormatDouble(op.slope), ")");
+      break;
+    case OpKind::kClamp:
+      absl::StrAppend(&s, "(min=", FormatDouble(op.min), ",max=", FormatDouble(op.max), ")");
+      break;
+    case OpKind::kGroupNorm:
+      absl::StrAppend(&s, "(groups=", op.groups, ",eps=", FormatDouble(op.eps), ")");
+      break;
+    case OpKind::kMean:
+      absl::StrAppend(&s, "(dims=[", absl::StrJoin(op.dims, ","), "])");
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+// Checked product; false on overflow past kMaxElements.
+bool CheckedCount(const Shape& shape, int64_t* count) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) return false;
+    if (n > kMaxElements / d) return false;
+    n *= d;
+  }
+  *count = n;
+  return true;
+}
+
+// Output spatial extent of a conv along one axis (PyTorch's formulas).
+int64_t ConvOutExtent(const Op& op, int64_t in, int axis) {
+  const ConvAttrs& c = op.conv;
+  const int64_t k = c.kernel[axis], s = c.stride[axis], p = c.padding[axis],
+                dil = c.dilation[axis];
+  if (op.kind == OpKind::kConv3d) {
+    const int64_t span = in + 2 * p - dil * (k - 1) - 1;
+    return span < 0 ? 0 : span / s + 1;
+  }
+  return (in - 1) * s - 2 * p + dil * (k - 1) + c.output_padding[axis] + 1;
+}
+
+Shape ProducerShape(const Op& op, const Shape& in) {
+  Shape out = {in[0], op.conv.out_channels, 0, 0, 0};
+  for (int a = 0; a < 3; ++a) out[2 + a] = ConvOutExtent(op, in[2 + a], a);
+  return out;
+}
+
+std::string OpContext(size_t i, const Op& op) {
+  return absl::StrCat("op ", i, " ", OpText(op), ": ");
+}
+
+absl::Status ValidateConv(size_t i, const Op& op, const Shape& in) {
+  const ConvAttrs& c = op.conv;
+  const std::string ctx = OpContext(i, op);
+  const bool transposed = op.kind == OpKind::kConvTranspose3d;
+  if (c.out_channels <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ctx, "out=", c.out_channels, " must be a positive channel count"));
+  }
+  static constexpr const char* kAxis[3] = {"d", "h", "w"};
+  for (int a = 0; a < 3; ++a) {
+    if (c.kernel[a] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx, "k (", kAxis[a], ") is ", c.kernel[a],
+                                                     "; kernel sizes must be >= 1"));
+    }
+    if (c.stride[a] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx, "stride (", kAxis[a], ") is ",
+                                                     c.stride[a], "; strides must be >= 1"));
+    }
+    if (c.padding[a] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx, "padding (", kAxis[a], ") is ",
+                                                     c.padding[a], "; padding must be >= 0"));
+    }
+    if (c.dilation[a] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx, "dilation (", kAxis[a], ") is ",
+                                                     c.dilation[a], "; dilation must be >= 1"));
+    }
+    if (c.output_padding[a] != 0) {
+      if (!transposed) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(ctx, "output_padding applies to conv_transpose3d only"));
+      }
+      if (c.output_padding[a] < 0 ||
+          (c.output_padding[a] >= c.stride[a] && c.output_padding[a] >= c.dilation[a])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ctx, "output_padding (", kAxis[a], ") is ", c.output_padding[a],
+            "; it must be >= 0 and smaller than either stride (", c.stride[a],
+            ") or dilation (", c.dilation[a], ")"));
+      }
+    }
+    const int64_t ext = ConvOutExtent(op, in[2 + a], a);
+    if (ext <= 0) {
+      if (!transposed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ctx, "kernel extent ", c.dilation[a] * (c.kernel[a] - 1) + 1, " along ", kAxis[a],
+            " is larger than the padded input (", in[2 + a], " + 2*", c.padding[a], " = ",
+            in[2 + a] + 2 * c.padding[a], "); use a smaller k or dilation, or more padding"));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          ctx, "output size along ", kAxis[a], " would be ", ext,
+          "; padding is too large for this input, kernel and stride"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Op Conv3d(int64_t out_channels, Dims3 kernel, Dims3 stride, Dims3 padding, Dims3 dilation,
+          bool bias) {
+  Op op;
+  op.kind = OpKind::kConv3d;
+  op.conv = {out_channels, kernel, stride, padding, {0, 0, 0}, dilation, bias};
+  return op;
+}
+
+Op ConvTranspose3d(int64_t out_channels, Dims3 kernel, Dims3 stride, Dims3 padding,
+                   Dims3 output_padding, Dims3 dilation, bool bias) {
+  Op op;
+  op.kind = OpKind::kConvTranspose3d;
+  op.conv = {out_channels, kernel, stride, padding, output_padding, dilation, bias};
+  return op;
+}
+
+Op Elementwise(OpKind kind) {
+  Op op;
+  op.kind = kind;
+  return op;
+}
+
+Op LeakyRelu(double slope) {
+  Op op;
+  op.kind = OpKind::kLeakyRelu;
+  op.slope = slope;
+  return op;
+}
+
+Op Clamp(double min, double max) {
+  Op op;
+  op.kind = OpKind::kClamp;
+  op.min = min;
+  op.max = max;
+  return op;
+}
+
+Op GroupNorm(int64_t groups, double eps) {
+  Op op;
+  op.kind = OpKind::kGroupNorm;
+  op.groups = groups;
+  op.eps = eps;
+  return op;
+}
+
+Op Mean(std::vector<int> dims) {
+  Op op;
+  op.kind = OpKind::kMean;
+  op.dims = std::move(dims);
+  return op;
+}
+
+std::string_view OpName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kConv3d: return "conv3d";
+    case OpKind::kConvTranspose3d: return "conv_transpose3d";
+    case OpKind::kRelu: return "relu";
+    case OpKind::kLeakyRelu: return "leaky_relu";
+    case OpKind::kSigmoid: return "sigmoid";
+    case OpKind::kTanh: return "tanh";
+    case OpKind::kSwish: return "swish";
+    case OpKind::kHardswish: return "hardswish";
+    case OpKind::kGelu: return "gelu";
+    case OpKind::kClamp: return "clamp";
+    case OpKind::kGroupNorm: return "group_norm";
+    case OpKind::kMean: return "mean";
+  }
+  return "?";
+}
+
+bool IsProducer(OpKind kind) {
+  return kind == OpKind::kConv3d || kind == OpKind::kConvTranspose3d;
+}
+
+bool IsElementwise(OpKind kind) {
+  return !IsProducer(kind) && kind != OpKind::kGroupNorm && kind != OpKind::kMean;
+}
+
+absl::Status ValidateChain(const Chain& chain) {
+  if (chain.input.size() != 5) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input x has ", chain.input.size(), " dimensions ", FormatShape(chain.input),
+                     "; fusejit takes 5-D NCDHW input such as x:f32[8,3,16,32,32]"));
+  }
+  int64_t count = 0;
+  for (int64_t d : chain.input) {
+    if (d <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("input x", FormatShape(chain.input),
+                                                     ": every size must be >= 1"));
+    }
+  }
+  if (!CheckedCount(chain.input, &count)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input x", FormatShape(chain.input), " has more than ", kMaxElements,
+        " elements; fusejit kernels index tensors with 32-bit integers"));
+  }
+  if (chain.ops.empty()) {
+    return absl::InvalidArgumentError(
+        "the chain has no ops; write at least one, e.g. 'x:f32[1,3,8,8,8] | relu'");
+  }
+  Shape shape = chain.input;
+  int group_norms = 0;
+  for (size_t i = 0; i < chain.ops.size(); ++i) {
+    const Op& op = chain.ops[i];
+    const std::string ctx = OpContext(i, op);
+    if (IsProducer(op.kind)) {
+      if (i != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ctx, "a convolution must be the first op of the chain (fusejit fuses one producer)"));
+      }
+      if (absl::Status s = ValidateConv(i, op, shape); !s.ok()) return s;
+      shape = ProducerShape(op, shape);
+      if (!CheckedCount(shape, &count)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ctx, "output ", FormatShape(shape), " has more than ", kMaxElements, " elements"));
+      }
+      int64_t wcount = 0;
+      if (!CheckedCount(ChainParams(Chain{chain.input, {op}})[0].shape, &wcount)) {
+        return absl::InvalidArgumentError(absl::StrCat(ctx, "weight is too large"));
+      }
+      continue;
+    }
+    switch (op.kind) {
+      case OpKind::kLeakyRelu:
+        if (!std::isfinite(op.slope)) {
+          return absl::InvalidArgumentError(absl::StrCat(ctx, "slope must be a finite number"));
+        }
+        break;
+      case OpKind::kClamp:
+        if (!std::isfinite(op.min) || !std::isfinite(op.max) || op.min > op.max) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ctx, "min and max must be finite with min <= max"));
+        }
+        break;
+      case OpKind::kGroupNorm:
+        if (++group_norms > 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ctx, "a chain may have at most one group_norm"));
+        }
+        if (op.groups <= 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ctx, "groups=", op.groups, " must be >= 1"));
+        }
+        if (shape[1] % op.groups != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              ctx, shape[1], " channels are not divisible by ", op.groups,
+              " groups; use a number of groups that divides ", shape[1]));
+        }
+        if (!(op.eps > 0) || !std::isfinite(op.eps)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ctx, "eps must be a positive finite number"));
+        }
+        break;
+      case OpKind::kMean:
+        if (i + 1 != chain.ops.size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ctx, "mean must be the last op of the chain"));
+        }
+        if (op.dims != std::vector<int>{2, 3, 4} && op.dims != std::vector<int>{1, 2, 3, 4}) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              ctx, "dims must be [2,3,4] (giving [N,C]) or [1,2,3,4] (giving [N])"));
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+Shape ShapeAfter(const Chain& chain, size_t i) {
+  Shape shape = chain.input;
+  for (size_t j = 0; j <= i && j < chain.ops.size(); ++j) {
+    const Op& op = chain.ops[j];
+    if (IsProducer(op.kind)) {
+      shape = ProducerShape(op, shape);
+    } else if (op.kind == OpKind::kMean) {
+      shape = op.dims.size() == 3 ? Shape{shape[0], shape[1]} : Shape{shape[0]};
+    }
+  }
+  return shape;
+}
+
+Shape OutputShape(const Chain& chain) { return ShapeAfter(chain, chain.ops.size() - 1); }
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string FormatShape(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::vector<ParamSpec> ChainParams(const Chain& chain) {
+  std::vector<ParamSpec> params;
+  Shape shape = chain.input;
+  for (size_t i = 0; i < chain.ops.size(); ++i) {
+    const Op& op = chain.ops[i];
+    const std::string prefix = absl::StrCat(i, ".");
+    if (IsProducer(op.kind)) {
+      const ConvAttrs& c = op.conv;
+      const int64_t cin = shape[1], cout = c.out_channels;
+      Shape w = op.kind == OpKind::kConv3d ? Shape{cout, cin} : Shape{cin, cout};
+      w.insert(w.end(), c.kernel.begin(), c.kernel.end());
+      params.push_back({prefix + "weight", w, i});
+      if (c.bias) params.push_back({prefix + "bias", {cout}, i});
+    } else if (op.kind == OpKind::kGroupNorm) {
+      params.push_back({prefix + "weight", {shape[1]}, i});
+      params.push_back({prefix + "bias", {shape[1]}, i});
+    }
+    shape = ShapeAfter(chain, i);
+  }
+  return params;
+}
+
+std::string FormatChain(const Chain& chain) {
+  std::string s = absl::StrCat("x:f32", FormatShape(chain.input));
+  for (const Op& op : chain.ops) absl::StrAppend(&s, " | ", OpText(op));
+  return s;
+}
+
+}  // namespace fusejit

@@ -1,0 +1,133 @@
+#include "codegen/emit.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "codegen/chain_info.h"
+#include "codegen/format_number.h"
+#include "fusejit/fusejit.h"
+#include "templates/embedded.h"
+
+namespace fusejit::codegen {
+namespace {
+
+// The device expression applying one elementwise op to `v`.
+std::string OpStatement(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kRelu: return "v = fj::relu(v);";
+    case OpKind::kLeakyRelu:
+      return absl::StrCat("v = fj::leaky_relu(v, ", FloatLiteral(op.slope), ");");
+    case OpKind::kSigmoid: return "v = fj::sigmoid(v);";
+    case OpKind::kTanh: return "v = fj::tanh_(v);";
+    case OpKind::kSwish: return "v = fj::swish(v);";
+    case OpKind::kHardswish: return "v = fj::hardswish(v);";
+    case OpKind::kGelu: return "v = fj::gelu(v);";
+    case OpKind::kClamp:
+      return absl::StrCat("v = fj::clamp(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
+                          ");");
+    default: return "";
+  }
+}
+
+std::string OpsFunction(const char* name, const std::vector<const Op*>& ops) {
+  std::vector<std::string> names;
+  std::string body;
+  for (const Op* op : ops) {
+    names.emplace_back(OpName(op->kind));
+    absl::StrAppend(&body, " ", OpStatement(*op));
+  }
+  return absl::StrCat("  // ", names.empty() ? "(none)" : absl::StrJoin(names, ", "), "\n",
+                      "  __device__ static float ", name, "(float v) {", body,
+                      " return v; }\n");
+}
+
+std::string Triple(const char* a, const char* b, const char* c, const Dims3& d) {
+  return absl::StrCat("  static constexpr int ", a, " = ", d[0], ", ", b, " = ", d[1], ", ", c,
+                      " = ", d[2], ";\n");
+}
+
+std::string ConfigStruct(const Chain& chain, const Plan& plan) {
+  const ChainInfo info = AnalyzeChain(chain);
+  const Shape& x = chain.input;
+  const Shape& p = info.producer_shape;
+  std::string s = "struct Cfg {\n";
+  absl::StrAppend(&s, "  // input x", FormatShape(x), "\n");
+  absl::StrAppend(&s, "  static constexpr int kN = ", x[0], ";\n");
+  absl::StrAppend(&s, "  static constexpr int kCin = ", x[1], ", kDin = ", x[2], ", kHin = ", x[3],
+                  ", kWin = ", x[4], ";\n");
+  absl::StrAppend(&s, "  // producer output ", FormatShape(p),
+                  ": what the elementwise ops and group_norm see\n");
+  absl::StrAppend(&s, "  static constexpr int kC = ", p[1], ", kD = ", p[2], ", kH = ", p[3],
+                  ", kW = ", p[4], ";\n");
+  ConvAttrs conv;  // defaults describe "no producer"
+  conv.kernel = {1, 1, 1};
+  const char* producer = "kNoProducer";
+  if (info.producer) {
+    conv = info.producer->conv;
+    producer = info.producer->kind == OpKind::kConv3d ? "kConv3d" : "kConvTranspose3d";
+  }
+  absl::StrAppend(&s, "  static constexpr int kProducer = ", producer, ";\n");
+  absl::StrAppend(&s, Triple("kKD", "kKH", "kKW", conv.kernel));
+  absl::StrAppend(&s, Triple("kSD", "kSH", "kSW", conv.stride));
+  absl::StrAppend(&s, Triple("kPD", "kPH", "kPW", conv.padding));
+  absl::StrAppend(&s, Triple("kDilD", "kDilH", "kDilW", conv.dilation));
+  absl::StrAppend(&s, Triple("kOPD", "kOPH", "kOPW", conv.output_padding));
+  absl::StrAppend(&s, "  static constexpr bool kBias = ",
+                  info.producer && conv.bias ? "true" : "false", ";\n");
+  absl::StrAppend(&s, "  static constexpr int kGroups = ",
+                  info.group_norm ? info.group_norm->groups : 0, ";\n");
+  absl::StrAppend(&s, "  static constexpr float kEps = ",
+                  FloatLiteral(info.group_norm ? info.group_norm->eps : 1e-5), ";\n");
+  static constexpr const char* kMeanNames[] = {"kNoMean", "kMeanSpatial", "kMeanAll"};
+  absl::StrAppend(&s, "  static constexpr int kMean = ", kMeanNames[static_cast<int>(info.mean)],
+                  ";\n");
+  for (const auto& [name, value] : plan.constants) {
+    absl::StrAppend(&s, "  static constexpr int ", name, " = ", value, ";\n");
+  }
+  absl::StrAppend(&s, OpsFunction("pre", info.pre_ops));
+  absl::StrAppend(&s, OpsFunction("post", info.post_ops));
+  absl::StrAppend(&s, "};\n");
+  return s;
+}
+
+std::string Wrapper(const KernelLaunch& k) {
+  std::vector<std::string> params, names;
+  for (const KernelArg& a : k.args) {
+    params.push_back(absl::StrCat(a.type, " ", a.name));
+    names.push_back(a.name);
+  }
+  const unsigned threads = k.block[0] * k.block[1] * k.block[2];
+  return absl::StrCat("// ", k.purpose, "\nextern \"C\" __global__ void __launch_bounds__(",
+                      threads, ") ", k.symbol, "(", absl::StrJoin(params, ", "), ") {\n  ",
+                      k.body, "(", absl::StrJoin(names, ", "), ");\n}\n");
+}
+
+std::string Commented(const std::string& text) {
+  std::string s;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!line.empty()) absl::StrAppend(&s, "// ", line, "\n");
+  }
+  return s;
+}
+
+}  // namespace
+
+GeneratedSource EmitSource(const Chain& chain, const Plan& plan) {
+  GeneratedSource out;
+  out.name = absl::StrCat("fusejit_", plan.strategy, ".cu");
+  std::string& s = out.main;
+  absl::StrAppend(&s, "// Generated by fusejit ", GeneratorVersion(), ". Do not edit.\n");
+  absl::StrAppend(&s, "// chain: ", FormatChain(chain), "\n");
+  absl::StrAppend(&s, Commented(ExplainPlan(plan)), "\n");
+  absl::StrAppend(&s, "#define FJ_GENERATED 1\n#include \"default_config.cuh\"\n\nnamespace fj {\n");
+  absl::StrAppend(&s, ConfigStruct(chain, plan), "}  // namespace fj\nusing fj::Cfg;\n\n");
+  for (const std::string& inc : plan.includes) absl::StrAppend(&s, "#include \"", inc, "\"\n");
+  absl::StrAppend(&s, "\n");
+  for (const KernelLaunch& k : plan.kernels) absl::StrAppend(&s, Wrapper(k), "\n");
+  for (const templates::TemplateFile& f : templates::All()) {
+    out.headers.emplace_back(std::string(f.name), std::string(f.text));
+  }
+  return out;
+}
+
+}  // namespace fusejit::codegen

@@ -1,0 +1,55 @@
+#include "codegen/plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace fusejit::codegen {
+
+size_t Plan::AddWorkspace(std::string name, size_t bytes) {
+  const size_t offset = workspace_bytes;
+  workspace.push_back({std::move(name), offset, bytes});
+  workspace_bytes += (bytes + 255) / 256 * 256;
+  return offset;
+}
+
+namespace {
+
+std::string ArgText(const KernelArg& a) {
+  switch (a.kind) {
+    case KernelArg::Kind::kInput: return "x";
+    case KernelArg::Kind::kOutput: return "y";
+    case KernelArg::Kind::kParam: return a.param.empty() ? "null" : a.param;
+    case KernelArg::Kind::kWorkspace: return absl::StrCat("ws+", a.offset);
+  }
+  return "?";
+}
+
+std::string Dim3Text(const std::array<unsigned, 3>& d) {
+  return absl::StrCat("(", d[0], ",", d[1], ",", d[2], ")");
+}
+
+}  // namespace
+
+std::string ExplainPlan(const Plan& plan) {
+  std::string s = absl::StrCat("plan: ", plan.strategy, "\n  ", plan.description, "\n");
+  for (const ConstantCopy& c : plan.constant_copies) {
+    absl::StrAppend(&s, "  copy ", c.param, " -> __constant__ ", c.symbol, " (", c.bytes,
+                    " bytes)\n");
+  }
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const KernelLaunch& k = plan.kernels[i];
+    std::vector<std::string> args;
+    for (const KernelArg& a : k.args) args.push_back(absl::StrCat(a.name, "=", ArgText(a)));
+    absl::StrAppend(&s, "  kernel ", i, ": ", k.symbol, " grid", Dim3Text(k.grid), " block",
+                    Dim3Text(k.block));
+    if (k.shared_bytes) absl::StrAppend(&s, " shared=", k.shared_bytes);
+    absl::StrAppend(&s, "\n      ", k.purpose, "\n      args: ", absl::StrJoin(args, ", "), "\n");
+  }
+  absl::StrAppend(&s, "  workspace: ", plan.workspace_bytes, " bytes\n");
+  for (const WorkspaceRegion& r : plan.workspace) {
+    absl::StrAppend(&s, "    +", r.offset, " ", r.bytes, " bytes: ", r.name, "\n");
+  }
+  return s;
+}
+
+}  // namespace fusejit::codegen

@@ -1,0 +1,80 @@
+// codegen/plan.h: an execution plan -- which kernels run, in what order, what each reads and
+// writes, their launch dimensions, and the workspace they share.
+//
+// A Plan is produced by a Strategy (planner.h) for one chain and is everything the emitter needs
+// to write the source (emit.h) and the runtime needs to launch it (jit/). New ways of running a
+// chain (recomputing the producer, fusing the mean, tiled tensor-core producers, tuned launch
+// shapes) are new strategies producing Plans, not changes to the stages around them.
+#ifndef FUSEJIT_CODEGEN_PLAN_H_
+#define FUSEJIT_CODEGEN_PLAN_H_
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fusejit::codegen {
+
+// What a kernel argument is bound to at run time.
+struct KernelArg {
+  enum class Kind {
+    kInput,      // the chain's input x
+    kOutput,     // the chain's output y
+    kParam,      // a chain parameter by name ("0.weight"); null if the chain has none by that name
+    kWorkspace,  // workspace + offset
+  };
+  Kind kind;
+  std::string type;   // C++ parameter type in the generated wrapper: "const float*", ...
+  std::string name;   // parameter name in the generated wrapper
+  std::string param;  // kParam: the parameter's name; empty binds a null pointer
+  size_t offset = 0;  // kWorkspace: byte offset (256-byte aligned)
+};
+
+struct KernelLaunch {
+  std::string symbol;   // extern "C" name in the module, e.g. "fj_stats"
+  std::string body;     // device function the wrapper calls, e.g. "fj::stats_kernel<Cfg, true>"
+  std::string purpose;  // one line for `explain` and the source comment
+  std::array<unsigned, 3> grid = {1, 1, 1};
+  std::array<unsigned, 3> block = {1, 1, 1};
+  unsigned shared_bytes = 0;  // dynamic shared memory
+  std::vector<KernelArg> args;
+};
+
+// A caller's parameter copied into a __constant__ symbol of the module before the kernels run
+// (an async device-to-device copy on the run's stream).
+struct ConstantCopy {
+  std::string param;   // "0.weight"
+  std::string symbol;  // name of the __constant__ array in the module
+  size_t bytes = 0;
+};
+
+struct WorkspaceRegion {
+  std::string name;  // "group moments partials"
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+struct Plan {
+  std::string strategy;     // name of the strategy that made it
+  std::string description;  // why this plan, in one or two sentences
+  // Template files the source includes, in order.
+  std::vector<std::string> includes;
+  // Extra `static constexpr` members of the generated Cfg struct (name, C++ value text), e.g.
+  // {"kBlock", "256"}. Shape constants and the op functions are always emitted.
+  std::vector<std::pair<std::string, std::string>> constants;
+  std::vector<ConstantCopy> constant_copies;
+  std::vector<KernelLaunch> kernels;  // launched in this order on the run's stream
+  std::vector<WorkspaceRegion> workspace;
+  size_t workspace_bytes = 0;
+
+  // Reserves `bytes` (rounded up to 256) and returns the region's offset.
+  size_t AddWorkspace(std::string name, size_t bytes);
+};
+
+// Multi-line, human-readable description (used by `fusejit explain` and the source comment).
+std::string ExplainPlan(const Plan& plan);
+
+}  // namespace fusejit::codegen
+
+#endif  // FUSEJIT_CODEGEN_PLAN_H_

@@ -1,0 +1,184 @@
+// templates/generic.cuh: the generic kernels, correct for every chain fusejit accepts. Each thread
+// evaluates the producer at one point (producer.cuh) and applies the chain's ops; reductions are
+// split into kChunks blocks per segment whose partials are merged in a fixed order, so every run
+// gives bitwise identical results. Plans (codegen/planner.cc) combine them:
+//
+//   elementwise        no group_norm, no mean   elementwise_kernel
+//   reduce-mean        no group_norm, mean      mean_partial_kernel<false>, mean_finalize_kernel
+//   store-normalize    group_norm, no mean      stats_kernel<true>, stats_finalize_kernel,
+//                                               normalize_kernel<true>
+//   recompute-normalize                         stats_kernel<false>, stats_finalize_kernel,
+//                                               normalize_kernel<false>
+//   recompute-mean     group_norm and mean      stats_kernel<false>, stats_finalize_kernel,
+//                                               mean_partial_kernel<true>, mean_finalize_kernel
+//
+// Host-side contract (every kernel: block = (Cfg::kBlock), a multiple of 32; no dynamic shared):
+//   elementwise_kernel, normalize_kernel: grid.x = any (grid-stride loop over kN*kC*kD*kH*kW)
+// kChunks (a template parameter of the reduction kernels) is the number of blocks per segment.
+//   stats_kernel:         grid = (kN*kGroups, kChunks); partials: Moments[kN*kGroups*kChunks]
+//   stats_finalize_kernel: grid.x*block >= kN*kGroups; stats: float2[kN*kGroups] = (mean, rstd)
+//   mean_partial_kernel:  grid = (kN*kC, kChunks); partials: float[kN*kC*kChunks]
+//   mean_finalize_kernel: grid.x*block >= number of outputs (kN*kC or kN)
+#ifndef FUSEJIT_TEMPLATES_GENERIC_CUH_
+#define FUSEJIT_TEMPLATES_GENERIC_CUH_
+
+#include "default_config.cuh"
+#include "producer.cuh"
+
+namespace fj {
+
+template <class Cfg>
+struct Generic {
+  static constexpr long long kSpatial = (long long)Cfg::kD * Cfg::kH * Cfg::kW;
+  static constexpr long long kTotal = (long long)Cfg::kN * Cfg::kC * kSpatial;
+  static constexpr int kGroupsOr1 = Cfg::kGroups > 0 ? Cfg::kGroups : 1;
+  static constexpr int kCg = Cfg::kC / kGroupsOr1;  // channels per group
+  // Range [begin, end) of chunk `chunk` of `chunks` of a segment of `length` elements.
+  __device__ static void chunk_range(long long length, int chunk, int chunks, long long* begin,
+                                     long long* end) {
+    const long long per = (length + chunks - 1) / chunks;
+    *begin = per * chunk;
+    *end = *begin + per < length ? *begin + per : length;
+  }
+  // group_norm applied to a pre-norm value v of channel c of sample n.
+  __device__ static float normalize(float v, int n, int c, const float* __restrict__ gamma,
+                                    const float* __restrict__ beta,
+                                    const float2* __restrict__ stats) {
+    const float2 s = stats[n * kGroupsOr1 + c / kCg];
+    return (v - s.x) * s.y * gamma[c] + beta[c];
+  }
+};
+
+// y = post(pre(producer(x))) for every element. Chains without group_norm and mean.
+template <class Cfg>
+__device__ void elementwise_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                                   const float* __restrict__ bias, float* __restrict__ y) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < Generic<Cfg>::kTotal;
+       i += (long long)gridDim.x * blockDim.x) {
+    y[i] = Cfg::post(Cfg::pre(produce_at<Cfg>(x, weight, bias, i)));
+  }
+}
+
+// Per-block moments of the pre-norm values of chunk blockIdx.y of group segment blockIdx.x
+// (sample n = x / kGroups, group g = x % kGroups). With kStore, also writes the pre-norm values
+// to y (in place of the output), for normalize_kernel<true>.
+template <class Cfg, bool kStore, int kChunks>
+__device__ void stats_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                             const float* __restrict__ bias, float* __restrict__ y,
+                             Moments* __restrict__ partials) {
+  __shared__ Moments scratch[32];
+  using G = Generic<Cfg>;
+  const long long seg_len = G::kCg * G::kSpatial;
+  const long long seg_start = (long long)blockIdx.x * seg_len;  // groups are contiguous in NCDHW
+  long long begin, end;
+  G::chunk_range(seg_len, blockIdx.y, kChunks, &begin, &end);
+  Moments m = moments_empty();
+  for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = Cfg::pre(produce_at<Cfg>(x, weight, bias, seg_start + i));
+    if constexpr (kStore) y[seg_start + i] = v;
+    moments_add(m, v);
+  }
+  m = block_reduce_moments(m, scratch);
+  if (threadIdx.x == 0) partials[(long long)blockIdx.x * kChunks + blockIdx.y] = m;
+}
+
+// Merges the kChunks partials of each (sample, group) in chunk order into (mean, rstd).
+template <class Cfg, int kChunks>
+__device__ void stats_finalize_kernel(const Moments* __restrict__ partials,
+                                      float2* __restrict__ stats) {
+  const int seg = blockIdx.x * blockDim.x + threadIdx.x;
+  if (seg >= Cfg::kN * Generic<Cfg>::kGroupsOr1) return;
+  Moments m = moments_empty();
+  for (int j = 0; j < kChunks; ++j) m = moments_merge(m, partials[seg * kChunks + j]);
+  const float var = m.count > 0.f ? m.m2 / m.count : 0.f;  // biased, as PyTorch's GroupNorm
+  stats[seg] = make_float2(m.mean, 1.f / sqrtf(var + Cfg::kEps));
+}
+
+// y = post(group_norm(v)) where v is the stored pre-norm value (kFromStore) or recomputed.
+template <class Cfg, bool kFromStore>
+__device__ void normalize_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                                 const float* __restrict__ bias, const float* __restrict__ gamma,
+                                 const float* __restrict__ beta,
+                                 const float2* __restrict__ stats, float* __restrict__ y) {
+  using G = Generic<Cfg>;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < G::kTotal;
+       i += (long long)gridDim.x * blockDim.x) {
+    const float v = kFromStore ? y[i] : Cfg::pre(produce_at<Cfg>(x, weight, bias, i));
+    const int c = (int)((i / G::kSpatial) % Cfg::kC);
+    const int n = (int)(i / (G::kSpatial * Cfg::kC));
+    y[i] = Cfg::post(G::normalize(v, n, c, gamma, beta, stats));
+  }
+}
+
+// Per-block sums of the chain's final values over chunk blockIdx.y of plane blockIdx.x
+// (n = x / kC, c = x % kC). kNorm: the chain has a group_norm (stats from stats_finalize_kernel).
+template <class Cfg, bool kNorm, int kChunks>
+__device__ void mean_partial_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                                    const float* __restrict__ bias,
+                                    const float* __restrict__ gamma,
+                                    const float* __restrict__ beta,
+                                    const float2* __restrict__ stats,
+                                    float* __restrict__ partials) {
+  __shared__ float scratch[32];
+  using G = Generic<Cfg>;
+  const int n = blockIdx.x / Cfg::kC, c = blockIdx.x % Cfg::kC;
+  const long long plane = (long long)blockIdx.x * G::kSpatial;
+  long long begin, end;
+  G::chunk_range(G::kSpatial, blockIdx.y, kChunks, &begin, &end);
+  float sum = 0.f;
+  for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float v = Cfg::pre(produce_at<Cfg>(x, weight, bias, plane + i));
+    if constexpr (kNorm) v = G::normalize(v, n, c, gamma, beta, stats);
+    sum += Cfg::post(v);
+  }
+  sum = block_reduce_sum(sum, scratch);
+  if (threadIdx.x == 0) partials[(long long)blockIdx.x * kChunks + blockIdx.y] = sum;
+}
+
+// Sums partials in a fixed order (in double) and divides: y[n,c] (kMeanSpatial) or y[n] (kMeanAll).
+template <class Cfg, int kChunks>
+__device__ void mean_finalize_kernel(const float* __restrict__ partials, float* __restrict__ y) {
+  using G = Generic<Cfg>;
+  const int o = blockIdx.x * blockDim.x + threadIdx.x;
+  constexpr int kPlanesPerOutput = Cfg::kMean == kMeanAll ? Cfg::kC : 1;
+  constexpr int kOutputs = Cfg::kN * Cfg::kC / kPlanesPerOutput;
+  if (o >= kOutputs) return;
+  double sum = 0;
+  const float* p = partials + (long long)o * kPlanesPerOutput * kChunks;
+  for (int j = 0; j < kPlanesPerOutput * kChunks; ++j) sum += p[j];
+  y[o] = (float)(sum / ((double)G::kSpatial * kPlanesPerOutput));
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): instantiate every kernel with the default configuration.
+namespace fj_selftest {
+using C = fj::DefaultConfig;
+extern "C" __global__ void generic_elementwise(const float* x, const float* w, const float* b, float* y) {
+  fj::elementwise_kernel<C>(x, w, b, y);
+}
+extern "C" __global__ void generic_stats(const float* x, const float* w, const float* b, float* y,
+                                         fj::Moments* p) {
+  fj::stats_kernel<C, true, 4>(x, w, b, y, p);
+}
+extern "C" __global__ void generic_stats_finalize(const fj::Moments* p, float2* s) {
+  fj::stats_finalize_kernel<C, 4>(p, s);
+}
+extern "C" __global__ void generic_normalize(const float* x, const float* w, const float* b,
+                                             const float* g, const float* be, const float2* s,
+                                             float* y) {
+  fj::normalize_kernel<C, false>(x, w, b, g, be, s, y);
+}
+extern "C" __global__ void generic_mean_partial(const float* x, const float* w, const float* b,
+                                                const float* g, const float* be, const float2* s,
+                                                float* p) {
+  fj::mean_partial_kernel<C, true, 3>(x, w, b, g, be, s, p);
+}
+extern "C" __global__ void generic_mean_finalize(const float* p, float* y) {
+  fj::mean_finalize_kernel<C, 3>(p, y);
+}
+}  // namespace fj_selftest
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_GENERIC_CUH_
