@@ -1,0 +1,63 @@
+// jit/compiled_chain.h: the loaded, launchable form of a compiled chain (the implementation
+// behind fusejit::CompiledChain).
+#ifndef FUSEJIT_JIT_COMPILED_CHAIN_H_
+#define FUSEJIT_JIT_COMPILED_CHAIN_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "codegen/plan.h"
+#include "fusejit/fusejit.h"
+#include "jit/driver.h"
+#include "jit/module.h"
+
+namespace fusejit::jit {
+
+class CompiledChainImpl final : public CompiledChain {
+ public:
+  // REQUIRES: `cubin` was compiled from the source emitted for (chain, plan) for `arch`.
+  CompiledChainImpl(Chain chain, codegen::Plan plan, std::string arch, std::string source,
+                    std::string cubin, CompileStats stats);
+
+  const Chain& chain() const override { return chain_; }
+  const std::string& arch() const override { return arch_; }
+  Shape output_shape() const override { return OutputShape(chain_); }
+  std::vector<ParamSpec> params() const override { return ChainParams(chain_); }
+  size_t workspace_bytes() const override { return plan_.workspace_bytes; }
+  const CompileStats& stats() const override { return stats_; }
+  std::string Explain() const override;
+  const std::string& source() const override { return source_; }
+  const codegen::Plan& plan() const { return plan_; }
+  const std::string& cubin() const { return cubin_; }
+
+  absl::Status Load() override;
+  absl::Status Run(const Bindings& bindings, CUstream stream) override;
+
+ private:
+  // The module and resolved symbols in one CUDA context.
+  struct Loaded {
+    std::unique_ptr<LoadedModule> module;
+    std::vector<CUfunction> functions;  // one per plan kernel
+    std::vector<CUdeviceptr> constants;  // one per plan constant copy
+  };
+  absl::StatusOr<const Loaded*> LoadedForCurrentContext();
+  absl::Status CheckBindings(const Bindings& bindings) const;
+
+  const Chain chain_;
+  const codegen::Plan plan_;
+  const std::string arch_;
+  const std::string source_;
+  const std::string cubin_;
+  const CompileStats stats_;
+  const std::vector<ParamSpec> params_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<CUcontext, std::unique_ptr<Loaded>> loaded_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fusejit::jit
+
+#endif  // FUSEJIT_JIT_COMPILED_CHAIN_H_
