@@ -1,0 +1,121 @@
+// templates/gn_apply.cuh: group_norm finalize + in-place apply for plans that store the pre-norm
+// values in y and emit per-tile partial moments (igemm_mma.cuh, store-normalize plans).
+//
+// ---- host-side contract -------------------------------------------------------------------
+// Notation: S = kD*kH*kW, G = kGroups (> 0), kTiles = partial tiles per (n, g) (template arg).
+//   partials: Moments {count, mean, m2} as 3 floats at ((n*G + g)*kTiles + tile)*3
+//   stats:    2 floats per (n, g) at (n*G + g)*2: mean, rstd   (workspace, 8*kN*G bytes)
+// Kernels, in launch order (after the producer that wrote y and partials):
+//   gn_finalize_kernel<Cfg, kTiles>  grid kN*G, block 256 (a multiple of 32, <= 1024), no
+//        dynamic smem. Merges the kTiles partials of each (n, g) in a fixed order.
+//   gn_apply_kernel<Cfg>  block GnApply<Cfg>::kThreads, grid (GnApply<Cfg>::kBlocksPerRow, kN*kC),
+//        no dynamic smem. y[n,c,:] = post((y - mean) * rstd * gamma[c] + beta[c]) in place.
+// -----------------------------------------------------------------------------------------
+#ifndef FUSEJIT_TEMPLATES_GN_APPLY_CUH_
+#define FUSEJIT_TEMPLATES_GN_APPLY_CUH_
+
+#include "default_config.cuh"
+
+namespace fj {
+
+template <class Cfg>
+struct GnApply {
+  static constexpr int kS = Cfg::kD * Cfg::kH * Cfg::kW;
+  static constexpr int kThreads = 256;
+  static constexpr int kVec = 4;  // float4 per thread per row chunk (when kS % 4 == 0)
+  static constexpr bool kVector = kS % 4 == 0;
+  static constexpr int kPerBlock = kVector ? kThreads * kVec * 4 : kThreads * kVec;
+  static constexpr int kBlocksPerRow = (kS + kPerBlock - 1) / kPerBlock;
+  static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "gn_apply: needs group_norm");
+};
+
+template <class Cfg, int kTiles>
+__device__ __forceinline__ void gn_finalize_body(const float* __restrict__ partials,
+                                                 float* __restrict__ stats) {
+  __shared__ Moments scratch[32];
+  const int seg = blockIdx.x;  // n*G + g
+  const float* p = partials + (long long)seg * kTiles * 3;
+  Moments m = moments_empty();
+  for (int i = threadIdx.x; i < kTiles; i += blockDim.x) {
+    Moments b;
+    b.count = p[i * 3];
+    b.mean = p[i * 3 + 1];
+    b.m2 = p[i * 3 + 2];
+    m = moments_merge(m, b);
+  }
+  m = block_reduce_moments(m, scratch);
+  if (threadIdx.x == 0) {
+    const float var = m.count > 0.f ? m.m2 / m.count : 0.f;  // biased, as PyTorch
+    stats[seg * 2] = m.mean;
+    stats[seg * 2 + 1] = 1.f / sqrtf(var + Cfg::kEps);
+  }
+}
+
+template <class Cfg, int kTiles>
+__global__ void __launch_bounds__(256) gn_finalize_kernel(const float* __restrict__ partials,
+                                                          float* __restrict__ stats) {
+  gn_finalize_body<Cfg, kTiles>(partials, stats);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void gn_apply_body(const float* __restrict__ gamma,
+                                              const float* __restrict__ beta,
+                                              const float* __restrict__ stats,
+                                              float* __restrict__ y) {
+  using A = GnApply<Cfg>;
+  const int row = blockIdx.y;  // n*kC + c
+  const int c = row % Cfg::kC, n = row / Cfg::kC;
+  const int seg = n * Cfg::kGroups + c / (Cfg::kC / Cfg::kGroups);
+  const float mean = stats[seg * 2], rstd = stats[seg * 2 + 1];
+  const float sc = rstd * gamma[c];
+  const float sh = beta[c] - mean * sc;
+  float* yr = y + (long long)row * A::kS;
+  if constexpr (A::kVector) {
+    float4* y4 = reinterpret_cast<float4*>(yr);
+    const int base = blockIdx.x * A::kThreads * A::kVec + threadIdx.x;
+    float4 v[A::kVec];
+#pragma unroll
+    for (int k = 0; k < A::kVec; ++k) {
+      const int i = base + k * A::kThreads;
+      if (i < A::kS / 4) v[k] = y4[i];
+    }
+#pragma unroll
+    for (int k = 0; k < A::kVec; ++k) {
+      const int i = base + k * A::kThreads;
+      if (i < A::kS / 4) {
+        float4 o;
+        o.x = Cfg::post(fmaf(v[k].x, sc, sh));
+        o.y = Cfg::post(fmaf(v[k].y, sc, sh));
+        o.z = Cfg::post(fmaf(v[k].z, sc, sh));
+        o.w = Cfg::post(fmaf(v[k].w, sc, sh));
+        y4[i] = o;
+      }
+    }
+  } else {
+    const int base = blockIdx.x * A::kThreads * A::kVec + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < A::kVec; ++k) {
+      const int i = base + k * A::kThreads;
+      if (i < A::kS) yr[i] = Cfg::post(fmaf(yr[i], sc, sh));
+    }
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(256) gn_apply_kernel(const float* __restrict__ gamma,
+                                                       const float* __restrict__ beta,
+                                                       const float* __restrict__ stats,
+                                                       float* __restrict__ y) {
+  gn_apply_body<Cfg>(gamma, beta, stats, y);
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): instantiate the kernels with the default configuration.
+template __global__ void fj::gn_finalize_kernel<fj::DefaultConfig, 7>(const float*, float*);
+template __global__ void fj::gn_apply_kernel<fj::DefaultConfig>(const float*, const float*,
+                                                                const float*, float*);
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_GN_APPLY_CUH_
