@@ -21,7 +21,12 @@ struct GeneratedSource {
   std::string main;  // the generated translation unit
   // Every template as (include name, text). NVRTC reads only the ones included.
   std::vector<std::pair<std::string, std::string>> headers;
+  // NVRTC options the source needs (part of the cache key like everything NVRTC sees).
+  std::vector<std::string> nvrtc_options;
 };
+
+// NVRTC options every fusejit source is compiled with.
+std::vector<std::string> SourceNvrtcOptions();
 
 // REQUIRES: chain valid, plan made for it.
 GeneratedSource EmitSource(const Chain& chain, const Plan& plan);

@@ -131,7 +131,10 @@ double GenericCost(const ChainInfo& info, double bytes_per_point, double produce
 class ElementwiseStrategy : public Strategy {
  public:
   std::string_view name() const override { return "elementwise"; }
-  bool Applies(const Chain&, const PlanTarget&) const override { return true; }
+  bool Applies(const Chain& chain, const PlanTarget&) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    return !info.group_norm && info.mean == MeanMode::kNone;
+  }
   double Cost(const Chain& chain, const PlanTarget&) const override {
     return GenericCost(AnalyzeChain(chain), 4, 1);
   }

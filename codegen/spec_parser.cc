@@ -304,6 +304,10 @@ class Parser {
         break;  // plain elementwise ops take no arguments
     }
     for (const auto& [key, value] : args) {
+      if (key == "output_padding" && op->kind == OpKind::kConv3d) {
+        return ErrorAt(value.column, absl::StrCat(ctx, "output_padding applies to "
+                                                       "conv_transpose3d only"));
+      }
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         return ErrorAt(value.column - key.size() - 1,
                        absl::StrCat(ctx, "unknown argument '", key, "'",

@@ -23,9 +23,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Options that decide the NVRTC output besides the source and the arch.
-std::vector<std::string> NvrtcOptions() { return {"-lineinfo"}; }
-
 // Writes the generated source (and templates, so `nvcc -I DIR/templates FILE` compiles it) below
 // `dir`. Returns the path of the main file. Best effort: an error is returned, never thrown.
 absl::StatusOr<std::string> DumpSource(const std::string& dir, const codegen::GeneratedSource& src,
@@ -107,7 +104,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     absl::MutexLock lock(&memory.mu);
     auto it = memory.entries.find(memory_key);
     if (it != memory.entries.end()) {
-      cache::KernelCache::Default().CountMemoryHit();
+      cache::KernelCache::Default().RecordMemoryHit();
       return it->second;
     }
   }
@@ -129,7 +126,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   request.source = source.main;
   request.headers = source.headers;
   request.arch = target.arch;
-  request.options = NvrtcOptions();
+  request.options = source.nvrtc_options;
   request.want_ptx = !dump_dir.empty();
 
   cache::CacheKey key;

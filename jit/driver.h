@@ -54,6 +54,7 @@ namespace fusejit::jit {
   X(cuModuleLoadData)                            \
   X(cuModuleUnload)                              \
   X(cuModuleGetFunction)                         \
+  X(cuModuleGetGlobal)                         \
   X(cuFuncGetAttribute)                          \
   X(cuFuncSetAttribute)                          \
   X(cuLaunchKernel)                              \

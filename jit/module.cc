@@ -103,6 +103,21 @@ absl::StatusOr<CUfunction> LoadedModule::Function(const std::string& name) const
   return f;
 }
 
+absl::StatusOr<CUdeviceptr> LoadedModule::Global(const std::string& name,
+                                                 size_t min_bytes) const {
+  absl::StatusOr<const DriverApi*> api = Driver();
+  if (!api.ok()) return api.status();
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  FUSEJIT_CU_RETURN_IF_ERROR((*api)->cuModuleGetGlobal(&ptr, &bytes, module_, name.c_str()),
+                             absl::StrCat("cuModuleGetGlobal('", name, "')"));
+  if (bytes < min_bytes) {
+    return absl::InternalError(absl::StrCat("module global '", name, "' has ", bytes,
+                                            " bytes; the plan copies ", min_bytes));
+  }
+  return ptr;
+}
+
 absl::Status Launch(CUfunction f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                     unsigned shared_bytes, CUstream stream, void** args) {
   absl::StatusOr<const DriverApi*> api = Driver();

@@ -41,6 +41,10 @@ class LoadedModule {
   // Error NotFound "kernel 'name' not found in module: ..." when there is none.
   absl::StatusOr<CUfunction> Function(const std::string& name) const;
 
+  // Device address of the module-scope variable `name` (e.g. a __constant__ array). Errors if it
+  // does not exist or is smaller than `min_bytes`.
+  absl::StatusOr<CUdeviceptr> Global(const std::string& name, size_t min_bytes) const;
+
   CUmodule get() const { return module_; }
 
  private:

@@ -1,0 +1,199 @@
+// Code generation: plans, generated source, and NVRTC compiles of every template and of seed and
+// random chains for sm_80 and sm_90. CPU only (NVRTC needs no GPU).
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "codegen/emit.h"
+#include "codegen/format_number.h"
+#include "codegen/planner.h"
+#include "fusejit/fusejit.h"
+#include "fusejit/workloads.h"
+#include "jit/nvrtc.h"
+#include "templates/embedded.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+Chain Parse(std::string_view spec) {
+  absl::StatusOr<Chain> chain = ParseChain(spec);
+  EXPECT_TRUE(chain.ok()) << chain.status();
+  return *chain;
+}
+
+TEST(FormatNumber, ExactAndLocaleIndependent) {
+  EXPECT_EQ(FormatDouble(1e-5), "1e-5");
+  EXPECT_EQ(FormatDouble(0.01), "0.01");
+  EXPECT_EQ(FormatDouble(-3), "-3");
+  EXPECT_EQ(FormatDouble(1e20), "1e20");
+  EXPECT_EQ(FloatLiteral(2), "2.0f");
+  EXPECT_EQ(FloatLiteral(0.1), "0.1f");
+  EXPECT_EQ(FloatLiteral(1e-5), "1e-5f");
+  // Every float literal reads back as the same float.
+  Rng rng(3);
+  for (int i = 0; i < 1000; ++i) {
+    const double v = rng.Uniform(-10, 10) * std::pow(10.0, static_cast<double>(rng.Int(-8, 8)));
+    std::string lit = FloatLiteral(v);
+    lit.pop_back();  // 'f'
+    EXPECT_EQ(std::strtof(lit.c_str(), nullptr), static_cast<float>(v)) << lit;
+    EXPECT_EQ(std::strtod(FormatDouble(v).c_str(), nullptr), v);
+  }
+}
+
+TEST(Planner, SeedChainsGetTheExpectedPlans) {
+  codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  const std::vector<Workload>& w = SeedWorkloads();
+  auto strategy = [&](int i) {
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(w[i].spec), target);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->strategy : "";
+  };
+  EXPECT_EQ(strategy(0), "recompute-normalize");  // cheap convT: never store the 1 GB
+  EXPECT_EQ(strategy(1), "recompute-mean");
+  EXPECT_EQ(strategy(2), "store-normalize");  // K = 1728: store once, normalize in place
+  EXPECT_EQ(strategy(3), "recompute-mean");
+}
+
+TEST(Planner, WorkspaceIsSmallNotFullSize) {
+  codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  for (const Workload& w : SeedWorkloads()) {
+    const Chain chain = Parse(w.spec);
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
+    ASSERT_TRUE(plan.ok());
+    // Far below one float per output point of the producer.
+    EXPECT_LT(plan->workspace_bytes, static_cast<size_t>(NumElements(ShapeAfter(chain, 0))) / 16)
+        << w.id << "\n" << codegen::ExplainPlan(*plan);
+  }
+}
+
+TEST(Planner, NamedStrategyAndErrors) {
+  codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  const Chain w1 = Parse(SeedWorkloads()[0].spec);
+  absl::StatusOr<codegen::Plan> store = codegen::MakePlan(w1, target, "store-normalize");
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(store->strategy, "store-normalize");
+  absl::StatusOr<codegen::Plan> bad = codegen::MakePlan(w1, target, "reduce-mean");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("recompute-normalize"), std::string::npos)
+      << bad.status();  // lists what applies
+}
+
+TEST(Emit, SourceIsReadableWithBakedConstants) {
+  const Chain w1 = Parse(SeedWorkloads()[0].spec);
+  absl::StatusOr<codegen::Plan> plan =
+      codegen::MakePlan(w1, {"sm_90", 132, Precision::kFp32});
+  ASSERT_TRUE(plan.ok());
+  const codegen::GeneratedSource src = codegen::EmitSource(w1, *plan);
+  EXPECT_NE(src.main.find("// chain: " + SeedWorkloads()[0].spec), std::string::npos);
+  EXPECT_NE(src.main.find("static constexpr int kN = 128;"), std::string::npos) << src.main;
+  EXPECT_NE(src.main.find("kC = 16, kD = 31, kH = 63, kW = 63"), std::string::npos);
+  EXPECT_NE(src.main.find("kProducer = kConvTranspose3d"), std::string::npos);
+  EXPECT_NE(src.main.find("kEps = 1e-5f"), std::string::npos);
+  EXPECT_NE(src.main.find("fj::swish(v)"), std::string::npos);
+  EXPECT_NE(src.main.find("fj::hardswish(v)"), std::string::npos);
+  EXPECT_NE(src.main.find("extern \"C\" __global__"), std::string::npos);
+  // The same chain and plan give the same text.
+  EXPECT_EQ(codegen::EmitSource(w1, *plan).main, src.main);
+}
+
+// Compiles `source` with every template as a header.
+absl::Status CompileWithTemplates(const std::string& name, const std::string& source,
+                                  const std::string& arch) {
+  jit::NvrtcRequest req;
+  req.name = name;
+  req.source = source;
+  req.arch = arch;
+  req.options = codegen::SourceNvrtcOptions();
+  for (const templates::TemplateFile& f : templates::All()) {
+    req.headers.emplace_back(std::string(f.name), std::string(f.text));
+  }
+  return jit::CompileCuda(req).status();
+}
+
+TEST(Templates, EveryTemplateCompilesOnItsOwn) {
+  ASSERT_FALSE(templates::All().empty());
+  for (const templates::TemplateFile& f : templates::All()) {
+    absl::Status s = CompileWithTemplates(std::string(f.name), std::string(f.text), "sm_90");
+    EXPECT_TRUE(s.ok()) << f.name << ": " << s;
+  }
+}
+
+// Compiles chains through the public API for sm_80 and sm_90, several at a time.
+void ExpectChainsCompile(const std::vector<Chain>& chains, const std::string& strategy = "") {
+  std::vector<std::future<std::string>> results;
+  const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
+  for (size_t start = 0; start < chains.size(); start += workers) {
+    results.clear();
+    for (size_t i = start; i < std::min(chains.size(), start + workers); ++i) {
+      results.push_back(std::async(std::launch::async, [&, i] {
+        std::string errors;
+        for (const char* arch : {"sm_80", "sm_90"}) {
+          CompileOptions options;
+          options.arch = arch;
+          options.use_cache = false;
+          options.strategy = strategy;
+          absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chains[i], options);
+          if (!c.ok()) {
+            errors += FormatChain(chains[i]) + " for " + arch + ": " + c.status().ToString();
+          } else if (c->get()->arch() != arch) {
+            errors += "wrong arch";
+          }
+        }
+        return errors;
+      }));
+    }
+    for (auto& r : results) EXPECT_EQ(r.get(), "");
+  }
+}
+
+TEST(Compile, SeedChainsCompileForSm80AndSm90WithEveryApplicableStrategy) {
+  codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  for (const Workload& w : SeedWorkloads()) {
+    const Chain chain = Parse(w.spec);
+    for (const auto& s : codegen::AllStrategies()) {
+      if (s->Applies(chain, target)) ExpectChainsCompile({chain}, std::string(s->name()));
+    }
+  }
+}
+
+TEST(Compile, RandomChainsCompileForSm80AndSm90) {
+  Rng rng(2026);
+  std::vector<Chain> chains;
+  for (int i = 0; i < 24; ++i) chains.push_back(RandomChain(rng));
+  ExpectChainsCompile(chains);
+}
+
+TEST(Compile, InvalidChainAndBadArchAreRefused) {
+  Chain bad{{2, 16, 8, 8, 8}, {GroupNorm(5)}};
+  CompileOptions options;
+  options.arch = "sm_90";
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(bad, options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("not divisible"), std::string::npos);
+  options.arch = "sm_9";
+  c = Compile(Parse("x:f32[1,2,3,3,3] | relu"), options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("sm_9"), std::string::npos) << c.status();
+}
+
+TEST(Compile, CompiledChainDescribesItself) {
+  CompileOptions options;
+  options.arch = "sm_90";
+  options.use_cache = false;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c =
+      Compile(Parse(SeedWorkloads()[3].spec), options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->output_shape(), (Shape{128}));
+  EXPECT_EQ((*c)->params().size(), 4u);
+  EXPECT_GT((*c)->workspace_bytes(), 0u);
+  const std::string explain = (*c)->Explain();
+  EXPECT_NE(explain.find("recompute-mean"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("kernel 0"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("workspace"), std::string::npos) << explain;
+  EXPECT_GT((*c)->stats().nvrtc_ms, 0);
+}
+
+}  // namespace
+}  // namespace fusejit

@@ -1,0 +1,139 @@
+// GPU correctness (named Gpu*, skipped without a driver): the seed chains at their seed shapes and
+// random chains, against the float64 CPU reference. Outputs are poisoned with NaN before every run
+// and checked fully written; two runs must be bitwise identical.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "fusejit/fusejit.h"
+#include "fusejit/reference.h"
+#include "fusejit/workloads.h"
+#include "tests/gpu_support.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+struct Tolerance {
+  double rel_l2 = 1e-5;
+  double max_abs = 1e-4;
+};
+
+// Runs `chain` on the GPU and checks it; `samples` limits the reference to some batch indices.
+void CheckChain(const Chain& chain, uint64_t seed, const std::vector<int64_t>& samples,
+                const std::string& strategy = "", Tolerance tol = {}) {
+  SCOPED_TRACE(FormatChain(chain) + (strategy.empty() ? "" : " strategy " + strategy));
+  CompileOptions options;
+  options.strategy = strategy;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(chain, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  absl::StatusOr<std::vector<std::vector<float>>> outs =
+      testing::RunOnGpu(**compiled, inputs, /*runs=*/2);
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  const std::vector<float>& y = (*outs)[0];
+  ASSERT_EQ(std::memcmp(y.data(), (*outs)[1].data(), y.size() * 4), 0)
+      << "two runs differ: a race or a non-deterministic reduction";
+  int64_t unwritten = 0;
+  for (float v : y) unwritten += std::isnan(v);
+  ASSERT_EQ(unwritten, 0) << "outputs left unwritten (still NaN)";
+
+  ReferenceOptions ropt;
+  ropt.samples = samples;
+  absl::StatusOr<std::vector<double>> ref = RunReference(chain, inputs, ropt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  // Gather the same samples from the GPU output.
+  const Shape out_shape = OutputShape(chain);
+  const int64_t per_sample = NumElements(out_shape) / out_shape[0];
+  std::vector<float> picked;
+  if (samples.empty()) {
+    picked = y;
+  } else {
+    for (int64_t s : samples) {
+      picked.insert(picked.end(), y.begin() + s * per_sample, y.begin() + (s + 1) * per_sample);
+    }
+  }
+  ASSERT_EQ(picked.size(), ref->size());
+  const ErrorStats err = CompareToReference(picked.data(), ref->data(), ref->size());
+  EXPECT_EQ(err.non_finite, 0);
+  EXPECT_LE(err.rel_l2, tol.rel_l2) << "max_abs " << err.max_abs;
+  EXPECT_LE(err.max_abs, tol.max_abs) << "rel_l2 " << err.rel_l2;
+  std::printf("  rel_l2 %.2e  max_abs %.2e  %s\n", err.rel_l2, err.max_abs,
+              FormatChain(chain).c_str());
+}
+
+#define SKIP_WITHOUT_GPU()                                                    \
+  if (std::string why = testing::GpuUnavailableReason(); !why.empty()) {     \
+    GTEST_SKIP() << "no usable GPU: " << why;                                 \
+  }
+
+TEST(GpuChains, SeedChainsAtSeedShapes) {
+  SKIP_WITHOUT_GPU();
+  for (const Workload& w : SeedWorkloads()) {
+    absl::StatusOr<Chain> chain = ParseChain(w.spec);
+    ASSERT_TRUE(chain.ok());
+    const int64_t n = chain->input[0];
+    CheckChain(*chain, /*seed=*/11, {0, n / 2, n - 1});
+  }
+}
+
+TEST(GpuChains, SeedChainsWithEveryApplicableGenericStrategy) {
+  SKIP_WITHOUT_GPU();
+  // Same chains at a smaller batch, so every strategy runs and the full batch is checked.
+  for (const Workload& w : SeedWorkloads()) {
+    absl::StatusOr<Chain> chain = ParseChain(w.spec);
+    ASSERT_TRUE(chain.ok());
+    chain->input[0] = 2;
+    for (const char* s : {"store-normalize", "recompute-normalize", "recompute-mean"}) {
+      const bool has_mean = chain->ops.back().kind == OpKind::kMean;
+      if ((std::string(s) == "recompute-mean") != has_mean) continue;
+      CheckChain(*chain, /*seed=*/5, {}, s);
+    }
+  }
+}
+
+TEST(GpuChains, RandomChains) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(20261122);
+  for (int i = 0; i < 60; ++i) {
+    CheckChain(RandomChain(rng), /*seed=*/100 + i, {});
+  }
+}
+
+TEST(GpuChains, LargerRandomChains) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(99);
+  RandomChainOptions options;
+  options.max_spatial = 24;
+  options.max_channels = 32;
+  for (int i = 0; i < 10; ++i) CheckChain(RandomChain(rng, options), /*seed=*/7 + i, {});
+}
+
+TEST(GpuChains, RunRefusesBadBindings) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<Chain> chain = ParseChain(SeedWorkloads()[0].spec);
+  ASSERT_TRUE(chain.ok());
+  chain->input[0] = 1;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  Bindings b;
+  absl::Status s = (*compiled)->Run(b, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("input"), std::string::npos) << s;
+  b.input = 256;
+  b.output = 512;
+  b.workspace = 1024;
+  b.params["0.weight"] = 256;
+  s = (*compiled)->Run(b, nullptr);
+  EXPECT_NE(s.message().find("0.bias"), std::string::npos) << s;
+  b.params["0.bias"] = 256;
+  b.params["2.weight"] = 256;
+  b.params["2.bias"] = 256;
+  b.params["7.weight"] = 256;
+  s = (*compiled)->Run(b, nullptr);
+  EXPECT_NE(s.message().find("unknown parameter '7.weight'"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace fusejit

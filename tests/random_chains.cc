@@ -1,0 +1,78 @@
+#include "tests/random_chains.h"
+
+#include <vector>
+
+namespace fusejit {
+namespace {
+
+Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
+  if (rng.Chance(0.6)) {
+    const int64_t v = rng.Int(lo, hi);
+    return {v, v, v};
+  }
+  return {rng.Int(lo, hi), rng.Int(lo, hi), rng.Int(lo, hi)};
+}
+
+Op RandomElementwise(Rng& rng) {
+  static const OpKind kKinds[] = {OpKind::kRelu,  OpKind::kLeakyRelu, OpKind::kSigmoid,
+                                  OpKind::kTanh,  OpKind::kSwish,     OpKind::kHardswish,
+                                  OpKind::kGelu,  OpKind::kClamp};
+  const OpKind kind = kKinds[rng.Int(0, 7)];
+  if (kind == OpKind::kLeakyRelu) return LeakyRelu(rng.Uniform(0.001, 0.3));
+  if (kind == OpKind::kClamp) {
+    const double lo = rng.Uniform(-1.0, 0.2);
+    return Clamp(lo, lo + rng.Uniform(0.1, 1.5));
+  }
+  return Elementwise(kind);
+}
+
+std::vector<int64_t> Divisors(int64_t c) {
+  std::vector<int64_t> d;
+  for (int64_t g = 1; g <= c; ++g) {
+    if (c % g == 0) d.push_back(g);
+  }
+  return d;
+}
+
+}  // namespace
+
+Chain RandomChain(Rng& rng, const RandomChainOptions& options) {
+  while (true) {
+    Chain chain;
+    chain.input = {rng.Int(1, options.max_batch), rng.Int(1, options.max_channels / 2),
+                   rng.Int(3, options.max_spatial), rng.Int(3, options.max_spatial),
+                   rng.Int(3, options.max_spatial)};
+    int64_t channels = chain.input[1];
+    if (rng.Chance(0.85)) {
+      const bool transposed = rng.Chance(0.45);
+      const int64_t out = rng.Int(1, options.max_channels);
+      const Dims3 k = RandomDims(rng, 1, 3), stride = RandomDims(rng, 1, 3);
+      const Dims3 padding = RandomDims(rng, 0, 2), dilation = RandomDims(rng, 1, 2);
+      const bool bias = rng.Chance(0.75);
+      if (transposed) {
+        Dims3 op = {0, 0, 0};
+        for (int a = 0; a < 3; ++a) {
+          const int64_t limit = std::max(stride[a], dilation[a]) - 1;
+          op[a] = rng.Chance(0.5) ? rng.Int(0, limit) : 0;
+        }
+        chain.ops.push_back(ConvTranspose3d(out, k, stride, padding, op, dilation, bias));
+      } else {
+        chain.ops.push_back(Conv3d(out, k, stride, padding, dilation, bias));
+      }
+      channels = out;
+    }
+    for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomElementwise(rng));
+    if (rng.Chance(0.7)) {
+      const std::vector<int64_t> divisors = Divisors(channels);
+      chain.ops.push_back(GroupNorm(divisors[rng.Int(0, divisors.size() - 1)],
+                                    rng.Chance(0.5) ? 1e-5 : rng.Uniform(1e-6, 1e-2)));
+      for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomElementwise(rng));
+    }
+    if (rng.Chance(0.3)) chain.ops.push_back(Mean(rng.Chance(0.5) ? std::vector<int>{2, 3, 4}
+                                                                  : std::vector<int>{1, 2, 3, 4}));
+    if (chain.ops.empty()) chain.ops.push_back(RandomElementwise(rng));
+    if (ValidateChain(chain).ok()) return chain;
+  }
+}
+
+}  // namespace fusejit

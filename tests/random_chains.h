@@ -1,0 +1,39 @@
+// tests/random_chains.h: random valid chains for tests (odd sizes, strides 1-3, padding,
+// dilation, output_padding, groups dividing the channels, batch 1 to 8).
+#ifndef FUSEJIT_TESTS_RANDOM_CHAINS_H_
+#define FUSEJIT_TESTS_RANDOM_CHAINS_H_
+
+#include <cstdint>
+#include <random>
+
+#include "fusejit/chain.h"
+
+namespace fusejit {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : engine_(seed) {}
+  int64_t Int(int64_t lo, int64_t hi) {  // inclusive
+    return lo + static_cast<int64_t>(engine_() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  double Uniform(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(engine_() >> 11) * 0x1.0p-53;
+  }
+  bool Chance(double p) { return Uniform(0, 1) < p; }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+struct RandomChainOptions {
+  int64_t max_batch = 8;
+  int64_t max_spatial = 13;   // input D, H, W in [3, max_spatial]
+  int64_t max_channels = 12;  // input and output channels
+};
+
+// A random chain that passes ValidateChain.
+Chain RandomChain(Rng& rng, const RandomChainOptions& options = {});
+
+}  // namespace fusejit
+
+#endif  // FUSEJIT_TESTS_RANDOM_CHAINS_H_

@@ -1,0 +1,196 @@
+// Spec text: parse/print round trip, canonical form, and error messages for bad input.
+#include <gtest/gtest.h>
+
+#include "fusejit/chain.h"
+#include "fusejit/workloads.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+std::string Canonical(std::string_view spec) {
+  absl::StatusOr<Chain> chain = ParseChain(spec);
+  EXPECT_TRUE(chain.ok()) << spec << ": " << chain.status();
+  return chain.ok() ? FormatChain(*chain) : "";
+}
+
+std::string ErrorOf(std::string_view spec) {
+  absl::StatusOr<Chain> chain = ParseChain(spec);
+  EXPECT_FALSE(chain.ok()) << spec << " parsed as " << (chain.ok() ? FormatChain(*chain) : "");
+  return chain.ok() ? "" : std::string(chain.status().message());
+}
+
+TEST(Spec, CanonicalFormOfTheIssueExample) {
+  EXPECT_EQ(Canonical("x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | "
+                      "swish | group_norm(groups=4,eps=1e-5) | hardswish"),
+            "x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+            "group_norm(groups=4,eps=1e-5) | hardswish");
+}
+
+TEST(Spec, SpellingsOfOneChainPrintTheSame) {
+  const std::string a = Canonical(
+      "x : f32 [ 2,3,8,8,8 ]|conv3d( k=[3,3,3], out=4, stride=1, bias=true )|silu|"
+      "group_norm(groups=2)|leaky_relu|mean(dims=[2,3,4])");
+  const std::string b = Canonical(
+      "x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | swish | group_norm(groups=2,eps=0.00001) | "
+      "leaky_relu(slope=0.01) | mean(dims=[2,3,4])");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a,
+            "x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | swish | group_norm(groups=2,eps=1e-5) | "
+            "leaky_relu(slope=0.01) | mean(dims=[2,3,4])");
+}
+
+TEST(Spec, TuplesAndNonDefaultsArePrinted) {
+  EXPECT_EQ(Canonical("x:f32[1,2,9,10,11] | conv_transpose3d(out=3,k=[1,3,5],stride=[1,2,3],"
+                      "padding=[0,1,2],output_padding=[0,1,2],dilation=[1,1,1],bias=false) | "
+                      "clamp(min=-0.5,max=2) | gelu"),
+            "x:f32[1,2,9,10,11] | conv_transpose3d(out=3,k=[1,3,5],stride=[1,2,3],"
+            "padding=[0,1,2],output_padding=[0,1,2],bias=false) | clamp(min=-0.5,max=2) | gelu");
+}
+
+TEST(Spec, SeedWorkloadsAreCanonical) {
+  for (const Workload& w : SeedWorkloads()) EXPECT_EQ(Canonical(w.spec), w.spec) << w.id;
+}
+
+TEST(Spec, RandomChainsRoundTrip) {
+  Rng rng(7);
+  for (int i = 0; i < 300; ++i) {
+    const Chain chain = RandomChain(rng);
+    const std::string text = FormatChain(chain);
+    absl::StatusOr<Chain> parsed = ParseChain(text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_EQ(*parsed, chain) << text;
+    EXPECT_EQ(FormatChain(*parsed), text);
+  }
+}
+
+TEST(Spec, BuildersMatchParsing) {
+  Chain built{{128, 3, 16, 32, 32},
+              {ConvTranspose3d(16, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}), Elementwise(OpKind::kSwish),
+               GroupNorm(4), Elementwise(OpKind::kHardswish)}};
+  ASSERT_TRUE(ValidateChain(built).ok());
+  EXPECT_EQ(FormatChain(built), SeedWorkloads()[0].spec);
+}
+
+TEST(Spec, ErrorsNameTheProblemAndTheFix) {
+  {
+    std::string e = ErrorOf("x:f32[2,16,8,8,8] | group_norm(groups=5)");
+    EXPECT_NE(e.find("16 channels are not divisible by 5"), std::string::npos) << e;
+    EXPECT_NE(e.find("group_norm"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,4,4,4] | conv3d(out=8,k=5)");
+    EXPECT_NE(e.find("larger than the padded input"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,4,4,4] | conv_transpose3d(out=8,k=3,stride=2,output_padding=2)");
+    EXPECT_NE(e.find("output_padding"), std::string::npos) << e;
+    EXPECT_NE(e.find("smaller than either stride"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,0,4,4] | relu");
+    EXPECT_NE(e.find(">= 1"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[100000,100000,10,10,10] | relu");
+    EXPECT_NE(e.find("32-bit"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,8,8,8] | conv3d(out=4,k=3,stride=0)");
+    EXPECT_NE(e.find("stride"), std::string::npos) << e;
+    EXPECT_NE(e.find(">= 1"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,8,8,8] | conv3d(out=4,k=3,padding=-1)");
+    EXPECT_NE(e.find("padding"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,8,8,8] | conv3d(out=4,k=3,output_padding=1)");
+    EXPECT_NE(e.find("conv_transpose3d only"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,3,8,8,8] | relu | conv3d(out=4,k=3)");
+    EXPECT_NE(e.find("first op"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | group_norm(groups=2) | group_norm(groups=2)");
+    EXPECT_NE(e.find("at most one group_norm"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | mean(dims=[2,3,4]) | relu");
+    EXPECT_NE(e.find("last op"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | mean(dims=[3,4])");
+    EXPECT_NE(e.find("[2,3,4]"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | softmax");
+    EXPECT_NE(e.find("unknown op 'softmax'"), std::string::npos) << e;
+    EXPECT_NE(e.find("hardswish"), std::string::npos) << e;  // lists the valid ops
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=3,strde=2)");
+    EXPECT_NE(e.find("unknown argument 'strde'"), std::string::npos) << e;
+    EXPECT_NE(e.find("stride"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(k=3)");
+    EXPECT_NE(e.find("missing required argument 'out'"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f16[2,4,8,8,8] | relu");
+    EXPECT_NE(e.find("f16"), std::string::npos) << e;
+    EXPECT_NE(e.find("f32"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8] | relu");
+    EXPECT_NE(e.find("5-D"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] relu");
+    EXPECT_NE(e.find("column 18"), std::string::npos) << e;
+    EXPECT_NE(e.find("'|'"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | clamp(min=2,max=1)");
+    EXPECT_NE(e.find("min <= max"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=2.5)");
+    EXPECT_NE(e.find("whole number"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | group_norm(groups=2,eps=0)");
+    EXPECT_NE(e.find("eps"), std::string::npos) << e;
+  }
+  {
+    std::string e = ErrorOf("x:f32[2,4,8,8,8]");
+    EXPECT_NE(e.find("no ops"), std::string::npos) << e;
+  }
+}
+
+TEST(Spec, ParamsAreNamedLikeNnSequential) {
+  absl::StatusOr<Chain> chain = ParseChain(SeedWorkloads()[0].spec);
+  ASSERT_TRUE(chain.ok());
+  const std::vector<ParamSpec> params = ChainParams(*chain);
+  ASSERT_EQ(params.size(), 4u);
+  EXPECT_EQ(params[0].name, "0.weight");
+  EXPECT_EQ(params[0].shape, (Shape{3, 16, 3, 3, 3}));  // ConvTranspose3d: [Cin, Cout, k...]
+  EXPECT_EQ(params[1].name, "0.bias");
+  EXPECT_EQ(params[1].shape, (Shape{16}));
+  EXPECT_EQ(params[2].name, "2.weight");
+  EXPECT_EQ(params[3].name, "2.bias");
+  absl::StatusOr<Chain> w3 = ParseChain(SeedWorkloads()[2].spec);
+  ASSERT_TRUE(w3.ok());
+  const std::vector<ParamSpec> p3 = ChainParams(*w3);
+  ASSERT_EQ(p3.size(), 3u);  // bias=false: no 0.bias
+  EXPECT_EQ(p3[0].shape, (Shape{64, 128, 3, 3, 3}));
+  EXPECT_EQ(p3[1].name, "2.weight");
+  absl::StatusOr<Chain> w2 = ParseChain(SeedWorkloads()[1].spec);
+  ASSERT_TRUE(w2.ok());
+  EXPECT_EQ(ChainParams(*w2)[0].shape, (Shape{16, 3, 4, 4, 4}));  // Conv3d: [Cout, Cin, k...]
+}
+
+}  // namespace
+}  // namespace fusejit
