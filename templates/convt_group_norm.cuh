@@ -1,0 +1,398 @@
+// templates/convt_group_norm.cuh: "conv_transpose3d (few input channels) | ew* | group_norm | ew*"
+// without any intermediate tensor (seed W1), by recomputing the cheap transposed convolution:
+//   1. convt_group_moments  : conv_transpose3d + Cfg::pre, per-block per-group moments, no writes
+//                             of the big tensor;
+//   2. group_norm_scale_shift: merges the partials (fixed order) -> per (n, c) scale a and shift b
+//                             with gn(v) = v * a + b, a = gamma_c * rstd_g, b = beta_c - mu_g * a;
+//   3. convt_norm_write     : recomputes conv_transpose3d + pre, y = post(pre(v) * a + b), writes y
+//                             once (coalesced 4-byte streaming stores, each warp one output row).
+//
+// Transposed conv by output phase: output o = S*q + r gets taps k with (r + P - k*Dil) % S == 0
+// from input i = q + (r + P - k*Dil) / S, so no zero taps are visited. Work unit of one warp:
+// kRowsPerUnit output rows (n, od, oh_k = S_H*(ub*RB + k) + rh) of the same h phase rh (phases are
+// warp-uniform); lane l owns q = l + 32 j and computes the S_W outputs w = S_W*q + rw for ALL
+// output channels and all rows of the unit, so each weight feeds RB FFMAs per lane. Runtime loops
+// over the phase's (kd, kh) taps keep the loop body small (instruction cache); ci, kw unrolled.
+// Weights: each block copies weight+bias (global, PyTorch layout) to shared memory as
+// [kd][kh][ci][kw][C padded to 4]; one 16-byte broadcast load feeds 4*RB FFMAs. (A first version
+// with weights in __constant__ memory and one fully unrolled path per phase ran 9x slower: sm_90
+// ptxas loads each constant with ULDC, and 4 x 20 KB code paths thrashed the instruction cache.)
+//
+// Host-side contract (launch in this order on one stream; no constant-memory copies):
+//   1. convt_group_moments<Cfg,Tune>(x, weight, bias, partials):
+//        grid = dim3(Tune::kStatBlocksPerSample, Cfg::kN), block = dim3(Tune::kThreads)
+//        reads x [N,Cin,Din,Hin,Win], weight [Cin,C,KD,KH,KW], bias [C];
+//        writes partials: workspace of kN * kStatBlocksPerSample * kGroups fj::Moments (12 B each),
+//        layout [N][kStatBlocksPerSample][G], all written.
+//   2. group_norm_scale_shift<Cfg,Tune>(partials, gamma, beta, scale_shift):
+//        grid = dim3(Cfg::kN), block = dim3(32); writes scale_shift: workspace of kN * kC float2.
+//   3. convt_norm_write<Cfg,Tune>(x, weight, bias, scale_shift, y):
+//        grid = dim3(Tune::kWriteBlocksPerSample, Cfg::kN), block = dim3(Tune::kThreads);
+//        writes every element of y [N, C, D, H, W].
+//   Workspace total: kN*kStatBlocksPerSample*kGroups*12 + kN*kC*8 bytes. No dynamic smem (static:
+//   4*(KD*KH*Cin*KW*round4(C) + round4(C)) bytes of weights + the reduction scratch).
+// Requirements (static_assert): kProducer == kConvTranspose3d, kGroups > 0, kC <= 32, kBias.
+#ifndef FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_
+#define FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_
+
+#include "common.cuh"
+#include "default_config.cuh"  // enums (kConv3d, kMeanAll, ...); include-guarded
+#include "moments_util.cuh"
+
+namespace fj {
+
+struct ConvTGroupNormTune {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSM = 2;
+  static constexpr int kRowsPerUnit = 2;  // output rows (same h phase) per warp unit
+  static constexpr int kStatBlocksPerSample = 4;
+  static constexpr int kWriteBlocksPerSample = 4;
+  static constexpr bool kStreamingStores = true;
+  static constexpr bool kCoalesceStores = true;  // shuffle-transpose so each store is 128 B
+};
+
+template <class Cfg, class Tune>
+struct ConvTGeom {
+  static constexpr int S_D = Cfg::kSD, S_H = Cfg::kSH, S_W = Cfg::kSW;
+  static constexpr int RB = Tune::kRowsPerUnit;
+  static constexpr int kWq = (Cfg::kW + S_W - 1) / S_W;  // q values per output row
+  static constexpr int kJ = (kWq + 31) / 32;             // q chunks per lane
+  static constexpr int kHq = (Cfg::kH + S_H - 1) / S_H;  // rows per h phase (upper bound)
+  static constexpr int kUh = (kHq + RB - 1) / RB;         // units per (od, rh)
+  static constexpr int kUnits = Cfg::kD * S_H * kUh;      // units per sample
+  static constexpr int kCPG = Cfg::kGroups > 0 ? Cfg::kC / Cfg::kGroups : 1;
+  static constexpr int kCp = (Cfg::kC + 3) / 4 * 4;
+  // weights in smem: [kd][kh][ci][kw][Cp], bias [Cp] after them
+  static constexpr int kSmemW = Cfg::kKD * Cfg::kKH * Cfg::kCin * Cfg::kKW * kCp + kCp;
+  // Does kernel tap k contribute to output phase r?  offset of its input index from q.
+  __host__ __device__ static constexpr bool tap(int r, int k, int P, int dil, int S) {
+    return ((r + P - k * dil) % S + S) % S == 0;
+  }
+  __host__ __device__ static constexpr int off(int r, int k, int P, int dil, int S) {
+    return (r + P - k * dil) / S;  // exact when tap() holds
+  }
+};
+
+// Copies weight [Cin][C][KD][KH][KW] and bias [C] into s_w ([kd][kh][ci][kw][Cp], then bias).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_load_weights(const float* __restrict__ weight,
+                                                   const float* __restrict__ bias, float* s_w) {
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr int C = Cfg::kC, Cp = T::kCp, KD = Cfg::kKD, KH = Cfg::kKH, KW = Cfg::kKW, Ci = Cfg::kCin;
+  for (int i = threadIdx.x; i < T::kSmemW; i += blockDim.x) {
+    float v = 0.f;
+    if (i < T::kSmemW - Cp) {
+      const int co = i % Cp;
+      int r = i / Cp;
+      const int kw = r % KW; r /= KW;
+      const int ci = r % Ci; r /= Ci;
+      const int kh = r % KH;
+      const int kd = r / KH;
+      if (co < C) v = __ldg(weight + (((ci * C + co) * KD + kd) * KH + kh) * KW + kw);
+    } else {
+      const int co = i - (T::kSmemW - Cp);
+      if (co < C) v = __ldg(bias + co);
+    }
+    s_w[i] = v;
+  }
+}
+
+// acc[k][rw][co] = conv_transpose3d at (od, oh_k = S_H*(ub*RB + k) + rh, ow = S_W*q + rw).
+// Runtime loops over the phase's (kd, kh) taps (warp-uniform branches), ci and kw unrolled.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_unit(const float* __restrict__ xn, const float* s_w, int od,
+                                           int rh, int ub, int q,
+                                           float (&acc)[Tune::kRowsPerUnit][Cfg::kSW][Cfg::kC]) {
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr int C = Cfg::kC, Cp = T::kCp, SW = Cfg::kSW, KD = Cfg::kKD, KH = Cfg::kKH, KW = Cfg::kKW;
+  constexpr int Din = Cfg::kDin, Hin = Cfg::kHin, Win = Cfg::kWin, RB = T::RB;
+  constexpr int omax = (SW - 1 + Cfg::kPW) / SW + 1;
+  constexpr int omin = -((KW - 1) * Cfg::kDilW) / SW - 1;
+  constexpr int NO = omax - omin + 1;
+  const float* bias = s_w + (T::kSmemW - Cp);
+#pragma unroll
+  for (int k = 0; k < RB; ++k)
+#pragma unroll
+    for (int rw = 0; rw < SW; ++rw)
+#pragma unroll
+      for (int co = 0; co < C; ++co) acc[k][rw][co] = bias[co];
+  const int qd = od / Cfg::kSD, rd = od - qd * Cfg::kSD;
+#pragma unroll 1
+  for (int kd = 0; kd < KD; ++kd) {
+    if (!T::tap(rd, kd, Cfg::kPD, Cfg::kDilD, Cfg::kSD)) continue;
+    const int id = qd + T::off(rd, kd, Cfg::kPD, Cfg::kDilD, Cfg::kSD);
+    if (id < 0 || id >= Din) continue;
+#pragma unroll 1
+    for (int kh = 0; kh < KH; ++kh) {
+      if (!T::tap(rh, kh, Cfg::kPH, Cfg::kDilH, Cfg::kSH)) continue;
+      const int ihb = ub * RB + T::off(rh, kh, Cfg::kPH, Cfg::kDilH, Cfg::kSH);
+      const float* swk = s_w + (kd * KH + kh) * Cfg::kCin * KW * Cp;
+#pragma unroll
+      for (int ci = 0; ci < Cfg::kCin; ++ci) {
+        float xw[RB][NO];
+#pragma unroll
+        for (int k = 0; k < RB; ++k) {
+          const int ih = ihb + k;
+          const bool hok = ih >= 0 && ih < Hin;
+          const float* __restrict__ xr =
+              xn + ((size_t)(ci * Din + id) * Hin + min(max(ih, 0), Hin - 1)) * Win;
+#pragma unroll
+          for (int o = 0; o < NO; ++o) {
+            bool used = false;
+#pragma unroll
+            for (int rw = 0; rw < SW; ++rw)
+#pragma unroll
+              for (int kw = 0; kw < KW; ++kw)
+                if (T::tap(rw, kw, Cfg::kPW, Cfg::kDilW, SW) &&
+                    T::off(rw, kw, Cfg::kPW, Cfg::kDilW, SW) - omin == o)
+                  used = true;
+            if (!used) continue;
+            const int iw = q + o + omin;
+            const bool ok = hok && iw >= 0 && iw < Win;
+            const float v = __ldg(xr + min(max(iw, 0), Win - 1));
+            xw[k][o] = ok ? v : 0.f;
+          }
+        }
+        const float4* __restrict__ sp = reinterpret_cast<const float4*>(swk + ci * KW * Cp);
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) {
+          float wv[Cp];
+#pragma unroll
+          for (int j = 0; j < Cp / 4; ++j) {
+            const float4 w4 = sp[kw * (Cp / 4) + j];
+            wv[4 * j] = w4.x;
+            wv[4 * j + 1] = w4.y;
+            wv[4 * j + 2] = w4.z;
+            wv[4 * j + 3] = w4.w;
+          }
+#pragma unroll
+          for (int rw = 0; rw < SW; ++rw) {
+            if (!T::tap(rw, kw, Cfg::kPW, Cfg::kDilW, SW)) continue;
+            const int o = T::off(rw, kw, Cfg::kPW, Cfg::kDilW, SW) - omin;
+#pragma unroll
+            for (int k = 0; k < RB; ++k)
+#pragma unroll
+              for (int co = 0; co < C; ++co) acc[k][rw][co] = fmaf(xw[k][o], wv[co], acc[k][rw][co]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void convt_static_checks() {
+  static_assert(Cfg::kProducer == kConvTranspose3d, "convt_group_norm: producer must be conv_transpose3d");
+  static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "convt_group_norm: needs group_norm");
+  static_assert(Cfg::kC <= 32, "convt_group_norm: kC <= 32 (per-lane channel registers)");
+  static_assert(Cfg::kBias, "convt_group_norm: bias=false chains pass a zero bias tensor");
+}
+
+// Decodes unit u of a sample: od, rh, ub.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_unit_coords(int u, int& od, int& rh, int& ub) {
+  using T = ConvTGeom<Cfg, Tune>;
+  ub = u % T::kUh;
+  const int t = u / T::kUh;
+  rh = t % Cfg::kSH;
+  od = t / Cfg::kSH;
+}
+
+template <class Cfg, class Tune>
+__global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
+    convt_group_moments(const float* __restrict__ x, const float* __restrict__ weight,
+                        const float* __restrict__ bias, Moments* __restrict__ partials) {
+  convt_static_checks<Cfg>();
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = T::kCPG, SW = Cfg::kSW, RB = T::RB;
+  constexpr int WPB = Tune::kThreads / 32;
+  __shared__ __align__(16) float s_w[T::kSmemW];
+  __shared__ float s_red[WPB * (2 * G + 1)];
+  convt_load_weights<Cfg, Tune>(weight, bias, s_w);
+  __syncthreads();
+  const int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  float run_n = 0.f, run_m[G], run_q[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) run_m[g] = run_q[g] = 0.f;
+
+#pragma unroll 1
+  for (int u = blockIdx.x * WPB + warp; u < T::kUnits; u += Tune::kStatBlocksPerSample * WPB) {
+    int od, rh, ub;
+    convt_unit_coords<Cfg, Tune>(u, od, rh, ub);
+    int nvh = 0;  // valid rows of this unit
+#pragma unroll
+    for (int k = 0; k < RB; ++k) nvh += (Cfg::kSH * (ub * RB + k) + rh < Cfg::kH) ? 1 : 0;
+    if (nvh == 0) continue;  // warp-uniform
+#pragma unroll 1
+    for (int j = 0; j < T::kJ; ++j) {
+      const int q = lane + 32 * j;
+      float acc[RB][SW][C];
+      convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+      int nvw = 0;
+#pragma unroll
+      for (int rw = 0; rw < SW; ++rw) nvw += (SW * q + rw < Cfg::kW) ? 1 : 0;
+      const float tcnt = (float)(nvh * nvw * CPG);
+      const float inv = nvw > 0 ? 1.f / tcnt : 0.f;
+      const float wb = chan_weight(run_n, tcnt);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float v[RB][SW][CPG];
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < RB; ++k)
+#pragma unroll
+          for (int rw = 0; rw < SW; ++rw)
+#pragma unroll
+            for (int c = 0; c < CPG; ++c) {
+              v[k][rw][c] = Cfg::pre(acc[k][rw][g * CPG + c]);
+              const bool ok = (k < nvh) && (SW * q + rw < Cfg::kW);
+              s += ok ? v[k][rw][c] : 0.f;
+            }
+        const float tm = s * inv;
+        float qq = 0.f;
+#pragma unroll
+        for (int k = 0; k < RB; ++k)
+#pragma unroll
+          for (int rw = 0; rw < SW; ++rw)
+#pragma unroll
+            for (int c = 0; c < CPG; ++c) {
+              const bool ok = (k < nvh) && (SW * q + rw < Cfg::kW);
+              const float dv = ok ? v[k][rw][c] - tm : 0.f;
+              qq = fmaf(dv, dv, qq);
+            }
+        chan_merge_w(run_m[g], run_q[g], run_n, tm, qq, wb);
+      }
+      run_n += tcnt;
+    }
+  }
+  block_reduce_shared_count_store<G>(run_n, run_m, run_q, s_red,
+                                     partials + ((size_t)n * Tune::kStatBlocksPerSample + blockIdx.x) * G);
+}
+
+template <class Cfg, class Tune>
+__global__ void __launch_bounds__(32)
+    group_norm_scale_shift(const Moments* __restrict__ partials, const float* __restrict__ gamma,
+                           const float* __restrict__ beta, float2* __restrict__ scale_shift) {
+  convt_static_checks<Cfg>();
+  constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kStatBlocksPerSample;
+  __shared__ float s_mu[G], s_rstd[G];
+  const int n = blockIdx.x, lane = threadIdx.x;
+  if (lane < G) {
+    float gn = 0.f, gm = 0.f, gq = 0.f;
+    for (int b = 0; b < B; ++b) {  // fixed order
+      const Moments p = partials[((size_t)n * B + b) * G + lane];
+      const float wb = chan_weight(gn, p.count);
+      chan_merge_w(gm, gq, gn, p.mean, p.m2, wb);
+      gn += p.count;
+    }
+    s_mu[lane] = gm;
+    s_rstd[lane] = 1.f / sqrtf(gq / gn + Cfg::kEps);
+  }
+  __syncwarp();
+  if (lane < C) {
+    const int g = lane / CPG;
+    const float a = gamma[lane] * s_rstd[g];
+    scale_shift[(size_t)n * C + lane] = make_float2(a, fmaf(-s_mu[g], a, beta[lane]));
+  }
+}
+
+template <class Cfg, class Tune>
+__global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
+    convt_norm_write(const float* __restrict__ x, const float* __restrict__ weight,
+                     const float* __restrict__ bias, const float2* __restrict__ scale_shift,
+                     float* __restrict__ y) {
+  convt_static_checks<Cfg>();
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr int C = Cfg::kC, SW = Cfg::kSW, RB = T::RB;
+  constexpr int WPB = Tune::kThreads / 32;
+  constexpr size_t kPlane = (size_t)Cfg::kD * Cfg::kH * Cfg::kW;
+  __shared__ __align__(16) float s_w[T::kSmemW];
+  convt_load_weights<Cfg, Tune>(weight, bias, s_w);
+  const int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  __shared__ float2 s_ab[C];  // (scale, shift) of this sample's channels
+  if (threadIdx.x < C) s_ab[threadIdx.x] = scale_shift[(size_t)n * C + threadIdx.x];
+  __syncthreads();
+  float* __restrict__ yn = y + (size_t)n * C * kPlane;
+
+#pragma unroll 1
+  for (int u = blockIdx.x * WPB + warp; u < T::kUnits; u += Tune::kWriteBlocksPerSample * WPB) {
+    int od, rh, ub;
+    convt_unit_coords<Cfg, Tune>(u, od, rh, ub);
+    if (Cfg::kSH * ub * RB + rh >= Cfg::kH) continue;  // no valid row (warp-uniform)
+#pragma unroll 1
+    for (int j = 0; j < T::kJ; ++j) {
+      const int q = lane + 32 * j;
+      float acc[RB][SW][C];
+      convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+#pragma unroll
+      for (int k = 0; k < RB; ++k) {
+        const int oh = Cfg::kSH * (ub * RB + k) + rh;
+        if (oh >= Cfg::kH) continue;  // warp-uniform
+        float* __restrict__ yr = yn + ((size_t)od * Cfg::kH + oh) * Cfg::kW;
+#pragma unroll
+        for (int co = 0; co < C; ++co) {
+          const float2 ab = s_ab[co];
+          float v[SW];
+#pragma unroll
+          for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
+          if constexpr (Tune::kCoalesceStores && T::kJ == 1) {
+            // Transpose through shuffles so that store e of the warp writes ow = 32 e + lane
+            // (full 128-byte lines) instead of every SW-th float.
+#pragma unroll
+            for (int e = 0; e < SW; ++e) {
+              const int ow = 32 * e + lane;
+              const int src = ow / SW, sel = ow - (ow / SW) * SW;
+              float out = 0.f;
+#pragma unroll
+              for (int rw = 0; rw < SW; ++rw) {
+                const float t = __shfl_sync(0xffffffffu, v[rw], src & 31);
+                out = sel == rw ? t : out;
+              }
+              if (ow < Cfg::kW) {
+                float* p = yr + co * kPlane + ow;
+                if constexpr (Tune::kStreamingStores) __stcs(p, out);
+                else *p = out;
+              }
+            }
+          } else {
+#pragma unroll
+            for (int rw = 0; rw < SW; ++rw) {
+              const int ow = SW * q + rw;
+              if (ow < Cfg::kW) {
+                float* p = yr + co * kPlane + ow;
+                if constexpr (Tune::kStreamingStores) __stcs(p, v[rw]);
+                else *p = v[rw];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+#ifndef FJ_GENERATED
+// The default config is a conv3d chain; these kernels need a transposed one.
+struct DefaultConvTConfig : DefaultConfig {
+  static constexpr int kProducer = kConvTranspose3d;
+  static constexpr int kCin = 3, kDin = 4, kHin = 5, kWin = 6;
+  static constexpr int kC = 8, kD = 7, kH = 9, kW = 11;  // (in-1)*2 - 2*1 + 3
+  static constexpr int kSD = 2, kSH = 2, kSW = 2;
+  static constexpr int kPD = 1, kPH = 1, kPW = 1;
+};
+#endif
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+template __global__ void fj::convt_group_moments<fj::DefaultConvTConfig, fj::ConvTGroupNormTune>(
+    const float*, const float*, const float*, fj::Moments*);
+template __global__ void fj::group_norm_scale_shift<fj::DefaultConvTConfig, fj::ConvTGroupNormTune>(
+    const fj::Moments*, const float*, const float*, float2*);
+template __global__ void fj::convt_norm_write<fj::DefaultConvTConfig, fj::ConvTGroupNormTune>(
+    const float*, const float*, const float*, const float2*, float*);
+#endif
+
+#endif  // FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_

@@ -1,0 +1,98 @@
+// templates/moments_mean.cuh: finalize for "... | group_norm | mean" chains whose producer kernel
+// wrote per-block per-channel moments of the pre-norm values (direct_conv_moments.cuh).
+//
+// Kernel: moments_mean_finalize<Cfg, Tune>(partials, gamma, beta, y)
+//   One warp per sample n. Lane c merges the kBlocksPerSample partials of channel c in block order
+//   (Chan, fixed order) -> (count, m_c, M2_c); lane g merges the channels of group g in channel
+//   order -> (mu_g, var_g = M2_g / count_g, biased as PyTorch), rstd_g = 1 / sqrtf(var_g + eps).
+//   Mean over the spatial dims of the affine group_norm output of channel c:
+//     gamma_c * (m_c - mu_g) * rstd_g + beta_c        (exact identity: mean is linear)
+//   Cfg::post (the ops after group_norm) must be the identity: a mean of a non-linear function of
+//   the normalized values is not available from moments (the plan must not pick this kernel then).
+//   kMean == kMeanSpatial writes y[n*C + c]; kMeanAll writes y[n] = (sum_c in order) / C.
+//
+// Host-side contract:
+//   grid = dim3(Cfg::kN), block = dim3(32), no dynamic smem.
+//   reads : partials [N][Tune::kBlocksPerSample][C] fj::Moments (written by conv_moments<Cfg,Tune>
+//           just before, same stream); gamma [C], beta [C] (group_norm weight, bias).
+//   writes: y [N, C] (kMeanSpatial) or [N] (kMeanAll), every element.
+// Requirements (static_assert): kGroups > 0, kC % kGroups == 0, kC <= 32, kMean != kNoMean.
+#ifndef FUSEJIT_TEMPLATES_MOMENTS_MEAN_CUH_
+#define FUSEJIT_TEMPLATES_MOMENTS_MEAN_CUH_
+
+#include "common.cuh"
+#include "default_config.cuh"  // enums (kConv3d, kMeanAll, ...); include-guarded
+#include "moments_util.cuh"
+
+namespace fj {
+
+template <class Cfg, class Tune>
+__global__ void __launch_bounds__(32)
+    moments_mean_finalize(const Moments* __restrict__ partials, const float* __restrict__ gamma,
+                          const float* __restrict__ beta, float* __restrict__ y) {
+  static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "moments_mean_finalize: needs group_norm");
+  static_assert(Cfg::kC <= 32, "moments_mean_finalize: one lane per channel (kC <= 32)");
+  static_assert(Cfg::kMean == kMeanSpatial || Cfg::kMean == kMeanAll,
+                "moments_mean_finalize: the chain must end with mean");
+  constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kBlocksPerSample;
+  __shared__ float s_n[C], s_m[C], s_q[C], s_mu[G], s_rstd[G], s_out[C];
+  const int n = blockIdx.x, lane = threadIdx.x;
+  if (lane < C) {
+    float cn = 0.f, cm = 0.f, cq = 0.f;
+    for (int b = 0; b < B; ++b) {
+      const Moments p = partials[((size_t)n * B + b) * C + lane];
+      const float wb = chan_weight(cn, p.count);
+      chan_merge_w(cm, cq, cn, p.mean, p.m2, wb);
+      cn += p.count;
+    }
+    s_n[lane] = cn;
+    s_m[lane] = cm;
+    s_q[lane] = cq;
+  }
+  __syncwarp();
+  if (lane < G) {
+    float gn = 0.f, gm = 0.f, gq = 0.f;
+    for (int k = 0; k < CPG; ++k) {
+      const int c = lane * CPG + k;
+      const float wb = chan_weight(gn, s_n[c]);
+      chan_merge_w(gm, gq, gn, s_m[c], s_q[c], wb);
+      gn += s_n[c];
+    }
+    s_mu[lane] = gm;
+    s_rstd[lane] = 1.f / sqrtf(gq / gn + Cfg::kEps);
+  }
+  __syncwarp();
+  if (lane < C) {
+    const int g = lane / CPG;
+    const float v = gamma[lane] * ((s_m[lane] - s_mu[g]) * s_rstd[g]) + beta[lane];
+    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + lane] = v;
+    else s_out[lane] = v;
+  }
+  if constexpr (Cfg::kMean == kMeanAll) {
+    __syncwarp();
+    if (lane == 0) {
+      float s = 0.f;
+      for (int c = 0; c < C; ++c) s += s_out[c];
+      y[n] = s / (float)C;
+    }
+  }
+}
+
+#ifndef FJ_GENERATED
+struct DefaultMeanConfig : DefaultConfig {
+  static constexpr int kMean = kMeanSpatial;
+  __device__ static float post(float v) { return v; }
+};
+struct DefaultMeanTune {
+  static constexpr int kBlocksPerSample = 4;
+};
+#endif
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+template __global__ void fj::moments_mean_finalize<fj::DefaultMeanConfig, fj::DefaultMeanTune>(
+    const fj::Moments*, const float*, const float*, float*);
+#endif
+
+#endif  // FUSEJIT_TEMPLATES_MOMENTS_MEAN_CUH_

@@ -1,0 +1,80 @@
+// templates/moments_util.cuh: Welford/Chan helpers for kernels that keep K sets of moments per
+// thread (one per channel or per group) that all share ONE count (every set saw the same number
+// of values). The Chan weight wb = nb / (na + nb) is then computed once and reused for all K sets,
+// so merging costs no division per set. Fixed merge order everywhere: deterministic.
+//
+// No kernels here; included by direct_conv_moments.cuh and convt_group_norm.cuh.
+#ifndef FUSEJIT_TEMPLATES_MOMENTS_UTIL_CUH_
+#define FUSEJIT_TEMPLATES_MOMENTS_UTIL_CUH_
+
+#include "common.cuh"
+
+namespace fj {
+
+// Chan merge of (nb, mb, m2b) into (na, ma, m2a) given wb = nb / (na + nb) (0 when both empty).
+__device__ __forceinline__ void chan_merge_w(float& ma, float& m2a, float na, float mb, float m2b,
+                                             float wb) {
+  const float delta = mb - ma;
+  ma = fmaf(delta, wb, ma);
+  m2a = m2a + m2b + delta * delta * (na * wb);
+}
+
+__device__ __forceinline__ float chan_weight(float na, float nb) {
+  const float n = na + nb;
+  return n > 0.f ? nb / n : 0.f;
+}
+
+// Warp tree reduction (shfl_down, fixed order) of K moment sets sharing one count.
+// Result valid in lane 0.
+template <int K>
+__device__ __forceinline__ void warp_reduce_shared_count(float& cnt, float (&mean)[K],
+                                                         float (&m2)[K]) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float cb = __shfl_down_sync(0xffffffffu, cnt, off);
+    const float wb = chan_weight(cnt, cb);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float mb = __shfl_down_sync(0xffffffffu, mean[k], off);
+      const float m2b = __shfl_down_sync(0xffffffffu, m2[k], off);
+      chan_merge_w(mean[k], m2[k], cnt, mb, m2b, wb);
+    }
+    cnt += cb;
+  }
+}
+
+// Block reduction of K moment sets sharing one count, then thread k < K writes set k of the block
+// to out[k] as a Moments. REQUIRES: blockDim.x multiple of 32, <= 1024; all threads call it;
+// scratch holds (blockDim.x/32) * (2K+1) floats.
+template <int K>
+__device__ __forceinline__ void block_reduce_shared_count_store(float cnt, float (&mean)[K],
+                                                                float (&m2)[K], float* scratch,
+                                                                Moments* out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  warp_reduce_shared_count<K>(cnt, mean, m2);
+  if (lane == 0) {
+    float* s = scratch + warp * (2 * K + 1);
+    s[0] = cnt;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      s[1 + k] = mean[k];
+      s[1 + K + k] = m2[k];
+    }
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    float n = 0.f, m = 0.f, q = 0.f;
+    for (int w = 0; w < warps; ++w) {  // fixed order
+      const float* s = scratch + w * (2 * K + 1);
+      const float nb = s[0];
+      const float wb = chan_weight(n, nb);
+      chan_merge_w(m, q, n, s[1 + k], s[1 + K + k], wb);
+      n += nb;
+    }
+    out[k] = Moments{n, m, q};
+  }
+}
+
+}  // namespace fj
+
+#endif  // FUSEJIT_TEMPLATES_MOMENTS_UTIL_CUH_
