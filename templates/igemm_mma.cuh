@@ -261,11 +261,26 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
   __shared__ float tile[Cfg::kCin][Sh::kPrepPts + 1];
   float sx = 1.f, sw = 1.f;
   if constexpr (kF16) {
-    // Every block derives the same scales from the absmax partials (max is order-free).
+    // Every block derives the same scales from the absmax partials (max is order-free),
+    // reading them cooperatively.
+    __shared__ float red[2][32];
     float mx = 0.f, mw = 0.f;
-    for (int i = 0; i < Tune::kAbsmaxBlocks; ++i) {
+    for (int i = threadIdx.x; i < Tune::kAbsmaxBlocks; i += blockDim.x) {
       mx = fmaxf(mx, absmax[i]);
       mw = fmaxf(mw, absmax[Tune::kAbsmaxBlocks + i]);
+    }
+    mx = ig::warp_max(mx);
+    mw = ig::warp_max(mw);
+    if ((threadIdx.x & 31) == 0) {
+      red[0][threadIdx.x >> 5] = mx;
+      red[1][threadIdx.x >> 5] = mw;
+    }
+    __syncthreads();
+    mx = 0.f;
+    mw = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) {
+      mx = fmaxf(mx, red[0][i]);
+      mw = fmaxf(mw, red[1][i]);
     }
     sx = ig::f16_scale_for(mx);
     sw = ig::f16_scale_for(mw);
@@ -360,103 +375,32 @@ __global__ void __launch_bounds__(256) igemm_prep_kernel(const float* __restrict
 }
 
 // ---- 3. the implicit GEMM ----------------------------------------------------------------
+// Shared pieces of the two GEMM kernels: warp-level k-step on the tensor cores and the epilogue.
 template <class Cfg, class Tune>
-struct IgemmMma {
+struct IgemmCore {
   using Sh = IgemmShape<Cfg, Tune>;
   static constexpr int kPrec = Tune::kPrec;
   static constexpr int BM = Sh::kBM, BN = Sh::kBN, NT = Sh::kThreads;
   static constexpr int MT = Tune::kWM / 16;  // m16 tiles per warp
   static constexpr int NT8 = Tune::kWN / 8;  // n8 tiles per warp
   static constexpr int kFlush = Tune::kFlushSteps;
-  static constexpr int kARows = BM * 8 / NT;  // A rows loaded per thread per stage
-  static constexpr int kBRows = BN * 8 / NT;
-  using Frag = float[MT][NT8][4];
 
-  unsigned smem0;
-  const unsigned char* xs;  // this sample's channels-last input
-  const unsigned char* xa;  // any valid address (source of zero-filled copies)
-  const unsigned char* wb;
-  int co0, ld_c, ld_r, q, r8, a_row0, b_row0;
-  int a_off[kARows];
-  unsigned a_mask[kARows];
-
-  // Per-thread load assignment: chunk ld_c of rows ld_r + j*(NT/8).
-  __device__ __forceinline__ void init_rows(int tile) {
-#pragma unroll
-    for (int j = 0; j < kARows; ++j) {
-      const int r = ld_r + j * (NT / 8);
-      const int sp = tile * BM + r;
-      a_off[j] = 0;
-      a_mask[j] = 0u;
-      if (sp < Sh::kS) {
-        const int od = sp / (Cfg::kH * Cfg::kW), oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
-        const int id0 = od + Sh::kBaseD, ih0 = oh + Sh::kBaseH, iw0 = ow + Sh::kBaseW;
-        a_off[j] = ((id0 * Cfg::kHin + ih0) * Cfg::kWin + iw0) * Sh::kRowBytes + ld_c * 16;
-        unsigned m = 0u;
-#pragma unroll
-        for (int kd = 0; kd < Cfg::kKD; ++kd) {
-          const int id = id0 + kd * Sh::kStepD;
-#pragma unroll
-          for (int kh = 0; kh < Cfg::kKH; ++kh) {
-            const int ih = ih0 + kh * Sh::kStepH;
-#pragma unroll
-            for (int kw = 0; kw < Cfg::kKW; ++kw) {
-              const int iw = iw0 + kw * Sh::kStepW;
-              const bool ok = id >= 0 && id < Cfg::kDin && ih >= 0 && ih < Cfg::kHin &&
-                              iw >= 0 && iw < Cfg::kWin;
-              m |= (ok ? 1u : 0u) << ((kd * Cfg::kKH + kh) * Cfg::kKW + kw);
-            }
-          }
-        }
-        a_mask[j] = m;
-      }
-    }
-  }
-
-  __device__ __forceinline__ void load_stage(int ks, int slot) const {
-    const int tap = ks / Sh::kCB, cb = ks % Sh::kCB;
-    const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
-              kw = tap % Cfg::kKW;
-    const int toff =
-        ((kd * Sh::kStepD * Cfg::kHin + kh * Sh::kStepH) * Cfg::kWin + kw * Sh::kStepW) *
-            Sh::kRowBytes +
-        cb * 128;
-    const unsigned sa = smem0 + slot * Sh::kStageBytes;
-#pragma unroll
-    for (int j = 0; j < kARows; ++j) {
-      const int r = ld_r + j * (NT / 8);
-      const bool ok = (a_mask[j] >> tap) & 1u;
-      const unsigned char* src = ok ? xs + (a_off[j] + toff) : xa;
-      ig::cp_async16(sa + r * 128 + ((ld_c ^ (r & 7)) << 4), src, ok);
-    }
-    const unsigned sb = sa + BM * 128;
-    const unsigned char* wsrc =
-        wb + (((long long)tap * Cfg::kC + co0) * Sh::kCB + cb) * 128 + ld_c * 16;
-#pragma unroll
-    for (int j = 0; j < kBRows; ++j) {
-      const int r = ld_r + j * (NT / 8);
-      ig::cp_async16(sb + r * 128 + ((ld_c ^ (r & 7)) << 4), wsrc + (long long)r * Sh::kCB * 128,
-                     true);
-    }
-  }
-
-  // One k-step (32 reduction elements of one tap) from stage `slot` into dst. kFirst: the first
-  // products start from zero (a new flush run) instead of accumulating.
-  template <bool kFirst>
-  __device__ __forceinline__ void compute(int slot, float (&dst)[MT][NT8][4]) const {
-    const unsigned sa = smem0 + slot * Sh::kStageBytes;
-    const unsigned sb = sa + BM * 128;
+  // One k-step (32 reduction elements of one tap, cb) into dst. A rows come from
+  // aaddr(mi, chunk) (lane's ldmatrix row of m-tile mi, 16-byte chunk of the 128-byte row);
+  // B rows from the swizzled B stage at sb. kFirst: the first products start from zero (a new
+  // flush run) instead of accumulating.
+  template <bool kFirst, class AAddr>
+  __device__ __forceinline__ static void compute(const AAddr& aaddr, unsigned sb, int b_row0,
+                                                 int q, int r8, float (&dst)[MT][NT8][4]) {
     if constexpr (kPrec == kPrecF16x3) {
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         unsigned ah[MT][4], al[MT][4], bh[NT8][2], bl[NT8][2];
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi) {
-          const unsigned row = sa + (a_row0 + mi * 16) * 128;
-          ig::ldsm_x4(row + (((2 * ks + (q >> 1)) ^ r8) << 4), ah[mi][0], ah[mi][1], ah[mi][2],
-                      ah[mi][3]);
-          ig::ldsm_x4(row + (((4 + 2 * ks + (q >> 1)) ^ r8) << 4), al[mi][0], al[mi][1],
-                      al[mi][2], al[mi][3]);
+          ig::ldsm_x4(aaddr(mi, 2 * ks + (q >> 1)), ah[mi][0], ah[mi][1], ah[mi][2], ah[mi][3]);
+          ig::ldsm_x4(aaddr(mi, 4 + 2 * ks + (q >> 1)), al[mi][0], al[mi][1], al[mi][2],
+                      al[mi][3]);
         }
 #pragma unroll
         for (int p = 0; p < NT8 / 2; ++p) {
@@ -484,11 +428,8 @@ struct IgemmMma {
       for (int ks = 0; ks < 4; ++ks) {
         unsigned a[MT][4], b[NT8][2];
 #pragma unroll
-        for (int mi = 0; mi < MT; ++mi) {
-          const unsigned row = sa + (a_row0 + mi * 16) * 128;
-          ig::ldsm_x4(row + (((2 * ks + (q >> 1)) ^ r8) << 4), a[mi][0], a[mi][1], a[mi][2],
-                      a[mi][3]);
-        }
+        for (int mi = 0; mi < MT; ++mi)
+          ig::ldsm_x4(aaddr(mi, 2 * ks + (q >> 1)), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
 #pragma unroll
         for (int p = 0; p < NT8 / 2; ++p) {
           const unsigned row = sb + (b_row0 + p * 16) * 128;
@@ -540,8 +481,131 @@ struct IgemmMma {
       }
     }
   }
+
+  __device__ __forceinline__ static void add_into(float (&acc)[MT][NT8][4],
+                                                  const float (&part)[MT][NT8][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
+  }
+
+  // B stage of k-step (tap, cb): BN rows of 128 bytes, 16-byte chunks XOR-swizzled by row.
+  __device__ __forceinline__ static void load_b(unsigned sb, const unsigned char* wb, int tap,
+                                                int cb, int co0, int ld_r, int ld_c) {
+    const unsigned char* wsrc =
+        wb + (((long long)tap * Cfg::kC + co0) * Sh::kCB + cb) * 128 + ld_c * 16;
+#pragma unroll
+    for (int j = 0; j < BN * 8 / NT; ++j) {
+      const int r = ld_r + j * (NT / 8);
+      ig::cp_async16(sb + r * 128 + ((ld_c ^ (r & 7)) << 4), wsrc + (long long)r * Sh::kCB * 128,
+                     true);
+    }
+  }
+
+  // Epilogue: scale, bias, pre() (and post() without group_norm), stage as [BN][BM+4] in smem,
+  // coalesced stores of the valid rows to y, per-(tile, group) moments into partials.
+  // REQUIRES: all threads; smem free for reuse.
+  __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
+                                                  float s, const float* __restrict__ bias,
+                                                  float* __restrict__ y,
+                                                  float* __restrict__ partials, int tile,
+                                                  int co0, int n) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int warp_m = warp % Tune::kWarpsM, warp_n = warp / Tune::kWarpsM;
+    float* epi = reinterpret_cast<float*>(smem);
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp_m * Tune::kWM + mi * 16 + g + ((e >> 1) << 3);
+          const int col = warp_n * Tune::kWN + ni * 8 + 2 * t + (e & 1);
+          float v = acc[mi][ni][e] * s;
+          if constexpr (Cfg::kBias) v += bias[co0 + col];
+          v = Cfg::pre(v);
+          if constexpr (Cfg::kGroups == 0) v = Cfg::post(v);
+          epi[col * Sh::kEpiPitch + row] = v;
+        }
+    __syncthreads();
+    const int sp0 = tile * BM;
+    const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
+    constexpr int kWarps = NT / 32;
+    for (int r = warp; r < BN; r += kWarps) {
+      float* dst = y + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
+      const float* srow = epi + r * Sh::kEpiPitch;
+      if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0) {
+        for (int m = lane * 4; m < valid; m += 128)
+          *reinterpret_cast<float4*>(dst + m) = *reinterpret_cast<const float4*>(srow + m);
+      } else {
+        for (int m = lane; m < valid; m += 32) dst[m] = srow[m];
+      }
+    }
+    if constexpr (Cfg::kGroups > 0) {
+      // Per-group moments of this tile: two passes per lane over its values (fixed order),
+      // then a fixed Chan tree over the lanes.
+      constexpr int kGroupsHere = BN / Sh::kCg;
+      for (int gl = warp; gl < kGroupsHere; gl += kWarps) {
+        float sum = 0.f;
+        int cnt = 0;
+        for (int c = 0; c < Sh::kCg; ++c) {
+          const float* srow = epi + (gl * Sh::kCg + c) * Sh::kEpiPitch;
+          for (int m = lane; m < valid; m += 32) {
+            sum += srow[m];
+            ++cnt;
+          }
+        }
+        Moments mo;
+        mo.count = (float)cnt;
+        mo.mean = cnt > 0 ? sum / (float)cnt : 0.f;
+        float m2 = 0.f;
+        for (int c = 0; c < Sh::kCg; ++c) {
+          const float* srow = epi + (gl * Sh::kCg + c) * Sh::kEpiPitch;
+          for (int m = lane; m < valid; m += 32) {
+            const float d = srow[m] - mo.mean;
+            m2 += d * d;
+          }
+        }
+        mo.m2 = m2;
+        for (int off = 16; off > 0; off >>= 1) mo = moments_merge(mo, shfl_down(mo, off));
+        if (lane == 0) {
+          const int gg = co0 / Sh::kCg + gl;
+          float* p = partials + (((long long)n * Cfg::kGroups + gg) * Sh::kTiles + tile) * 3;
+          p[0] = mo.count;
+          p[1] = mo.mean;
+          p[2] = mo.m2;
+        }
+      }
+    }
+  }
 };
 
+namespace ig {
+// A rows of the im2col stage: BM rows of 128 bytes, XOR-swizzled.
+struct AAddrIm2col {
+  unsigned row0;  // stage + (lane's row of m-tile 0) * 128
+  int r8;
+  __device__ __forceinline__ unsigned operator()(int mi, int chunk) const {
+    return row0 + mi * 16 * 128 + ((chunk ^ r8) << 4);
+  }
+};
+// A rows gathered from the halo stage: point p at halo + p * kHaloPitch (padded pitch, no
+// swizzle needed: 8 consecutive points hit 8 different 16-byte bank groups).
+template <int MT>
+struct AAddrHalo {
+  unsigned base;
+  int hidx[MT];
+  __device__ __forceinline__ unsigned operator()(int mi, int chunk) const {
+    return base + hidx[mi] * 144 + chunk * 16;
+  }
+};
+}  // namespace ig
+
+// v1: im2col rows gathered from global memory each k-step.
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_mma_body(const unsigned char* __restrict__ xa,
                                                const unsigned char* __restrict__ wb,
@@ -549,29 +613,72 @@ __device__ __forceinline__ void igemm_mma_body(const unsigned char* __restrict__
                                                const float* __restrict__ scale,
                                                float* __restrict__ y,
                                                float* __restrict__ partials) {
-  using K = IgemmMma<Cfg, Tune>;
+  using K = IgemmCore<Cfg, Tune>;
   using Sh = typename K::Sh;
   constexpr int BM = K::BM, BN = K::BN, NT = K::NT, MT = K::MT, NT8 = K::NT8;
   constexpr int kFlush = K::kFlush;
+  constexpr int kARows = BM * 8 / NT;
   extern __shared__ __align__(1024) unsigned char smem[];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp % Tune::kWarpsM, warp_n = warp / Tune::kWarpsM;
-  const int tile = blockIdx.x, n = blockIdx.z;
-  K k;
-  k.smem0 = ig::smem_u32(smem);
-  k.xa = xa;
-  k.xs = xa + (long long)n * Sh::kSin * Sh::kRowBytes;
-  k.wb = wb;
-  k.co0 = blockIdx.y * BN;
-  k.ld_c = tid & 7;
-  k.ld_r = tid >> 3;
-  k.q = lane >> 3;
-  k.r8 = lane & 7;
-  k.a_row0 = warp_m * Tune::kWM + k.r8 + ((k.q & 1) << 3);  // + mi*16
-  k.b_row0 = warp_n * Tune::kWN + k.r8 + ((k.q >> 1) << 3);  // + pair*16
-  k.init_rows(tile);
-  const int co0 = k.co0;
+  const int tile = blockIdx.x, n = blockIdx.z, co0 = blockIdx.y * BN;
+  const unsigned char* xs = xa + (long long)n * Sh::kSin * Sh::kRowBytes;
+  const int ld_c = tid & 7, ld_r = tid >> 3, q = lane >> 3, r8 = lane & 7;
+  const unsigned smem0 = ig::smem_u32(smem);
+  const int a_row0 = warp_m * Tune::kWM + r8 + ((q & 1) << 3);
+  const int b_row0 = warp_n * Tune::kWN + r8 + ((q >> 1) << 3);
+
+  // Per-thread A load rows: chunk ld_c of rows ld_r + j*(NT/8); offset at tap 0 + validity.
+  int a_off[kARows];
+  unsigned a_mask[kARows];
+#pragma unroll
+  for (int j = 0; j < kARows; ++j) {
+    const int r = ld_r + j * (NT / 8);
+    const int sp = tile * BM + r;
+    a_off[j] = 0;
+    a_mask[j] = 0u;
+    if (sp < Sh::kS) {
+      const int od = sp / (Cfg::kH * Cfg::kW), oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
+      const int id0 = od + Sh::kBaseD, ih0 = oh + Sh::kBaseH, iw0 = ow + Sh::kBaseW;
+      a_off[j] = ((id0 * Cfg::kHin + ih0) * Cfg::kWin + iw0) * Sh::kRowBytes + ld_c * 16;
+      unsigned m = 0u;
+#pragma unroll
+      for (int kd = 0; kd < Cfg::kKD; ++kd) {
+        const int id = id0 + kd * Sh::kStepD;
+#pragma unroll
+        for (int kh = 0; kh < Cfg::kKH; ++kh) {
+          const int ih = ih0 + kh * Sh::kStepH;
+#pragma unroll
+          for (int kw = 0; kw < Cfg::kKW; ++kw) {
+            const int iw = iw0 + kw * Sh::kStepW;
+            const bool ok = id >= 0 && id < Cfg::kDin && ih >= 0 && ih < Cfg::kHin && iw >= 0 &&
+                            iw < Cfg::kWin;
+            m |= (ok ? 1u : 0u) << ((kd * Cfg::kKH + kh) * Cfg::kKW + kw);
+          }
+        }
+      }
+      a_mask[j] = m;
+    }
+  }
+  auto load_stage = [&](int ks, int slot) {
+    const int tap = ks / Sh::kCB, cb = ks % Sh::kCB;
+    const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
+              kw = tap % Cfg::kKW;
+    const int toff =
+        ((kd * Sh::kStepD * Cfg::kHin + kh * Sh::kStepH) * Cfg::kWin + kw * Sh::kStepW) *
+            Sh::kRowBytes +
+        cb * 128;
+    const unsigned sa = smem0 + slot * Sh::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kARows; ++j) {
+      const int r = ld_r + j * (NT / 8);
+      const bool ok = (a_mask[j] >> tap) & 1u;
+      const unsigned char* src = ok ? xs + (a_off[j] + toff) : xa;
+      ig::cp_async16(sa + r * 128 + ((ld_c ^ (r & 7)) << 4), src, ok);
+    }
+    K::load_b(sa + BM * 128, wb, tap, cb, co0, ld_r, ld_c);
+  };
 
   float acc[MT][NT8][4];
   float part[MT][NT8][4];  // short-run accumulator (kFlush > 0 only)
@@ -582,116 +689,35 @@ __device__ __forceinline__ void igemm_mma_body(const unsigned char* __restrict__
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
-  // Pipeline: k-step ks lives in slot ks % kStages.
 #pragma unroll
   for (int s = 0; s < Tune::kStages - 1; ++s) {
-    if (s < Sh::kKSteps) k.load_stage(s, s);
+    if (s < Sh::kKSteps) load_stage(s, s);
     ig::cp_async_commit();
   }
   for (int ks = 0; ks < Sh::kKSteps; ++ks) {
     ig::cp_async_wait<Tune::kStages - 2>();
     __syncthreads();
     const int nxt = ks + Tune::kStages - 1;
-    if (nxt < Sh::kKSteps) k.load_stage(nxt, nxt % Tune::kStages);
+    if (nxt < Sh::kKSteps) load_stage(nxt, nxt % Tune::kStages);
     ig::cp_async_commit();
-    const int slot = ks % Tune::kStages;
+    const unsigned sa = smem0 + (ks % Tune::kStages) * Sh::kStageBytes;
+    const ig::AAddrIm2col aaddr{sa + a_row0 * 128, r8};
+    const unsigned sb = sa + BM * 128;
     if constexpr (kFlush > 0) {
       if (ks % kFlush == 0) {
-        if (ks > 0) {
-#pragma unroll
-          for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
-        }
-        k.template compute<true>(slot, part);
+        if (ks > 0) K::add_into(acc, part);
+        K::template compute<true>(aaddr, sb, b_row0, q, r8, part);
       } else {
-        k.template compute<false>(slot, part);
+        K::template compute<false>(aaddr, sb, b_row0, q, r8, part);
       }
     } else {
-      k.template compute<false>(slot, acc);
+      K::template compute<false>(aaddr, sb, b_row0, q, r8, acc);
     }
   }
-  if constexpr (kFlush > 0) {
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
-  }
+  if constexpr (kFlush > 0) K::add_into(acc, part);
   ig::cp_async_wait<0>();
   __syncthreads();  // pipeline smem is reused by the epilogue
-
-  // ---- epilogue: scale, bias, pre(), stage as [BN][BM+4] ----
-  float* epi = reinterpret_cast<float*>(smem);
-  const float s = K::kPrec == kPrecF16x3 ? scale[0] : 1.f;
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = warp_m * Tune::kWM + mi * 16 + g + ((e >> 1) << 3);
-        const int col = warp_n * Tune::kWN + ni * 8 + 2 * t + (e & 1);
-        float v = acc[mi][ni][e] * s;
-        if constexpr (Cfg::kBias) v += bias[co0 + col];
-        v = Cfg::pre(v);
-        if constexpr (Cfg::kGroups == 0) v = Cfg::post(v);
-        epi[col * Sh::kEpiPitch + row] = v;
-      }
-  __syncthreads();
-  const int sp0 = tile * BM;
-  const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
-  constexpr int kWarps = NT / 32;
-  for (int r = warp; r < BN; r += kWarps) {
-    float* dst = y + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
-    const float* srow = epi + r * Sh::kEpiPitch;
-    if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0) {
-      for (int m = lane * 4; m < valid; m += 128)
-        *reinterpret_cast<float4*>(dst + m) = *reinterpret_cast<const float4*>(srow + m);
-    } else {
-      for (int m = lane; m < valid; m += 32) dst[m] = srow[m];
-    }
-  }
-  if constexpr (Cfg::kGroups > 0) {
-    // Per-group moments of this tile: two passes per lane over its values (fixed order), then
-    // a fixed Chan tree over the lanes.
-    constexpr int kGroupsHere = BN / Sh::kCg;
-    for (int gl = warp; gl < kGroupsHere; gl += kWarps) {
-      float sum = 0.f;
-      int cnt = 0;
-      for (int c = 0; c < Sh::kCg; ++c) {
-        const float* srow = epi + (gl * Sh::kCg + c) * Sh::kEpiPitch;
-        for (int m = lane; m < valid; m += 32) {
-          sum += srow[m];
-          ++cnt;
-        }
-      }
-      Moments mo;
-      mo.count = (float)cnt;
-      mo.mean = cnt > 0 ? sum / (float)cnt : 0.f;
-      float m2 = 0.f;
-      for (int c = 0; c < Sh::kCg; ++c) {
-        const float* srow = epi + (gl * Sh::kCg + c) * Sh::kEpiPitch;
-        for (int m = lane; m < valid; m += 32) {
-          const float d = srow[m] - mo.mean;
-          m2 += d * d;
-        }
-      }
-      mo.m2 = m2;
-      for (int off = 16; off > 0; off >>= 1) mo = moments_merge(mo, shfl_down(mo, off));
-      if (lane == 0) {
-        const int gg = co0 / Sh::kCg + gl;
-        float* p = partials + (((long long)n * Cfg::kGroups + gg) * Sh::kTiles + tile) * 3;
-        p[0] = mo.count;
-        p[1] = mo.mean;
-        p[2] = mo.m2;
-      }
-    }
-  }
+  K::epilogue(acc, smem, K::kPrec == kPrecF16x3 ? scale[0] : 1.f, bias, y, partials, tile, co0, n);
 }
 
 template <class Cfg, class Tune>
@@ -700,6 +726,174 @@ __global__ void __launch_bounds__(IgemmShape<Cfg, Tune>::kThreads, 1)
                      const float* __restrict__ bias, const float* __restrict__ scale,
                      float* __restrict__ y, float* __restrict__ partials) {
   igemm_mma_body<Cfg, Tune>(xa, wb, bias, scale, y, partials);
+}
+
+// v2: the input rows a tile needs (its "halo") are loaded into shared memory once per
+// (kd, cb) and reused by all kKH*kKW taps; the taps' A rows are gathered from there by
+// ldmatrix's per-lane row addresses. Input planes that are entirely padding for the tile are
+// skipped (no loads, no mma).
+template <class Cfg, class Tune>
+struct HaloShape {
+  using Sh = IgemmShape<Cfg, Tune>;
+  static constexpr int kSpanH = (Cfg::kKH - 1) * Cfg::kDilH;
+  static constexpr int kSpanW = (Cfg::kKW - 1) * Cfg::kDilW;
+  static constexpr int kRmin = Sh::kStepH < 0 ? (Cfg::kKH - 1) * Sh::kStepH : 0;
+  static constexpr int kCmin = Sh::kStepW < 0 ? (Cfg::kKW - 1) * Sh::kStepW : 0;
+  static constexpr int kHW = Cfg::kW + kSpanW;  // halo columns
+  static constexpr int kRowsSpanned = (Sh::kBM - 1 + Cfg::kW - 1) / Cfg::kW + 1;
+  static constexpr int kMaxSlots = kRowsSpanned + 2 * kSpanH;  // halo rows
+  static constexpr int kPitch = 144;                          // bytes per halo point
+  static constexpr int kHaloBytes = (kMaxSlots * kHW * kPitch + 127) / 128 * 128;
+  static constexpr int kBStageBytes = Sh::kBN * 128;
+  static constexpr int kPipeBytes = 2 * kHaloBytes + Tune::kStages * kBStageBytes;
+  static constexpr int kSmemBytes = kPipeBytes > Sh::kEpiBytes ? kPipeBytes : Sh::kEpiBytes;
+  static constexpr int kTapsHW = Cfg::kKH * Cfg::kKW;
+  static_assert(Sh::kBM <= Cfg::kH * Cfg::kW, "igemm_halo: a tile must span at most 2 planes");
+  static_assert(Cfg::kKD <= 8, "igemm_halo: kKD <= 8");
+  static_assert(Tune::kStages - 1 <= kTapsHW,
+                "igemm_halo: the next halo must be issued at least kStages-1 k-steps ahead");
+};
+
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_halo_body(const unsigned char* __restrict__ xa,
+                                                const unsigned char* __restrict__ wb,
+                                                const float* __restrict__ bias,
+                                                const float* __restrict__ scale,
+                                                float* __restrict__ y,
+                                                float* __restrict__ partials) {
+  using K = IgemmCore<Cfg, Tune>;
+  using Sh = typename K::Sh;
+  using Hs = HaloShape<Cfg, Tune>;
+  constexpr int BM = K::BM, BN = K::BN, NT = K::NT, MT = K::MT, NT8 = K::NT8;
+  constexpr int kFlush = K::kFlush;
+  constexpr int kHWp = Cfg::kH * Cfg::kW;
+  extern __shared__ __align__(1024) unsigned char smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp % Tune::kWarpsM, warp_n = warp / Tune::kWarpsM;
+  const int tile = blockIdx.x, n = blockIdx.z, co0 = blockIdx.y * BN;
+  const unsigned char* xs = xa + (long long)n * Sh::kSin * Sh::kRowBytes;
+  const int ld_c = tid & 7, ld_r = tid >> 3, q = lane >> 3, r8 = lane & 7;
+  const unsigned smem0 = ig::smem_u32(smem);
+  const unsigned halo0 = smem0, bstage0 = smem0 + 2 * Hs::kHaloBytes;
+  const int b_row0 = warp_n * Tune::kWN + r8 + ((q >> 1) << 3);
+
+  // Tile geometry: output rows of plane od0 from oh0 (segment A) and, if the tile crosses
+  // into plane od1 = od0 + 1, rows 0..oh1 (segment B). Halo slots: A's rows, then B's.
+  const int sp0 = tile * BM;
+  const int spl = (sp0 + BM < Sh::kS ? sp0 + BM : Sh::kS) - 1;
+  const int od0 = sp0 / kHWp, oh0 = (sp0 / Cfg::kW) % Cfg::kH;
+  const int od1 = spl / kHWp, oh1 = (spl / Cfg::kW) % Cfg::kH;
+  const bool two = od1 != od0;
+  const int slotsA = (two ? Cfg::kH - 1 : oh1) - oh0 + 1 + Hs::kSpanH;
+  const int slots = slotsA + (two ? oh1 + 1 + Hs::kSpanH : 0);
+  // Active kd (the plane of some segment is inside the input), packed 4 bits each.
+  unsigned kd_list = 0u;
+  int nkd = 0;
+#pragma unroll
+  for (int kd = 0; kd < Cfg::kKD; ++kd) {
+    const int ida = od0 + Sh::kBaseD + kd * Sh::kStepD, idb = od1 + Sh::kBaseD + kd * Sh::kStepD;
+    const bool act = (ida >= 0 && ida < Cfg::kDin) || (two && idb >= 0 && idb < Cfg::kDin);
+    if (act) {
+      kd_list |= (unsigned)kd << (4 * nkd);
+      ++nkd;
+    }
+  }
+  const int nblocks = nkd * Sh::kCB;       // (kd, cb) halo blocks
+  const int nks = nblocks * Hs::kTapsHW;  // k-steps
+
+  // Lane's A rows: halo point of each of its m-tile rows at tap (0,0,0).
+  ig::AAddrHalo<MT> aaddr;
+  int hbase[MT];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) {
+    const int r = warp_m * Tune::kWM + mi * 16 + r8 + ((q & 1) << 3);
+    const int sp = sp0 + r < spl ? sp0 + r : spl;  // rows past the end: any valid point
+    const int od = sp / kHWp, oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
+    const int slot0 = od == od0 ? oh - oh0 : slotsA + oh;
+    hbase[mi] = (slot0 - Hs::kRmin) * Hs::kHW + ow - Hs::kCmin;
+  }
+
+  auto load_halo = [&](int blk, int hs) {
+    const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
+    const unsigned dst0 = halo0 + hs * Hs::kHaloBytes;
+    const int total = slots * Hs::kHW * 8;
+    for (int i = tid; i < total; i += NT) {
+      const int ch = i & 7, p = i >> 3;
+      const int slot = p / Hs::kHW, c = p - slot * Hs::kHW;
+      const bool inA = slot < slotsA;
+      const int od = inA ? od0 : od1;
+      const int ih = (inA ? oh0 + slot : slot - slotsA) + Sh::kBaseH + Hs::kRmin;
+      const int id = od + Sh::kBaseD + kd * Sh::kStepD;
+      const int iw = c + Sh::kBaseW + Hs::kCmin;
+      const bool ok = id >= 0 && id < Cfg::kDin && ih >= 0 && ih < Cfg::kHin && iw >= 0 &&
+                      iw < Cfg::kWin;
+      const unsigned char* src =
+          ok ? xs + ((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kRowBytes + cb * 128 + ch * 16
+             : xa;
+      ig::cp_async16(dst0 + p * Hs::kPitch + ch * 16, src, ok);
+    }
+  };
+  auto load_b = [&](int ks, int slot) {
+    const int blk = ks / Hs::kTapsHW, khw = ks % Hs::kTapsHW;
+    const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
+    K::load_b(bstage0 + slot * Hs::kBStageBytes, wb, kd * Hs::kTapsHW + khw, cb, co0, ld_r, ld_c);
+  };
+
+  float acc[MT][NT8][4];
+  float part[MT][NT8][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+
+  if (nks > 0) load_halo(0, 0);
+#pragma unroll
+  for (int s = 0; s < Tune::kStages - 1; ++s) {
+    if (s < nks) load_b(s, s);
+    ig::cp_async_commit();
+  }
+  for (int ks = 0; ks < nks; ++ks) {
+    ig::cp_async_wait<Tune::kStages - 2>();
+    __syncthreads();
+    const int blk = ks / Hs::kTapsHW, khw = ks - blk * Hs::kTapsHW;
+    const int nxt = ks + Tune::kStages - 1;
+    if (nxt < nks) load_b(nxt, nxt % Tune::kStages);
+    if (khw == 0 && blk + 1 < nblocks) load_halo(blk + 1, (blk + 1) & 1);
+    ig::cp_async_commit();
+    const int kh = khw / Cfg::kKW, kw = khw - kh * Cfg::kKW;
+    const int toff = kh * Sh::kStepH * Hs::kHW + kw * Sh::kStepW;
+    aaddr.base = halo0 + (blk & 1) * Hs::kHaloBytes;
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) aaddr.hidx[mi] = hbase[mi] + toff;
+    const unsigned sb = bstage0 + (ks % Tune::kStages) * Hs::kBStageBytes;
+    if constexpr (kFlush > 0) {
+      if (ks % kFlush == 0) {
+        if (ks > 0) K::add_into(acc, part);
+        K::template compute<true>(aaddr, sb, b_row0, q, r8, part);
+      } else {
+        K::template compute<false>(aaddr, sb, b_row0, q, r8, part);
+      }
+    } else {
+      K::template compute<false>(aaddr, sb, b_row0, q, r8, acc);
+    }
+  }
+  if constexpr (kFlush > 0) {
+    if (nks > 0) K::add_into(acc, part);
+  }
+  ig::cp_async_wait<0>();
+  __syncthreads();
+  K::epilogue(acc, smem, K::kPrec == kPrecF16x3 ? scale[0] : 1.f, bias, y, partials, tile, co0, n);
+}
+
+template <class Cfg, class Tune>
+__global__ void __launch_bounds__(IgemmShape<Cfg, Tune>::kThreads, 1)
+    igemm_halo_kernel(const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
+                      const float* __restrict__ bias, const float* __restrict__ scale,
+                      float* __restrict__ y, float* __restrict__ partials) {
+  igemm_halo_body<Cfg, Tune>(xa, wb, bias, scale, y, partials);
 }
 
 // A tuning that fits the default config (and W3-like shapes).
@@ -727,13 +921,14 @@ struct Tune : fj::IgemmTuneDefault {
   static constexpr int kWarpsM = 2, kWarpsN = 1, kWM = 32, kWN = 32;
 };
 }  // namespace fj_selftest_igemm
-template __global__ void fj::igemm_absmax_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(const float*, const float*, float*);
-template __global__ void fj::igemm_prep_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(const float*, const float*,
-                                                          const float*, unsigned char*,
-                                                          unsigned char*, float*);
-template __global__ void fj::igemm_mma_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(const unsigned char*,
-                                                         const unsigned char*, const float*,
-                                                         const float*, float*, float*);
+template __global__ void fj::igemm_absmax_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
+    const float*, const float*, float*);
+template __global__ void fj::igemm_prep_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
+    const float*, const float*, const float*, unsigned char*, unsigned char*, float*);
+template __global__ void fj::igemm_mma_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
+    const unsigned char*, const unsigned char*, const float*, const float*, float*, float*);
+template __global__ void fj::igemm_halo_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
+    const unsigned char*, const unsigned char*, const float*, const float*, float*, float*);
 #endif  // FJ_GENERATED
 
 #endif  // FUSEJIT_TEMPLATES_IGEMM_MMA_CUH_

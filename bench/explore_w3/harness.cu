@@ -91,8 +91,9 @@ struct S2Cfg : fj::DefaultConfig {
 };
 
 // ---------------------------------------------------------------- tunings
-template <int P, int WMs, int WNs, int WM, int WN, int ST, int FL>
+template <int P, int WMs, int WNs, int WM, int WN, int ST, int FL, int HALO = 1>
 struct Tn {
+  static constexpr int kHalo = HALO;  // harness only: 1 = igemm_halo_kernel, 0 = igemm_mma_kernel
   static constexpr int kPrec = P;
   static constexpr int kWarpsM = WMs, kWarpsN = WNs, kWM = WM, kWN = WN;
   static constexpr int kStages = ST;
@@ -211,8 +212,13 @@ struct Pipeline {
     CK(cudaMalloc(&scale, sizeof(float)));
     CK(cudaMalloc(&partials, Sh::kPartialFloats * sizeof(float)));
     CK(cudaMalloc(&stats, 2 * Cfg::kN * Cfg::kGroups * sizeof(float)));
-    CK(cudaFuncSetAttribute(fj::igemm_mma_kernel<Cfg, Tune>,
-                            cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmemBytes));
+    if constexpr (Tune::kHalo)
+      CK(cudaFuncSetAttribute(fj::igemm_halo_kernel<Cfg, Tune>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              fj::HaloShape<Cfg, Tune>::kSmemBytes));
+    else
+      CK(cudaFuncSetAttribute(fj::igemm_mma_kernel<Cfg, Tune>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmemBytes));
   }
   ~Pipeline() {
     cudaFree(xa);
@@ -234,8 +240,12 @@ struct Pipeline {
     CK(cudaGetLastError());
     if (ev) CK(cudaEventRecord(ev[1]));
     dim3 grid(Sh::kTiles, Cfg::kC / Sh::kBN, Cfg::kN);
-    fj::igemm_mma_kernel<Cfg, Tune>
-        <<<grid, Sh::kThreads, Sh::kSmemBytes>>>(xa, wb, b, scale, y, partials);
+    if constexpr (Tune::kHalo)
+      fj::igemm_halo_kernel<Cfg, Tune><<<grid, Sh::kThreads, fj::HaloShape<Cfg, Tune>::kSmemBytes>>>(
+          xa, wb, b, scale, y, partials);
+    else
+      fj::igemm_mma_kernel<Cfg, Tune>
+          <<<grid, Sh::kThreads, Sh::kSmemBytes>>>(xa, wb, b, scale, y, partials);
     CK(cudaGetLastError());
     if (ev) CK(cudaEventRecord(ev[2]));
     if (stop_after_gemm) return;
@@ -400,16 +410,20 @@ int main(int argc, char** argv) {
       using T1 = Tn<fj::kPrecF16x3, 2, 2, 32, 32, 3, 2>;
       using T2 = Tn<fj::kPrecTF32x1, 2, 2, 32, 32, 3, 0>;
       using T3 = Tn<fj::kPrecTF32x3, 2, 2, 32, 32, 3, 1>;
-      rows.push_back(bs.run<T1>("S1 conv3d p1 d2 bias f16x3", "fp32", 0, 0, flush, flush_bytes));
-      rows.push_back(bs.run<T2>("S1 conv3d p1 d2 bias tf32", "tf32", 0, 0, flush, flush_bytes));
-      rows.push_back(bs.run<T3>("S1 conv3d p1 d2 bias tf32x3", "fp32", 0, 0, flush, flush_bytes));
+      using T4 = Tn<fj::kPrecF16x3, 2, 2, 32, 32, 3, 2, 0>;
+      rows.push_back(bs.run<T1>("S1 conv3d p1 d2 bias f16x3 halo", "fp32", 0, 0, flush, flush_bytes));
+      rows.push_back(bs.run<T2>("S1 conv3d p1 d2 bias tf32 halo", "tf32", 0, 0, flush, flush_bytes));
+      rows.push_back(bs.run<T3>("S1 conv3d p1 d2 bias tf32x3 halo", "fp32", 0, 0, flush, flush_bytes));
+      rows.push_back(bs.run<T4>("S1 conv3d p1 d2 bias f16x3 im2col", "fp32", 0, 0, flush, flush_bytes));
     }
     {
       Bench<S2Cfg> bs(8, {0, 1, 2});
       using T1 = Tn<fj::kPrecF16x3, 1, 2, 32, 16, 2, 2>;
       using T2 = Tn<fj::kPrecTF32x1, 2, 1, 16, 32, 4, 0>;
-      rows.push_back(bs.run<T1>("S2 convT k323 p101 f16x3", "fp32", 0, 0, flush, flush_bytes));
-      rows.push_back(bs.run<T2>("S2 convT k323 p101 tf32", "tf32", 0, 0, flush, flush_bytes));
+      using T3 = Tn<fj::kPrecF16x3, 1, 2, 32, 16, 2, 2, 0>;
+      rows.push_back(bs.run<T1>("S2 convT k323 p101 f16x3 halo", "fp32", 0, 0, flush, flush_bytes));
+      rows.push_back(bs.run<T2>("S2 convT k323 p101 tf32 halo", "tf32", 0, 0, flush, flush_bytes));
+      rows.push_back(bs.run<T3>("S2 convT k323 p101 f16x3 im2col", "fp32", 0, 0, flush, flush_bytes));
     }
   }
 
@@ -418,19 +432,20 @@ int main(int argc, char** argv) {
   {
     Bench<W3Cfg> bw(2026, {0, W3Cfg::kN - 1});
     // name: precision, warps MxN, warp tile, stages, flush
-#define V(P, WMs, WNs, WM, WN, ST, FL, NAME, MODE, TGT)                                   \
+#define V(P, WMs, WNs, WM, WN, ST, FL, HALO, NAME, MODE, TGT)                            \
   if (want(NAME))                                                                         \
-    rows.push_back(bw.run<Tn<P, WMs, WNs, WM, WN, ST, FL>>(NAME, MODE, TGT, reps, flush, \
-                                                          flush_bytes));
-    V(fj::kPrecTF32x1, 2, 2, 64, 64, 4, 0, "tf32 128x128 w64x64 s4", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 3, 0, "tf32 256x128 w64x64 s3", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 2, 4, 64, 32, 4, 0, "tf32 128x128 w64x32 s4", "tf32", 1.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, "f16x3 128x128 w64x32 s4 fl2", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, "f16x3 128x128 w64x32 s4 fl1", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 0, "f16x3 128x128 w64x32 s4 nofl", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 2, 64, 64, 4, 0, "f16x3 128x128 w64x64 s4 nofl", "fp32", 2.0)
-    V(fj::kPrecF16x3, 4, 2, 64, 64, 3, 0, "f16x3 256x128 w64x64 s3 nofl", "fp32", 2.0)
-    V(fj::kPrecTF32x3, 2, 4, 64, 32, 4, 1, "tf32x3 128x128 w64x32 s4 fl1", "fp32", 2.0)
+    rows.push_back(bw.run<Tn<P, WMs, WNs, WM, WN, ST, FL, HALO>>(NAME, MODE, TGT, reps, flush, \
+                                                                flush_bytes));
+    V(fj::kPrecTF32x1, 4, 2, 64, 64, 3, 0, 0, "tf32 256x128 w64x64 s3 im2col", "tf32", 1.0)
+    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, "tf32 256x128 w64x64 s4 halo", "tf32", 1.0)
+    V(fj::kPrecTF32x1, 2, 2, 64, 64, 4, 0, 1, "tf32 128x128 w64x64 s4 halo", "tf32", 1.0)
+    V(fj::kPrecTF32x1, 2, 4, 64, 32, 4, 0, 1, "tf32 128x128 w64x32 s4 halo", "tf32", 1.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, 0, "f16x3 128x128 w64x32 fl1 im2col", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, 1, "f16x3 128x128 w64x32 fl1 halo", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, "f16x3 128x128 w64x32 fl2 halo", "fp32", 2.0)
+    V(fj::kPrecF16x3, 4, 2, 32, 64, 4, 2, 1, "f16x3 128x128 w32x64 fl2 halo", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 6, 2, 1, "f16x3 128x128 w64x32 s6 fl2 halo", "fp32", 2.0)
+    V(fj::kPrecF16x3, 4, 2, 64, 64, 4, 0, 1, "f16x3 256x128 w64x64 nofl halo", "fp32", 2.0)
 #undef V
   }
 
