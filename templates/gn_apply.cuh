@@ -21,7 +21,7 @@ namespace fj {
 template <class Cfg>
 struct GnApply {
   static constexpr int kS = Cfg::kD * Cfg::kH * Cfg::kW;
-  static constexpr int kThreads = 256;
+  static constexpr int kThreads = 128;  // small: co-resides with a GEMM CTA
   static constexpr int kVec = 4;  // float4 per thread per row chunk (when kS % 4 == 0)
   static constexpr bool kVector = kS % 4 == 0;
   static constexpr int kPerBlock = kVector ? kThreads * kVec * 4 : kThreads * kVec;
@@ -102,7 +102,7 @@ __device__ __forceinline__ void gn_apply_body(const float* __restrict__ gamma,
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(256) gn_apply_kernel(const float* __restrict__ gamma,
+__global__ void __launch_bounds__(128) gn_apply_kernel(const float* __restrict__ gamma,
                                                        const float* __restrict__ beta,
                                                        const float* __restrict__ stats,
                                                        float* __restrict__ y) {

@@ -76,13 +76,13 @@ __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r
 template <bool kZero>
 __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
   if constexpr (kZero) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%10,%10,%10,%10};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
   } else {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -93,13 +93,13 @@ __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsi
 template <bool kZero>
 __device__ __forceinline__ void mma_f16(float* d, const unsigned* a, const unsigned* b) {
   if constexpr (kZero) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%10,%10,%10,%10};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
   } else {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -133,12 +133,31 @@ __device__ __forceinline__ float f16_scale_for(float max_abs) {
   frexpf(max_abs, &e);  // max_abs < 2^e
   return ldexpf(1.f, 15 - e);
 }
+// v rounded to TF32 (cvt.rna) when kRound, else unchanged.
+template <bool kRound>
+__device__ __forceinline__ float tf32_if(float v) {
+  if constexpr (kRound) return __uint_as_float(to_tf32(__float_as_uint(v)));
+  return v;
+}
 __device__ __forceinline__ float warp_max(float v) {
   for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
 
 }  // namespace ig
+
+// Tune::kMaxRegs when the tuning names one (a register cap that leaves room for helper blocks
+// of other kernels on the same SM), else 255.
+template <class...>
+using void_t = void;
+template <class T, class = void>
+struct MaxRegsOf {
+  static constexpr int value = 255;
+};
+template <class T>
+struct MaxRegsOf<T, void_t<decltype(T::kMaxRegs)>> {
+  static constexpr int value = T::kMaxRegs;
+};
 
 // Compile-time shape of the implicit GEMM for a chain and a tuning.
 template <class Cfg, class Tune>
@@ -201,10 +220,10 @@ struct IgemmShape {
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
                                                   const float* __restrict__ weight,
-                                                  float* __restrict__ absmax) {
+                                                  float* __restrict__ absmax, int nsamples) {
   using Sh = IgemmShape<Cfg, Tune>;
   __shared__ float red[2][32];
-  const long long nx = (long long)Cfg::kN * Cfg::kCin * Sh::kSin;
+  const long long nx = (long long)nsamples * Cfg::kCin * Sh::kSin;
   const long long nw = (long long)Sh::kTaps * Cfg::kC * Cfg::kCin;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
@@ -241,10 +260,11 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(256) igemm_absmax_kernel(const float* __restrict__ x,
+__global__ void __launch_bounds__(256, 8) igemm_absmax_kernel(const float* __restrict__ x,
                                                            const float* __restrict__ weight,
-                                                           float* __restrict__ absmax) {
-  igemm_absmax_body<Cfg, Tune>(x, weight, absmax);
+                                                           float* __restrict__ absmax,
+                                                           int nsamples) {
+  igemm_absmax_body<Cfg, Tune>(x, weight, absmax, nsamples);
 }
 
 // ---- 2. x -> channels-last xa, weights -> wb (both in the operand encoding) -----------------
@@ -255,7 +275,7 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
                                                 const float* __restrict__ absmax,
                                                 unsigned char* __restrict__ xa,
                                                 unsigned char* __restrict__ wb,
-                                                float* __restrict__ scale_out) {
+                                                float* __restrict__ scale_out, int nsamples) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   __shared__ float tile[Cfg::kCin][Sh::kPrepPts + 1];
@@ -287,7 +307,8 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
     if (blockIdx.x == 0 && threadIdx.x == 0) scale_out[0] = 1.f / (sx * sw);
   }
   const int b = blockIdx.x;
-  if (b < Sh::kPrepXBlocks) {
+  const int xblocks = nsamples * Sh::kPrepXBlocksPerSample;
+  if (b < xblocks) {
     const int n = b / Sh::kPrepXBlocksPerSample;
     const int p0 = (b % Sh::kPrepXBlocksPerSample) * Sh::kPrepPts;
     const float* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
@@ -321,14 +342,15 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
         *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
         *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
       } else {
-        float4 a = make_float4(tile[c0][p], tile[c0 + 1][p], tile[c0 + 2][p], tile[c0 + 3][p]);
-        float4 c = make_float4(tile[c0 + 4][p], tile[c0 + 5][p], tile[c0 + 6][p], tile[c0 + 7][p]);
-        *reinterpret_cast<float4*>(row + j * 32) = a;
-        *reinterpret_cast<float4*>(row + j * 32 + 16) = c;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = ig::tf32_if<Tune::kPrec == kPrecTF32x1>(tile[c0 + e][p]);
+        *reinterpret_cast<float4*>(row + j * 32) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(row + j * 32 + 16) = make_float4(v[4], v[5], v[6], v[7]);
       }
     }
   } else {
-    const int i = (b - Sh::kPrepXBlocks) * 256 + threadIdx.x;
+    const int i = (b - xblocks) * 256 + threadIdx.x;
     if (i >= Sh::kWChunks) return;
     // i -> (tap, co, cb, j): 8 input channels ci = cb*32 + j*8 .. +7.
     const int j = i % 4, cb = (i / 4) % Sh::kCB, co = (i / (4 * Sh::kCB)) % Cfg::kC;
@@ -358,6 +380,8 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
       *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = ig::tf32_if<Tune::kPrec == kPrecTF32x1>(v[e]);
       *reinterpret_cast<float4*>(row + j * 32) = make_float4(v[0], v[1], v[2], v[3]);
       *reinterpret_cast<float4*>(row + j * 32 + 16) = make_float4(v[4], v[5], v[6], v[7]);
     }
@@ -365,13 +389,14 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(256) igemm_prep_kernel(const float* __restrict__ x,
+__global__ void __launch_bounds__(256, 8) igemm_prep_kernel(const float* __restrict__ x,
                                                          const float* __restrict__ weight,
                                                          const float* __restrict__ absmax,
                                                          unsigned char* __restrict__ xa,
                                                          unsigned char* __restrict__ wb,
-                                                         float* __restrict__ scale_out) {
-  igemm_prep_body<Cfg, Tune>(x, weight, absmax, xa, wb, scale_out);
+                                                         float* __restrict__ scale_out,
+                                                         int nsamples) {
+  igemm_prep_body<Cfg, Tune>(x, weight, absmax, xa, wb, scale_out, nsamples);
 }
 
 // ---- 3. the implicit GEMM ----------------------------------------------------------------
@@ -410,6 +435,7 @@ struct IgemmCore {
           ig::ldsm_x4(row + (((4 + 2 * ks + (q & 1)) ^ r8) << 4), bl[2 * p][0], bl[2 * p][1],
                       bl[2 * p + 1][0], bl[2 * p + 1][1]);
         }
+        // Product-major order: consecutive mma write different accumulators.
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -419,9 +445,15 @@ struct IgemmCore {
             } else {
               ig::mma_f16<false>(dst[mi][ni], al[mi], bh[ni]);
             }
-            ig::mma_f16<false>(dst[mi][ni], ah[mi], bl[ni]);
-            ig::mma_f16<false>(dst[mi][ni], ah[mi], bh[ni]);
           }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NT8; ++ni) ig::mma_f16<false>(dst[mi][ni], ah[mi], bl[ni]);
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NT8; ++ni) ig::mma_f16<false>(dst[mi][ni], ah[mi], bh[ni]);
       }
     } else {
 #pragma unroll
@@ -437,14 +469,7 @@ struct IgemmCore {
                       b[2 * p + 1][0], b[2 * p + 1][1]);
         }
         if constexpr (kPrec == kPrecTF32x1) {
-#pragma unroll
-          for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[mi][e] = ig::to_tf32(a[mi][e]);
-#pragma unroll
-          for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) b[ni][e] = ig::to_tf32(b[ni][e]);
+          // Operands were rounded to TF32 (round-to-nearest-away) by igemm_prep_kernel.
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -721,7 +746,7 @@ __device__ __forceinline__ void igemm_mma_body(const unsigned char* __restrict__
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(IgemmShape<Cfg, Tune>::kThreads, 1)
+__global__ void __maxnreg__(MaxRegsOf<Tune>::value)
     igemm_mma_kernel(const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
                      const float* __restrict__ bias, const float* __restrict__ scale,
                      float* __restrict__ y, float* __restrict__ partials) {
@@ -889,7 +914,7 @@ __device__ __forceinline__ void igemm_halo_body(const unsigned char* __restrict_
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(IgemmShape<Cfg, Tune>::kThreads, 1)
+__global__ void __maxnreg__(MaxRegsOf<Tune>::value)
     igemm_halo_kernel(const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
                       const float* __restrict__ bias, const float* __restrict__ scale,
                       float* __restrict__ y, float* __restrict__ partials) {
@@ -922,9 +947,9 @@ struct Tune : fj::IgemmTuneDefault {
 };
 }  // namespace fj_selftest_igemm
 template __global__ void fj::igemm_absmax_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
-    const float*, const float*, float*);
+    const float*, const float*, float*, int);
 template __global__ void fj::igemm_prep_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
-    const float*, const float*, const float*, unsigned char*, unsigned char*, float*);
+    const float*, const float*, const float*, unsigned char*, unsigned char*, float*, int);
 template __global__ void fj::igemm_mma_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(
     const unsigned char*, const unsigned char*, const float*, const float*, float*, float*);
 template __global__ void fj::igemm_halo_kernel<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune>(

@@ -91,8 +91,9 @@ struct S2Cfg : fj::DefaultConfig {
 };
 
 // ---------------------------------------------------------------- tunings
-template <int P, int WMs, int WNs, int WM, int WN, int ST, int FL, int HALO = 1>
+template <int P, int WMs, int WNs, int WM, int WN, int ST, int FL, int HALO = 1, int MR = 224>
 struct Tn {
+  static constexpr int kMaxRegs = MR;
   static constexpr int kHalo = HALO;  // harness only: 1 = igemm_halo_kernel, 0 = igemm_mma_kernel
   static constexpr int kPrec = P;
   static constexpr int kWarpsM = WMs, kWarpsN = WNs, kWM = WM, kWN = WN;
@@ -200,16 +201,20 @@ template <class Cfg, class Tune>
 struct Pipeline {
   using Sh = fj::IgemmShape<Cfg, Tune>;
   static constexpr bool kF16 = Tune::kPrec == fj::kPrecF16x3;
+  static constexpr int kMaxChunks = 16;
   float *x, *w, *b, *gamma, *beta;  // inputs (not owned)
   float* y;                         // output (not owned)
   unsigned char *xa, *wb;
   float *absmax, *scale, *partials, *stats;
-  Pipeline(float* x_, float* w_, float* b_, float* g_, float* be_, float* y_)
-      : x(x_), w(w_), b(b_), gamma(g_), beta(be_), y(y_) {
+  int chunks;  // 1: one launch per kernel on one stream; > 1: samples in chunks, overlapped
+  cudaStream_t sm, sp, sg[2], spost;
+  cudaEvent_t ep[kMaxChunks], eg[kMaxChunks], ein, eout;
+  Pipeline(float* x_, float* w_, float* b_, float* g_, float* be_, float* y_, int chunks_)
+      : x(x_), w(w_), b(b_), gamma(g_), beta(be_), y(y_), chunks(chunks_) {
     CK(cudaMalloc(&xa, Sh::kXaBytes));
     CK(cudaMalloc(&wb, Sh::kWbBytes));
-    CK(cudaMalloc(&absmax, 2 * Tune::kAbsmaxBlocks * sizeof(float)));
-    CK(cudaMalloc(&scale, sizeof(float)));
+    CK(cudaMalloc(&absmax, kMaxChunks * 2 * Tune::kAbsmaxBlocks * sizeof(float)));
+    CK(cudaMalloc(&scale, kMaxChunks * sizeof(float)));
     CK(cudaMalloc(&partials, Sh::kPartialFloats * sizeof(float)));
     CK(cudaMalloc(&stats, 2 * Cfg::kN * Cfg::kGroups * sizeof(float)));
     if constexpr (Tune::kHalo)
@@ -219,44 +224,110 @@ struct Pipeline {
     else
       CK(cudaFuncSetAttribute(fj::igemm_mma_kernel<Cfg, Tune>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmemBytes));
+    int lo, hi;
+    CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    CK(cudaStreamCreateWithFlags(&sm, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithPriority(&sp, cudaStreamNonBlocking, lo));
+    CK(cudaStreamCreateWithPriority(&spost, cudaStreamNonBlocking, lo));
+    for (auto& st : sg) CK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+    for (int c = 0; c < kMaxChunks; ++c) {
+      CK(cudaEventCreateWithFlags(&ep[c], cudaEventDisableTiming));
+      CK(cudaEventCreateWithFlags(&eg[c], cudaEventDisableTiming));
+    }
+    CK(cudaEventCreateWithFlags(&ein, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&eout, cudaEventDisableTiming));
   }
   ~Pipeline() {
-    cudaFree(xa);
-    cudaFree(wb);
-    cudaFree(absmax);
-    cudaFree(scale);
-    cudaFree(partials);
+    cudaDeviceSynchronize();
+    cudaFree(xa); cudaFree(wb); cudaFree(absmax); cudaFree(scale); cudaFree(partials);
     cudaFree(stats);
+    cudaStreamDestroy(sm); cudaStreamDestroy(sp); cudaStreamDestroy(spost);
+    for (auto& st : sg) cudaStreamDestroy(st);
+    for (int c = 0; c < kMaxChunks; ++c) { cudaEventDestroy(ep[c]); cudaEventDestroy(eg[c]); }
+    cudaEventDestroy(ein); cudaEventDestroy(eout);
   }
-  // ev: 5 events (start, after prep, after gemm, after finalize, end) or nullptr.
-  void run(cudaEvent_t* ev, bool stop_after_gemm = false) {
-    if (ev) CK(cudaEventRecord(ev[0]));
+  // Samples [n0, n0+ns) of chunk c.
+  void prep(cudaStream_t st, int c, int n0, int ns, bool weights) {
+    float* am = absmax + c * 2 * Tune::kAbsmaxBlocks;
+    const float* xc = x + (long long)n0 * Cfg::kCin * Sh::kSin;
     if constexpr (kF16) {
-      fj::igemm_absmax_kernel<Cfg, Tune><<<Tune::kAbsmaxBlocks, 256>>>(x, w, absmax);
+      fj::igemm_absmax_kernel<Cfg, Tune><<<Tune::kAbsmaxBlocks, 256, 0, st>>>(xc, w, am, ns);
       CK(cudaGetLastError());
     }
     fj::igemm_prep_kernel<Cfg, Tune>
-        <<<Sh::kPrepXBlocks + Sh::kPrepWBlocks, 256>>>(x, w, absmax, xa, wb, scale);
+        <<<ns * Sh::kPrepXBlocksPerSample + (weights ? Sh::kPrepWBlocks : 0), 256, 0, st>>>(
+            xc, w, am, xa + (long long)n0 * Sh::kSin * Sh::kRowBytes, wb, scale + c, ns);
     CK(cudaGetLastError());
-    if (ev) CK(cudaEventRecord(ev[1]));
-    dim3 grid(Sh::kTiles, Cfg::kC / Sh::kBN, Cfg::kN);
+  }
+  void gemm(cudaStream_t st, int c, int n0, int ns) {
+    dim3 grid(Sh::kTiles, Cfg::kC / Sh::kBN, ns);
+    const unsigned char* xc = xa + (long long)n0 * Sh::kSin * Sh::kRowBytes;
+    float* yc = y + (long long)n0 * Cfg::kC * Sh::kS;
+    float* pc = partials + (long long)n0 * Cfg::kGroups * Sh::kTiles * 3;
     if constexpr (Tune::kHalo)
-      fj::igemm_halo_kernel<Cfg, Tune><<<grid, Sh::kThreads, fj::HaloShape<Cfg, Tune>::kSmemBytes>>>(
-          xa, wb, b, scale, y, partials);
+      fj::igemm_halo_kernel<Cfg, Tune>
+          <<<grid, Sh::kThreads, fj::HaloShape<Cfg, Tune>::kSmemBytes, st>>>(xc, wb, b, scale + c,
+                                                                              yc, pc);
     else
       fj::igemm_mma_kernel<Cfg, Tune>
-          <<<grid, Sh::kThreads, Sh::kSmemBytes>>>(xa, wb, b, scale, y, partials);
+          <<<grid, Sh::kThreads, Sh::kSmemBytes, st>>>(xc, wb, b, scale + c, yc, pc);
     CK(cudaGetLastError());
-    if (ev) CK(cudaEventRecord(ev[2]));
-    if (stop_after_gemm) return;
-    fj::gn_finalize_kernel<Cfg, Sh::kTiles><<<Cfg::kN * Cfg::kGroups, 256>>>(partials, stats);
+  }
+  void post(cudaStream_t st, int n0, int ns) {
+    fj::gn_finalize_kernel<Cfg, Sh::kTiles><<<ns * Cfg::kGroups, 256, 0, st>>>(
+        partials + (long long)n0 * Cfg::kGroups * Sh::kTiles * 3, stats + n0 * Cfg::kGroups * 2);
     CK(cudaGetLastError());
-    if (ev) CK(cudaEventRecord(ev[3]));
     using A = fj::GnApply<Cfg>;
-    fj::gn_apply_kernel<Cfg>
-        <<<dim3(A::kBlocksPerRow, Cfg::kN * Cfg::kC), A::kThreads>>>(gamma, beta, stats, y);
+    fj::gn_apply_kernel<Cfg><<<dim3(A::kBlocksPerRow, ns * Cfg::kC), A::kThreads, 0, st>>>(
+        gamma, beta, stats + n0 * Cfg::kGroups * 2, y + (long long)n0 * Cfg::kC * Sh::kS);
     CK(cudaGetLastError());
-    if (ev) CK(cudaEventRecord(ev[4]));
+  }
+  // ev: 5 timing events (start, after prep, after gemm, after finalize, end) or nullptr;
+  // with chunks > 1 only ev[0] and ev[4] are meaningful (the stages overlap).
+  void run(cudaEvent_t* ev, bool stop_after_gemm = false) {
+    if (ev) CK(cudaEventRecord(ev[0], sm));
+    if (chunks <= 1 || stop_after_gemm) {
+      prep(sm, 0, 0, Cfg::kN, true);
+      if (ev) CK(cudaEventRecord(ev[1], sm));
+      gemm(sm, 0, 0, Cfg::kN);
+      if (ev) CK(cudaEventRecord(ev[2], sm));
+      if (stop_after_gemm) return;
+      post(sm, 0, Cfg::kN);
+      if (ev) CK(cudaEventRecord(ev[3], sm));
+      if (ev) CK(cudaEventRecord(ev[4], sm));
+      return;
+    }
+    CK(cudaEventRecord(ein, sm));
+    CK(cudaStreamWaitEvent(sp, ein));
+    CK(cudaStreamWaitEvent(sg[0], ein));
+    CK(cudaStreamWaitEvent(sg[1], ein));
+    CK(cudaStreamWaitEvent(spost, ein));
+    const int per = (Cfg::kN + chunks - 1) / chunks;
+    auto range = [&](int c, int* n0, int* ns) {
+      *n0 = c * per;
+      *ns = std::min(per, Cfg::kN - *n0);
+    };
+    // Enqueue order: prep(c), gemm(c), post(c-1), ...
+    for (int c = 0; c <= chunks; ++c) {
+      int n0, ns;
+      if (c < chunks) {
+        range(c, &n0, &ns);
+        prep(sp, c, n0, ns, c == 0);
+        CK(cudaEventRecord(ep[c], sp));
+        cudaStream_t g = sg[c & 1];
+        CK(cudaStreamWaitEvent(g, ep[c]));
+        gemm(g, c, n0, ns);
+        CK(cudaEventRecord(eg[c], g));
+      }
+      if (c > 0) {
+        range(c - 1, &n0, &ns);
+        CK(cudaStreamWaitEvent(spost, eg[c - 1]));
+        post(spost, n0, ns);
+      }
+    }
+    CK(cudaEventRecord(eout, spost));
+    CK(cudaStreamWaitEvent(sm, eout));
+    if (ev) CK(cudaEventRecord(ev[4], sm));
   }
 };
 
@@ -301,20 +372,24 @@ struct Bench {
   ~Bench() {
     cudaFree(x); cudaFree(w); cudaFree(b); cudaFree(gamma); cudaFree(beta); cudaFree(y);
   }
-  void poison() { CK(cudaMemset(y, 0xFF, ny * sizeof(float))); }  // 0xFFFFFFFF = NaN
+  void poison() {  // 0xFFFFFFFF = NaN
+    CK(cudaMemset(y, 0xFF, ny * sizeof(float)));
+    CK(cudaDeviceSynchronize());
+  }
 
   template <class Tune>
   Row run(const char* name, const char* mode, double target, int reps, void* flush,
-          size_t flush_bytes) {
+          size_t flush_bytes, int chunks = 1) {
     Row r;
     r.name = name;
     r.mode = mode;
     r.target = target;
-    Pipeline<Cfg, Tune> p(x, w, b, gamma, beta, y);
+    Pipeline<Cfg, Tune> p(x, w, b, gamma, beta, y, chunks);
     std::vector<float> out1(ny), out2(ny);
     poison();
     p.run(nullptr);
     CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
     CK(cudaMemcpy(out1.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost));
     poison();
     p.run(nullptr);
@@ -360,7 +435,7 @@ struct Bench {
       for (int i = 0; i < 3; ++i) p.run(nullptr);
       std::vector<double> t, tp, tg, tf, ta;
       for (int i = 0; i < reps; ++i) {
-        CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
+        CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, p.sm));
         p.run(ev);
         CK(cudaEventSynchronize(ev[4]));
         float a, b1, c, d, e;
@@ -371,8 +446,11 @@ struct Bench {
         CK(cudaEventElapsedTime(&e, ev[3], ev[4]));
         t.push_back(a); tp.push_back(b1); tg.push_back(c); tf.push_back(d); ta.push_back(e);
       }
-      r.ms = median(t); r.ms_prep = median(tp); r.ms_gemm = median(tg);
-      r.ms_fin = median(tf); r.ms_apply = median(ta);
+      r.ms = median(t);
+      if (chunks <= 1) {
+        r.ms_prep = median(tp); r.ms_gemm = median(tg); r.ms_fin = median(tf);
+        r.ms_apply = median(ta);
+      }
       for (auto& e : ev) CK(cudaEventDestroy(e));
     }
     printf("  %-34s %-5s ms %8.4f (prep %.4f gemm %.4f fin %.4f apply %.4f)  rel %.3e  max %.3e  "
@@ -432,20 +510,18 @@ int main(int argc, char** argv) {
   {
     Bench<W3Cfg> bw(2026, {0, W3Cfg::kN - 1});
     // name: precision, warps MxN, warp tile, stages, flush
-#define V(P, WMs, WNs, WM, WN, ST, FL, HALO, NAME, MODE, TGT)                            \
+#define V(P, WMs, WNs, WM, WN, ST, FL, HALO, CH, NAME, MODE, TGT)                        \
   if (want(NAME))                                                                         \
     rows.push_back(bw.run<Tn<P, WMs, WNs, WM, WN, ST, FL, HALO>>(NAME, MODE, TGT, reps, flush, \
-                                                                flush_bytes));
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 3, 0, 0, "tf32 256x128 w64x64 s3 im2col", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, "tf32 256x128 w64x64 s4 halo", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 2, 2, 64, 64, 4, 0, 1, "tf32 128x128 w64x64 s4 halo", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 2, 4, 64, 32, 4, 0, 1, "tf32 128x128 w64x32 s4 halo", "tf32", 1.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, 0, "f16x3 128x128 w64x32 fl1 im2col", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, 1, "f16x3 128x128 w64x32 fl1 halo", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, "f16x3 128x128 w64x32 fl2 halo", "fp32", 2.0)
-    V(fj::kPrecF16x3, 4, 2, 32, 64, 4, 2, 1, "f16x3 128x128 w32x64 fl2 halo", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 6, 2, 1, "f16x3 128x128 w64x32 s6 fl2 halo", "fp32", 2.0)
-    V(fj::kPrecF16x3, 4, 2, 64, 64, 4, 0, 1, "f16x3 256x128 w64x64 nofl halo", "fp32", 2.0)
+                                                                flush_bytes, CH));
+    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 1, "tf32 256x128 w64x64 s4 halo", "tf32", 1.0)
+    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 4, "tf32 256x128 w64x64 s4 halo ovl4", "tf32", 1.0)
+    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 8, "tf32 256x128 w64x64 s4 halo ovl8", "tf32", 1.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 1, "f16x3 128x128 w64x32 fl2 halo", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 4, "f16x3 128x128 w64x32 fl2 halo ovl4", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 8, "f16x3 128x128 w64x32 fl2 halo ovl8", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, 1, 8, "f16x3 128x128 w64x32 fl1 halo ovl8", "fp32", 2.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 0, 8, "f16x3 128x128 w64x32 fl2 im2col ovl8", "fp32", 2.0)
 #undef V
   }
 
