@@ -44,7 +44,7 @@ namespace fj {
 struct ConvTGroupNormTune {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSM = 2;
-  static constexpr int kRowsPerUnit = 2;  // output rows (same h phase) per warp unit
+  static constexpr int kRowsPerUnit = 1;  // output rows (same h phase) per warp unit
   static constexpr int kStatBlocksPerSample = 4;
   static constexpr int kWriteBlocksPerSample = 4;
   static constexpr bool kStreamingStores = true;

@@ -13,6 +13,9 @@
 //   (Measured on the H100: weights in __constant__ memory were 2-3.5x slower -- on sm_90 ptxas
 //   loads them with ULDC/LDC instead of using c[][] FFMA operands -- and fully unrolled
 //   20-40 KB loop bodies ran at 37-50% of FFMA peak.)
+//   kCSplit > 1 splits the channels over kCSplit consecutive warps (warp w computes channels
+//   [(w % kCSplit) * C/kCSplit, ...) of the same tiles as its partner warps): fewer registers per
+//   thread, more warps per SM, same 16-byte weight loads per FFMA.
 //   Per tile it applies Cfg::pre to every output, takes the tile's per-channel mean/M2 and Chan-
 //   merges it into the thread's running moments (one division per tile, shared by all channels).
 //   At the end the block reduces (fixed order) and writes one Moments per channel.
@@ -39,16 +42,20 @@ namespace fj {
 // Default tuning (the generator passes its own struct with the same fields).
 struct DirectConvTune {
   static constexpr int kThreads = 128;        // threads per block, multiple of 32
-  static constexpr int kMinBlocksPerSM = 1;   // __launch_bounds__ second argument
+  static constexpr int kMinBlocksPerSM = 2;   // __launch_bounds__ second argument
   static constexpr int kPH = 1;               // outputs per thread along h
   static constexpr int kPW = 6;               // outputs per thread along w
-  static constexpr int kBlocksPerSample = 4;  // grid.x: blocks sharing one sample
+  static constexpr int kBlocksPerSample = 2;  // grid.x: blocks sharing one sample
+  static constexpr int kCSplit = 1;           // warps per tile slot; warp w does channel part w%kCSplit
 };
 
 template <class Cfg, class Tune>
 struct DirectConvGeom {
   static constexpr int kC = Cfg::kC;
-  static constexpr int kCp = (Cfg::kC + 3) / 4 * 4;
+  static constexpr int kCS = Tune::kCSplit;            // channel parts
+  static constexpr int kCs = Cfg::kC / Tune::kCSplit;  // channels per thread
+  static constexpr int kSlots = Tune::kThreads / Tune::kCSplit;  // tiles per block round
+  static constexpr int kCp = kCS == 1 ? (Cfg::kC + 3) / 4 * 4 : Cfg::kC;
   static constexpr int kKHW = Cfg::kKH * Cfg::kKW;
   static constexpr int kCK = Cfg::kCin * Cfg::kKD;
   static constexpr int kPH = Tune::kPH, kPW = Tune::kPW;
@@ -63,7 +70,11 @@ struct DirectConvGeom {
   static constexpr bool kPartialW = kTW * kPW != Cfg::kW;
   static constexpr bool kPadD = Cfg::kPD != 0, kPadH = Cfg::kPH != 0, kPadW = Cfg::kPW != 0;
   static constexpr int kSmemW = kCK * kKHW * kCp + kCp;
-  static constexpr int kScratch = (Tune::kThreads / 32) * (2 * kC + 1);
+  static constexpr int kScratch = (Tune::kThreads / 32) * (2 * kCs + 1);
+  // Per-thread double buffer of one input row (kWc padded to 4), stride with an odd number of
+  // 16-byte units so that 16-byte reads of 8 consecutive threads hit distinct banks.
+  static constexpr int kWcP = (kWc + 3) / 4 * 4;
+  static constexpr int kXbufStride = (2 * kWcP / 4) % 2 == 1 ? 2 * kWcP : 2 * kWcP + 4;
 };
 
 template <class Cfg, class Tune>
@@ -74,24 +85,32 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
   static_assert(Cfg::kProducer == kConv3d, "conv_moments: the chain's producer must be conv3d");
   static_assert(Cfg::kBias, "conv_moments: bias=false chains pass a zero bias tensor (not supported)");
   static_assert(Tune::kThreads % 32 == 0 && Tune::kThreads <= 1024, "kThreads: multiple of 32");
-  static_assert(4 * (G::kSmemW + G::kScratch + 2 * Cfg::kC * Tune::kThreads) <= 48 * 1024,
+  static_assert(Cfg::kC % Tune::kCSplit == 0 && (Tune::kCSplit == 1 || G::kCs % 4 == 0),
+                "conv_moments: kCSplit must split kC into parts of a multiple of 4 channels");
+  static_assert(Tune::kThreads % (32 * Tune::kCSplit) == 0, "conv_moments: kThreads % (32*kCSplit)");
+  static_assert(4 * (G::kSmemW + G::kScratch + (2 * G::kCs + G::kXbufStride) * Tune::kThreads) <= 48 * 1024,
                 "conv_moments: static smem over 48 KiB (lower kThreads)");
-  constexpr int C = Cfg::kC, PH = G::kPH, PW = G::kPW, KH = Cfg::kKH, KW = Cfg::kKW, KD = Cfg::kKD;
+  constexpr int C = G::kCs, PH = G::kPH, PW = G::kPW, KH = Cfg::kKH, KW = Cfg::kKW, KD = Cfg::kKD;
   constexpr int Din = Cfg::kDin, Hin = Cfg::kHin, Win = Cfg::kWin;
 
   __shared__ __align__(16) float s_w[G::kSmemW];
   __shared__ float s_red[G::kScratch];
-  __shared__ float s_run[2 * C * Tune::kThreads];
+  __shared__ float s_run[2 * G::kCs * Tune::kThreads];
+  __shared__ __align__(16) float s_xbuf[G::kXbufStride * Tune::kThreads];  // per-thread row buffers
+  const int buf_off = threadIdx.x * G::kXbufStride;
+  const unsigned my_buf = (unsigned)__cvta_generic_to_shared(s_xbuf + buf_off);
 
   const int n = blockIdx.y;
+  const int part = (threadIdx.x >> 5) % G::kCS;                      // warp-uniform channel part
+  const int slot = (threadIdx.x >> 5) / G::kCS * 32 + (threadIdx.x & 31);
   {
     // s_w[((it*KH + kh)*KW + kw)*Cp + co] = weight[co][it][kh][kw]; bias at the end.
     for (int i = threadIdx.x; i < G::kCK * G::kKHW * G::kCp; i += Tune::kThreads) {
       const int co = i % G::kCp, r = i / G::kCp;  // r = it*KHW + khw
-      s_w[i] = co < C ? __ldg(weight + co * (G::kCK * G::kKHW) + r) : 0.f;
+      s_w[i] = co < Cfg::kC ? __ldg(weight + co * (G::kCK * G::kKHW) + r) : 0.f;
     }
     for (int i = threadIdx.x; i < G::kCp; i += Tune::kThreads)
-      s_w[G::kCK * G::kKHW * G::kCp + i] = i < C ? __ldg(bias + i) : 0.f;
+      s_w[G::kCK * G::kKHW * G::kCp + i] = i < Cfg::kC ? __ldg(bias + i) : 0.f;
     __syncthreads();
   }
 
@@ -107,7 +126,7 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
   const int t_end = min(t_begin + G::kTilesPerBlock, G::kTiles);
 
 #pragma unroll 1
-  for (int t = t_begin + threadIdx.x; t < t_end; t += Tune::kThreads) {
+  for (int t = t_begin + slot; t < t_end; t += G::kSlots) {
     const int tw = t % G::kTW;
     const int th = (t / G::kTW) % G::kTH;
     const int d = t / (G::kTW * G::kTH);
@@ -116,7 +135,7 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
     float acc[C][PH][PW];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const float b = s_w[G::kCK * G::kKHW * G::kCp + c];
+      const float b = s_w[G::kCK * G::kKHW * G::kCp + part * C + c];
 #pragma unroll
       for (int ph = 0; ph < PH; ++ph)
 #pragma unroll
@@ -129,8 +148,10 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
 
     // Runtime loop over the tile's input rows rho = (it = ci*KD + kd, r): a small loop body keeps
     // the instruction cache warm (fully unrolled bodies of 20-40 KB ran at 37-50% of FFMA peak).
-    // The next row is loaded before the current one is used (latency hiding at 2 warps/scheduler).
-    auto load_row = [&](int rho, float (&row)[G::kWc]) {
+    // Row rho+1 is fetched with cp.async into this thread's own double buffer in shared memory
+    // while row rho is used: ptxas sank register prefetches (plain loads) to the end of the loop,
+    // exposing the global-load latency every row.
+    auto issue_row = [&](int rho) {
       const int it = rho / G::kR, r = rho - (rho / G::kR) * G::kR;
       const int ci = it / KD, kd = it - (it / KD) * KD;
       const int id = id0 + kd * Cfg::kDilD;
@@ -142,44 +163,53 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
       if constexpr (G::kPadD) idc = min(max(id, 0), Din - 1);
       if constexpr (G::kPadH || G::kPartialH) ihc = min(max(ih, 0), Hin - 1);
       const float* __restrict__ xp = xn + ((size_t)(ci * Din + idc) * Hin + ihc) * Win;
+      const unsigned dst = my_buf + (unsigned)((rho & 1) * G::kWcP * 4);
 #pragma unroll
       for (int cc = 0; cc < G::kWc; ++cc) {
         const int iw = iw0 + cc;
         int iwc = iw;
         if constexpr (G::kPadW || G::kPartialW) iwc = min(max(iw, 0), Win - 1);
-        const float v = __ldg(xp + iwc);
-        if constexpr (G::kPadD || G::kPadH || G::kPadW) {
-          bool ok = rok;
-          if constexpr (G::kPadW) ok = ok && iw >= 0 && iw < Win;
-          row[cc] = ok ? v : 0.f;
-        } else {
-          row[cc] = v;
-        }
+        bool ok = rok;
+        if constexpr (G::kPadW) ok = ok && iw >= 0 && iw < Win;
+        const int src_bytes = (G::kPadD || G::kPadH || G::kPadW) ? (ok ? 4 : 0) : 4;  // 0: zero-fill
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4 * cc),
+                     "l"(xp + iwc), "r"(src_bytes)
+                     : "memory");
       }
     };
     // Opaque trip count: with a constant one nvcc fully unrolled this loop despite unroll 1.
     int kRows = G::kCK * G::kR;
     asm volatile("" : "+r"(kRows));
-    float xnext[G::kWc];
-    load_row(0, xnext);
+    issue_row(0);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
 #pragma unroll 1
     for (int rho = 0; rho < kRows; ++rho) {
-      float xrow[G::kWc];
+      if (rho + 1 < kRows) issue_row(rho + 1);
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // row rho has landed
+      float xrow[G::kWcP];
+      const float4* __restrict__ bp = reinterpret_cast<const float4*>(s_xbuf + buf_off + (rho & 1) * G::kWcP);
 #pragma unroll
-      for (int cc = 0; cc < G::kWc; ++cc) xrow[cc] = xnext[cc];
-      if (rho + 1 < kRows) load_row(rho + 1, xnext);
+      for (int j = 0; j < G::kWcP / 4; ++j) {
+        const float4 v = bp[j];
+        xrow[4 * j] = v.x;
+        xrow[4 * j + 1] = v.y;
+        xrow[4 * j + 2] = v.z;
+        xrow[4 * j + 3] = v.w;
+      }
       const int it = rho / G::kR, r = rho - (rho / G::kR) * G::kR;
 #pragma unroll
       for (int ph = 0; ph < PH; ++ph) {
         const int khd = r - ph * Cfg::kSH;  // kh * DilH, warp-uniform
         if (khd < 0 || khd % Cfg::kDilH != 0 || khd / Cfg::kDilH >= KH) continue;
         const int kh = khd / Cfg::kDilH;
-        const float4* __restrict__ sp = reinterpret_cast<const float4*>(s_w + (it * KH + kh) * KW * G::kCp);
+        const float4* __restrict__ sp =
+            reinterpret_cast<const float4*>(s_w + (it * KH + kh) * KW * G::kCp + part * C);
 #pragma unroll
         for (int kw = 0; kw < KW; ++kw) {
-          float wv[G::kCp];
+          float wv[(C + 3) / 4 * 4];
 #pragma unroll
-          for (int j = 0; j < G::kCp / 4; ++j) {
+          for (int j = 0; j < (C + 3) / 4; ++j) {
             const float4 q = sp[kw * (G::kCp / 4) + j];
             wv[4 * j] = q.x;
             wv[4 * j + 1] = q.y;
@@ -241,8 +271,8 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
     run_mean[c] = my_run[c * Tune::kThreads];
     run_m2[c] = my_run[(C + c) * Tune::kThreads];
   }
-  block_reduce_shared_count_store<C>(run_n, run_mean, run_m2, s_red,
-                                     partials + ((size_t)n * Tune::kBlocksPerSample + blockIdx.x) * C);
+  block_reduce_shared_count_store<C, G::kCS>(run_n, run_mean, run_m2, s_red,
+                                             partials + ((size_t)n * Tune::kBlocksPerSample + blockIdx.x) * Cfg::kC);
 }
 
 }  // namespace fj

@@ -43,10 +43,12 @@ __device__ __forceinline__ void warp_reduce_shared_count(float& cnt, float (&mea
   }
 }
 
-// Block reduction of K moment sets sharing one count, then thread k < K writes set k of the block
-// to out[k] as a Moments. REQUIRES: blockDim.x multiple of 32, <= 1024; all threads call it;
+// Block reduction of K moment sets sharing one count, where warp w holds the sets of part
+// (w % SPLIT) of K*SPLIT sets in all (SPLIT = 1: every thread holds all K). Thread k < K*SPLIT
+// writes set k of the block to out[k] as a Moments, merging the warps of its part in warp order.
+// REQUIRES: blockDim.x multiple of 32*SPLIT, <= 1024; all threads call it;
 // scratch holds (blockDim.x/32) * (2K+1) floats.
-template <int K>
+template <int K, int SPLIT = 1>
 __device__ __forceinline__ void block_reduce_shared_count_store(float cnt, float (&mean)[K],
                                                                 float (&m2)[K], float* scratch,
                                                                 Moments* out) {
@@ -62,16 +64,17 @@ __device__ __forceinline__ void block_reduce_shared_count_store(float cnt, float
     }
   }
   __syncthreads();
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+  for (int kk = threadIdx.x; kk < K * SPLIT; kk += blockDim.x) {
+    const int part = kk / K, k = kk - part * K;
     float n = 0.f, m = 0.f, q = 0.f;
-    for (int w = 0; w < warps; ++w) {  // fixed order
+    for (int w = part; w < warps; w += SPLIT) {  // fixed order
       const float* s = scratch + w * (2 * K + 1);
       const float nb = s[0];
       const float wb = chan_weight(n, nb);
       chan_merge_w(m, q, n, s[1 + k], s[1 + K + k], wb);
       n += nb;
     }
-    out[k] = Moments{n, m, q};
+    out[kk] = Moments{n, m, q};
   }
 }
 

@@ -99,10 +99,10 @@ struct W1Cfg {
 
 // ---------------------------------------------------------------------------------------------
 // Tunes.
-template <int Threads, int MinB, int PH, int PW, int BPS>
+template <int Threads, int MinB, int PH, int PW, int BPS, int CS = 1>
 struct DCTune {
   static constexpr int kThreads = Threads, kMinBlocksPerSM = MinB, kPH = PH, kPW = PW;
-  static constexpr int kBlocksPerSample = BPS;
+  static constexpr int kBlocksPerSample = BPS, kCSplit = CS;
 };
 template <int Threads, int MinB, int RB, int SB, int WB, bool Stream, bool Coal = true>
 struct CTTune {
@@ -319,8 +319,8 @@ static void run_conv_mean(ConvMeanData<Cfg>& D, const char* name, double target)
   std::vector<float> all;
   const double ms = time_plan(plan, &all);
   char nm[160];
-  snprintf(nm, sizeof nm, "%s PH%dxPW%d t%d m%d b%d", name, Tune::kPH, Tune::kPW, Tune::kThreads,
-           Tune::kMinBlocksPerSM, Tune::kBlocksPerSample);
+  snprintf(nm, sizeof nm, "%s PH%dxPW%d t%d m%d b%d cs%d", name, Tune::kPH, Tune::kPW, Tune::kThreads,
+           Tune::kMinBlocksPerSM, Tune::kBlocksPerSample, Tune::kCSplit);
   report({nm, ms, std::sqrt(num / den), mx, target, written, bitwise});
   std::sort(all.begin(), all.end());
   printf("    times: min %.4f  p25 %.4f  med %.4f  p75 %.4f  max %.4f   (tiles/sample %d, tiles/block %d)\n",
@@ -534,9 +534,9 @@ int main(int argc, char** argv) {
     ConvMeanData<W4Cfg> d;
     d.init(128, d_ident);
     run_conv_mean<W4Cfg, DCTune<128, 2, 1, 6, 2>>(d, "W4", 0.22);
-    run_conv_mean<W4Cfg, DCTune<128, 2, 1, 5, 2>>(d, "W4", 0.22);
     run_conv_mean<W4Cfg, DCTune<128, 2, 2, 3, 2>>(d, "W4", 0.22);
-    run_conv_mean<W4Cfg, DCTune<128, 3, 1, 4, 2>>(d, "W4", 0.22);
+    run_conv_mean<W4Cfg, DCTune<128, 2, 1, 5, 2>>(d, "W4", 0.22);
+    run_conv_mean<W4Cfg, DCTune<128, 4, 1, 6, 4, 2>>(d, "W4", 0.22);
   }
   if (only.empty() || only == "W2") {
     ConvMeanData<W2Cfg> d;
@@ -544,14 +544,13 @@ int main(int argc, char** argv) {
     run_conv_mean<W2Cfg, DCTune<128, 3, 1, 6, 1>>(d, "W2", 1.5);
     run_conv_mean<W2Cfg, DCTune<128, 2, 1, 10, 1>>(d, "W2", 1.5);
     run_conv_mean<W2Cfg, DCTune<128, 2, 2, 5, 1>>(d, "W2", 1.5);
+    run_conv_mean<W2Cfg, DCTune<128, 4, 1, 6, 1, 2>>(d, "W2", 1.5);
   }
   if (only.empty() || only == "W1") {
     W1Data d;
     d.init();
     run_w1<CTTune<256, 2, 1, 4, 4, true, true>>(d, "W1 2pass", 0.45);
-    run_w1<CTTune<256, 2, 1, 4, 4, true, false>>(d, "W1 2pass", 0.45);
-    run_w1<CTTune<256, 2, 1, 4, 4, false, true>>(d, "W1 2pass", 0.45);
-    run_w1<CTTune<128, 3, 2, 8, 8, true, true>>(d, "W1 2pass", 0.45);
+    run_w1<CTTune<256, 2, 1, 8, 8, true, true>>(d, "W1 2pass", 0.45);
   }
   printf("\n%-34s %10s %11s %11s %8s %8s %8s\n", "workload / variant", "ms", "rel L2", "max abs", "written",
          "bitwise", "target");
