@@ -7,7 +7,8 @@
 // Kernel: conv_moments<Cfg, Tune>(x, weight, bias, partials)
 //   Each thread computes tiles of kPH x kPW output points (consecutive h, w) for ALL kC output
 //   channels in registers. It walks the tile's input rows (ci, kd, r) in a runtime loop with a
-//   small body (one row of kWc inputs in registers, the next row prefetched), and reads weights
+//   small body (one row of kWc inputs, fetched one row ahead with cp.async into a per-thread
+//   shared-memory double buffer, then read into registers with 16-byte loads), and reads weights
 //   from shared memory, copied and transposed ([ci,kd,kh,kw][C padded to 4]) by each block at
 //   its start from the global weight pointer: one 16-byte broadcast load feeds 4*kPW FFMAs.
 //   (Measured on the H100: weights in __constant__ memory were 2-3.5x slower -- on sm_90 ptxas
@@ -22,14 +23,18 @@
 //
 // Host-side contract:
 //   grid  = dim3(Tune::kBlocksPerSample, Cfg::kN), block = dim3(Tune::kThreads), no dynamic smem
-//           (static shared, at most 48 KiB: 4*(Cin*KD*KH*KW*round4(C) + round4(C))
-//           bytes of weights, 4*2*C*kThreads bytes of per-thread running moments, and
-//           (kThreads/32)*(2C+1)*4 bytes for the reduction).
+//           (static shared, at most 48 KiB, static_assert'ed: 4*(Cin*KD*KH*KW*Cp + Cp) bytes of
+//           weights (Cp = C rounded up to 4), 4*2*(C/kCSplit)*kThreads bytes of per-thread running
+//           moments, 4*kXbufStride*kThreads bytes of per-thread cp.async input-row buffers, and
+//           (kThreads/32)*(2C/kCSplit+1)*4 bytes for the reduction).
 //   reads : x [N,Cin,Din,Hin,Win]; weight [C,Cin,KD,KH,KW], bias [C] (global pointers, as given).
 //   writes: partials, a workspace of Cfg::kN * Tune::kBlocksPerSample * Cfg::kC fj::Moments
 //           (12 bytes each), layout [N][kBlocksPerSample][C]; every entry is written each launch.
 //   next  : moments_mean.cuh's moments_mean_finalize<Cfg, Tune> on the same stream.
-// Requirements (static_assert): kProducer == kConv3d, kBias (bias may be a zero tensor).
+// Requirements (static_assert): kProducer == kConv3d, kBias (bias may be a zero tensor); stride,
+// padding and dilation are general (padding via zero-filled cp.async). Tiles: the last tile in h
+// and w may be partial (masked in the statistics). Seed tunings (H100): W4 PH1 PW6, 128 threads,
+// kMinBlocksPerSM 2, kBlocksPerSample 2; W2 PH1 PW6, 128 threads, kMinBlocksPerSM 3, 1 block/sample.
 #ifndef FUSEJIT_TEMPLATES_DIRECT_CONV_MOMENTS_CUH_
 #define FUSEJIT_TEMPLATES_DIRECT_CONV_MOMENTS_CUH_
 
