@@ -9,7 +9,7 @@
 // odd sizes) are checked in full against the CPU reference.
 //
 // Build (here, no GPU needed):
-//   nvcc -std=c++17 -O3 -arch=sm_90 -I/work/main/templates -cudart static \
+//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I/work/main/templates -cudart static \
 //        -o bench/explore_w3/bin/harness bench/explore_w3/harness.cu -lpthread
 // Run (device): bench/explore_w3/bin/harness [--reps N] [--only SUBSTR] [--no-small]
 #include <cuda_runtime.h>
@@ -27,6 +27,7 @@
 #include "default_config.cuh"
 #include "gn_apply.cuh"
 #include "igemm_mma.cuh"
+#include "igemm_wgmma.cuh"
 
 #define CK(x)                                                                          \
   do {                                                                                 \
@@ -90,6 +91,15 @@ struct S2Cfg : fj::DefaultConfig {
   __device__ static float post(float v) { return v; }
 };
 
+// The same with 128 output channels (the wgmma kernel's tile width).
+struct S3Cfg : S1Cfg {
+  static constexpr int kC = 128;
+};
+struct S4Cfg : S2Cfg {
+  static constexpr int kC = 128;
+  static constexpr int kHin = 8, kWin = 9, kH = 9, kW = 9;  // H*W >= 64 (one warpgroup tile)
+};
+
 // ---------------------------------------------------------------- tunings
 template <int P, int WMs, int WNs, int WM, int WN, int ST, int FL, int HALO = 1, int MR = 224>
 struct Tn {
@@ -100,6 +110,12 @@ struct Tn {
   static constexpr int kStages = ST;
   static constexpr int kFlushSteps = FL;
   static constexpr int kAbsmaxBlocks = 264;
+};
+
+// wgmma tunings (harness kernel selector kHalo = 2).
+template <int P, int WG, int ST, int FL>
+struct TW : fj::IgemmWgmmaTune<P, WG, ST, FL> {
+  static constexpr int kHalo = 2;
 };
 
 // ---------------------------------------------------------------- host data + reference
@@ -217,7 +233,11 @@ struct Pipeline {
     CK(cudaMalloc(&scale, kMaxChunks * sizeof(float)));
     CK(cudaMalloc(&partials, Sh::kPartialFloats * sizeof(float)));
     CK(cudaMalloc(&stats, 2 * Cfg::kN * Cfg::kGroups * sizeof(float)));
-    if constexpr (Tune::kHalo)
+    if constexpr (Tune::kHalo == 2)
+      CK(cudaFuncSetAttribute(fj::igemm_wgmma_kernel<Cfg, Tune>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              fj::IgemmWgmmaShape<Cfg, Tune>::kSmemBytes));
+    else if constexpr (Tune::kHalo)
       CK(cudaFuncSetAttribute(fj::igemm_halo_kernel<Cfg, Tune>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               fj::HaloShape<Cfg, Tune>::kSmemBytes));
@@ -264,7 +284,11 @@ struct Pipeline {
     const unsigned char* xc = xa + (long long)n0 * Sh::kSin * Sh::kRowBytes;
     float* yc = y + (long long)n0 * Cfg::kC * Sh::kS;
     float* pc = partials + (long long)n0 * Cfg::kGroups * Sh::kTiles * 3;
-    if constexpr (Tune::kHalo)
+    if constexpr (Tune::kHalo == 2)
+      fj::igemm_wgmma_kernel<Cfg, Tune>
+          <<<grid, Sh::kThreads, fj::IgemmWgmmaShape<Cfg, Tune>::kSmemBytes, st>>>(
+              xc, wb, b, scale + c, yc, pc);
+    else if constexpr (Tune::kHalo)
       fj::igemm_halo_kernel<Cfg, Tune>
           <<<grid, Sh::kThreads, fj::HaloShape<Cfg, Tune>::kSmemBytes, st>>>(xc, wb, b, scale + c,
                                                                               yc, pc);
@@ -438,12 +462,13 @@ struct Bench {
         CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, p.sm));
         p.run(ev);
         CK(cudaEventSynchronize(ev[4]));
-        float a, b1, c, d, e;
+        float a = 0, b1 = 0, c = 0, d = 0, e = 0;
         CK(cudaEventElapsedTime(&a, ev[0], ev[4]));
-        CK(cudaEventElapsedTime(&b1, ev[0], ev[1]));
-        CK(cudaEventElapsedTime(&c, ev[1], ev[2]));
-        CK(cudaEventElapsedTime(&d, ev[2], ev[3]));
-        CK(cudaEventElapsedTime(&e, ev[3], ev[4]));
+        if (chunks <= 1) {
+          CK(cudaEventElapsedTime(&b1, ev[0], ev[1]));
+          CK(cudaEventElapsedTime(&c, ev[1], ev[2]));
+          CK(cudaEventElapsedTime(&d, ev[2], ev[4]));
+        }
         t.push_back(a); tp.push_back(b1); tg.push_back(c); tf.push_back(d); ta.push_back(e);
       }
       r.ms = median(t);
@@ -481,7 +506,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   auto want = [&](const char* n) { return only.empty() || strstr(n, only.c_str()); };
 
-  if (small) {
+  auto run_small = [&]() {
+    if (!small) return;
     printf("small configs (all samples vs float64):\n");
     {
       Bench<S1Cfg> bs(7, {0, 1});
@@ -503,7 +529,21 @@ int main(int argc, char** argv) {
       rows.push_back(bs.run<T2>("S2 convT k323 p101 tf32 halo", "tf32", 0, 0, flush, flush_bytes));
       rows.push_back(bs.run<T3>("S2 convT k323 p101 f16x3 im2col", "fp32", 0, 0, flush, flush_bytes));
     }
-  }
+    {
+      Bench<S3Cfg> bs(9, {0, 1});
+      rows.push_back(bs.run<TW<fj::kPrecF16x3, 1, 3, 2>>("S3 conv3d C128 f16x3 wgmma", "fp32", 0, 0,
+                                                         flush, flush_bytes));
+      rows.push_back(bs.run<TW<fj::kPrecTF32x1, 1, 3, 0>>("S3 conv3d C128 tf32 wgmma", "tf32", 0, 0,
+                                                          flush, flush_bytes));
+    }
+    {
+      Bench<S4Cfg> bs(10, {0, 1, 2});
+      rows.push_back(bs.run<TW<fj::kPrecF16x3, 1, 3, 1>>("S4 convT C128 f16x3 wgmma", "fp32", 0, 0,
+                                                         flush, flush_bytes));
+      rows.push_back(bs.run<TW<fj::kPrecTF32x1, 1, 4, 0>>("S4 convT C128 tf32 wgmma", "tf32", 0, 0,
+                                                          flush, flush_bytes));
+    }
+  };
 
   printf("W3 (samples 0 and 15 vs float64; reference takes a few seconds)...\n");
   fflush(stdout);
@@ -514,14 +554,21 @@ int main(int argc, char** argv) {
   if (want(NAME))                                                                         \
     rows.push_back(bw.run<Tn<P, WMs, WNs, WM, WN, ST, FL, HALO>>(NAME, MODE, TGT, reps, flush, \
                                                                 flush_bytes, CH));
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 1, "tf32 256x128 w64x64 s4 halo", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 4, "tf32 256x128 w64x64 s4 halo ovl4", "tf32", 1.0)
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 8, "tf32 256x128 w64x64 s4 halo ovl8", "tf32", 1.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 1, "f16x3 128x128 w64x32 fl2 halo", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 4, "f16x3 128x128 w64x32 fl2 halo ovl4", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 8, "f16x3 128x128 w64x32 fl2 halo ovl8", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 1, 1, 8, "f16x3 128x128 w64x32 fl1 halo ovl8", "fp32", 2.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 0, 8, "f16x3 128x128 w64x32 fl2 im2col ovl8", "fp32", 2.0)
+#define VW(P, WG, ST, FL, CH, NAME, MODE, TGT)                                                 \
+  if (want(NAME))                                                                          \
+    rows.push_back(bw.run<TW<P, WG, ST, FL>>(NAME, MODE, TGT, reps, flush, flush_bytes, CH));
+    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 8, "mma tf32 256x128 w64x64 s4 halo ovl8", "tf32", 1.0)
+    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 8, "mma f16x3 128x128 w64x32 fl2 halo ovl8", "fp32", 2.0)
+    run_small();
+    VW(fj::kPrecTF32x1, 2, 4, 0, 1, "wgmma tf32 128x128 s4", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 4, 4, 0, 1, "wgmma tf32 256x128 s4", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 4, 4, 0, 8, "wgmma tf32 256x128 s4 ovl8", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 2, 4, 0, 8, "wgmma tf32 128x128 s4 ovl8", "tf32", 1.0)
+    VW(fj::kPrecF16x3, 2, 4, 2, 1, "wgmma f16x3 128x128 s4 fl2", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 2, 4, 1, 1, "wgmma f16x3 128x128 s4 fl1", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 2, 4, 2, 8, "wgmma f16x3 128x128 s4 fl2 ovl8", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 2, 4, 2, 4, "wgmma f16x3 128x128 s4 fl2 ovl4", "fp32", 2.0)
+#undef VW
 #undef V
   }
 

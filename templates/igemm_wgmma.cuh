@@ -1,0 +1,343 @@
+// templates/igemm_wgmma.cuh: the halo implicit GEMM of igemm_mma.cuh on Hopper's warpgroup
+// tensor-core instructions (wgmma.mma_async, sm_90a). Same plan, workspace, prep kernels and
+// epilogue as igemm_halo_kernel (igemm_mma.cuh); only the main loop differs:
+//   - each warpgroup (4 warps) owns 64 output points x 128 channels (BN = 128);
+//   - A (the gathered input rows) is loaded from the shared-memory halo by ldmatrix into
+//     registers in the wgmma register-fragment layout (identical to mma.m16n8k16 / m16n8k8 per
+//     warp) -- "RS" wgmma, so the per-row gather stays free;
+//   - B (weights) is read by the tensor cores straight from the shared-memory stage, whose
+//     layout (128-byte rows, 16-byte chunks XOR row%8, 1024-byte aligned) is the canonical
+//     K-major 128B-swizzle layout.
+// Precisions as igemm_mma.cuh: kPrecTF32x1 (wgmma .tf32, m64n128k8) or kPrecF16x3 (wgmma .f16,
+// m64n128k16, three products, short-run accumulator flushed every kFlushSteps k-steps).
+//
+// ---- host-side contract -------------------------------------------------------------------
+// Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, and
+// the mma-style fields derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128
+// (IgemmWgmmaTune<> below fills them in). BM = 64*kWG, BN = 128.
+// Workspace, prep kernels (igemm_absmax_kernel, igemm_prep_kernel), partials layout, launch
+// order and gn_finalize/gn_apply: exactly as igemm_mma.cuh.
+//   igemm_wgmma_kernel<Cfg,Tune>  grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG,
+//        dynamic smem IgemmWgmmaShape<Cfg,Tune>::kSmemBytes (raise the attribute first).
+//        Needs an sm_90a build (nvcc -gencode arch=compute_90a,code=sm_90a; NVRTC
+//        --gpu-architecture=sm_90a); built for anything else the kernel traps.
+// -----------------------------------------------------------------------------------------
+#ifndef FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
+#define FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
+
+#include "igemm_mma.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FJ_HAS_WGMMA 1
+#endif
+
+namespace fj {
+
+// A Tune for the wgmma kernel from its own parameters.
+template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kMaxRegsV = 255>
+struct IgemmWgmmaTune {
+  static constexpr int kPrec = kPrecV;
+  static constexpr int kWG = kWGV;
+  static constexpr int kWarpsM = 4 * kWGV, kWarpsN = 1, kWM = 16, kWN = 128;
+  static constexpr int kStages = kStagesV;
+  static constexpr int kFlushSteps = kFlushV;
+  static constexpr int kAbsmaxBlocks = 264;
+  static constexpr int kMaxRegs = kMaxRegsV;
+};
+
+namespace igw {
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned saddr) {
+  unsigned long long d = (unsigned long long)((saddr >> 4) & 0x3FFFu);
+  d |= (unsigned long long)(16 >> 4) << 16;    // leading byte offset (unused when swizzled)
+  d |= (unsigned long long)(1024 >> 4) << 32;  // stride byte offset
+  d |= 1ull << 62;                             // 128-byte swizzle
+  return d;
+}
+__device__ __forceinline__ void fence() {
+#ifdef FJ_HAS_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void commit() {
+#ifdef FJ_HAS_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+#ifdef FJ_HAS_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Generic-proxy writes (cp.async, st.shared) -> async-proxy reads (wgmma operands).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Tell the compiler the accumulators change here (orders plain reads/writes of them against
+// the asynchronous wgmma).
+__device__ __forceinline__ void fence_operands(float (&d)[1][16][4]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e])::"memory");
+}
+
+#define FJ_WG_D64                                                                            \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23," \
+  "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,"  \
+  "%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define FJ_WG_OUT64(d)                                                                          \
+  "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),     \
+      "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[0][2][0]), "+f"(d[0][2][1]), \
+      "+f"(d[0][2][2]), "+f"(d[0][2][3]), "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), \
+      "+f"(d[0][3][3]), "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]), \
+      "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]), "+f"(d[0][6][0]), \
+      "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]), "+f"(d[0][7][0]), "+f"(d[0][7][1]), \
+      "+f"(d[0][7][2]), "+f"(d[0][7][3]), "+f"(d[0][8][0]), "+f"(d[0][8][1]), "+f"(d[0][8][2]), \
+      "+f"(d[0][8][3]), "+f"(d[0][9][0]), "+f"(d[0][9][1]), "+f"(d[0][9][2]), "+f"(d[0][9][3]), \
+      "+f"(d[0][10][0]), "+f"(d[0][10][1]), "+f"(d[0][10][2]), "+f"(d[0][10][3]),               \
+      "+f"(d[0][11][0]), "+f"(d[0][11][1]), "+f"(d[0][11][2]), "+f"(d[0][11][3]),               \
+      "+f"(d[0][12][0]), "+f"(d[0][12][1]), "+f"(d[0][12][2]), "+f"(d[0][12][3]),               \
+      "+f"(d[0][13][0]), "+f"(d[0][13][1]), "+f"(d[0][13][2]), "+f"(d[0][13][3]),               \
+      "+f"(d[0][14][0]), "+f"(d[0][14][1]), "+f"(d[0][14][2]), "+f"(d[0][14][3]),               \
+      "+f"(d[0][15][0]), "+f"(d[0][15][1]), "+f"(d[0][15][2]), "+f"(d[0][15][3])
+
+// D(64x128) (+)= A(64x16, registers) * B(16x128, smem desc), fp16 in, fp32 accumulate.
+// accumulate == 0: D = A*B.
+__device__ __forceinline__ void mma_f16(float (&d)[1][16][4], const unsigned (&a)[4],
+                                        unsigned long long desc, int accumulate) {
+#ifdef FJ_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FJ_WG_D64
+      ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+      : FJ_WG_OUT64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// D(64x128) (+)= A(64x8, registers) * B(8x128, smem desc), tf32 in, fp32 accumulate.
+__device__ __forceinline__ void mma_tf32(float (&d)[1][16][4], const unsigned (&a)[4],
+                                         unsigned long long desc, int accumulate) {
+#ifdef FJ_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " FJ_WG_D64
+      ", {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+      : FJ_WG_OUT64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+#undef FJ_WG_D64
+#undef FJ_WG_OUT64
+
+}  // namespace igw
+
+template <class Cfg, class Tune>
+struct IgemmWgmmaShape {
+  using Hs = HaloShape<Cfg, Tune>;
+  static constexpr int kHaloBytes = (Hs::kMaxSlots * Hs::kHW * Hs::kPitch + 1023) / 1024 * 1024;
+  static constexpr int kBStageBytes = 128 * 128;
+  static constexpr int kPipeBytes = 2 * kHaloBytes + Tune::kStages * kBStageBytes;
+  static constexpr int kSmemBytes =
+      kPipeBytes > IgemmShape<Cfg, Tune>::kEpiBytes ? kPipeBytes : IgemmShape<Cfg, Tune>::kEpiBytes;
+  static_assert(IgemmShape<Cfg, Tune>::kBN == 128 && Tune::kWN == 128 && Tune::kWM == 16 &&
+                    Tune::kWarpsN == 1 && Tune::kWarpsM == 4 * Tune::kWG,
+                "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128)");
+  static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3,
+                "igemm_wgmma: precision TF32x1 or F16x3");
+};
+
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
+                                                 const unsigned char* __restrict__ wb,
+                                                 const float* __restrict__ bias,
+                                                 const float* __restrict__ scale,
+                                                 float* __restrict__ y,
+                                                 float* __restrict__ partials) {
+  using K = IgemmCore<Cfg, Tune>;
+  using Sh = typename K::Sh;
+  using Hs = HaloShape<Cfg, Tune>;
+  using Ws = IgemmWgmmaShape<Cfg, Tune>;
+  constexpr int BM = K::BM, BN = K::BN, NT = K::NT;
+  constexpr int kFlush = Tune::kFlushSteps;
+  constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
+  constexpr int kHWp = Cfg::kH * Cfg::kW;
+  extern __shared__ __align__(1024) unsigned char smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tile = blockIdx.x, n = blockIdx.z, co0 = blockIdx.y * BN;
+  const unsigned char* xs = xa + (long long)n * Sh::kSin * Sh::kRowBytes;
+  const int ld_c = tid & 7, ld_r = tid >> 3, q = lane >> 3, r8 = lane & 7;
+  const unsigned smem0 = ig::smem_u32(smem);
+  const unsigned halo0 = smem0, bstage0 = smem0 + 2 * Ws::kHaloBytes;
+
+  // Tile geometry and halo slots: as igemm_halo_body.
+  const int sp0 = tile * BM;
+  const int spl = (sp0 + BM < Sh::kS ? sp0 + BM : Sh::kS) - 1;
+  const int od0 = sp0 / kHWp, oh0 = (sp0 / Cfg::kW) % Cfg::kH;
+  const int od1 = spl / kHWp, oh1 = (spl / Cfg::kW) % Cfg::kH;
+  const bool two = od1 != od0;
+  const int slotsA = (two ? Cfg::kH - 1 : oh1) - oh0 + 1 + Hs::kSpanH;
+  const int slots = slotsA + (two ? oh1 + 1 + Hs::kSpanH : 0);
+  unsigned kd_list = 0u;
+  int nkd = 0;
+#pragma unroll
+  for (int kd = 0; kd < Cfg::kKD; ++kd) {
+    const int ida = od0 + Sh::kBaseD + kd * Sh::kStepD, idb = od1 + Sh::kBaseD + kd * Sh::kStepD;
+    const bool act = (ida >= 0 && ida < Cfg::kDin) || (two && idb >= 0 && idb < Cfg::kDin);
+    if (act) {
+      kd_list |= (unsigned)kd << (4 * nkd);
+      ++nkd;
+    }
+  }
+  const int nblocks = nkd * Sh::kCB;
+  const int nks = nblocks * Hs::kTapsHW;
+
+  // This lane's ldmatrix row (warp w owns tile rows 16w..16w+15) -> halo point at tap 0.
+  ig::AAddrHalo<1> aaddr;
+  int hbase;
+  {
+    const int r = warp * 16 + r8 + ((q & 1) << 3);
+    const int sp = sp0 + r < spl ? sp0 + r : spl;
+    const int od = sp / kHWp, oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
+    const int slot0 = od == od0 ? oh - oh0 : slotsA + oh;
+    hbase = (slot0 - Hs::kRmin) * Hs::kHW + ow - Hs::kCmin;
+  }
+
+  auto load_halo = [&](int blk, int hs) {
+    const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
+    const unsigned dst0 = halo0 + hs * Ws::kHaloBytes;
+    const int total = slots * Hs::kHW * 8;
+    for (int i = tid; i < total; i += NT) {
+      const int ch = i & 7, p = i >> 3;
+      const int slot = p / Hs::kHW, c = p - slot * Hs::kHW;
+      const bool inA = slot < slotsA;
+      const int od = inA ? od0 : od1;
+      const int ih = (inA ? oh0 + slot : slot - slotsA) + Sh::kBaseH + Hs::kRmin;
+      const int id = od + Sh::kBaseD + kd * Sh::kStepD;
+      const int iw = c + Sh::kBaseW + Hs::kCmin;
+      const bool ok = id >= 0 && id < Cfg::kDin && ih >= 0 && ih < Cfg::kHin && iw >= 0 &&
+                      iw < Cfg::kWin;
+      const unsigned char* src =
+          ok ? xs + ((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kRowBytes + cb * 128 + ch * 16
+             : xa;
+      ig::cp_async16(dst0 + p * Hs::kPitch + ch * 16, src, ok);
+    }
+  };
+  auto load_b = [&](int ks, int slot) {
+    const int blk = ks / Hs::kTapsHW, khw = ks % Hs::kTapsHW;
+    const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
+    K::load_b(bstage0 + slot * Ws::kBStageBytes, wb, kd * Hs::kTapsHW + khw, cb, co0, ld_r, ld_c);
+  };
+
+  float acc[1][16][4];
+  float part[1][16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      acc[0][j][e] = 0.f;
+      part[0][j][e] = 0.f;
+    }
+
+  if (nks > 0) load_halo(0, 0);
+#pragma unroll
+  for (int s = 0; s < Tune::kStages - 1; ++s) {
+    if (s < nks) load_b(s, s);
+    ig::cp_async_commit();
+  }
+  for (int ks = 0; ks < nks; ++ks) {
+    ig::cp_async_wait<Tune::kStages - 2>();
+    igw::fence_proxy_async();
+    __syncthreads();  // stage ks visible to all; every warpgroup finished k-step ks-1
+    const int blk = ks / Hs::kTapsHW, khw = ks - blk * Hs::kTapsHW;
+    const int nxt = ks + Tune::kStages - 1;
+    if (nxt < nks) load_b(nxt, nxt % Tune::kStages);
+    if (khw == 0 && blk + 1 < nblocks) load_halo(blk + 1, (blk + 1) & 1);
+    ig::cp_async_commit();
+    const int kh = khw / Cfg::kKW, kw = khw - kh * Cfg::kKW;
+    aaddr.base = halo0 + (blk & 1) * Ws::kHaloBytes;
+    aaddr.hidx[0] = hbase + kh * Sh::kStepH * Hs::kHW + kw * Sh::kStepW;
+    const unsigned sb = bstage0 + (ks % Tune::kStages) * Ws::kBStageBytes;
+    if constexpr (kF16) {
+      unsigned ah[2][4], al[2][4];
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2) {
+        ig::ldsm_x4(aaddr(0, 2 * k2 + (q >> 1)), ah[k2][0], ah[k2][1], ah[k2][2], ah[k2][3]);
+        ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), al[k2][0], al[k2][1], al[k2][2], al[k2][3]);
+      }
+      const bool first = kFlush > 0 ? (ks % kFlush == 0) : false;
+      if (kFlush > 0 && first && ks > 0) K::add_into(acc, part);  // previous run, all landed
+      float(&dst)[1][16][4] = kFlush > 0 ? part : acc;
+      igw::fence_operands(dst);
+      igw::fence();
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2) {
+        const unsigned long long dh = igw::desc_sw128(sb + k2 * 32);
+        const unsigned long long dl = igw::desc_sw128(sb + 64 + k2 * 32);
+        igw::mma_f16(dst, al[k2], dh, (first && k2 == 0) ? 0 : 1);
+        igw::mma_f16(dst, ah[k2], dl, 1);
+        igw::mma_f16(dst, ah[k2], dh, 1);
+      }
+      igw::commit();
+      igw::wait<0>();
+      igw::fence_operands(dst);
+    } else {
+      unsigned a[4][4];
+#pragma unroll
+      for (int k4 = 0; k4 < 4; ++k4)
+        ig::ldsm_x4(aaddr(0, 2 * k4 + (q >> 1)), a[k4][0], a[k4][1], a[k4][2], a[k4][3]);
+      igw::fence_operands(acc);
+      igw::fence();
+#pragma unroll
+      for (int k4 = 0; k4 < 4; ++k4) igw::mma_tf32(acc, a[k4], igw::desc_sw128(sb + k4 * 32), 1);
+      igw::commit();
+      igw::wait<0>();
+      igw::fence_operands(acc);
+    }
+  }
+  if constexpr (kF16 && kFlush > 0) {
+    if (nks > 0) K::add_into(acc, part);
+  }
+  ig::cp_async_wait<0>();
+  __syncthreads();
+  K::epilogue(acc, smem, kF16 ? scale[0] : 1.f, bias, y, partials, tile, co0, n);
+}
+
+template <class Cfg, class Tune>
+__global__ void __launch_bounds__(IgemmShape<Cfg, Tune>::kThreads, 1)
+    igemm_wgmma_kernel(const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
+                       const float* __restrict__ bias, const float* __restrict__ scale,
+                       float* __restrict__ y, float* __restrict__ partials) {
+  igemm_wgmma_body<Cfg, Tune>(xa, wb, bias, scale, y, partials);
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): instantiate with a config that suits the kernel (traps unless
+// built for sm_90a).
+namespace fj_selftest_igemm_wgmma {
+struct Cfg : fj::DefaultConfig {
+  static constexpr int kN = 2, kCin = 32, kDin = 6, kHin = 7, kWin = 8;
+  static constexpr int kC = 128, kD = 8, kH = 9, kW = 10;
+  static constexpr int kProducer = fj::kConvTranspose3d;
+  static constexpr int kPD = 0, kPH = 0, kPW = 0;
+  static constexpr int kGroups = 4;
+};
+using Tune = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2>;
+}  // namespace fj_selftest_igemm_wgmma
+template __global__ void
+fj::igemm_wgmma_kernel<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::Tune>(
+    const unsigned char*, const unsigned char*, const float*, const float*, float*, float*);
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
