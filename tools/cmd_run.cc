@@ -1,0 +1,253 @@
+// fusejit run SPEC: run a chain on the GPU on given or random tensors; optionally check it against
+// the CPU reference and write the output.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fmt/format.h"
+#include "fusejit/chain.h"
+#include "fusejit/fusejit.h"
+#include "fusejit/reference.h"
+#include "jit/device.h"
+#include "reference/npy.h"
+#include "tools/commands.h"
+#include "tools/common.h"
+#include "tools/runner.h"
+
+namespace fusejit::tools {
+namespace {
+
+// The tensors named on the command line: "x" for --input, parameter names for --param.
+struct TensorFiles {
+  std::map<std::string, std::string> files;  // name -> path
+};
+
+// Parses --input and every --param NAME=FILE against the chain's parameter names.
+absl::StatusOr<TensorFiles> ParseTensorFlags(const ParsedArgs& parsed, const Chain& chain) {
+  TensorFiles result;
+  if (auto input = parsed.Get("input")) result.files["x"] = *input;
+  const std::vector<ParamSpec> params = ChainParams(chain);
+  std::vector<std::string> names;
+  for (const ParamSpec& p : params) names.push_back(p.name);
+  for (const std::string& value : parsed.GetAll("param")) {
+    const size_t eq = value.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--param '", value, "': expected NAME=FILE.npy, e.g. 0.weight=w.npy"));
+    }
+    const std::string name = value.substr(0, eq);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--param ", name, ": the chain has no parameter of that name; its parameters: ",
+          names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+    }
+    if (!result.files.emplace(name, value.substr(eq + 1)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--param ", name, " is given twice"));
+    }
+  }
+  return result;
+}
+
+// Reads the named files into `inputs`, checking each shape against the chain's.
+absl::Status ReadTensorFiles(const TensorFiles& files, const Chain& chain, HostInputs& inputs) {
+  std::map<std::string, Shape> expected = {{"x", chain.input}};
+  for (const ParamSpec& p : ChainParams(chain)) expected[p.name] = p.shape;
+  for (const auto& [name, path] : files.files) {
+    const std::string flag = name == "x" ? "--input" : absl::StrCat("--param ", name);
+    absl::StatusOr<HostTensor> t = ReadNpy(path);
+    if (!t.ok())
+      return absl::Status(t.status().code(), absl::StrCat(flag, ": ", t.status().message()));
+    if (t->shape != expected[name]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": ", path, " has shape ", FormatShape(t->shape), " but ", name,
+                       " must have shape ", FormatShape(expected[name])));
+    }
+    if (name == "x") {
+      inputs.x = *std::move(t);
+    } else {
+      inputs.params[name] = *std::move(t);
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct RunFlags {
+  int64_t seed = 0;
+  int64_t reps = 10;
+  bool check = false;
+  CheckOptions check_options;
+  CompileOptions compile_options;
+};
+
+absl::Status ParseRunFlags(const ParsedArgs& parsed, RunFlags& flags) {
+  if (auto v = parsed.Get("seed")) {
+    absl::StatusOr<int64_t> n = ParseIntFlag("seed", *v, 0, INT64_MAX);
+    if (!n.ok()) return n.status();
+    flags.seed = *n;
+  }
+  if (auto v = parsed.Get("reps")) {
+    absl::StatusOr<int64_t> n = ParseIntFlag("reps", *v, 0, 100000);
+    if (!n.ok()) return n.status();
+    flags.reps = *n;
+  }
+  if (auto v = parsed.Get("check-samples")) {
+    absl::StatusOr<int64_t> n = ParseIntFlag("check-samples", *v, 1, INT64_MAX);
+    if (!n.ok()) return n.status();
+    flags.check_options.samples = *n;
+  }
+  if (auto v = parsed.Get("rtol")) {
+    absl::StatusOr<double> x = ParseDoubleFlag("rtol", *v);
+    if (!x.ok()) return x.status();
+    flags.check_options.rtol = *x;
+  }
+  if (auto v = parsed.Get("atol")) {
+    absl::StatusOr<double> x = ParseDoubleFlag("atol", *v);
+    if (!x.ok()) return x.status();
+    flags.check_options.atol = *x;
+  }
+  flags.check = parsed.Has("check") || parsed.Has("check-samples") || parsed.Has("rtol") ||
+                parsed.Has("atol");
+  flags.compile_options.strategy = parsed.Get("strategy").value_or("");
+  if (!flags.compile_options.strategy.empty()) {
+    if (absl::Status s = ValidateStrategy(flags.compile_options.strategy); !s.ok()) return s;
+  }
+  flags.compile_options.dump_dir = parsed.Get("dump").value_or("");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const CommandSpec& RunSpec() {
+  static const auto* spec = new CommandSpec{
+      .name = "fusejit run",
+      .positional = "SPEC",
+      .min_positional = 1,
+      .max_positional = 1,
+      .summary = "run a chain on the GPU (device 0), optionally check it against the CPU reference",
+      .description =
+          "Tensors not given as files are drawn from --seed: x uniform in [0,1) like torch.rand,\n"
+          "weights with PyTorch's default init, GroupNorm weight/bias random (not 1/0).\n"
+          "Files are .npy, float32 little-endian C order, of exactly the shapes the chain needs;\n"
+          "parameters are named as PyTorch's nn.Sequential names them (0.weight, 0.bias, ...).\n"
+          "The output is filled with NaN before the run, so unwritten values show up.\n"
+          "Then --reps more runs are timed with CUDA events and their median printed.\n"
+          "--check compares with the CPU reference (float64) and fails (exit 1) when the\n"
+          "relative L2 error exceeds --rtol, the max abs error exceeds --atol, or any output is\n"
+          "not finite. --check-samples, --rtol and --atol imply --check.\n",
+      .flags =
+          {
+              {"input", "FILE.npy", "the input x (default: random)"},
+              {"param", "NAME=FILE.npy", "a parameter, e.g. 0.weight=w.npy (default: random)",
+               /*repeated=*/true},
+              {"output", "FILE.npy", "write the output y here"},
+              {"seed", "N", "seed of the random tensors (default 0)"},
+              {"check", "", "compare with the CPU reference"},
+              {"check-samples", "K",
+               "compare K samples spread over the batch, first and last included"},
+              {"rtol", "X", "limit on the relative L2 error (default 1e-5)"},
+              {"atol", "X", "limit on the max abs error (default 1e-4)"},
+              {"reps", "N", "timed runs after the checked one (default 10; 0: no timing)"},
+              StrategyFlag(),
+              DumpFlag(),
+          },
+  };
+  return *spec;
+}
+
+int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const CommandSpec& spec = RunSpec();
+  absl::StatusOr<ParsedArgs> parsed = ParseArgs(args, spec);
+  if (!parsed.ok()) return UsageError(err, spec, parsed.status().message());
+  if (parsed->help) {
+    out << FormatHelp(spec);
+    return kExitOk;
+  }
+  absl::StatusOr<Chain> chain = ParseChain(parsed->positional[0]);
+  if (!chain.ok()) return UsageError(err, spec, chain.status().message());
+
+  // Everything the command line can get wrong is checked before any file or device is touched.
+  RunFlags flags;
+  if (absl::Status s = ParseRunFlags(*parsed, flags); !s.ok()) {
+    return UsageError(err, spec, s.message());
+  }
+  absl::StatusOr<TensorFiles> files = ParseTensorFlags(*parsed, *chain);
+  if (!files.ok()) return UsageError(err, spec, files.status().message());
+
+  HostInputs given;
+  if (absl::Status s = ReadTensorFiles(*files, *chain, given); !s.ok()) {
+    return Failure(err, spec, s.message());
+  }
+  if (auto path = parsed->Get("output")) {
+    // Refuse an output nobody can write before spending the run on it.
+    const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+      return Failure(err, spec, absl::StrCat("--output: ", parent.string(), " is not a directory"));
+    }
+  }
+
+  absl::StatusOr<jit::ScopedPrimaryContext> context = jit::ScopedPrimaryContext::Create(0);
+  if (!context.ok()) return Failure(err, spec, context.status().message());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, flags.compile_options);
+  const double compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!compiled.ok()) return Failure(err, spec, compiled.status().message());
+
+  HostInputs inputs = RandomInputs(*chain, static_cast<uint64_t>(flags.seed));
+  if (files->files.count("x")) inputs.x = std::move(given.x);
+  for (auto& [name, t] : given.params) inputs.params[name] = std::move(t);
+
+  absl::StatusOr<DeviceRunResult> run =
+      RunOnDevice(**compiled, inputs, {.reps = static_cast<int>(flags.reps)});
+  if (!run.ok()) return Failure(err, spec, run.status().message());
+
+  const CompiledChain& c = **compiled;
+  const std::string strategy = Inspect(c).strategy;
+  out << fmt::format("chain:    {}\n", FormatChain(c.chain()));
+  out << fmt::format("arch:     {}, plan {}\n", c.arch(), strategy.empty() ? "?" : strategy);
+  out << fmt::format("compile:  {:.1f} ms{}\n", compile_ms,
+                     c.stats().cache_hit ? " (kernel cache hit)" : "");
+  out << fmt::format("output:   {}\n", FormatShape(c.output_shape()));
+  if (flags.reps > 0) {
+    out << fmt::format("run:      {:.4f} ms (median of {})\n", run->median_ms, flags.reps);
+  }
+  if (c.stats().source_path.size()) out << fmt::format("source:   {}\n", c.stats().source_path);
+
+  if (auto path = parsed->Get("output")) {
+    if (absl::Status s = WriteNpy(*path, run->output); !s.ok()) {
+      return Failure(err, spec, absl::StrCat("--output: ", s.message()));
+    }
+    out << fmt::format("wrote:    {}\n", *path);
+  }
+
+  if (!flags.check) {
+    int64_t non_finite = 0;
+    for (float v : run->output.data) non_finite += std::isfinite(v) ? 0 : 1;
+    if (non_finite > 0)
+      out << fmt::format("warning:  {} output values are not finite\n", non_finite);
+    return kExitOk;
+  }
+  absl::StatusOr<CheckResult> result =
+      CheckOutput(*chain, inputs, run->output, flags.check_options);
+  if (!result.ok()) return Failure(err, spec, result.status().message());
+  const int64_t batch = chain->input[0];
+  out << fmt::format("check:    {} of {} samples against the float64 CPU reference ({:.0f} ms)\n",
+                     result->samples.size(), batch, result->reference_ms);
+  out << fmt::format("max abs:  {:.3e} (limit {:.1e})\n", result->errors.max_abs,
+                     flags.check_options.atol);
+  out << fmt::format("rel l2:   {:.3e} (limit {:.1e})\n", result->errors.rel_l2,
+                     flags.check_options.rtol);
+  out << fmt::format("unwritten (non-finite): {}\n", result->unwritten);
+  out << (result->pass ? "PASS\n" : "FAIL\n");
+  return result->pass ? kExitOk : kExitFailure;
+}
+
+}  // namespace fusejit::tools

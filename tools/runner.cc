@@ -1,0 +1,178 @@
+#include "tools/runner.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "jit/device.h"
+#include "jit/driver.h"
+
+namespace fusejit::tools {
+namespace {
+
+// A stream created in the current context, destroyed with this object.
+class ScopedStream {
+ public:
+  static absl::StatusOr<ScopedStream> Create() {
+    absl::StatusOr<const jit::DriverApi*> api = jit::Driver();
+    if (!api.ok()) return api.status();
+    CUstream stream = nullptr;
+    FUSEJIT_CU_RETURN_IF_ERROR((*api)->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING),
+                               "cuStreamCreate");
+    return ScopedStream(*api, stream);
+  }
+  ScopedStream(ScopedStream&& other) noexcept
+      : api_(other.api_), stream_(std::exchange(other.stream_, nullptr)) {}
+  ScopedStream& operator=(ScopedStream&&) = delete;
+  ~ScopedStream() {
+    // A destructor cannot report a failure; the result is deliberately ignored.
+    if (stream_ != nullptr) (void)api_->cuStreamDestroy(stream_);
+  }
+  CUstream get() const { return stream_; }
+  absl::Status Synchronize() const {
+    FUSEJIT_CU_RETURN_IF_ERROR(api_->cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    return absl::OkStatus();
+  }
+
+ private:
+  ScopedStream(const jit::DriverApi* api, CUstream stream) : api_(api), stream_(stream) {}
+  const jit::DriverApi* api_;
+  CUstream stream_;
+};
+
+absl::StatusOr<jit::DeviceBuffer> Upload(const HostTensor& t, const std::string& what) {
+  absl::StatusOr<jit::DeviceBuffer> buf =
+      jit::DeviceBuffer::Allocate(t.data.size() * sizeof(float));
+  if (!buf.ok()) return buf.status();
+  if (absl::Status s = buf->CopyFromHost(t.data.data(), t.data.size() * sizeof(float)); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("uploading ", what, ": ", s.message()));
+  }
+  return buf;
+}
+
+absl::Status CheckShape(const HostTensor& t, const Shape& expected, const std::string& what) {
+  if (t.shape != expected || static_cast<int64_t>(t.data.size()) != NumElements(expected)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has shape ", FormatShape(t.shape),
+                                                   "; the chain needs ", FormatShape(expected)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostInputs& inputs,
+                                            const DeviceRunOptions& options) {
+  const Chain& chain = compiled.chain();
+  if (absl::Status s = CheckShape(inputs.x, chain.input, "x"); !s.ok()) return s;
+
+  Bindings bindings;
+  absl::StatusOr<jit::DeviceBuffer> x = Upload(inputs.x, "x");
+  if (!x.ok()) return x.status();
+  bindings.input = x->ptr();
+
+  std::map<std::string, jit::DeviceBuffer> params;
+  for (const ParamSpec& p : compiled.params()) {
+    auto it = inputs.params.find(p.name);
+    if (it == inputs.params.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", p.name, " is missing"));
+    }
+    if (absl::Status s = CheckShape(it->second, p.shape, p.name); !s.ok()) return s;
+    absl::StatusOr<jit::DeviceBuffer> buf = Upload(it->second, p.name);
+    if (!buf.ok()) return buf.status();
+    bindings.params[p.name] = buf->ptr();
+    params.emplace(p.name, *std::move(buf));
+  }
+
+  const Shape out_shape = compiled.output_shape();
+  const int64_t out_count = NumElements(out_shape);
+  absl::StatusOr<jit::DeviceBuffer> y = jit::DeviceBuffer::Allocate(out_count * sizeof(float));
+  if (!y.ok()) return y.status();
+  // Poison y: any element the kernels fail to write stays NaN and is counted by CheckOutput.
+  if (absl::Status s = y->FillFloat(std::numeric_limits<float>::quiet_NaN()); !s.ok()) return s;
+  bindings.output = y->ptr();
+
+  absl::StatusOr<Workspace> workspace = Workspace::Allocate(compiled.workspace_bytes());
+  if (!workspace.ok()) return workspace.status();
+  bindings.workspace = workspace->get();
+
+  absl::StatusOr<ScopedStream> stream = ScopedStream::Create();
+  if (!stream.ok()) return stream.status();
+  if (absl::Status s = compiled.Run(bindings, stream->get()); !s.ok()) return s;
+  if (absl::Status s = stream->Synchronize(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("running ", FormatChain(chain), ": ", s.message()));
+  }
+
+  DeviceRunResult result;
+  result.output.shape = out_shape;
+  result.output.data.resize(out_count);
+  if (absl::Status s = y->CopyToHost(result.output.data.data(), out_count * sizeof(float));
+      !s.ok()) {
+    return s;
+  }
+
+  result.median_ms = std::numeric_limits<double>::quiet_NaN();
+  if (options.reps > 0) {
+    absl::StatusOr<std::vector<float>> times =
+        jit::EventTimer::Time(stream->get(), options.warmup, options.reps,
+                              [&] { return compiled.Run(bindings, stream->get()); });
+    if (!times.ok()) return times.status();
+    result.times_ms = *std::move(times);
+    result.median_ms = jit::Median(result.times_ms);
+  }
+  return result;
+}
+
+std::vector<int64_t> SpreadSamples(int64_t batch, int64_t k) {
+  std::vector<int64_t> samples;
+  if (k <= 0 || k >= batch) {
+    for (int64_t i = 0; i < batch; ++i) samples.push_back(i);
+    return samples;
+  }
+  if (k == 1) return {0};
+  // Consecutive exact positions are at least 1 apart (k <= batch), so their floors are distinct.
+  for (int64_t i = 0; i < k; ++i) samples.push_back(i * (batch - 1) / (k - 1));
+  return samples;
+}
+
+absl::StatusOr<CheckResult> CheckOutput(const Chain& chain, const HostInputs& inputs,
+                                        const HostTensor& output, const CheckOptions& options) {
+  const Shape out_shape = OutputShape(chain);
+  if (absl::Status s = CheckShape(output, out_shape, "the output"); !s.ok()) return s;
+  const int64_t batch = out_shape[0];
+  const int64_t per_sample = batch == 0 ? 0 : NumElements(out_shape) / batch;
+
+  CheckResult result;
+  result.samples = SpreadSamples(batch, options.samples);
+  ReferenceOptions ref_options;
+  if (static_cast<int64_t>(result.samples.size()) < batch) ref_options.samples = result.samples;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<double>> ref = RunReference(chain, inputs, ref_options);
+  if (!ref.ok()) return ref.status();
+  result.reference_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<float> compared;
+  compared.reserve(result.samples.size() * per_sample);
+  for (int64_t n : result.samples) {
+    const float* row = output.data.data() + n * per_sample;
+    compared.insert(compared.end(), row, row + per_sample);
+  }
+  if (compared.size() != ref->size()) {
+    return absl::InternalError(absl::StrCat("reference returned ", ref->size(), " values for ",
+                                            compared.size(), " outputs"));
+  }
+  result.errors =
+      CompareToReference(compared.data(), ref->data(), static_cast<int64_t>(compared.size()));
+  for (float v : output.data) result.unwritten += std::isfinite(v) ? 0 : 1;
+  // Written as negations so that a NaN error counts as a failure.
+  result.pass = !(result.errors.rel_l2 > options.rtol) && !(result.errors.max_abs > options.atol) &&
+                !std::isnan(result.errors.rel_l2) && !std::isnan(result.errors.max_abs) &&
+                result.unwritten == 0 && result.errors.non_finite == 0;
+  return result;
+}
+
+}  // namespace fusejit::tools
