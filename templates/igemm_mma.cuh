@@ -206,8 +206,7 @@ struct IgemmShape {
   static_assert(Cfg::kC % kBN == 0, "igemm_mma: kC must be a multiple of the tile width BN");
   static_assert(kTaps <= 32, "igemm_mma: at most 32 kernel taps (validity masks are 32-bit)");
   static_assert(Tune::kWM % 16 == 0 && Tune::kWN % 16 == 0, "igemm_mma: warp tile multiple of 16");
-  static_assert((kBM * 8) % kThreads == 0 && (kBN * 8) % kThreads == 0,
-                "igemm_mma: tile rows * 8 chunks must divide among the threads");
+  static_assert(kThreads % 8 == 0, "igemm_mma: threads a multiple of 8");
   static_assert(Cfg::kGroups == 0 || (Cfg::kC % Cfg::kGroups == 0 && kBN % kCg == 0),
                 "igemm_mma: a group's channels must not straddle channel tiles");
   static_assert(Cfg::kMean == kNoMean, "igemm_mma: mean reductions are not supported here");
@@ -522,11 +521,21 @@ struct IgemmCore {
                                                 int cb, int co0, int ld_r, int ld_c) {
     const unsigned char* wsrc =
         wb + (((long long)tap * Cfg::kC + co0) * Sh::kCB + cb) * 128 + ld_c * 16;
+    if constexpr ((BN * 8) % NT == 0) {
 #pragma unroll
-    for (int j = 0; j < BN * 8 / NT; ++j) {
-      const int r = ld_r + j * (NT / 8);
-      ig::cp_async16(sb + r * 128 + ((ld_c ^ (r & 7)) << 4), wsrc + (long long)r * Sh::kCB * 128,
-                     true);
+      for (int j = 0; j < BN * 8 / NT; ++j) {
+        const int r = ld_r + j * (NT / 8);
+        ig::cp_async16(sb + r * 128 + ((ld_c ^ (r & 7)) << 4),
+                       wsrc + (long long)r * Sh::kCB * 128, true);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < (BN * 8 + NT - 1) / NT; ++j) {
+        const int r = ld_r + j * (NT / 8);
+        if (r < BN)
+          ig::cp_async16(sb + r * 128 + ((ld_c ^ (r & 7)) << 4),
+                         wsrc + (long long)r * Sh::kCB * 128, true);
+      }
     }
   }
 
@@ -643,6 +652,7 @@ __device__ __forceinline__ void igemm_mma_body(const unsigned char* __restrict__
   constexpr int BM = K::BM, BN = K::BN, NT = K::NT, MT = K::MT, NT8 = K::NT8;
   constexpr int kFlush = K::kFlush;
   constexpr int kARows = BM * 8 / NT;
+  static_assert((BM * 8) % NT == 0, "igemm_mma: tile rows * 8 chunks must divide among threads");
   extern __shared__ __align__(1024) unsigned char smem[];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -155,64 +155,44 @@ struct IgemmWgmmaShape {
                 "igemm_wgmma: precision TF32x1 or F16x3");
 };
 
+// Tune::kAsync when the tuning names it, else 0. 0: each k-step waits for its wgmma before
+// the next barrier. 1: one k-step of wgmma stays in flight (A fragments double-buffered in
+// registers, weights prefetched kStages-2 ahead), except at flush points.
+template <class T, class = void>
+struct AsyncOf {
+  static constexpr int value = 0;
+};
+template <class T>
+struct AsyncOf<T, void_t<decltype(T::kAsync)>> {
+  static constexpr int value = T::kAsync;
+};
+
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
-                                                 const unsigned char* __restrict__ wb,
-                                                 const float* __restrict__ bias,
-                                                 const float* __restrict__ scale,
-                                                 float* __restrict__ y,
-                                                 float* __restrict__ partials) {
+struct IgemmWgmmaLoop {
   using K = IgemmCore<Cfg, Tune>;
   using Sh = typename K::Sh;
   using Hs = HaloShape<Cfg, Tune>;
   using Ws = IgemmWgmmaShape<Cfg, Tune>;
-  constexpr int BM = K::BM, BN = K::BN, NT = K::NT;
-  constexpr int kFlush = Tune::kFlushSteps;
-  constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
-  constexpr int kHWp = Cfg::kH * Cfg::kW;
-  extern __shared__ __align__(1024) unsigned char smem[];
+  static constexpr int BM = K::BM, BN = K::BN, NT = K::NT;
+  static constexpr int kFlush = Tune::kFlushSteps;
+  static constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
+  static constexpr int kAsync = AsyncOf<Tune>::value;
+  static constexpr int kAhead = kAsync ? Tune::kStages - 2 : Tune::kStages - 1;  // B prefetch
+  static constexpr int kHWp = Cfg::kH * Cfg::kW;
+  static_assert(kAhead >= 1, "igemm_wgmma: kAsync needs kStages >= 3");
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tile = blockIdx.x, n = blockIdx.z, co0 = blockIdx.y * BN;
-  const unsigned char* xs = xa + (long long)n * Sh::kSin * Sh::kRowBytes;
-  const int ld_c = tid & 7, ld_r = tid >> 3, q = lane >> 3, r8 = lane & 7;
-  const unsigned smem0 = ig::smem_u32(smem);
-  const unsigned halo0 = smem0, bstage0 = smem0 + 2 * Ws::kHaloBytes;
+  unsigned halo0, bstage0;
+  const unsigned char* xs;
+  const unsigned char* xa;
+  const unsigned char* wb;
+  int tid, co0, ld_c, ld_r, q;
+  int od0, od1, oh0, slotsA, slots, nblocks, nks, hbase;
+  unsigned kd_list;
+  float acc[1][16][4];
+  float part[1][16][4];
+  unsigned abuf[2][4][4];  // [buffer][F16: hi k0, hi k1, lo k0, lo k1 | TF32: k0..k3][reg]
 
-  // Tile geometry and halo slots: as igemm_halo_body.
-  const int sp0 = tile * BM;
-  const int spl = (sp0 + BM < Sh::kS ? sp0 + BM : Sh::kS) - 1;
-  const int od0 = sp0 / kHWp, oh0 = (sp0 / Cfg::kW) % Cfg::kH;
-  const int od1 = spl / kHWp, oh1 = (spl / Cfg::kW) % Cfg::kH;
-  const bool two = od1 != od0;
-  const int slotsA = (two ? Cfg::kH - 1 : oh1) - oh0 + 1 + Hs::kSpanH;
-  const int slots = slotsA + (two ? oh1 + 1 + Hs::kSpanH : 0);
-  unsigned kd_list = 0u;
-  int nkd = 0;
-#pragma unroll
-  for (int kd = 0; kd < Cfg::kKD; ++kd) {
-    const int ida = od0 + Sh::kBaseD + kd * Sh::kStepD, idb = od1 + Sh::kBaseD + kd * Sh::kStepD;
-    const bool act = (ida >= 0 && ida < Cfg::kDin) || (two && idb >= 0 && idb < Cfg::kDin);
-    if (act) {
-      kd_list |= (unsigned)kd << (4 * nkd);
-      ++nkd;
-    }
-  }
-  const int nblocks = nkd * Sh::kCB;
-  const int nks = nblocks * Hs::kTapsHW;
-
-  // This lane's ldmatrix row (warp w owns tile rows 16w..16w+15) -> halo point at tap 0.
-  ig::AAddrHalo<1> aaddr;
-  int hbase;
-  {
-    const int r = warp * 16 + r8 + ((q & 1) << 3);
-    const int sp = sp0 + r < spl ? sp0 + r : spl;
-    const int od = sp / kHWp, oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
-    const int slot0 = od == od0 ? oh - oh0 : slotsA + oh;
-    hbase = (slot0 - Hs::kRmin) * Hs::kHW + ow - Hs::kCmin;
-  }
-
-  auto load_halo = [&](int blk, int hs) {
+  __device__ __forceinline__ void load_halo(int blk, int hs) const {
     const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
     const unsigned dst0 = halo0 + hs * Ws::kHaloBytes;
     const int total = slots * Hs::kHW * 8;
@@ -231,67 +211,62 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
              : xa;
       ig::cp_async16(dst0 + p * Hs::kPitch + ch * 16, src, ok);
     }
-  };
-  auto load_b = [&](int ks, int slot) {
+  }
+  __device__ __forceinline__ void load_b(int ks, int slot) const {
     const int blk = ks / Hs::kTapsHW, khw = ks % Hs::kTapsHW;
     const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
     K::load_b(bstage0 + slot * Ws::kBStageBytes, wb, kd * Hs::kTapsHW + khw, cb, co0, ld_r, ld_c);
-  };
-
-  float acc[1][16][4];
-  float part[1][16][4];
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      acc[0][j][e] = 0.f;
-      part[0][j][e] = 0.f;
-    }
-
-  if (nks > 0) load_halo(0, 0);
-#pragma unroll
-  for (int s = 0; s < Tune::kStages - 1; ++s) {
-    if (s < nks) load_b(s, s);
-    ig::cp_async_commit();
   }
-  for (int ks = 0; ks < nks; ++ks) {
-    ig::cp_async_wait<Tune::kStages - 2>();
+  __device__ __forceinline__ void fence_abuf(int b) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(abuf[b][i][e])::"memory");
+  }
+
+  // One k-step; P = register buffer of the A fragments (ks & 1 when kAsync).
+  template <int P>
+  __device__ __forceinline__ void step(int ks) {
+    ig::cp_async_wait<kAhead - 1>();
     igw::fence_proxy_async();
-    __syncthreads();  // stage ks visible to all; every warpgroup finished k-step ks-1
+    __syncthreads();  // stage ks visible; every warpgroup is past the k-step whose slot we refill
     const int blk = ks / Hs::kTapsHW, khw = ks - blk * Hs::kTapsHW;
-    const int nxt = ks + Tune::kStages - 1;
+    const int nxt = ks + kAhead;
     if (nxt < nks) load_b(nxt, nxt % Tune::kStages);
     if (khw == 0 && blk + 1 < nblocks) load_halo(blk + 1, (blk + 1) & 1);
     ig::cp_async_commit();
     const int kh = khw / Cfg::kKW, kw = khw - kh * Cfg::kKW;
+    ig::AAddrHalo<1> aaddr;
     aaddr.base = halo0 + (blk & 1) * Ws::kHaloBytes;
     aaddr.hidx[0] = hbase + kh * Sh::kStepH * Hs::kHW + kw * Sh::kStepW;
     const unsigned sb = bstage0 + (ks % Tune::kStages) * Ws::kBStageBytes;
+    unsigned(&a)[4][4] = abuf[P];
     if constexpr (kF16) {
-      unsigned ah[2][4], al[2][4];
 #pragma unroll
       for (int k2 = 0; k2 < 2; ++k2) {
-        ig::ldsm_x4(aaddr(0, 2 * k2 + (q >> 1)), ah[k2][0], ah[k2][1], ah[k2][2], ah[k2][3]);
-        ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), al[k2][0], al[k2][1], al[k2][2], al[k2][3]);
+        ig::ldsm_x4(aaddr(0, 2 * k2 + (q >> 1)), a[k2][0], a[k2][1], a[k2][2], a[k2][3]);
+        ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), a[2 + k2][0], a[2 + k2][1], a[2 + k2][2],
+                    a[2 + k2][3]);
       }
-      const bool first = kFlush > 0 ? (ks % kFlush == 0) : false;
-      if (kFlush > 0 && first && ks > 0) K::add_into(acc, part);  // previous run, all landed
+      const bool first = kFlush > 0 && (ks % kFlush == 0);
       float(&dst)[1][16][4] = kFlush > 0 ? part : acc;
+      if (first && ks > 0) {
+        if constexpr (kAsync) igw::wait<0>();
+        igw::fence_operands(part);
+        K::add_into(acc, part);  // the finished run
+      }
       igw::fence_operands(dst);
       igw::fence();
 #pragma unroll
       for (int k2 = 0; k2 < 2; ++k2) {
         const unsigned long long dh = igw::desc_sw128(sb + k2 * 32);
         const unsigned long long dl = igw::desc_sw128(sb + 64 + k2 * 32);
-        igw::mma_f16(dst, al[k2], dh, (first && k2 == 0) ? 0 : 1);
-        igw::mma_f16(dst, ah[k2], dl, 1);
-        igw::mma_f16(dst, ah[k2], dh, 1);
+        igw::mma_f16(dst, a[2 + k2], dh, (first && k2 == 0) ? 0 : 1);
+        igw::mma_f16(dst, a[k2], dl, 1);
+        igw::mma_f16(dst, a[k2], dh, 1);
       }
       igw::commit();
-      igw::wait<0>();
-      igw::fence_operands(dst);
     } else {
-      unsigned a[4][4];
 #pragma unroll
       for (int k4 = 0; k4 < 4; ++k4)
         ig::ldsm_x4(aaddr(0, 2 * k4 + (q >> 1)), a[k4][0], a[k4][1], a[k4][2], a[k4][3]);
@@ -300,16 +275,113 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
 #pragma unroll
       for (int k4 = 0; k4 < 4; ++k4) igw::mma_tf32(acc, a[k4], igw::desc_sw128(sb + k4 * 32), 1);
       igw::commit();
+    }
+    if constexpr (kAsync) {
+      igw::wait<1>();   // the previous k-step's wgmma has finished ...
+      fence_abuf(P ^ 1);  // ... so its A registers may be reused from here on
+    } else {
       igw::wait<0>();
-      igw::fence_operands(acc);
+    }
+    igw::fence_operands(acc);
+    igw::fence_operands(part);
+  }
+};
+
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
+                                                 const unsigned char* __restrict__ wb,
+                                                 const float* __restrict__ bias,
+                                                 const float* __restrict__ scale,
+                                                 float* __restrict__ y,
+                                                 float* __restrict__ partials) {
+  using L = IgemmWgmmaLoop<Cfg, Tune>;
+  using K = typename L::K;
+  using Sh = typename L::Sh;
+  using Hs = typename L::Hs;
+  using Ws = typename L::Ws;
+  constexpr int BM = L::BM, BN = L::BN;
+  constexpr int kHWp = L::kHWp;
+  extern __shared__ __align__(1024) unsigned char smem[];
+
+  L s;
+  s.tid = threadIdx.x;
+  const int lane = s.tid & 31, warp = s.tid >> 5;
+  const int tile = blockIdx.x, n = blockIdx.z;
+  s.co0 = blockIdx.y * BN;
+  s.xa = xa;
+  s.wb = wb;
+  s.xs = xa + (long long)n * Sh::kSin * Sh::kRowBytes;
+  s.ld_c = s.tid & 7;
+  s.ld_r = s.tid >> 3;
+  s.q = lane >> 3;
+  const int r8 = lane & 7;
+  const unsigned smem0 = ig::smem_u32(smem);
+  s.halo0 = smem0;
+  s.bstage0 = smem0 + 2 * Ws::kHaloBytes;
+
+  // Tile geometry and halo slots: as igemm_halo_body.
+  const int sp0 = tile * BM;
+  const int spl = (sp0 + BM < Sh::kS ? sp0 + BM : Sh::kS) - 1;
+  s.od0 = sp0 / kHWp;
+  s.oh0 = (sp0 / Cfg::kW) % Cfg::kH;
+  s.od1 = spl / kHWp;
+  const int oh1 = (spl / Cfg::kW) % Cfg::kH;
+  const bool two = s.od1 != s.od0;
+  s.slotsA = (two ? Cfg::kH - 1 : oh1) - s.oh0 + 1 + Hs::kSpanH;
+  s.slots = s.slotsA + (two ? oh1 + 1 + Hs::kSpanH : 0);
+  s.kd_list = 0u;
+  int nkd = 0;
+#pragma unroll
+  for (int kd = 0; kd < Cfg::kKD; ++kd) {
+    const int ida = s.od0 + Sh::kBaseD + kd * Sh::kStepD;
+    const int idb = s.od1 + Sh::kBaseD + kd * Sh::kStepD;
+    const bool act = (ida >= 0 && ida < Cfg::kDin) || (two && idb >= 0 && idb < Cfg::kDin);
+    if (act) {
+      s.kd_list |= (unsigned)kd << (4 * nkd);
+      ++nkd;
     }
   }
-  if constexpr (kF16 && kFlush > 0) {
-    if (nks > 0) K::add_into(acc, part);
+  s.nblocks = nkd * Sh::kCB;
+  s.nks = s.nblocks * Hs::kTapsHW;
+  {
+    // This lane's ldmatrix row (warp w owns tile rows 16w..16w+15) -> halo point at tap 0.
+    const int r = warp * 16 + r8 + ((s.q & 1) << 3);
+    const int sp = sp0 + r < spl ? sp0 + r : spl;
+    const int od = sp / kHWp, oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
+    const int slot0 = od == s.od0 ? oh - s.oh0 : s.slotsA + oh;
+    s.hbase = (slot0 - Hs::kRmin) * Hs::kHW + ow - Hs::kCmin;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s.acc[0][j][e] = 0.f;
+      s.part[0][j][e] = 0.f;
+    }
+
+  if (s.nks > 0) s.load_halo(0, 0);
+#pragma unroll
+  for (int k = 0; k < L::kAhead; ++k) {
+    if (k < s.nks) s.load_b(k, k);
+    ig::cp_async_commit();
+  }
+  if constexpr (L::kAsync) {
+    for (int ks = 0; ks < s.nks; ks += 2) {
+      s.template step<0>(ks);
+      if (ks + 1 < s.nks) s.template step<1>(ks + 1);
+    }
+    igw::wait<0>();
+    igw::fence_operands(s.acc);
+    igw::fence_operands(s.part);
+  } else {
+    for (int ks = 0; ks < s.nks; ++ks) s.template step<0>(ks);
+  }
+  if constexpr (L::kF16 && L::kFlush > 0) {
+    if (s.nks > 0) K::add_into(s.acc, s.part);
   }
   ig::cp_async_wait<0>();
   __syncthreads();
-  K::epilogue(acc, smem, kF16 ? scale[0] : 1.f, bias, y, partials, tile, co0, n);
+  K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n);
 }
 
 template <class Cfg, class Tune>

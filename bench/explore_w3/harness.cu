@@ -113,9 +113,10 @@ struct Tn {
 };
 
 // wgmma tunings (harness kernel selector kHalo = 2).
-template <int P, int WG, int ST, int FL>
+template <int P, int WG, int ST, int FL, int AS = 0>
 struct TW : fj::IgemmWgmmaTune<P, WG, ST, FL> {
   static constexpr int kHalo = 2;
+  static constexpr int kAsync = AS;
 };
 
 // ---------------------------------------------------------------- host data + reference
@@ -542,6 +543,10 @@ int main(int argc, char** argv) {
                                                          flush, flush_bytes));
       rows.push_back(bs.run<TW<fj::kPrecTF32x1, 1, 4, 0>>("S4 convT C128 tf32 wgmma", "tf32", 0, 0,
                                                           flush, flush_bytes));
+      rows.push_back(bs.run<TW<fj::kPrecF16x3, 1, 4, 2, 1>>("S4 convT C128 f16x3 wgmma async", "fp32",
+                                                            0, 0, flush, flush_bytes));
+      rows.push_back(bs.run<TW<fj::kPrecTF32x1, 1, 4, 0, 1>>("S4 convT C128 tf32 wgmma async", "tf32",
+                                                             0, 0, flush, flush_bytes));
     }
   };
 
@@ -554,20 +559,22 @@ int main(int argc, char** argv) {
   if (want(NAME))                                                                         \
     rows.push_back(bw.run<Tn<P, WMs, WNs, WM, WN, ST, FL, HALO>>(NAME, MODE, TGT, reps, flush, \
                                                                 flush_bytes, CH));
-#define VW(P, WG, ST, FL, CH, NAME, MODE, TGT)                                                 \
+#define VW(P, WG, ST, FL, AS, CH, NAME, MODE, TGT)                                             \
   if (want(NAME))                                                                          \
-    rows.push_back(bw.run<TW<P, WG, ST, FL>>(NAME, MODE, TGT, reps, flush, flush_bytes, CH));
-    V(fj::kPrecTF32x1, 4, 2, 64, 64, 4, 0, 1, 8, "mma tf32 256x128 w64x64 s4 halo ovl8", "tf32", 1.0)
-    V(fj::kPrecF16x3, 2, 4, 64, 32, 4, 2, 1, 8, "mma f16x3 128x128 w64x32 fl2 halo ovl8", "fp32", 2.0)
+    rows.push_back(bw.run<TW<P, WG, ST, FL, AS>>(NAME, MODE, TGT, reps, flush, flush_bytes, CH));
     run_small();
-    VW(fj::kPrecTF32x1, 2, 4, 0, 1, "wgmma tf32 128x128 s4", "tf32", 1.0)
-    VW(fj::kPrecTF32x1, 4, 4, 0, 1, "wgmma tf32 256x128 s4", "tf32", 1.0)
-    VW(fj::kPrecTF32x1, 4, 4, 0, 8, "wgmma tf32 256x128 s4 ovl8", "tf32", 1.0)
-    VW(fj::kPrecTF32x1, 2, 4, 0, 8, "wgmma tf32 128x128 s4 ovl8", "tf32", 1.0)
-    VW(fj::kPrecF16x3, 2, 4, 2, 1, "wgmma f16x3 128x128 s4 fl2", "fp32", 2.0)
-    VW(fj::kPrecF16x3, 2, 4, 1, 1, "wgmma f16x3 128x128 s4 fl1", "fp32", 2.0)
-    VW(fj::kPrecF16x3, 2, 4, 2, 8, "wgmma f16x3 128x128 s4 fl2 ovl8", "fp32", 2.0)
-    VW(fj::kPrecF16x3, 2, 4, 2, 4, "wgmma f16x3 128x128 s4 fl2 ovl4", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 2, 8, 2, 0, 1, "wgmma f16x3 128 s8 fl2", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 2, 8, 2, 1, 1, "wgmma f16x3 128 s8 fl2 async", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 3, 7, 2, 0, 1, "wgmma f16x3 192 s7 fl2", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 3, 7, 2, 1, 1, "wgmma f16x3 192 s7 fl2 async", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 3, 7, 2, 1, 4, "wgmma f16x3 192 s7 fl2 async ovl4", "fp32", 2.0)
+    VW(fj::kPrecF16x3, 2, 8, 2, 1, 4, "wgmma f16x3 128 s8 fl2 async ovl4", "fp32", 2.0)
+    VW(fj::kPrecTF32x1, 4, 5, 0, 0, 1, "wgmma tf32 256 s5", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 4, 5, 0, 1, 1, "wgmma tf32 256 s5 async", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 2, 8, 0, 1, 1, "wgmma tf32 128 s8 async", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 3, 7, 0, 1, 1, "wgmma tf32 192 s7 async", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 3, 7, 0, 1, 8, "wgmma tf32 192 s7 async ovl8", "tf32", 1.0)
+    VW(fj::kPrecTF32x1, 4, 5, 0, 1, 8, "wgmma tf32 256 s5 async ovl8", "tf32", 1.0)
 #undef VW
 #undef V
   }
