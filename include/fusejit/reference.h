@@ -32,6 +32,11 @@ struct HostInputs {
 // Random data for a chain, deterministic in `seed`: x uniform in [0,1) (like torch.rand); conv
 // weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's default init); GroupNorm weight uniform
 // in [0.5,1.5] and bias in [-0.5,0.5] (never the 1/0 defaults, which hide bugs).
+// Exact algorithm (added for reproduction outside C++, e.g. in Python): each tensor ("x",
+// "0.weight", ...) has its own std::mt19937_64 seeded with seed ^ FNV-1a-64(name), so adding a
+// parameter leaves the others unchanged; each value, in C order, is
+// float(lo + (hi - lo) * ((r >> 11) * 2^-53)), stepped down to the next float if rounding reached
+// hi. Conv fan_in is weight.shape[1] * kd * kh * kw, as PyTorch computes it.
 // REQUIRES: chain is valid.
 HostInputs RandomInputs(const Chain& chain, uint64_t seed);
 
@@ -44,6 +49,10 @@ struct ReferenceOptions {
 
 // Evaluates the chain in double precision. Errors: missing or wrongly shaped tensors (naming the
 // parameter and the expected shape), sample index out of range.
+// (Added:) also unexpected parameters, samples not strictly ascending, threads < 0 and an invalid
+// chain. Each output value sums its terms in a fixed order, so the result is bit-identical for
+// every thread count and sample subset. Threads go to samples first; when there are fewer samples
+// than threads, the convolutions of each sample split their output channels among the rest.
 absl::StatusOr<std::vector<double>> RunReference(const Chain& chain, const HostInputs& inputs,
                                                  const ReferenceOptions& options = {});
 
@@ -54,6 +63,9 @@ struct ErrorStats {
   double max_rel = 0;       // max |out - ref| / max(|ref|, 1e-6 * max|ref|) -- informational
   int64_t non_finite = 0;   // NaN/Inf in out where ref is finite (unwritten or broken outputs)
   int64_t count = 0;
+  // (Added:) a non-finite out where ref is finite makes max_abs, max_rel and rel_l2 infinite, so a
+  // tolerance check on any one of them fails. Where ref itself is not finite, out matches only the
+  // same value (NaN for NaN); ||ref|| = 0 gives rel_l2 0 if out equals ref, else infinity.
 };
 ErrorStats CompareToReference(const float* out, const double* ref, int64_t count);
 
