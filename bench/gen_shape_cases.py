@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/pytorch_conv_shapes.txt: PyTorch's own output shapes (or refusals) for many
-conv3d / conv_transpose3d parameter combinations, computed on the meta device (no arithmetic).
+conv3d / conv_transpose3d parameter combinations, computed with real CPU tensors (the meta device skips some of PyTorch's checks, e.g. output_padding).
 Run where PyTorch is installed (the GPU machine):  python3 bench/gen_shape_cases.py > FILE
 Line format:  kind N Cin D H W Cout kd kh kw sd sh sw pd ph pw dd dh dw opd oph opw -> D H W | error
 """
@@ -21,13 +21,13 @@ for i in range(600):
     op = [0, 0, 0]
     if kind == "conv_transpose3d":
         op = [rng.randint(0, 3) for _ in range(3)]
-    x = torch.empty(n, cin, *dims, device="meta")
+    x = torch.empty(n, cin, *dims, device="cpu")
     try:
         if kind == "conv3d":
-            w = torch.empty(cout, cin, *k, device="meta")
+            w = torch.empty(cout, cin, *k, device="cpu")
             y = F.conv3d(x, w, None, s, p, d)
         else:
-            w = torch.empty(cin, cout, *k, device="meta")
+            w = torch.empty(cin, cout, *k, device="cpu")
             y = F.conv_transpose3d(x, w, None, s, p, op, 1, d)
         out = " ".join(str(v) for v in y.shape[2:])
         if min(y.shape) <= 0:

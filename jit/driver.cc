@@ -1,4 +1,4 @@
-// jit/driver.cc: dlopen libcuda.so.1, resolve entry points with cuGetProcAddress, cuInit.
+// jit/driver.cc: dlopen libcuda.so.1, resolve entry points with dlsym, cuInit.
 #include "jit/driver.h"
 
 #include <dlfcn.h>
@@ -14,13 +14,6 @@ namespace fusejit::jit {
 namespace {
 
 constexpr char kDriverLibrary[] = "libcuda.so.1";
-
-// cuGetProcAddress_v2 (CUDA 12.0+) and its predecessor (CUDA 11.3+), declared here because cuda.h
-// maps the name cuGetProcAddress to one of them.
-using GetProcAddressV2Fn = CUresult (*)(const char* symbol, void** pfn, int cuda_version,
-                                        cuuint64_t flags, CUdriverProcAddressQueryResult* status);
-using GetProcAddressV1Fn = CUresult (*)(const char* symbol, void** pfn, int cuda_version,
-                                        cuuint64_t flags);
 
 std::string VersionText(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
@@ -125,60 +118,30 @@ absl::Status CheckWith(const DriverApi* api, CUresult r, std::string_view what) 
   return absl::Status(CodeFor(r), absl::StrCat(AbslView(what), ": ", ResultText(api, r)));
 }
 
-// Resolves base names ("cuMemAlloc") to the variant matching CUDA_VERSION.
+// Resolves entry points by the exact symbol names cuda.h declares (cuMemAlloc is a macro for
+// cuMemAlloc_v2, and so on), so every pointer has exactly the prototype its DriverApi member is
+// declared with. (cuGetProcAddress is not used on purpose: asked for CUDA 13.0 it returns, e.g.,
+// cuCtxSynchronize's 13.0 variant, which takes a CUcontext the 2.0 prototype does not pass.)
 class Resolver {
  public:
-  Resolver(std::string library, void* handle) : library_(std::move(library)) {
-    v2_ = reinterpret_cast<GetProcAddressV2Fn>(dlsym(handle, "cuGetProcAddress_v2"));
-    if (v2_ == nullptr)
-      v1_ = reinterpret_cast<GetProcAddressV1Fn>(dlsym(handle, "cuGetProcAddress"));
-  }
+  Resolver(std::string library, void* handle) : library_(std::move(library)), handle_(handle) {}
 
-  absl::Status Usable() const {
-    if (v2_ != nullptr || v1_ != nullptr) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        library_,
-        " has neither cuGetProcAddress_v2 nor cuGetProcAddress: it is not a CUDA driver, or "
-        "one too old for fusejit (built for CUDA ",
-        VersionText(CUDA_VERSION), "); update the NVIDIA driver"));
-  }
-
-  // `driver_version` is only for messages (0: not known yet).
-  absl::Status Resolve(const char* name, void** out, int driver_version) const {
-    *out = nullptr;
-    CUresult r;
-    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
-    if (v2_ != nullptr) {
-      r = v2_(name, out, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);
-    } else {
-      r = v1_(name, out, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
-    }
-    if (r == CUDA_SUCCESS && found == CU_GET_PROC_ADDRESS_SUCCESS && *out != nullptr) {
-      return absl::OkStatus();
-    }
-    *out = nullptr;
-    if (r == CUDA_ERROR_STUB_LIBRARY) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "no CUDA driver found: ", library_,
-          " is the CUDA toolkit's stub library, not a driver (remove the toolkit's lib64/stubs "
-          "folder from LD_LIBRARY_PATH); launching kernels needs an NVIDIA GPU and its driver "
-          "(codegen, NVRTC and the CPU reference work without one)"));
-    }
+  // `symbol` is the versioned name ("cuMemAlloc_v2"); `driver_version` only for messages.
+  absl::Status Resolve(const char* symbol, void** out, int driver_version) const {
+    *out = dlsym(handle_, symbol);
+    if (*out != nullptr) return absl::OkStatus();
     std::string driver = driver_version > 0
                              ? absl::StrCat(library_, " (CUDA ", VersionText(driver_version), ")")
                              : library_;
-    std::string why = found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                          ? "version not sufficient"
-                          : (r != CUDA_SUCCESS ? ResultText(nullptr, r) : "symbol not found");
     return absl::FailedPreconditionError(
-        absl::StrCat("the CUDA driver ", driver, " has no entry point ", name, " for CUDA ",
-                     VersionText(CUDA_VERSION), " (", why, "); update the NVIDIA driver"));
+        absl::StrCat("the CUDA driver ", driver, " has no entry point ", symbol,
+                     " (fusejit was built with CUDA ", VersionText(CUDA_VERSION),
+                     "); update the NVIDIA driver"));
   }
 
  private:
   std::string library_;
-  GetProcAddressV2Fn v2_ = nullptr;
-  GetProcAddressV1Fn v1_ = nullptr;
+  void* handle_;
 };
 
 absl::StatusOr<const DriverApi*> LoadAndInit() {
@@ -209,15 +172,20 @@ absl::StatusOr<DriverApi> LoadDriverApi(const std::string& library) {
   }
   // The handle is never closed: function pointers into the driver may outlive any owner.
   Resolver resolver(library, handle);
-  if (absl::Status s = resolver.Usable(); !s.ok()) return s;
 
   DriverApi api;
   void* fn = nullptr;
   if (absl::Status s = resolver.Resolve("cuDriverGetVersion", &fn, 0); !s.ok()) return s;
   api.cuDriverGetVersion = reinterpret_cast<decltype(api.cuDriverGetVersion)>(fn);
-  if (absl::Status s =
-          CheckWith(nullptr, api.cuDriverGetVersion(&api.driver_version), "cuDriverGetVersion");
-      !s.ok()) {
+  const CUresult version_result = api.cuDriverGetVersion(&api.driver_version);
+  if (version_result == CUDA_ERROR_STUB_LIBRARY) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA driver found: ", library,
+        " is the CUDA toolkit's stub library, not a driver (remove the toolkit's lib64/stubs "
+        "folder from LD_LIBRARY_PATH); launching kernels needs an NVIDIA GPU and its driver "
+        "(codegen, NVRTC and the CPU reference work without one)"));
+  }
+  if (absl::Status s = CheckWith(nullptr, version_result, "cuDriverGetVersion"); !s.ok()) {
     return s;
   }
   // CUDA guarantees compatibility within a major version only: a driver for an older major cannot
@@ -229,11 +197,20 @@ absl::StatusOr<DriverApi> LoadDriverApi(const std::string& library) {
         "; install an NVIDIA driver for CUDA ", CUDA_VERSION / 1000, ".x or newer"));
   }
 
-#define FUSEJIT_RESOLVE_DRIVER_FUNCTION(name)                                               \
-  if (absl::Status s = resolver.Resolve(#name, &fn, api.driver_version); !s.ok()) return s; \
+// FUSEJIT_SYMBOL(cuMemAlloc) is "cuMemAlloc_v2": the name after cuda.h's macros, i.e. the symbol
+// whose prototype cuda.h declares under that name.
+#define FUSEJIT_SYMBOL_TEXT(name) #name
+#define FUSEJIT_SYMBOL(name) FUSEJIT_SYMBOL_TEXT(name)
+#define FUSEJIT_RESOLVE_DRIVER_FUNCTION(name)                                          \
+  if (absl::Status s = resolver.Resolve(FUSEJIT_SYMBOL(name), &fn, api.driver_version); \
+      !s.ok()) {                                                                       \
+    return s;                                                                          \
+  }                                                                                    \
   api.name = reinterpret_cast<decltype(api.name)>(fn);
   FUSEJIT_DRIVER_FUNCTIONS(FUSEJIT_RESOLVE_DRIVER_FUNCTION)
 #undef FUSEJIT_RESOLVE_DRIVER_FUNCTION
+#undef FUSEJIT_SYMBOL
+#undef FUSEJIT_SYMBOL_TEXT
   return api;
 }
 

@@ -2,10 +2,9 @@
 //
 // libcuda.so.1 is opened with dlopen on first use and never linked, so binaries built with fusejit
 // start, generate code and run NVRTC on machines without an NVIDIA driver; only launching needs
-// one. Entry points are resolved with cuGetProcAddress for the CUDA_VERSION of the cuda.h we
-// compile against, so each member gets the ABI variant cuda.h declares (cuMemAlloc ->
-// cuMemAlloc_v2, cuEventElapsedTime -> cuEventElapsedTime_v2, ...). cuda.h is used for its types
-// only.
+// one. Entry points are resolved with dlsym by the symbol names cuda.h's macros give (cuMemAlloc ->
+// cuMemAlloc_v2, cuEventElapsedTime -> cuEventElapsedTime_v2, ...), so each member has exactly
+// the prototype cuda.h declares for it. cuda.h is used for its types only.
 //
 //   absl::StatusOr<const jit::DriverApi*> api = jit::Driver();
 //   if (!api.ok()) return api.status();

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what fusejit needs to build, from Debian's packages, when it is missing. Run as root.
+# The CUDA toolkit (nvcc, NVRTC, cuda.h) is used from /usr/local/cuda when present, else from
+# Debian's nvidia-cuda-toolkit package.
+set -euo pipefail
+packages=(cmake ninja-build g++ pkg-config libabsl-dev libfmt-dev libgtest-dev libxxhash-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  missing+=(nvidia-cuda-toolkit)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
