@@ -1,0 +1,291 @@
+#include "cache/kernel_cache.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/notification.h"
+#include "cache/cache_dir.h"
+#include "fmt/format.h"
+
+namespace fusejit::cache {
+
+// One in-process compile of a key that other threads may wait for.
+struct KernelCache::Flight {
+  absl::Notification done;
+  absl::StatusOr<std::string> result;
+  bool disk_hit = false;
+};
+
+std::optional<uint64_t> ParseByteSize(std::string_view input) {
+  absl::string_view text =
+      absl::StripAsciiWhitespace(absl::string_view(input.data(), input.size()));
+  if (text.empty()) return std::nullopt;
+  uint64_t multiplier = 1;
+  switch (absl::ascii_tolower(static_cast<unsigned char>(text.back()))) {
+    case 'k':
+      multiplier = uint64_t{1} << 10;
+      break;
+    case 'm':
+      multiplier = uint64_t{1} << 20;
+      break;
+    case 'g':
+      multiplier = uint64_t{1} << 30;
+      break;
+    case 't':
+      multiplier = uint64_t{1} << 40;
+      break;
+    default:
+      break;
+  }
+  if (multiplier != 1) text.remove_suffix(1);
+  uint64_t value = 0;
+  if (text.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(text[0])) ||
+      !absl::SimpleAtoi(text, &value) || value > UINT64_MAX / multiplier) {
+    return std::nullopt;
+  }
+  return value * multiplier;
+}
+
+CacheOptions CacheOptionsFromEnvironment(Env* env) {
+  if (env == nullptr) env = PosixEnv();
+  CacheOptions options;
+  options.env = env;
+  if (std::optional<std::string> dir = env->GetVar("FUSEJIT_CACHE_DIR")) options.dir = *dir;
+  if (std::optional<std::string> max = env->GetVar("FUSEJIT_CACHE_MAX_BYTES")) {
+    if (std::optional<uint64_t> bytes = ParseByteSize(*max)) {
+      options.max_bytes = *bytes;
+    } else {
+      fmt::print(stderr,
+                 "fusejit cache: ignoring FUSEJIT_CACHE_MAX_BYTES='{}': expected bytes, or a "
+                 "number with a K, M or G suffix; the limit stays {} bytes\n",
+                 *max, options.max_bytes);
+    }
+  }
+  if (std::optional<std::string> off = env->GetVar("FUSEJIT_DISABLE_CACHE")) {
+    const std::string v =
+        absl::AsciiStrToLower(absl::StripAsciiWhitespace(absl::string_view(*off)));
+    if (v == "1" || v == "true" || v == "yes" || v == "on") options.disk_enabled = false;
+  }
+  return options;
+}
+
+std::string CacheStats::ToString() const {
+  return fmt::format(
+      "hits_memory {}\nhits_disk {}\nmisses {}\nuncached {}\ncoalesced {}\nlock_waits {}\n"
+      "compiles {}\ncompile_failures {}\ncompile_ms {:.1f}\nbytes_read {}\nbytes_written {}\n"
+      "entries_written {}\nevictions {}\nevicted_bytes {}\ntemp_files_swept {}\n"
+      "rejected_entries {}\nread_failures {}\nwrite_failures {}\nlock_failures {}\n",
+      hits_memory, hits_disk, misses, uncached, coalesced, lock_waits, compiles, compile_failures,
+      compile_ms, bytes_read, bytes_written, entries_written, evictions, evicted_bytes,
+      temp_files_swept, rejected_entries, read_failures, write_failures, lock_failures);
+}
+
+KernelCache& KernelCache::Default() {
+  static KernelCache* const cache = new KernelCache(CacheOptionsFromEnvironment());
+  return *cache;
+}
+
+KernelCache::KernelCache(CacheOptions options)
+    : options_(std::move(options)),
+      counters_(std::make_unique<Counters>()),
+      warnings_(std::make_unique<Warnings>(options_.warn)),
+      dir_(std::make_unique<CacheDir>(options_, options_.env ? options_.env : PosixEnv(),
+                                      counters_.get(), warnings_.get())) {}
+
+KernelCache::~KernelCache() = default;
+
+CacheDir& KernelCache::dir() const {
+  absl::call_once(open_once_, [this] { dir_->Open(); });
+  return *dir_;
+}
+
+std::string KernelCache::directory() const { return dir().root(); }
+DiskState KernelCache::disk_state() const { return dir().state(); }
+std::string KernelCache::disk_status() const { return dir().status_text(); }
+
+void KernelCache::RecordMemoryHit() { counters_->hits_memory++; }
+
+CacheStats KernelCache::Stats() const {
+  const Counters& c = *counters_;
+  CacheStats s;
+  s.hits_memory = c.hits_memory;
+  s.hits_disk = c.hits_disk;
+  s.misses = c.misses;
+  s.uncached = c.uncached;
+  s.coalesced = c.coalesced;
+  s.lock_waits = c.lock_waits;
+  s.compiles = c.compiles;
+  s.compile_failures = c.compile_failures;
+  s.compile_ms = static_cast<double>(c.compile_us.load()) / 1000.0;
+  s.bytes_read = c.bytes_read;
+  s.bytes_written = c.bytes_written;
+  s.entries_written = c.entries_written;
+  s.evictions = c.evictions;
+  s.evicted_bytes = c.evicted_bytes;
+  s.temp_files_swept = c.temp_files_swept;
+  s.rejected_entries = c.rejected_entries;
+  s.read_failures = c.read_failures;
+  s.write_failures = c.write_failures;
+  s.lock_failures = c.lock_failures;
+  return s;
+}
+
+std::optional<std::string> KernelCache::ReadCounted(const CacheKey& key, const std::string& name,
+                                                    bool* refused, bool count_rejects) {
+  using Outcome = ReadResult::Outcome;
+  ReadResult r = dir().Read(name, &key);
+  switch (r.outcome) {
+    case Outcome::kHit:
+      counters_->hits_disk++;
+      counters_->bytes_read += r.file_bytes;
+      dir().Touch(name);
+      return std::move(r.payload);
+    case Outcome::kAbsent:
+      return std::nullopt;
+    case Outcome::kRefused:
+      *refused = true;
+      [[fallthrough]];
+    case Outcome::kCorrupt:
+      if (count_rejects) counters_->rejected_entries++;
+      warnings_->Warn(
+          r.reason,
+          r.outcome == Outcome::kRefused
+              ? fmt::format("refusing cache entry {}: {}; that kernel is compiled and not cached",
+                            dir().PathOf(name), r.problem)
+              : fmt::format("cache entry {}: {}; recompiling and replacing it", dir().PathOf(name),
+                            r.problem));
+      return std::nullopt;
+    case Outcome::kError:
+      if (count_rejects) counters_->read_failures++;
+      warnings_->Warn(r.reason, fmt::format("cannot read cache entry {}: {}; recompiling",
+                                            dir().PathOf(name), r.problem));
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
+  if (dir().state() != DiskState::kUsable) return std::nullopt;
+  bool refused = false;
+  return ReadCounted(key, key.EntryName(), &refused, /*count_rejects=*/true);
+}
+
+absl::StatusOr<std::string> KernelCache::RunCompile(
+    absl::FunctionRef<absl::StatusOr<std::string>()> compile) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> result = compile();
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  counters_->compiles++;
+  counters_->compile_us += static_cast<uint64_t>(us);
+  if (!result.ok()) counters_->compile_failures++;
+  return result;
+}
+
+absl::StatusOr<std::string> KernelCache::GetOrCompile(
+    const CacheKey& key, absl::FunctionRef<absl::StatusOr<std::string>()> compile, bool* disk_hit) {
+  if (disk_hit != nullptr) *disk_hit = false;
+  const std::string name = key.EntryName();
+  bool use_disk = dir().state() == DiskState::kUsable;
+  if (use_disk) {
+    bool refused = false;
+    if (std::optional<std::string> payload = ReadCounted(key, name, &refused, true)) {
+      if (disk_hit != nullptr) *disk_hit = true;
+      return *std::move(payload);
+    }
+    use_disk = !refused;
+  }
+
+  std::shared_ptr<Flight> flight;
+  bool leader = false;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Flight>& slot = flights_[name];
+    if (slot == nullptr) {
+      slot = std::make_shared<Flight>();
+      leader = true;
+    }
+    flight = slot;
+  }
+  if (!leader) {
+    counters_->coalesced++;
+    flight->done.WaitForNotification();
+    if (disk_hit != nullptr) *disk_hit = flight->disk_hit;
+    return flight->result;
+  }
+  // Followers are released even if compile() unwinds (they then get an UNKNOWN status).
+  absl::Cleanup release = [&] {
+    {
+      absl::MutexLock lock(&mu_);
+      flights_.erase(name);
+    }
+    flight->done.Notify();
+  };
+  flight->result = Lead(key, name, use_disk, compile, &flight->disk_hit);
+  std::move(release).Invoke();
+  if (disk_hit != nullptr) *disk_hit = flight->disk_hit;
+  return flight->result;
+}
+
+absl::StatusOr<std::string> KernelCache::Lead(
+    const CacheKey& key, const std::string& name, bool use_disk,
+    absl::FunctionRef<absl::StatusOr<std::string>()> compile, bool* disk_hit) {
+  CacheDir& d = dir();
+  if (!use_disk) {
+    counters_->uncached++;
+    return RunCompile(compile);
+  }
+  bool refused = false;
+  KeyLock lock;
+  if (d.writable()) {
+    // Wait for another process compiling this key; read its entry as soon as it appears.
+    std::optional<std::string> published;
+    bool waited = false;
+    lock = d.LockKey(
+        name, absl::Now() + options_.lock_timeout,
+        [&] {
+          published = ReadCounted(key, name, &refused, /*count_rejects=*/false);
+          return published.has_value() || refused;
+        },
+        &waited);
+    if (waited) counters_->lock_waits++;
+    if (published.has_value()) {
+      *disk_hit = true;
+      return *std::move(published);
+    }
+  }
+  // Re-check: another process may have published between our first read and the lock.
+  if (!refused) {
+    if (std::optional<std::string> payload = ReadCounted(key, name, &refused, false)) {
+      *disk_hit = true;
+      return *std::move(payload);
+    }
+  }
+  if (refused) {
+    counters_->uncached++;
+    lock.Release();
+    return RunCompile(compile);
+  }
+  counters_->misses++;
+  absl::StatusOr<std::string> result = RunCompile(compile);
+  if (!result.ok()) return result;
+  const bool published = d.Publish(name, key, *result);
+  lock.Release();
+  if (published) (void)d.Trim();  // faults are counted and warned about inside
+  return result;
+}
+
+absl::StatusOr<std::vector<EntryInfo>> KernelCache::List() { return dir().List(); }
+absl::StatusOr<VerifyReport> KernelCache::Verify(bool remove_bad) {
+  return dir().Verify(remove_bad);
+}
+absl::StatusOr<size_t> KernelCache::Clear() { return dir().Clear(); }
+absl::StatusOr<DiskUsage> KernelCache::Usage() { return dir().Usage(); }
+absl::Status KernelCache::Trim() { return dir().Trim(); }
+
+}  // namespace fusejit::cache
