@@ -24,24 +24,37 @@
 // Notation: S = kD*kH*kW, Sin = kDin*kHin*kWin, T = kKD*kKH*kKW, CB = kCin/32,
 //           BM = Tune::kWarpsM*Tune::kWM, BN = Tune::kWarpsN*Tune::kWN, G = kGroups,
 //           tiles = ceil(S / BM)  (IgemmShape<Cfg,Tune>::kTiles), P = Tune::kAbsmaxBlocks.
-// Workspace (bytes, IgemmShape<Cfg,Tune>::k*Bytes, each offset 256-aligned by the host):
+// Tune fields: kPrec, kWarpsM, kWarpsN, kWM, kWN, kStages, kFlushSteps, kAbsmaxBlocks, and
+// optionally kMaxRegs (register cap of the GEMM kernels; 255 if absent).
+// Workspace (bytes, IgemmShape<Cfg,Tune>::k*Bytes; each offset 256-aligned by the host):
 //   xa      kN*Sin*kCin*4     x, channels-last [n][d][h][w][cb][32 lanes]:
-//                             TF32 modes: fp32 values; F16x3: per (point, cb) 32 fp16 highs then
-//                             32 fp16 lows (same 128 bytes per (point, cb) in both layouts).
-//   wb      T*kC*kCin*4       weights [tap][co][cb][32 lanes], same two encodings as xa.
+//                             kPrecTF32x1: fp32 values rounded to TF32 (cvt.rna);
+//                             kPrecTF32x3: fp32 values; kPrecF16x3: per (point, cb) 32 fp16
+//                             highs then 32 fp16 lows of x*sx (128 bytes per (point, cb) always).
+//   wb      T*kC*kCin*4       weights [tap][co][cb][32 lanes], same encodings as xa (w*sw).
 //   absmax  2*P floats        per-block max|x| (first P) and max|w| (next P)   (F16x3 only)
 //   scale   1 float           1/(sx*sw) (F16x3 only; written by igemm_prep_kernel block 0)
 //   partials kN*G*tiles*3 floats  Moments {count, mean, m2} at ((n*G + g)*tiles + tile)*3
-// Kernels, in launch order (all on one stream):
-//   1. igemm_absmax_kernel<Cfg,Tune>   (F16x3 only) grid P, block 256, no dynamic smem.
-//        reads x, weight; writes absmax.
-//   2. igemm_prep_kernel<Cfg,Tune>     grid IgemmShape::kPrepXBlocks + IgemmShape::kPrepWBlocks,
-//        block 256, no dynamic smem. reads x, weight (and absmax); writes xa, wb (and scale).
-//   3. igemm_mma_kernel<Cfg,Tune>      grid (tiles, kC/BN, kN), block 32*kWarpsM*kWarpsN,
-//        dynamic smem IgemmShape::kSmemBytes (> 48 KB: raise cudaFuncAttributeMaxDynamic-
-//        SharedMemorySize first). reads xa, wb, bias (if kBias), scale; writes y (pre-norm
-//        values pre(conv + bias), NCDHW) and partials (when G > 0; else y = post(pre(...))).
+// Kernels, in launch order (one stream; or per chunk of samples, see below):
+//   1. igemm_absmax_kernel<Cfg,Tune>(x, weight, absmax, nsamples)   (F16x3 only)
+//        grid P, block 256, no dynamic smem. Reads x[0, nsamples) and all weights.
+//   2. igemm_prep_kernel<Cfg,Tune>(x, weight, absmax, xa, wb, scale, nsamples)
+//        grid nsamples*IgemmShape::kPrepXBlocksPerSample [+ IgemmShape::kPrepWBlocks to also
+//        convert the weights], block 256, no dynamic smem (9 KB static). Writes xa, wb, scale.
+//   3. one GEMM kernel, grid (tiles, kC/BN, kN), block IgemmShape::kThreads:
+//      igemm_mma_kernel<Cfg,Tune>  (im2col rows from global each k-step; v1)
+//        dynamic smem IgemmShape::kSmemBytes;
+//      igemm_halo_kernel<Cfg,Tune> (input rows staged once per (kd, cb) in smem; v2)
+//        dynamic smem HaloShape<Cfg,Tune>::kSmemBytes; needs BM <= kH*kW;
+//      igemm_wgmma_kernel (igemm_wgmma.cuh, sm_90a; fastest on the H100).
+//      (> 48 KB of dynamic smem: raise cudaFuncAttributeMaxDynamicSharedMemorySize first.)
+//      Reads xa, wb, bias (if kBias), scale; writes y (pre-norm values pre(conv + bias), NCDHW)
+//      and partials (G > 0; with G == 0 it writes y = post(pre(conv + bias)) and is the last).
 //   4. gn_finalize_kernel, 5. gn_apply_kernel (gn_apply.cuh) with kTiles = tiles.
+// Samples may be processed in chunks [n0, n0+ns): pass x + n0*kCin*Sin, xa + n0*Sin*kCin*4,
+// nsamples = ns, absmax/scale slots of the chunk; GEMM grid.z = ns with xa, y, partials offset
+// by n0 samples; finalize/apply likewise (weights converted once, by the first chunk's prep).
+// Results are bitwise identical either way (no atomics; every merge has a fixed order).
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_IGEMM_MMA_CUH_
 #define FUSEJIT_TEMPLATES_IGEMM_MMA_CUH_

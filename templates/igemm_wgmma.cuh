@@ -14,7 +14,11 @@
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, and
 // the mma-style fields derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128
-// (IgemmWgmmaTune<> below fills them in). BM = 64*kWG, BN = 128.
+// (IgemmWgmmaTune<> below fills them in); optional kAsync (0/1, see AsyncOf). BM = 64*kWG,
+// BN = 128 (so kC % 128 == 0), BM <= kH*kW.
+// Measured best for W3 on the H100 (bench/explore_w3/NOTES.md):
+//   fp32-accurate: IgemmWgmmaTune<kPrecF16x3, 3, 7, 2> + kAsync = 1  (384 threads, 224 KB smem)
+//   tf32:          IgemmWgmmaTune<kPrecTF32x1, 4, 5, 0> + kAsync = 1 (512 threads, 212 KB smem)
 // Workspace, prep kernels (igemm_absmax_kernel, igemm_prep_kernel), partials layout, launch
 // order and gn_finalize/gn_apply: exactly as igemm_mma.cuh.
 //   igemm_wgmma_kernel<Cfg,Tune>  grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG,
@@ -73,7 +77,9 @@ __device__ __forceinline__ void wait() {
 }
 // Generic-proxy writes (cp.async, st.shared) -> async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async() {
+#ifdef FJ_HAS_WGMMA
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 // Tell the compiler the accumulators change here (orders plain reads/writes of them against
 // the asynchronous wgmma).

@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
     std::string src = ss.str();
     nvrtcProgram p;
     nvrtcCreateProgram(&p, src.c_str(), argv[a], 0, nullptr, nullptr);
-    std::vector<const char*> opts = {"--gpu-architecture=sm_90", "-std=c++17",
+    const char* arch = getenv("ARCH") ? getenv("ARCH") : "sm_90";
+    std::string archopt = std::string("--gpu-architecture=") + arch;
+    std::vector<const char*> opts = {archopt.c_str(), "-std=c++17",
                                      "-I/work/main/templates", "--ptxas-options=-v"};
     nvrtcResult r = nvrtcCompileProgram(p, (int)opts.size(), opts.data());
     size_t n = 0;
