@@ -97,8 +97,11 @@ std::string Wrapper(const KernelLaunch& k) {
     names.push_back(a.name);
   }
   const unsigned threads = k.block[0] * k.block[1] * k.block[2];
+  const std::string bounds = k.min_blocks_per_sm
+                                 ? absl::StrCat(threads, ", ", k.min_blocks_per_sm)
+                                 : absl::StrCat(threads);
   return absl::StrCat("// ", k.purpose, "\nextern \"C\" __global__ void __launch_bounds__(",
-                      threads, ") ", k.symbol, "(", absl::StrJoin(params, ", "), ") {\n  ",
+                      bounds, ") ", k.symbol, "(", absl::StrJoin(params, ", "), ") {\n  ",
                       k.body, "(", absl::StrJoin(names, ", "), ");\n}\n");
 }
 
@@ -126,7 +129,17 @@ GeneratedSource EmitSource(const Chain& chain, const Plan& plan) {
   absl::StrAppend(&s, "// chain: ", FormatChain(chain), "\n");
   absl::StrAppend(&s, Commented(ExplainPlan(plan)), "\n");
   absl::StrAppend(&s, "#define FJ_GENERATED 1\n#include \"default_config.cuh\"\n\nnamespace fj {\n");
-  absl::StrAppend(&s, ConfigStruct(chain, plan), "}  // namespace fj\nusing fj::Cfg;\n\n");
+  absl::StrAppend(&s, ConfigStruct(chain, plan));
+  for (const TuneStruct& t : plan.tunes) {
+    absl::StrAppend(&s, "struct ", t.name, " {\n");
+    for (const TuneStruct::Field& f : t.fields) {
+      absl::StrAppend(&s, "  static constexpr ", f.type, " ", f.name, " = ", f.value, ";\n");
+    }
+    absl::StrAppend(&s, "};\n");
+  }
+  absl::StrAppend(&s, "}  // namespace fj\nusing fj::Cfg;\n");
+  for (const TuneStruct& t : plan.tunes) absl::StrAppend(&s, "using fj::", t.name, ";\n");
+  absl::StrAppend(&s, "\n");
   for (const std::string& inc : plan.includes) absl::StrAppend(&s, "#include \"", inc, "\"\n");
   absl::StrAppend(&s, "\n");
   for (const KernelLaunch& k : plan.kernels) absl::StrAppend(&s, Wrapper(k), "\n");

@@ -32,6 +32,11 @@ std::string Dim3Text(const std::array<unsigned, 3>& d) {
 
 std::string ExplainPlan(const Plan& plan) {
   std::string s = absl::StrCat("plan: ", plan.strategy, "\n  ", plan.description, "\n");
+  for (const TuneStruct& t : plan.tunes) {
+    std::vector<std::string> fields;
+    for (const TuneStruct::Field& f : t.fields) fields.push_back(f.name + "=" + f.value);
+    absl::StrAppend(&s, "  tuning ", t.name, ": ", absl::StrJoin(fields, " "), "\n");
+  }
   for (const ConstantCopy& c : plan.constant_copies) {
     absl::StrAppend(&s, "  copy ", c.param, " -> __constant__ ", c.symbol, " (", c.bytes,
                     " bytes)\n");
@@ -43,6 +48,7 @@ std::string ExplainPlan(const Plan& plan) {
     absl::StrAppend(&s, "  kernel ", i, ": ", k.symbol, " grid", Dim3Text(k.grid), " block",
                     Dim3Text(k.block));
     if (k.shared_bytes) absl::StrAppend(&s, " shared=", k.shared_bytes);
+    if (k.min_blocks_per_sm) absl::StrAppend(&s, " min_blocks/SM=", k.min_blocks_per_sm);
     absl::StrAppend(&s, "\n      ", k.purpose, "\n      args: ", absl::StrJoin(args, ", "), "\n");
   }
   absl::StrAppend(&s, "  workspace: ", plan.workspace_bytes, " bytes\n");

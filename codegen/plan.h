@@ -37,7 +37,8 @@ struct KernelLaunch {
   std::string purpose;  // one line for `explain` and the source comment
   std::array<unsigned, 3> grid = {1, 1, 1};
   std::array<unsigned, 3> block = {1, 1, 1};
-  unsigned shared_bytes = 0;  // dynamic shared memory
+  unsigned min_blocks_per_sm = 0;  // second __launch_bounds__ argument; 0: none
+  unsigned shared_bytes = 0;       // dynamic shared memory
   std::vector<KernelArg> args;
 };
 
@@ -47,6 +48,19 @@ struct ConstantCopy {
   std::string param;   // "0.weight"
   std::string symbol;  // name of the __constant__ array in the module
   size_t bytes = 0;
+};
+
+// A struct of tuning constants emitted into the source (`struct NAME { static constexpr ... }`),
+// read by templates as their Tune parameter. One description drives the source text, the cache
+// key (through the source) and the printed plan.
+struct TuneStruct {
+  struct Field {
+    std::string type;  // "int" or "bool"
+    std::string name;  // "kThreads"
+    std::string value;  // "128", "true"
+  };
+  std::string name;  // "ConvMomentsTune"
+  std::vector<Field> fields;
 };
 
 struct WorkspaceRegion {
@@ -63,6 +77,7 @@ struct Plan {
   // Extra `static constexpr` members of the generated Cfg struct (name, C++ value text), e.g.
   // {"kBlock", "256"}. Shape constants and the op functions are always emitted.
   std::vector<std::pair<std::string, std::string>> constants;
+  std::vector<TuneStruct> tunes;
   std::vector<ConstantCopy> constant_copies;
   std::vector<KernelLaunch> kernels;  // launched in this order on the run's stream
   std::vector<WorkspaceRegion> workspace;

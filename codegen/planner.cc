@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/fast_strategies.h"
 #include "codegen/generic_strategies.h"
 
 namespace fusejit::codegen {
@@ -11,6 +12,7 @@ namespace fusejit::codegen {
 const std::vector<std::unique_ptr<Strategy>>& AllStrategies() {
   static const auto* strategies = [] {
     auto* list = new std::vector<std::unique_ptr<Strategy>>();
+    AddFastStrategies(list);
     AddGenericStrategies(list);
     return list;
   }();

@@ -199,8 +199,7 @@ __device__ __forceinline__ void convt_unit_coords(int u, int& od, int& rh, int& 
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
-    convt_group_moments(const float* __restrict__ x, const float* __restrict__ weight,
+__device__ __forceinline__ void convt_group_moments(const float* __restrict__ x, const float* __restrict__ weight,
                         const float* __restrict__ bias, Moments* __restrict__ partials) {
   convt_static_checks<Cfg>();
   using T = ConvTGeom<Cfg, Tune>;
@@ -271,8 +270,7 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(32)
-    group_norm_scale_shift(const Moments* __restrict__ partials, const float* __restrict__ gamma,
+__device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict__ partials, const float* __restrict__ gamma,
                            const float* __restrict__ beta, float2* __restrict__ scale_shift) {
   convt_static_checks<Cfg>();
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kStatBlocksPerSample;
@@ -298,8 +296,7 @@ __global__ void __launch_bounds__(32)
 }
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
-    convt_norm_write(const float* __restrict__ x, const float* __restrict__ weight,
+__device__ __forceinline__ void convt_norm_write(const float* __restrict__ x, const float* __restrict__ weight,
                      const float* __restrict__ bias, const float2* __restrict__ scale_shift,
                      float* __restrict__ y) {
   convt_static_checks<Cfg>();
@@ -387,12 +384,21 @@ struct DefaultConvTConfig : DefaultConfig {
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-template __global__ void fj::convt_group_moments<fj::DefaultConvTConfig, fj::ConvTGroupNormTune>(
-    const float*, const float*, const float*, fj::Moments*);
-template __global__ void fj::group_norm_scale_shift<fj::DefaultConvTConfig, fj::ConvTGroupNormTune>(
-    const fj::Moments*, const float*, const float*, float2*);
-template __global__ void fj::convt_norm_write<fj::DefaultConvTConfig, fj::ConvTGroupNormTune>(
-    const float*, const float*, const float*, const float2*, float*);
+// Compiled on its own (tests): instantiate with the default configuration.
+using FjSelfTestCfg = fj::DefaultConvTConfig;
+using FjSelfTestTune = fj::ConvTGroupNormTune;
+extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads, FjSelfTestTune::kMinBlocksPerSM)
+    convt_group_moments_selftest(const float* x, const float* w, const float* b, fj::Moments* p) {
+  fj::convt_group_moments<FjSelfTestCfg, FjSelfTestTune>(x, w, b, p);
+}
+extern "C" __global__ void __launch_bounds__(32)
+    group_norm_scale_shift_selftest(const fj::Moments* p, const float* g, const float* b, float2* s) {
+  fj::group_norm_scale_shift<FjSelfTestCfg, FjSelfTestTune>(p, g, b, s);
+}
+extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads, FjSelfTestTune::kMinBlocksPerSM)
+    convt_norm_write_selftest(const float* x, const float* w, const float* b, const float2* s, float* y) {
+  fj::convt_norm_write<FjSelfTestCfg, FjSelfTestTune>(x, w, b, s, y);
+}
 #endif
 
 #endif  // FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_

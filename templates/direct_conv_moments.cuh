@@ -83,8 +83,7 @@ struct DirectConvGeom {
 };
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
-    conv_moments(const float* __restrict__ x, const float* __restrict__ weight,
+__device__ __forceinline__ void conv_moments(const float* __restrict__ x, const float* __restrict__ weight,
                  const float* __restrict__ bias, Moments* __restrict__ partials) {
   using G = DirectConvGeom<Cfg, Tune>;
   static_assert(Cfg::kProducer == kConv3d, "conv_moments: the chain's producer must be conv3d");
@@ -283,8 +282,12 @@ __global__ void __launch_bounds__(Tune::kThreads, Tune::kMinBlocksPerSM)
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-template __global__ void fj::conv_moments<fj::DefaultConfig, fj::DirectConvTune>(
-    const float*, const float*, const float*, fj::Moments*);
+// Compiled on its own (tests): instantiate with the default configuration.
+extern "C" __global__ void __launch_bounds__(fj::DirectConvTune::kThreads,
+                                             fj::DirectConvTune::kMinBlocksPerSM)
+    direct_conv_moments_selftest(const float* x, const float* w, const float* b, fj::Moments* p) {
+  fj::conv_moments<fj::DefaultConfig, fj::DirectConvTune>(x, w, b, p);
+}
 #endif
 
 #endif  // FUSEJIT_TEMPLATES_DIRECT_CONV_MOMENTS_CUH_

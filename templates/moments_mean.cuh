@@ -27,8 +27,7 @@
 namespace fj {
 
 template <class Cfg, class Tune>
-__global__ void __launch_bounds__(32)
-    moments_mean_finalize(const Moments* __restrict__ partials, const float* __restrict__ gamma,
+__device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict__ partials, const float* __restrict__ gamma,
                           const float* __restrict__ beta, float* __restrict__ y) {
   static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "moments_mean_finalize: needs group_norm");
   static_assert(Cfg::kC <= 32, "moments_mean_finalize: one lane per channel (kC <= 32)");
@@ -91,8 +90,11 @@ struct DefaultMeanTune {
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-template __global__ void fj::moments_mean_finalize<fj::DefaultMeanConfig, fj::DefaultMeanTune>(
-    const fj::Moments*, const float*, const float*, float*);
+// Compiled on its own (tests): instantiate with the default configuration.
+extern "C" __global__ void __launch_bounds__(32)
+    moments_mean_selftest(const fj::Moments* p, const float* g, const float* b, float* y) {
+  fj::moments_mean_finalize<fj::DefaultMeanConfig, fj::DefaultMeanTune>(p, g, b, y);
+}
 #endif
 
 #endif  // FUSEJIT_TEMPLATES_MOMENTS_MEAN_CUH_

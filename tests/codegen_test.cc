@@ -50,10 +50,10 @@ TEST(Planner, SeedChainsGetTheExpectedPlans) {
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? plan->strategy : "";
   };
-  EXPECT_EQ(strategy(0), "recompute-normalize");  // cheap convT: never store the 1 GB
-  EXPECT_EQ(strategy(1), "recompute-mean");
+  EXPECT_EQ(strategy(0), "convt-recompute-normalize");  // cheap convT: never store the 1 GB
+  EXPECT_EQ(strategy(1), "conv-moments-mean");
   EXPECT_EQ(strategy(2), "store-normalize");  // K = 1728: store once, normalize in place
-  EXPECT_EQ(strategy(3), "recompute-mean");
+  EXPECT_EQ(strategy(3), "conv-moments-mean");
 }
 
 TEST(Planner, WorkspaceIsSmallNotFullSize) {
@@ -76,7 +76,7 @@ TEST(Planner, NamedStrategyAndErrors) {
   EXPECT_EQ(store->strategy, "store-normalize");
   absl::StatusOr<codegen::Plan> bad = codegen::MakePlan(w1, target, "reduce-mean");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("recompute-normalize"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("convt-recompute-normalize"), std::string::npos)
       << bad.status();  // lists what applies
 }
 
@@ -189,7 +189,7 @@ TEST(Compile, CompiledChainDescribesItself) {
   EXPECT_EQ((*c)->params().size(), 4u);
   EXPECT_GT((*c)->workspace_bytes(), 0u);
   const std::string explain = (*c)->Explain();
-  EXPECT_NE(explain.find("recompute-mean"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("conv-moments-mean"), std::string::npos) << explain;
   EXPECT_NE(explain.find("kernel 0"), std::string::npos) << explain;
   EXPECT_NE(explain.find("workspace"), std::string::npos) << explain;
   EXPECT_GT((*c)->stats().nvrtc_ms, 0);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "fusejit/reference.h"
 #include "fusejit/workloads.h"
@@ -98,6 +99,32 @@ TEST(GpuChains, RandomChains) {
   Rng rng(20261122);
   for (int i = 0; i < 60; ++i) {
     CheckChain(RandomChain(rng), /*seed=*/100 + i, {});
+  }
+}
+
+// Every non-generic strategy on random chains it applies to (odd sizes, strides, padding,
+// dilation), so the fast kernels are checked beyond the seed shapes.
+TEST(GpuChains, FastStrategiesOnRandomChains) {
+  SKIP_WITHOUT_GPU();
+  const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  Rng rng(4242);
+  RandomChainOptions options;
+  options.max_spatial = 20;
+  options.max_channels = 32;
+  for (const auto& strategy : codegen::AllStrategies()) {
+    const std::string name(strategy->name());
+    if (name == "elementwise" || name == "reduce-mean" || name == "store-normalize" ||
+        name == "recompute-normalize" || name == "recompute-mean") {
+      continue;  // the generic ones run on every random chain above
+    }
+    int checked = 0;
+    for (int tries = 0; tries < 200000 && checked < 12; ++tries) {
+      const Chain chain = RandomChain(rng, options);
+      if (!strategy->Applies(chain, target)) continue;
+      CheckChain(chain, /*seed=*/31 + checked, {}, name);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 12) << name << ": too few random chains apply";
   }
 }
 

@@ -1,0 +1,18 @@
+// codegen/fast_strategies.h: strategies for chains whose producer is cheap (few input channels):
+// register-tiled direct convolutions that never store a full-size intermediate.
+#ifndef FUSEJIT_CODEGEN_FAST_STRATEGIES_H_
+#define FUSEJIT_CODEGEN_FAST_STRATEGIES_H_
+
+#include <memory>
+#include <vector>
+
+#include "codegen/planner.h"
+
+namespace fusejit::codegen {
+
+// Appends conv-moments-mean and convt-recompute-normalize.
+void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out);
+
+}  // namespace fusejit::codegen
+
+#endif  // FUSEJIT_CODEGEN_FAST_STRATEGIES_H_
