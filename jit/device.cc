@@ -244,8 +244,9 @@ absl::Status DeviceBuffer::FillFloat(float value) {
 
 // ---- EventTimer --------------------------------------------------------------------------------
 
-absl::StatusOr<std::vector<float>> EventTimer::Time(CUstream stream, int warmup, int reps,
-                                                    absl::FunctionRef<absl::Status()> enqueue) {
+absl::StatusOr<std::vector<float>> EventTimer::Time(
+    CUstream stream, int warmup, int reps, absl::FunctionRef<absl::Status()> enqueue,
+    const std::function<absl::Status()>& between) {
   if (reps < 1 || warmup < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("EventTimer::Time: reps must be >= 1 and warmup >= 0 (got reps=", reps,
@@ -265,9 +266,15 @@ absl::StatusOr<std::vector<float>> EventTimer::Time(CUstream stream, int warmup,
     pairs.emplace_back(*start, *stop);
   }
   for (int i = 0; i < warmup; ++i) {
+    if (between) {
+      if (absl::Status s = between(); !s.ok()) return s;
+    }
     if (absl::Status s = enqueue(); !s.ok()) return s;
   }
   for (const auto& [start, stop] : pairs) {
+    if (between) {
+      if (absl::Status s = between(); !s.ok()) return s;
+    }
     FUSEJIT_CU_RETURN_IF_ERROR(api.cuEventRecord(start, stream), "cuEventRecord(start)");
     if (absl::Status s = enqueue(); !s.ok()) return s;
     FUSEJIT_CU_RETURN_IF_ERROR(api.cuEventRecord(stop, stream), "cuEventRecord(stop)");

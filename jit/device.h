@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -114,10 +115,13 @@ class EventTimer {
   // (all reps are enqueued before waiting, so the GPU runs them back to back), synchronizes, and
   // returns each rep's elapsed GPU time in milliseconds, in order.
   // `enqueue` must only enqueue work on `stream` (not synchronize it); its first error is returned.
+  // `between`, when given, is enqueued before every rep (warm-up ones too) outside the timed
+  // events, e.g. to flush the L2 cache so that reps do not measure it.
   // InvalidArgument if reps < 1 or warmup < 0.
   // REQUIRES: `stream`'s context is current.
-  static absl::StatusOr<std::vector<float>> Time(CUstream stream, int warmup, int reps,
-                                                 absl::FunctionRef<absl::Status()> enqueue);
+  static absl::StatusOr<std::vector<float>> Time(
+      CUstream stream, int warmup, int reps, absl::FunctionRef<absl::Status()> enqueue,
+      const std::function<absl::Status()>& between = nullptr);
 };
 
 // The median of `samples` (mean of the middle two for an even count); NaN when empty.

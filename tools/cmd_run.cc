@@ -19,63 +19,10 @@
 #include "tools/commands.h"
 #include "tools/common.h"
 #include "tools/runner.h"
+#include "tools/tensor_files.h"
 
 namespace fusejit::tools {
 namespace {
-
-// The tensors named on the command line: "x" for --input, parameter names for --param.
-struct TensorFiles {
-  std::map<std::string, std::string> files;  // name -> path
-};
-
-// Parses --input and every --param NAME=FILE against the chain's parameter names.
-absl::StatusOr<TensorFiles> ParseTensorFlags(const ParsedArgs& parsed, const Chain& chain) {
-  TensorFiles result;
-  if (auto input = parsed.Get("input")) result.files["x"] = *input;
-  const std::vector<ParamSpec> params = ChainParams(chain);
-  std::vector<std::string> names;
-  for (const ParamSpec& p : params) names.push_back(p.name);
-  for (const std::string& value : parsed.GetAll("param")) {
-    const size_t eq = value.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--param '", value, "': expected NAME=FILE.npy, e.g. 0.weight=w.npy"));
-    }
-    const std::string name = value.substr(0, eq);
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--param ", name, ": the chain has no parameter of that name; its parameters: ",
-          names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
-    }
-    if (!result.files.emplace(name, value.substr(eq + 1)).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--param ", name, " is given twice"));
-    }
-  }
-  return result;
-}
-
-// Reads the named files into `inputs`, checking each shape against the chain's.
-absl::Status ReadTensorFiles(const TensorFiles& files, const Chain& chain, HostInputs& inputs) {
-  std::map<std::string, Shape> expected = {{"x", chain.input}};
-  for (const ParamSpec& p : ChainParams(chain)) expected[p.name] = p.shape;
-  for (const auto& [name, path] : files.files) {
-    const std::string flag = name == "x" ? "--input" : absl::StrCat("--param ", name);
-    absl::StatusOr<HostTensor> t = ReadNpy(path);
-    if (!t.ok())
-      return absl::Status(t.status().code(), absl::StrCat(flag, ": ", t.status().message()));
-    if (t->shape != expected[name]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": ", path, " has shape ", FormatShape(t->shape), " but ", name,
-                       " must have shape ", FormatShape(expected[name])));
-    }
-    if (name == "x") {
-      inputs.x = *std::move(t);
-    } else {
-      inputs.params[name] = *std::move(t);
-    }
-  }
-  return absl::OkStatus();
-}
 
 struct RunFlags {
   int64_t seed = 0;
@@ -201,9 +148,7 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!compiled.ok()) return Failure(err, spec, compiled.status().message());
 
-  HostInputs inputs = RandomInputs(*chain, static_cast<uint64_t>(flags.seed));
-  if (files->files.count("x")) inputs.x = std::move(given.x);
-  for (auto& [name, t] : given.params) inputs.params[name] = std::move(t);
+  HostInputs inputs = InputsWith(*chain, static_cast<uint64_t>(flags.seed), std::move(given));
 
   absl::StatusOr<DeviceRunResult> run =
       RunOnDevice(**compiled, inputs, {.reps = static_cast<int>(flags.reps)});

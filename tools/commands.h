@@ -27,6 +27,9 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
 
 // fusejit seeds: the four seed chains, run and checked on a GPU, or compiled for sm_90 without
 // one (cmd_seeds.cc).
+const CommandSpec& BenchSpec();
+int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 const CommandSpec& SeedsSpec();
 int SeedsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

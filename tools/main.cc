@@ -37,6 +37,7 @@ const std::vector<Command>& Commands() {
       {"run", RunSpec().summary.c_str(), RunCommand},
       {"compile", CompileSpec().summary.c_str(), CompileCommand},
       {"explain", ExplainSpec().summary.c_str(), ExplainCommand},
+      {"bench", BenchSpec().summary.c_str(), BenchCommand},
       {"seeds", SeedsSpec().summary.c_str(), SeedsCommand},
       {"cache", "inspect the kernel cache: stats, list, verify, clear", RunCacheCommand},
   };

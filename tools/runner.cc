@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -116,9 +117,22 @@ absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostI
 
   result.median_ms = std::numeric_limits<double>::quiet_NaN();
   if (options.reps > 0) {
+    std::function<absl::Status()> flush;
+    absl::StatusOr<jit::DeviceBuffer> scratch = jit::DeviceBuffer::Allocate(options.l2_flush_bytes);
+    if (!scratch.ok()) return scratch.status();
+    if (options.l2_flush_bytes > 0) {
+      const jit::DriverApi* api = *jit::Driver();
+      flush = [&, api]() -> absl::Status {
+        FUSEJIT_CU_RETURN_IF_ERROR(
+            api->cuMemsetD32Async(scratch->ptr(), 0x3f800000u, scratch->bytes() / 4,
+                                  stream->get()),
+            "flushing the L2 cache");
+        return absl::OkStatus();
+      };
+    }
     absl::StatusOr<std::vector<float>> times =
         jit::EventTimer::Time(stream->get(), options.warmup, options.reps,
-                              [&] { return compiled.Run(bindings, stream->get()); });
+                              [&] { return compiled.Run(bindings, stream->get()); }, flush);
     if (!times.ok()) return times.status();
     result.times_ms = *std::move(times);
     result.median_ms = jit::Median(result.times_ms);

@@ -17,6 +17,9 @@ namespace fusejit::tools {
 struct DeviceRunOptions {
   int reps = 10;   // timed runs after the checked one; 0: no timing
   int warmup = 1;  // untimed runs before the timed ones
+  // Bytes of a scratch buffer overwritten (untimed) before every timed run, so that no run finds
+  // its inputs in the L2 cache; 0: no flush. The H100's L2 is 50 MB.
+  size_t l2_flush_bytes = 0;
 };
 
 struct DeviceRunResult {

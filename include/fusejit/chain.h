@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,6 +58,11 @@ struct ConvAttrs {
   Dims3 dilation = {1, 1, 1};
   bool bias = true;
   bool operator==(const ConvAttrs&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const ConvAttrs& c) {
+    return H::combine(std::move(h), c.out_channels, c.kernel, c.stride, c.padding,
+                      c.output_padding, c.dilation, c.bias);
+  }
 };
 
 // One op. Only the fields of its kind are meaningful; the others keep their defaults so that
@@ -70,12 +76,21 @@ struct Op {
   double eps = 1e-5;         // kGroupNorm
   std::vector<int> dims;     // kMean: {2,3,4} or {1,2,3,4}
   bool operator==(const Op&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Op& op) {
+    return H::combine(std::move(h), op.kind, op.conv, op.slope, op.min, op.max, op.groups, op.eps,
+                      op.dims);
+  }
 };
 
 struct Chain {
   Shape input;  // [N, C, D, H, W]
   std::vector<Op> ops;
   bool operator==(const Chain&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Chain& c) {
+    return H::combine(std::move(h), c.input, c.ops);
+  }
 };
 
 // Builders for chains written in C++ (the alternative to ParseChain).
