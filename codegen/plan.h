@@ -82,6 +82,10 @@ struct Plan {
   std::vector<KernelLaunch> kernels;  // launched in this order on the run's stream
   std::vector<WorkspaceRegion> workspace;
   size_t workspace_bytes = 0;
+  // Non-empty: compile the source for this architecture instead of the target's, e.g. "sm_90a"
+  // for kernels using Hopper's architecture-specific instructions (wgmma). The cubin then loads
+  // only on devices of exactly that compute capability; the strategy checks the target.
+  std::string arch_override;
 
   // Reserves `bytes` (rounded up to 256) and returns the region's offset.
   size_t AddWorkspace(std::string name, size_t bytes);

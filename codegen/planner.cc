@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "codegen/fast_strategies.h"
 #include "codegen/generic_strategies.h"
+#include "codegen/igemm_strategy.h"
 
 namespace fusejit::codegen {
 
@@ -13,6 +14,7 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies() {
   static const auto* strategies = [] {
     auto* list = new std::vector<std::unique_ptr<Strategy>>();
     AddFastStrategies(list);
+    AddIgemmStrategies(list);
     AddGenericStrategies(list);
     return list;
   }();

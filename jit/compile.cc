@@ -121,11 +121,14 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   for (const auto& h : source.headers) header_texts.push_back(h.second);
   stats.codegen_ms = MsSince(t0);
 
+  // A plan may need an architecture-specific build of the target's arch (sm_90a for wgmma); the
+  // compiled chain still reports the target's arch (the device it runs on).
+  const std::string arch = plan->arch_override.empty() ? target.arch : plan->arch_override;
   jit::NvrtcRequest request;
   request.name = source.name;
   request.source = source.main;
   request.headers = source.headers;
-  request.arch = target.arch;
+  request.arch = arch;
   request.options = source.nvrtc_options;
   request.want_ptx = !dump_dir.empty();
 
@@ -134,7 +137,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   key.generator_version = GeneratorVersion();
   key.nvrtc_version = jit::NvrtcVersion();
   key.options = absl::StrJoin(request.options, " ");
-  key.arch = target.arch;
+  key.arch = arch;
   key.spec = spec;
 
   std::string ptx;

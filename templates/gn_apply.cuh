@@ -1,15 +1,17 @@
 // templates/gn_apply.cuh: group_norm finalize + in-place apply for plans that store the pre-norm
-// values in y and emit per-tile partial moments (igemm_mma.cuh, store-normalize plans).
+// values in y and emit per-tile partial moments (igemm_mma.cuh / igemm_wgmma.cuh, strategy
+// igemm-store-normalize).
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Notation: S = kD*kH*kW, G = kGroups (> 0), kTiles = partial tiles per (n, g) (template arg).
 //   partials: Moments {count, mean, m2} as 3 floats at ((n*G + g)*kTiles + tile)*3
 //   stats:    2 floats per (n, g) at (n*G + g)*2: mean, rstd   (workspace, 8*kN*G bytes)
-// Kernels, in launch order (after the producer that wrote y and partials):
-//   gn_finalize_kernel<Cfg, kTiles>  grid kN*G, block 256 (a multiple of 32, <= 1024), no
+// Kernel bodies, in launch order (after the producer that wrote y and partials):
+//   gn_finalize_body<Cfg, kTiles>  grid kN*G, block 256 (a multiple of 32, <= 1024), no
 //        dynamic smem. Merges the kTiles partials of each (n, g) in a fixed order.
-//   gn_apply_kernel<Cfg>  block GnApply<Cfg>::kThreads, grid (GnApply<Cfg>::kBlocksPerRow, kN*kC),
-//        no dynamic smem. y[n,c,:] = post((y - mean) * rstd * gamma[c] + beta[c]) in place.
+//   gn_apply_body<Cfg>  block GnApply<Cfg>::kThreads (__launch_bounds__ the same), grid
+//        (GnApply<Cfg>::kBlocksPerRow, kN*kC) (so kN*kC <= 65535), no dynamic smem.
+//        y[n,c,:] = post((y - mean) * rstd * gamma[c] + beta[c]) in place.
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_GN_APPLY_CUH_
 #define FUSEJIT_TEMPLATES_GN_APPLY_CUH_
@@ -49,12 +51,6 @@ __device__ __forceinline__ void gn_finalize_body(const float* __restrict__ parti
     stats[seg * 2] = m.mean;
     stats[seg * 2 + 1] = 1.f / sqrtf(var + Cfg::kEps);
   }
-}
-
-template <class Cfg, int kTiles>
-__global__ void __launch_bounds__(256) gn_finalize_kernel(const float* __restrict__ partials,
-                                                          float* __restrict__ stats) {
-  gn_finalize_body<Cfg, kTiles>(partials, stats);
 }
 
 template <class Cfg>
@@ -101,21 +97,18 @@ __device__ __forceinline__ void gn_apply_body(const float* __restrict__ gamma,
   }
 }
 
-template <class Cfg>
-__global__ void __launch_bounds__(128) gn_apply_kernel(const float* __restrict__ gamma,
-                                                       const float* __restrict__ beta,
-                                                       const float* __restrict__ stats,
-                                                       float* __restrict__ y) {
-  gn_apply_body<Cfg>(gamma, beta, stats, y);
-}
-
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-// Compiled on its own (tests): instantiate the kernels with the default configuration.
-template __global__ void fj::gn_finalize_kernel<fj::DefaultConfig, 7>(const float*, float*);
-template __global__ void fj::gn_apply_kernel<fj::DefaultConfig>(const float*, const float*,
-                                                                const float*, float*);
+// Compiled on its own (tests): the kernels with the default configuration.
+extern "C" __global__ void __launch_bounds__(256)
+    gn_finalize_selftest(const float* partials, float* stats) {
+  fj::gn_finalize_body<fj::DefaultConfig, 7>(partials, stats);
+}
+extern "C" __global__ void __launch_bounds__(fj::GnApply<fj::DefaultConfig>::kThreads)
+    gn_apply_selftest(const float* gamma, const float* beta, const float* stats, float* y) {
+  fj::gn_apply_body<fj::DefaultConfig>(gamma, beta, stats, y);
+}
 #endif  // FJ_GENERATED
 
 #endif  // FUSEJIT_TEMPLATES_GN_APPLY_CUH_

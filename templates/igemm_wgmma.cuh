@@ -1,10 +1,13 @@
-// templates/igemm_wgmma.cuh: the halo implicit GEMM of igemm_mma.cuh on Hopper's warpgroup
-// tensor-core instructions (wgmma.mma_async, sm_90a). Same plan, workspace, prep kernels and
-// epilogue as igemm_halo_kernel (igemm_mma.cuh); only the main loop differs:
+// templates/igemm_wgmma.cuh: the main loop of the implicit GEMM (igemm_mma.cuh has its shape,
+// prep kernels and epilogue) on Hopper's warpgroup tensor-core instructions (wgmma.mma_async,
+// sm_90a):
+//   - the input rows a tile needs (its "halo") are loaded into shared memory once per (kd, cb)
+//     and reused by all kKH*kKW taps; input planes entirely in the padding for the tile are
+//     skipped (no loads, no mma);
 //   - each warpgroup (4 warps) owns 64 output points x 128 channels (BN = 128);
-//   - A (the gathered input rows) is loaded from the shared-memory halo by ldmatrix into
-//     registers in the wgmma register-fragment layout (identical to mma.m16n8k16 / m16n8k8 per
-//     warp) -- "RS" wgmma, so the per-row gather stays free;
+//   - A (the gathered input rows) is loaded from the halo by ldmatrix into registers in the
+//     wgmma register-fragment layout (identical to mma.m16n8k16 / m16n8k8 per warp) -- "RS"
+//     wgmma, so the per-row gather stays free;
 //   - B (weights) is read by the tensor cores straight from the shared-memory stage, whose
 //     layout (128-byte rows, 16-byte chunks XOR row%8, 1024-byte aligned) is the canonical
 //     K-major 128B-swizzle layout.
@@ -12,19 +15,21 @@
 // m64n128k16, three products, short-run accumulator flushed every kFlushSteps k-steps).
 //
 // ---- host-side contract -------------------------------------------------------------------
-// Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, and
-// the mma-style fields derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128
-// (IgemmWgmmaTune<> below fills them in); optional kAsync (0/1, see AsyncOf). BM = 64*kWG,
-// BN = 128 (so kC % 128 == 0), BM <= kH*kW.
+// Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, kAsync
+// (0/1, see AsyncOf; optional) and the fields igemm_mma.cuh reads, derived from them:
+// kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128 (IgemmWgmmaTune<> below fills them in).
+// BM = 64*kWG, BN = 128. Static requirements (besides igemm_mma.cuh's IgemmShape): kC % 128 == 0,
+// BM <= kH*kW (a tile spans at most two output planes), kKD <= 8, kStages - 1 <= kKH*kKW,
+// kStages >= 3 with kAsync, IgemmWgmmaShape<Cfg,Tune>::kSmemBytes within the device's opt-in
+// shared memory (227 KB on the H100).
 // Measured best for W3 on the H100 (bench/explore_w3/NOTES.md):
 //   fp32-accurate: IgemmWgmmaTune<kPrecF16x3, 3, 7, 2> + kAsync = 1  (384 threads, 224 KB smem)
 //   tf32:          IgemmWgmmaTune<kPrecTF32x1, 4, 5, 0> + kAsync = 1 (512 threads, 212 KB smem)
-// Workspace, prep kernels (igemm_absmax_kernel, igemm_prep_kernel), partials layout, launch
-// order and gn_finalize/gn_apply: exactly as igemm_mma.cuh.
-//   igemm_wgmma_kernel<Cfg,Tune>  grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG,
-//        dynamic smem IgemmWgmmaShape<Cfg,Tune>::kSmemBytes (raise the attribute first).
-//        Needs an sm_90a build (nvcc -gencode arch=compute_90a,code=sm_90a; NVRTC
-//        --gpu-architecture=sm_90a); built for anything else the kernel traps.
+// Workspace, prep kernels, partials layout, launch order and gn_finalize/gn_apply: igemm_mma.cuh.
+//   igemm_wgmma_body<Cfg,Tune>  grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG,
+//        __launch_bounds__(128*kWG, 1), dynamic smem IgemmWgmmaShape<Cfg,Tune>::kSmemBytes
+//        (raise the attribute first). Needs an sm_90a build (NVRTC --gpu-architecture=sm_90a);
+//        built for anything else it compiles, but prints why and traps when run.
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
 #define FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
@@ -38,7 +43,7 @@
 namespace fj {
 
 // A Tune for the wgmma kernel from its own parameters.
-template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kMaxRegsV = 255>
+template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kAsyncV = 0>
 struct IgemmWgmmaTune {
   static constexpr int kPrec = kPrecV;
   static constexpr int kWG = kWGV;
@@ -46,7 +51,7 @@ struct IgemmWgmmaTune {
   static constexpr int kStages = kStagesV;
   static constexpr int kFlushSteps = kFlushV;
   static constexpr int kAbsmaxBlocks = 264;
-  static constexpr int kMaxRegs = kMaxRegsV;
+  static constexpr int kAsync = kAsyncV;
 };
 
 namespace igw {
@@ -145,6 +150,38 @@ __device__ __forceinline__ void mma_tf32(float (&d)[1][16][4], const unsigned (&
 #undef FJ_WG_OUT64
 
 }  // namespace igw
+
+// Halo geometry: the input rows of a tile's output rows, widened by the kernel's span.
+template <class Cfg, class Tune>
+struct HaloShape {
+  using Sh = IgemmShape<Cfg, Tune>;
+  static constexpr int kSpanH = (Cfg::kKH - 1) * Cfg::kDilH;
+  static constexpr int kSpanW = (Cfg::kKW - 1) * Cfg::kDilW;
+  static constexpr int kRmin = Sh::kStepH < 0 ? (Cfg::kKH - 1) * Sh::kStepH : 0;
+  static constexpr int kCmin = Sh::kStepW < 0 ? (Cfg::kKW - 1) * Sh::kStepW : 0;
+  static constexpr int kHW = Cfg::kW + kSpanW;  // halo columns
+  static constexpr int kRowsSpanned = (Sh::kBM - 1 + Cfg::kW - 1) / Cfg::kW + 1;
+  static constexpr int kMaxSlots = kRowsSpanned + 2 * kSpanH;  // halo rows
+  static constexpr int kPitch = 144;                          // bytes per halo point
+  static constexpr int kTapsHW = Cfg::kKH * Cfg::kKW;
+  static_assert(Sh::kBM <= Cfg::kH * Cfg::kW, "igemm_wgmma: a tile must span at most 2 planes");
+  static_assert(Cfg::kKD <= 8, "igemm_wgmma: kKD <= 8");
+  static_assert(Tune::kStages - 1 <= kTapsHW,
+                "igemm_wgmma: the next halo must be issued at least kStages-1 k-steps ahead");
+};
+
+namespace ig {
+// A rows gathered from the halo: point p at halo + p * 144 (padded pitch, no swizzle needed:
+// 8 consecutive points hit 8 different 16-byte bank groups).
+template <int MT>
+struct AAddrHalo {
+  unsigned base;
+  int hidx[MT];
+  __device__ __forceinline__ unsigned operator()(int mi, int chunk) const {
+    return base + hidx[mi] * 144 + chunk * 16;
+  }
+};
+}  // namespace ig
 
 template <class Cfg, class Tune>
 struct IgemmWgmmaShape {
@@ -308,6 +345,14 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
   constexpr int BM = L::BM, BN = L::BN;
   constexpr int kHWp = L::kHWp;
   extern __shared__ __align__(1024) unsigned char smem[];
+#if defined(__CUDA_ARCH__) && !defined(FJ_HAS_WGMMA)
+  // Built without the sm_90a features (wgmma): refuse loudly instead of computing garbage.
+  if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    printf("fusejit igemm_wgmma: this module was not compiled for sm_90a (wgmma needs "
+           "--gpu-architecture=sm_90a); trapping\n");
+  }
+  __trap();
+#endif
 
   L s;
   s.tid = threadIdx.x;
@@ -390,19 +435,11 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
   K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n);
 }
 
-template <class Cfg, class Tune>
-__global__ void __launch_bounds__(IgemmShape<Cfg, Tune>::kThreads, 1)
-    igemm_wgmma_kernel(const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
-                       const float* __restrict__ bias, const float* __restrict__ scale,
-                       float* __restrict__ y, float* __restrict__ partials) {
-  igemm_wgmma_body<Cfg, Tune>(xa, wb, bias, scale, y, partials);
-}
-
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-// Compiled on its own (tests): instantiate with a config that suits the kernel (traps unless
-// built for sm_90a).
+// Compiled on its own (tests): both precisions, with a config that suits the kernel. Built for
+// sm_90 rather than sm_90a it compiles, but traps when run.
 namespace fj_selftest_igemm_wgmma {
 struct Cfg : fj::DefaultConfig {
   static constexpr int kN = 2, kCin = 32, kDin = 6, kHin = 7, kWin = 8;
@@ -411,11 +448,21 @@ struct Cfg : fj::DefaultConfig {
   static constexpr int kPD = 0, kPH = 0, kPW = 0;
   static constexpr int kGroups = 4;
 };
-using Tune = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2>;
+using TuneF16x3 = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2, 1>;
+using TuneTF32 = fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1>;
 }  // namespace fj_selftest_igemm_wgmma
-template __global__ void
-fj::igemm_wgmma_kernel<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::Tune>(
-    const unsigned char*, const unsigned char*, const float*, const float*, float*, float*);
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_f16x3_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
+                               const float* scale, float* y, float* partials) {
+  fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneF16x3>(
+      xa, wb, bias, scale, y, partials);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_tf32_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
+                              const float* scale, float* y, float* partials) {
+  fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneTF32>(
+      xa, wb, bias, scale, y, partials);
+}
 #endif  // FJ_GENERATED
 
 #endif  // FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_

@@ -1,10 +1,15 @@
 #include "tests/gpu_support.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
+#include <gtest/gtest.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "jit/device.h"
 #include "jit/driver.h"
 
@@ -24,7 +29,8 @@ std::string GpuUnavailableReason() {
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> RunOnGpu(CompiledChain& compiled,
-                                                         const HostInputs& inputs, int runs) {
+                                                         const HostInputs& inputs, int runs,
+                                                         int timing_reps, double* median_ms) {
   const jit::DriverApi* driver = *jit::Driver();
   auto upload = [](const HostTensor& t) -> absl::StatusOr<jit::DeviceBuffer> {
     absl::StatusOr<jit::DeviceBuffer> buf = jit::DeviceBuffer::Allocate(t.data.size() * 4);
@@ -64,7 +70,71 @@ absl::StatusOr<std::vector<std::vector<float>>> RunOnGpu(CompiledChain& compiled
     if (absl::Status s = y->CopyToHost(out.data(), out_count * 4); !s.ok()) return s;
     outputs.push_back(std::move(out));
   }
+  if (timing_reps > 0) {
+    absl::StatusOr<std::vector<float>> times = jit::EventTimer::Time(
+        nullptr, /*warmup=*/1, timing_reps, [&] { return compiled.Run(bindings, nullptr); });
+    if (!times.ok()) return times.status();
+    if (median_ms) *median_ms = jit::Median(*times);
+  }
   return outputs;
+}
+
+void CheckChain(const Chain& chain, uint64_t seed, const std::vector<int64_t>& samples,
+                const std::string& strategy, Tolerance tol, Precision precision,
+                int timing_reps) {
+  SCOPED_TRACE(FormatChain(chain) + (strategy.empty() ? "" : " strategy " + strategy) +
+               (precision == Precision::kTf32 ? " tf32" : ""));
+  CompileOptions options;
+  options.strategy = strategy;
+  options.precision = precision;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(chain, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  double ms = 0;
+  absl::StatusOr<std::vector<std::vector<float>>> outs =
+      RunOnGpu(**compiled, inputs, /*runs=*/2, timing_reps, &ms);
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  const std::vector<float>& y = (*outs)[0];
+  ASSERT_EQ(std::memcmp(y.data(), (*outs)[1].data(), y.size() * 4), 0)
+      << "two runs differ: a race or a non-deterministic reduction";
+  int64_t unwritten = 0;
+  for (float v : y) unwritten += std::isnan(v);
+  ASSERT_EQ(unwritten, 0) << "outputs left unwritten (still NaN)";
+
+  // The float64 reference of the last chain checked is kept for the next check of the same one.
+  static auto* last_key = new std::string();
+  static auto* last_ref = new std::vector<double>();
+  const std::string key =
+      absl::StrCat(FormatChain(chain), "|", seed, "|", absl::StrJoin(samples, ","));
+  if (key != *last_key) {
+    last_key->clear();
+    ReferenceOptions ropt;
+    ropt.samples = samples;
+    absl::StatusOr<std::vector<double>> ref = RunReference(chain, inputs, ropt);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    *last_ref = *std::move(ref);
+    *last_key = key;
+  }
+  const std::vector<double>& ref = *last_ref;
+  // Gather the same samples from the GPU output.
+  const Shape out_shape = OutputShape(chain);
+  const int64_t per_sample = NumElements(out_shape) / out_shape[0];
+  std::vector<float> picked;
+  if (samples.empty()) {
+    picked = y;
+  } else {
+    for (int64_t s : samples) {
+      picked.insert(picked.end(), y.begin() + s * per_sample, y.begin() + (s + 1) * per_sample);
+    }
+  }
+  ASSERT_EQ(picked.size(), ref.size());
+  const ErrorStats err = CompareToReference(picked.data(), ref.data(), ref.size());
+  EXPECT_EQ(err.non_finite, 0);
+  EXPECT_LE(err.rel_l2, tol.rel_l2) << "max_abs " << err.max_abs;
+  EXPECT_LE(err.max_abs, tol.max_abs) << "rel_l2 " << err.rel_l2;
+  const std::string timing = timing_reps > 0 ? absl::StrFormat("  %.4f ms", ms) : "";
+  std::printf("  rel_l2 %.2e  max_abs %.2e%s  %s%s\n", err.rel_l2, err.max_abs, timing.c_str(),
+              FormatChain(chain).c_str(), precision == Precision::kTf32 ? " (tf32)" : "");
 }
 
 }  // namespace fusejit::testing

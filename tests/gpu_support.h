@@ -2,6 +2,7 @@
 #ifndef FUSEJIT_TESTS_GPU_SUPPORT_H_
 #define FUSEJIT_TESTS_GPU_SUPPORT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,30 @@ namespace fusejit::testing {
 std::string GpuUnavailableReason();
 
 // Uploads `inputs`, fills the output with NaN, runs `compiled` `runs` times (re-poisoning before
-// each) and returns each run's output. REQUIRES: GpuUnavailableReason() == "".
+// each) and returns each run's output. With timing_reps > 0 it then times that many more runs
+// (CUDA events, after one warm-up) and stores their median in *median_ms.
+// REQUIRES: GpuUnavailableReason() == "".
 absl::StatusOr<std::vector<std::vector<float>>> RunOnGpu(CompiledChain& compiled,
-                                                         const HostInputs& inputs, int runs = 2);
+                                                         const HostInputs& inputs, int runs = 2,
+                                                         int timing_reps = 0,
+                                                         double* median_ms = nullptr);
+
+// Limits on the error of a chain's output against the float64 reference.
+struct Tolerance {
+  double rel_l2 = 1e-5;
+  double max_abs = 1e-4;
+};
+
+// Compiles `chain` for the current device (with `strategy` when non-empty, else the planner's
+// choice, and `precision`), runs it twice on RandomInputs(chain, seed) with the output poisoned
+// with NaN before each run, and checks (gtest failures) that the two runs are bitwise identical,
+// that every output was written, and that the batch indices `samples` (all when empty) match the
+// float64 reference within `tol`. Prints the errors (and, with timing_reps > 0, the median time
+// of that many more runs). The reference of the last (chain, seed, samples) is kept, so checking
+// the same chain again (another strategy or precision) does not recompute it.
+void CheckChain(const Chain& chain, uint64_t seed, const std::vector<int64_t>& samples,
+                const std::string& strategy = "", Tolerance tol = {},
+                Precision precision = Precision::kFp32, int timing_reps = 0);
 
 }  // namespace fusejit::testing
 

@@ -1,0 +1,197 @@
+// GPU checks of the tensor-core strategy igemm-store-normalize (named Gpu*; skipped without a
+// driver or on a GPU other than sm_90): W3 at its seed shape in both precisions (fp32-accurate:
+// rel L2 <= 1e-6 and max abs <= 1e-5 against float64), then smaller chains it applies to --
+// conv3d and conv_transpose3d, 128 or 256 output channels, odd sizes, padding, dilation,
+// output_padding, batch 1-3, elementwise ops before and after group_norm -- at the default
+// tolerance. Outputs are poisoned with NaN before every run and must be fully written; two runs
+// must be bitwise identical (testing::CheckChain).
+#include <gtest/gtest.h>
+
+#include <future>
+#include <utility>
+
+#include "codegen/planner.h"
+#include "fusejit/fusejit.h"
+#include "fusejit/workloads.h"
+#include "jit/device.h"
+#include "tests/gpu_support.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+using testing::CheckChain;
+using testing::Tolerance;
+
+constexpr char kIgemm[] = "igemm-store-normalize";
+constexpr Tolerance kFp32Accurate{1e-6, 1e-5};  // WORKLOADS.md's fp32-accurate target
+constexpr Tolerance kTf32{2e-3, 2e-2};
+
+#define SKIP_WITHOUT_SM90()                                                                    \
+  if (std::string why = testing::GpuUnavailableReason(); !why.empty()) {                       \
+    GTEST_SKIP() << "no usable GPU: " << why;                                                  \
+  }                                                                                            \
+  if (absl::StatusOr<std::string> arch = jit::CurrentArch(); !arch.ok() || *arch != "sm_90") { \
+    GTEST_SKIP() << "igemm-store-normalize needs an sm_90 GPU";                                \
+  }
+
+Chain Parse(std::string_view spec) {
+  absl::StatusOr<Chain> chain = ParseChain(spec);
+  EXPECT_TRUE(chain.ok()) << spec << ": " << chain.status();
+  return chain.ok() ? *chain : Chain{};
+}
+
+const codegen::Strategy& Igemm() {
+  for (const auto& s : codegen::AllStrategies()) {
+    if (s->name() == kIgemm) return *s;
+  }
+  std::abort();
+}
+
+// Compiles every (chain, precision) on its own thread (NVRTC compiles one program per thread),
+// so that the checks after it find them in the in-memory cache.
+void CompileInParallel(const std::vector<std::pair<Chain, Precision>>& list,
+                       const std::string& strategy) {
+  std::vector<std::future<std::string>> results;
+  for (const auto& [chain, precision] : list) {
+    results.push_back(std::async(std::launch::async, [&chain, precision, &strategy] {
+      absl::StatusOr<jit::ScopedPrimaryContext> ctx = jit::ScopedPrimaryContext::Create(0);
+      if (!ctx.ok()) return ctx.status().ToString();
+      CompileOptions options;
+      options.strategy = strategy;
+      options.precision = precision;
+      absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
+      return c.ok() ? std::string() : FormatChain(chain) + ": " + c.status().ToString();
+    }));
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), "");
+}
+
+TEST(GpuIgemm, W3SeedShapeFp32Accurate) {
+  SKIP_WITHOUT_SM90();
+  const Chain w3 = Parse(SeedWorkloads()[2].spec);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(w3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE((*c)->Explain().find("plan: igemm-store-normalize"), std::string::npos)
+      << (*c)->Explain();
+  CheckChain(w3, /*seed=*/11, {0, 7, 15}, "", kFp32Accurate, Precision::kFp32,
+             /*timing_reps=*/10);
+}
+
+TEST(GpuIgemm, W3SeedShapeTf32) {
+  SKIP_WITHOUT_SM90();
+  const Chain w3 = Parse(SeedWorkloads()[2].spec);
+  CheckChain(w3, /*seed=*/11, {0, 7, 15}, "", kTf32, Precision::kTf32, /*timing_reps=*/10);
+}
+
+// Chains chosen to reach each branch of the kernels: scalar (S % 4 != 0) and vector stores,
+// one or two output planes per tile, one to three warpgroups, two B stages without a wgmma in
+// flight (1x1x1 and 1xkxk kernels), groups of 1 to 128 channels, with and without bias.
+const char* const kChains[] = {
+    // conv3d, padding 1, dilation 2, odd sizes (S = 405), one warpgroup.
+    "x:f32[2,32,7,11,11] | conv3d(out=128,k=3,padding=1,dilation=2) | relu | "
+    "group_norm(groups=4) | hardswish",
+    // conv_transpose3d, kernel (3,2,3), padding (1,0,1), no bias, S = 450.
+    "x:f32[3,64,5,9,9] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1],bias=false) | "
+    "leaky_relu(slope=0.1) | group_norm(groups=2)",
+    // 256 channels (two channel tiles), 8 channels per group, S % 4 == 0.
+    "x:f32[1,64,8,10,12] | conv3d(out=256,k=3,padding=1) | swish | group_norm(groups=32) | tanh",
+    // conv_transpose3d with dilation 2 and output_padding 1, 128 channels per group.
+    "x:f32[2,32,6,7,8] | conv_transpose3d(out=256,k=3,padding=1,output_padding=1,dilation=2) | "
+    "gelu | group_norm(groups=2,eps=0.001) | clamp(min=-0.5,max=1)",
+    // 1x1x1 kernel, 96 input channels, one channel per group.
+    "x:f32[3,96,5,9,9] | conv3d(out=128,k=1) | sigmoid | group_norm(groups=128)",
+    // 1x3x3 kernel, no pre-op.
+    "x:f32[2,32,4,12,13] | conv3d(out=128,k=[1,3,3],padding=[0,1,1]) | group_norm(groups=8) | relu",
+    // Enough tiles for three warpgroups (192-row tiles), odd S = 9261.
+    "x:f32[3,32,21,21,21] | conv3d(out=128,k=3,padding=1,bias=false) | relu | group_norm(groups=8)",
+    // W3's chain at a smaller size.
+    "x:f32[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)",
+};
+
+TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
+  SKIP_WITHOUT_SM90();
+  std::vector<std::pair<Chain, Precision>> list;
+  for (const char* spec : kChains) {
+    const Chain chain = Parse(spec);
+    for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+      ASSERT_TRUE(Igemm().Applies(chain, {"sm_90", 132, p})) << spec;
+      list.emplace_back(chain, p);
+    }
+  }
+  CompileInParallel(list, kIgemm);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& [chain, precision] = list[i];
+    // Both precisions of a chain get the same inputs, so the reference is computed once.
+    CheckChain(chain, /*seed=*/300 + i / 2, {}, kIgemm,
+               precision == Precision::kFp32 ? Tolerance{} : kTf32, precision);
+  }
+}
+
+Op RandomOp(Rng& rng) {
+  static const OpKind kKinds[] = {OpKind::kRelu, OpKind::kLeakyRelu, OpKind::kSigmoid,
+                                  OpKind::kTanh, OpKind::kSwish,     OpKind::kHardswish,
+                                  OpKind::kGelu, OpKind::kClamp};
+  const OpKind kind = kKinds[rng.Int(0, 7)];
+  if (kind == OpKind::kLeakyRelu) return LeakyRelu(rng.Uniform(0.001, 0.3));
+  if (kind == OpKind::kClamp) {
+    const double lo = rng.Uniform(-1.0, 0.2);
+    return Clamp(lo, lo + rng.Uniform(0.1, 1.5));
+  }
+  return Elementwise(kind);
+}
+
+Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
+  if (rng.Chance(0.6)) {
+    const int64_t v = rng.Int(lo, hi);
+    return {v, v, v};
+  }
+  return {rng.Int(lo, hi), rng.Int(lo, hi), rng.Int(lo, hi)};
+}
+
+// A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels and a
+// group_norm whose groups fit a 128-channel tile; not every one is valid or applicable.
+Chain RandomIgemmChain(Rng& rng) {
+  Chain chain;
+  chain.input = {rng.Int(1, 3), rng.Chance(0.5) ? 32 : 64, rng.Int(4, 11), rng.Int(5, 12),
+                 rng.Int(5, 12)};
+  const int64_t out = rng.Chance(0.7) ? 128 : 256;
+  const Dims3 k = RandomDims(rng, 1, 3), padding = RandomDims(rng, 0, 2);
+  const Dims3 dilation = RandomDims(rng, 1, 2);
+  const bool bias = rng.Chance(0.6);
+  if (rng.Chance(0.5)) {
+    Dims3 op = {0, 0, 0};
+    for (int a = 0; a < 3; ++a) op[a] = dilation[a] > 1 && rng.Chance(0.5) ? 1 : 0;
+    chain.ops.push_back(ConvTranspose3d(out, k, {1, 1, 1}, padding, op, dilation, bias));
+  } else {
+    chain.ops.push_back(Conv3d(out, k, {1, 1, 1}, padding, dilation, bias));
+  }
+  for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomOp(rng));
+  static const int64_t kPerGroup[] = {1, 4, 16, 32, 64, 128};
+  chain.ops.push_back(GroupNorm(out / kPerGroup[rng.Int(0, 5)]));
+  for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomOp(rng));
+  return chain;
+}
+
+TEST(GpuIgemm, RandomChains) {
+  SKIP_WITHOUT_SM90();
+  Rng rng(20261123);
+  std::vector<std::pair<Chain, Precision>> list;
+  for (int tries = 0; tries < 10000 && list.size() < 10; ++tries) {
+    const Chain chain = RandomIgemmChain(rng);
+    if (!ValidateChain(chain).ok()) continue;
+    const Precision p = list.size() % 4 == 3 ? Precision::kTf32 : Precision::kFp32;
+    if (!Igemm().Applies(chain, {"sm_90", 132, p})) continue;
+    list.emplace_back(chain, p);
+  }
+  ASSERT_EQ(list.size(), 10u) << "too few random chains apply";
+  CompileInParallel(list, kIgemm);
+  uint64_t seed = 500;
+  for (const auto& [chain, precision] : list) {
+    CheckChain(chain, seed++, {}, kIgemm, precision == Precision::kFp32 ? Tolerance{} : kTf32,
+               precision);
+  }
+}
+
+}  // namespace
+}  // namespace fusejit
