@@ -85,8 +85,8 @@ void AddMean(const ChainInfo& info, const PlanTarget& target, bool norm, size_t 
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
   const int64_t spatial = info.elements / (n * c);
   const int chunks = ChunksFor(n * c, spatial, target);
-  const size_t partials = plan->AddWorkspace("channel sums per block x N*C*chunks",
-                                             static_cast<size_t>(n * c * chunks) * 4);
+  const size_t partials = plan->AddWorkspace("channel sums per block (double) x N*C*chunks",
+                                             static_cast<size_t>(n * c * chunks) * 8);
   KernelLaunch k;
   k.symbol = "fj_mean_partial";
   k.body = absl::StrCat("fj::mean_partial_kernel<Cfg, ", norm ? "true" : "false", ", ", chunks,
@@ -99,7 +99,7 @@ void AddMean(const ChainInfo& info, const PlanTarget& target, bool norm, size_t 
   k.args.push_back(Param("gamma", info.gamma_param));
   k.args.push_back(Param("beta", info.beta_param));
   k.args.push_back(Ws("const float2*", "stats", stats_offset));
-  k.args.push_back(Ws("float*", "partials", partials));
+  k.args.push_back(Ws("double*", "partials", partials));
   plan->kernels.push_back(k);
 
   const int64_t outputs = info.mean == MeanMode::kAll ? n : n * c;
@@ -109,7 +109,7 @@ void AddMean(const ChainInfo& info, const PlanTarget& target, bool norm, size_t 
   f.purpose = "sum partials in a fixed order (double) and divide -> y";
   f.grid = {CeilDiv(outputs, kBlock), 1, 1};
   f.block = {kBlock, 1, 1};
-  f.args = {Ws("const float*", "partials", partials), Out()};
+  f.args = {Ws("const double*", "partials", partials), Out()};
   plan->kernels.push_back(f);
 }
 

@@ -76,14 +76,15 @@ __device__ __forceinline__ Moments block_reduce_moments(Moments m, Moments* scra
   return m;
 }
 
-// Sum of one float per thread to thread 0 of the block, fixed order. Same REQUIRES as above.
-__device__ __forceinline__ float block_reduce_sum(float v, float* scratch) {
+// Sum of one value per thread to thread 0 of the block, fixed order. Same REQUIRES as above.
+template <typename T>
+__device__ __forceinline__ T block_reduce_sum(T v, T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   const int warps = blockDim.x >> 5;
-  v = lane < warps ? scratch[lane] : 0.f;
+  v = lane < warps ? scratch[lane] : T(0);
   if (warp == 0) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
   }

@@ -17,7 +17,7 @@
 // kChunks (a template parameter of the reduction kernels) is the number of blocks per segment.
 //   stats_kernel:         grid = (kN*kGroups, kChunks); partials: Moments[kN*kGroups*kChunks]
 //   stats_finalize_kernel: grid.x*block >= kN*kGroups; stats: float2[kN*kGroups] = (mean, rstd)
-//   mean_partial_kernel:  grid = (kN*kC, kChunks); partials: float[kN*kC*kChunks]
+//   mean_partial_kernel:  grid = (kN*kC, kChunks); partials: double[kN*kC*kChunks]
 //   mean_finalize_kernel: grid.x*block >= number of outputs (kN*kC or kN)
 #ifndef FUSEJIT_TEMPLATES_GENERIC_CUH_
 #define FUSEJIT_TEMPLATES_GENERIC_CUH_
@@ -112,20 +112,22 @@ __device__ void normalize_kernel(const float* __restrict__ x, const float* __res
 
 // Per-block sums of the chain's final values over chunk blockIdx.y of plane blockIdx.x
 // (n = x / kC, c = x % kC). kNorm: the chain has a group_norm (stats from stats_finalize_kernel).
+// Sums are accumulated in double: a mean of group_norm outputs nearly cancels within each group,
+// so fp32 sums would lose most of the result's digits.
 template <class Cfg, bool kNorm, int kChunks>
 __device__ void mean_partial_kernel(const float* __restrict__ x, const float* __restrict__ weight,
                                     const float* __restrict__ bias,
                                     const float* __restrict__ gamma,
                                     const float* __restrict__ beta,
                                     const float2* __restrict__ stats,
-                                    float* __restrict__ partials) {
-  __shared__ float scratch[32];
+                                    double* __restrict__ partials) {
+  __shared__ double scratch[32];
   using G = Generic<Cfg>;
   const int n = blockIdx.x / Cfg::kC, c = blockIdx.x % Cfg::kC;
   const long long plane = (long long)blockIdx.x * G::kSpatial;
   long long begin, end;
   G::chunk_range(G::kSpatial, blockIdx.y, kChunks, &begin, &end);
-  float sum = 0.f;
+  double sum = 0;
   for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float v = Cfg::pre(produce_at<Cfg>(x, weight, bias, plane + i));
     if constexpr (kNorm) v = G::normalize(v, n, c, gamma, beta, stats);
@@ -137,14 +139,14 @@ __device__ void mean_partial_kernel(const float* __restrict__ x, const float* __
 
 // Sums partials in a fixed order (in double) and divides: y[n,c] (kMeanSpatial) or y[n] (kMeanAll).
 template <class Cfg, int kChunks>
-__device__ void mean_finalize_kernel(const float* __restrict__ partials, float* __restrict__ y) {
+__device__ void mean_finalize_kernel(const double* __restrict__ partials, float* __restrict__ y) {
   using G = Generic<Cfg>;
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   constexpr int kPlanesPerOutput = Cfg::kMean == kMeanAll ? Cfg::kC : 1;
   constexpr int kOutputs = Cfg::kN * Cfg::kC / kPlanesPerOutput;
   if (o >= kOutputs) return;
   double sum = 0;
-  const float* p = partials + (long long)o * kPlanesPerOutput * kChunks;
+  const double* p = partials + (long long)o * kPlanesPerOutput * kChunks;
   for (int j = 0; j < kPlanesPerOutput * kChunks; ++j) sum += p[j];
   y[o] = (float)(sum / ((double)G::kSpatial * kPlanesPerOutput));
 }
@@ -172,10 +174,10 @@ extern "C" __global__ void generic_normalize(const float* x, const float* w, con
 }
 extern "C" __global__ void generic_mean_partial(const float* x, const float* w, const float* b,
                                                 const float* g, const float* be, const float2* s,
-                                                float* p) {
+                                                double* p) {
   fj::mean_partial_kernel<C, true, 3>(x, w, b, g, be, s, p);
 }
-extern "C" __global__ void generic_mean_finalize(const float* p, float* y) {
+extern "C" __global__ void generic_mean_finalize(const double* p, float* y) {
   fj::mean_finalize_kernel<C, 3>(p, y);
 }
 }  // namespace fj_selftest

@@ -3,8 +3,8 @@
 //
 // Kernel: moments_mean_finalize<Cfg, Tune>(partials, gamma, beta, y)
 //   One warp per sample n. Lane c merges the kBlocksPerSample partials of channel c in block order
-//   (Chan, fixed order) -> (count, m_c, M2_c); lane g merges the channels of group g in channel
-//   order -> (mu_g, var_g = M2_g / count_g, biased as PyTorch), rstd_g = 1 / sqrtf(var_g + eps).
+//   (Chan, fixed order, in double) -> (count, m_c, M2_c); lane g merges the channels of group g
+//   in channel order -> (mu_g, var_g = M2_g / count_g, biased as PyTorch), rstd_g.
 //   Mean over the spatial dims of the affine group_norm output of channel c:
 //     gamma_c * (m_c - mu_g) * rstd_g + beta_c        (exact identity: mean is linear)
 //   Cfg::post (the ops after group_norm) must be the identity: a mean of a non-linear function of
@@ -34,15 +34,20 @@ __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict_
   static_assert(Cfg::kMean == kMeanSpatial || Cfg::kMean == kMeanAll,
                 "moments_mean_finalize: the chain must end with mean");
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kBlocksPerSample;
-  __shared__ float s_n[C], s_m[C], s_q[C], s_mu[G], s_rstd[G], s_out[C];
+  // The merges and the final combination run in double: the result is a mean of values that
+  // nearly cancel within each group (m_c - mu_g), so fp32 rounding here would show in it.
+  __shared__ double s_n[C], s_m[C], s_q[C], s_mu[G], s_rstd[G], s_out[C];
   const int n = blockIdx.x, lane = threadIdx.x;
   if (lane < C) {
-    float cn = 0.f, cm = 0.f, cq = 0.f;
+    double cn = 0, cm = 0, cq = 0;
     for (int b = 0; b < B; ++b) {
       const Moments p = partials[((size_t)n * B + b) * C + lane];
-      const float wb = chan_weight(cn, p.count);
-      chan_merge_w(cm, cq, cn, p.mean, p.m2, wb);
-      cn += p.count;
+      const double total = cn + p.count;
+      const double wb = total > 0 ? p.count / total : 0;
+      const double delta = (double)p.mean - cm;
+      cm += delta * wb;
+      cq += p.m2 + delta * delta * cn * wb;
+      cn = total;
     }
     s_n[lane] = cn;
     s_m[lane] = cm;
@@ -50,29 +55,32 @@ __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict_
   }
   __syncwarp();
   if (lane < G) {
-    float gn = 0.f, gm = 0.f, gq = 0.f;
+    double gn = 0, gm = 0, gq = 0;
     for (int k = 0; k < CPG; ++k) {
       const int c = lane * CPG + k;
-      const float wb = chan_weight(gn, s_n[c]);
-      chan_merge_w(gm, gq, gn, s_m[c], s_q[c], wb);
-      gn += s_n[c];
+      const double total = gn + s_n[c];
+      const double wb = total > 0 ? s_n[c] / total : 0;
+      const double delta = s_m[c] - gm;
+      gm += delta * wb;
+      gq += s_q[c] + delta * delta * gn * wb;
+      gn = total;
     }
     s_mu[lane] = gm;
-    s_rstd[lane] = 1.f / sqrtf(gq / gn + Cfg::kEps);
+    s_rstd[lane] = 1.0 / sqrt(gq / gn + (double)Cfg::kEps);
   }
   __syncwarp();
   if (lane < C) {
     const int g = lane / CPG;
-    const float v = gamma[lane] * ((s_m[lane] - s_mu[g]) * s_rstd[g]) + beta[lane];
-    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + lane] = v;
+    const double v = (double)gamma[lane] * ((s_m[lane] - s_mu[g]) * s_rstd[g]) + beta[lane];
+    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + lane] = (float)v;
     else s_out[lane] = v;
   }
   if constexpr (Cfg::kMean == kMeanAll) {
     __syncwarp();
     if (lane == 0) {
-      float s = 0.f;
+      double s = 0;
       for (int c = 0; c < C; ++c) s += s_out[c];
-      y[n] = s / (float)C;
+      y[n] = (float)(s / C);
     }
   }
 }
