@@ -81,11 +81,20 @@ absl::Status CompiledChainImpl::CheckBindings(const Bindings& b) const {
   if (b.workspace % 256 != 0) {
     return absl::InvalidArgumentError("bindings: workspace must be 256-byte aligned");
   }
+  // Kernels use 16-byte vector loads and stores; cuMemAlloc and every CUDA allocator give 256.
+  if (b.input % 16 != 0 || b.output % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "bindings: input and output must be 16-byte aligned (as cuMemAlloc returns them)");
+  }
   for (const ParamSpec& p : params_) {
     auto it = b.params.find(p.name);
     if (it == b.params.end() || !it->second) {
       return absl::InvalidArgumentError(absl::StrCat("bindings: parameter ", p.name,
                                                      FormatShape(p.shape), " is missing"));
+    }
+    if (it->second % 16 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bindings: parameter ", p.name, " must be 16-byte aligned"));
     }
   }
   for (const auto& [name, ptr] : b.params) {
