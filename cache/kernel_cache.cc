@@ -174,6 +174,20 @@ std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
   return ReadCounted(key, key.EntryName(), &refused, /*count_rejects=*/true);
 }
 
+absl::Status KernelCache::Put(const CacheKey& key, std::string_view payload) {
+  CacheDir& d = dir();
+  if (!d.writable()) {
+    return absl::FailedPreconditionError(
+        fmt::format("cache directory {} is not writable: {}", d.root(), d.status_text()));
+  }
+  if (!d.Publish(key.EntryName(), key, payload)) {
+    return absl::UnavailableError(
+        fmt::format("could not write {} (see the warning)", d.PathOf(key.EntryName())));
+  }
+  (void)d.Trim();  // faults are counted and warned about inside
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> KernelCache::RunCompile(
     absl::FunctionRef<absl::StatusOr<std::string>()> compile) {
   const auto start = std::chrono::steady_clock::now();

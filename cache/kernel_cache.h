@@ -168,6 +168,12 @@ class KernelCache {
   // The payload of a valid entry for key, if there is one. Never compiles, writes or waits.
   std::optional<std::string> Lookup(const CacheKey& key);
 
+  // Publishes `payload` as key's entry, atomically replacing any entry there (for records that
+  // are rewritten, such as tuning results; kernels go through GetOrCompile). Errors:
+  // FailedPrecondition when the directory is not usable or is read-only, Unavailable when the
+  // write failed (counted and warned about like any publish).
+  absl::Status Put(const CacheKey& key, std::string_view payload);
+
   void RecordMemoryHit();
   CacheStats Stats() const;
 

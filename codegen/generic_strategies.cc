@@ -1,8 +1,11 @@
 // The generic strategies: correct for every valid chain, built on templates/generic.cuh. Each
 // output point evaluates the producer directly; group_norm statistics are reduced in a fixed
-// order through a small workspace of per-block partials (no float atomics).
+// order through a small workspace of per-block partials (no float atomics). Launch shapes (block
+// size, grid, reduction chunks) are tunable: GenericTune.
 #include <algorithm>
 #include <cmath>
+#include <span>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
@@ -10,8 +13,6 @@
 
 namespace fusejit::codegen {
 namespace {
-
-constexpr unsigned kBlock = 256;
 
 using Kind = KernelArg::Kind;
 
@@ -31,25 +32,64 @@ std::vector<KernelArg> ProducerArgs(const ChainInfo& info) {
 
 unsigned CeilDiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+// The launch shape of the generic kernels. Each strategy tunes the members it uses (its
+// TuneField list); the others keep their defaults and are not emitted.
+struct GenericTune {
+  int64_t block = 256;         // threads per block of every kernel
+  int64_t grid_per_sm = 16;    // grid-stride kernels: at most this many blocks per SM
+  int64_t chunks = 1;          // blocks per (sample, group) of the statistics pass
+  int64_t mean_chunks = 1;     // blocks per mean output plane of the mean pass
+};
+
+constexpr TuneField<GenericTune> kBlockField = {"block", "kBlock", &GenericTune::block};
+constexpr TuneField<GenericTune> kGridField = {"grid_per_sm", "kGridPerSM",
+                                               &GenericTune::grid_per_sm};
+constexpr TuneField<GenericTune> kChunksField = {"chunks", "kChunks", &GenericTune::chunks};
+constexpr TuneField<GenericTune> kMeanChunksField = {"mean_chunks", "kMeanChunks",
+                                                     &GenericTune::mean_chunks};
+
 // Grid for a grid-stride loop over `elements`: enough blocks to fill the device a few times.
-unsigned StrideGrid(int64_t elements, const PlanTarget& target) {
-  return std::max(1u, std::min<unsigned>(CeilDiv(elements, kBlock),
-                                         static_cast<unsigned>(target.sm_count) * 16));
+unsigned StrideGrid(int64_t elements, const PlanTarget& target, const GenericTune& t) {
+  return std::max(1u, std::min<unsigned>(CeilDiv(elements, t.block),
+                                         static_cast<unsigned>(target.sm_count * t.grid_per_sm)));
 }
 
 // Blocks per reduction segment: enough blocks in all to fill the device, each with at least a
 // few elements per thread, and at most 65535 (grid.y).
-int ChunksFor(int64_t segments, int64_t segment_length, const PlanTarget& target) {
+int64_t ChunksFor(int64_t segments, int64_t segment_length, const PlanTarget& target,
+                  int64_t block) {
   const int64_t want_blocks = static_cast<int64_t>(target.sm_count) * 8;
   int64_t chunks = (want_blocks + segments - 1) / segments;
-  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, segment_length / (kBlock * 4)));
-  return static_cast<int>(std::clamp<int64_t>(chunks, 1, 65535));
+  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, segment_length / (block * 4)));
+  return std::clamp<int64_t>(chunks, 1, 65535);
 }
 
+// Segments of the statistics pass (sample, group) and of the mean pass (sample, channel), and
+// their lengths.
+struct Segments {
+  int64_t stats = 0, stats_length = 0, mean = 0, mean_length = 0;
+};
+Segments SegmentsOf(const ChainInfo& info) {
+  Segments s;
+  const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
+  const int64_t groups = info.group_norm ? info.group_norm->groups : 1;
+  s.stats = n * groups;
+  s.stats_length = info.elements / s.stats;
+  s.mean = n * c;
+  s.mean_length = info.elements / s.mean;
+  return s;
+}
+
+// Values around a heuristic count: fractions and multiples of it, within [1, 65535].
+std::vector<int64_t> AroundCount(int64_t v) {
+  std::vector<int64_t> out;
+  for (int64_t x : {v / 4, v / 2, v * 2, v * 4}) out.push_back(std::clamp<int64_t>(x, 1, 65535));
+  return out;
+}
 
 // stats_kernel + stats_finalize_kernel; returns the offset of the float2 (mean, rstd) stats.
-size_t AddStatistics(const ChainInfo& info, const PlanTarget& target, bool store, int chunks,
-                     Plan* plan) {
+size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Plan* plan) {
+  const int64_t chunks = t.chunks;
   const int64_t n = info.producer_shape[0], groups = info.group_norm->groups;
   const size_t partials = plan->AddWorkspace(
       "group moments, per block (count, mean, M2) x N*groups*chunks",
@@ -62,7 +102,7 @@ size_t AddStatistics(const ChainInfo& info, const PlanTarget& target, bool store
   k.purpose = store ? "producer + pre-ops, store pre-norm values into y, per-block group moments"
                     : "recompute producer + pre-ops (nothing stored), per-block group moments";
   k.grid = {static_cast<unsigned>(n * groups), static_cast<unsigned>(chunks), 1};
-  k.block = {kBlock, 1, 1};
+  k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
   k.args.push_back(Out());
   k.args.push_back(Ws("fj::Moments*", "partials", partials));
@@ -72,19 +112,17 @@ size_t AddStatistics(const ChainInfo& info, const PlanTarget& target, bool store
   f.symbol = "fj_stats_finalize";
   f.body = absl::StrCat("fj::stats_finalize_kernel<Cfg, ", chunks, ">");
   f.purpose = "merge each (sample, group)'s partials in chunk order -> mean, rstd";
-  f.grid = {CeilDiv(n * groups, kBlock), 1, 1};
-  f.block = {kBlock, 1, 1};
+  f.grid = {CeilDiv(n * groups, t.block), 1, 1};
+  f.block = {static_cast<unsigned>(t.block), 1, 1};
   f.args = {Ws("const fj::Moments*", "partials", partials), Ws("float2*", "stats", stats)};
   plan->kernels.push_back(f);
-  (void)target;
   return stats;
 }
 
-void AddMean(const ChainInfo& info, const PlanTarget& target, bool norm, size_t stats_offset,
+void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stats_offset,
              Plan* plan) {
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
-  const int64_t spatial = info.elements / (n * c);
-  const int chunks = ChunksFor(n * c, spatial, target);
+  const int64_t chunks = t.mean_chunks;
   const size_t partials = plan->AddWorkspace("channel sums per block (double) x N*C*chunks",
                                              static_cast<size_t>(n * c * chunks) * 8);
   KernelLaunch k;
@@ -94,7 +132,7 @@ void AddMean(const ChainInfo& info, const PlanTarget& target, bool norm, size_t 
   k.purpose = norm ? "recompute producer, ops and group_norm; per-block channel sums"
                    : "producer and ops; per-block channel sums";
   k.grid = {static_cast<unsigned>(n * c), static_cast<unsigned>(chunks), 1};
-  k.block = {kBlock, 1, 1};
+  k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
   k.args.push_back(Param("gamma", info.gamma_param));
   k.args.push_back(Param("beta", info.beta_param));
@@ -107,8 +145,8 @@ void AddMean(const ChainInfo& info, const PlanTarget& target, bool norm, size_t 
   f.symbol = "fj_mean_finalize";
   f.body = absl::StrCat("fj::mean_finalize_kernel<Cfg, ", chunks, ">");
   f.purpose = "sum partials in a fixed order (double) and divide -> y";
-  f.grid = {CeilDiv(outputs, kBlock), 1, 1};
-  f.block = {kBlock, 1, 1};
+  f.grid = {CeilDiv(outputs, t.block), 1, 1};
+  f.block = {static_cast<unsigned>(t.block), 1, 1};
   f.args = {Ws("const double*", "partials", partials), Out()};
   plan->kernels.push_back(f);
 }
@@ -128,7 +166,99 @@ double GenericCost(const ChainInfo& info, double bytes_per_point, double produce
          (bytes_per_point / 3.0 + producer_passes * 2.0 * info.macs_per_point / 15.0);
 }
 
-class ElementwiseStrategy : public Strategy {
+// The generic strategies' tuning: each tunes a subset of GenericTune (Fields()) and builds its
+// plan from a validated GenericTune (Build()).
+class GenericStrategy : public Strategy {
+ public:
+  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
+    return ToConfig(name(), Choose(AnalyzeChain(chain), target), Fields());
+  }
+  std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
+    const GenericTune d = Choose(AnalyzeChain(chain), target);
+    std::vector<TuneParam> space;
+    for (const TuneField<GenericTune>& f : Fields()) {
+      if (f.member == &GenericTune::block) space.push_back({"block", {128, 256, 512}});
+      if (f.member == &GenericTune::grid_per_sm) space.push_back({"grid_per_sm", {4, 8, 16, 32}});
+      if (f.member == &GenericTune::chunks) space.push_back({"chunks", AroundCount(d.chunks)});
+      if (f.member == &GenericTune::mean_chunks) {
+        space.push_back({"mean_chunks", AroundCount(d.mean_chunks)});
+      }
+    }
+    return space;
+  }
+  absl::Status Validate(const Chain& chain, const PlanTarget& target,
+                        const TuneConfig& config) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    absl::StatusOr<GenericTune> t = Parse(info, target, config);
+    if (!t.ok()) return t.status();
+    auto invalid = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(), ": ", why));
+    };
+    if (t->block < 64 || t->block > 1024 || t->block % 32 != 0) {
+      return invalid(absl::StrCat("block ", t->block, " is not a multiple of 32 in [64, 1024]"));
+    }
+    if (t->grid_per_sm < 1 || t->grid_per_sm > 64) {
+      return invalid(absl::StrCat("grid_per_sm ", t->grid_per_sm, " is not in [1, 64]"));
+    }
+    // Each block of a reduction gets at least one element per thread.
+    const Segments seg = SegmentsOf(info);
+    for (auto [what, v, length] : {std::tuple{"chunks", t->chunks, seg.stats_length},
+                                   std::tuple{"mean_chunks", t->mean_chunks, seg.mean_length}}) {
+      const int64_t most = std::clamp<int64_t>(length / t->block, 1, 65535);
+      if (v < 1 || v > most) {
+        return invalid(absl::StrCat(what, " ", v, " is not in [1, ", most, "] (segments of ",
+                                    length, " elements, ", t->block, " threads a block)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
+    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
+  }
+  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                     const TuneConfig& config) const override {
+    if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
+    const ChainInfo info = AnalyzeChain(chain);
+    const GenericTune t = *Parse(info, target, config);
+    Plan plan = Build(info, target, t);
+    plan.tunes.push_back(ToTuneStruct("GenericTune", t, Fields()));
+    return plan;
+  }
+
+ protected:
+  // The members of GenericTune this strategy uses, in config order.
+  virtual std::span<const TuneField<GenericTune>> Fields() const = 0;
+  // REQUIRES: t passed Validate().
+  virtual Plan Build(const ChainInfo& info, const PlanTarget& target,
+                     const GenericTune& t) const = 0;
+
+ private:
+  // The heuristic: 256 threads, 16 blocks an SM for grid-stride kernels, reductions split to
+  // fill the device (ChunksFor).
+  static GenericTune Choose(const ChainInfo& info, const PlanTarget& target) {
+    GenericTune t;
+    const Segments seg = SegmentsOf(info);
+    t.chunks = ChunksFor(seg.stats, seg.stats_length, target, t.block);
+    t.mean_chunks = ChunksFor(seg.mean, seg.mean_length, target, t.block);
+    return t;
+  }
+  absl::StatusOr<GenericTune> Parse(const ChainInfo& info, const PlanTarget& target,
+                                    const TuneConfig& config) const {
+    if (config.strategy != name()) {
+      return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(),
+                                                     " is not for strategy ", std::string(name())));
+    }
+    return FromConfig(config, Fields(), Choose(info, target));
+  }
+};
+
+constexpr TuneField<GenericTune> kElementwiseFields[] = {kBlockField, kGridField};
+constexpr TuneField<GenericTune> kReduceMeanFields[] = {kBlockField, kMeanChunksField};
+constexpr TuneField<GenericTune> kNormalizeFields[] = {kBlockField, kGridField, kChunksField};
+constexpr TuneField<GenericTune> kRecomputeMeanFields[] = {kBlockField, kChunksField,
+                                                           kMeanChunksField};
+
+class ElementwiseStrategy : public GenericStrategy {
  public:
   std::string_view name() const override { return "elementwise"; }
   bool Applies(const Chain& chain, const PlanTarget&) const override {
@@ -138,18 +268,17 @@ class ElementwiseStrategy : public Strategy {
   double Cost(const Chain& chain, const PlanTarget&) const override {
     return GenericCost(AnalyzeChain(chain), 4, 1);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    if (info.group_norm || info.mean != MeanMode::kNone) {
-      return absl::FailedPreconditionError("elementwise: the chain has a group_norm or a mean");
-    }
+
+ protected:
+  std::span<const TuneField<GenericTune>> Fields() const override { return kElementwiseFields; }
+  Plan Build(const ChainInfo& info, const PlanTarget& target, const GenericTune& t) const override {
     Plan plan = BasePlan("elementwise", "one kernel: producer and elementwise ops per output point");
     KernelLaunch k;
     k.symbol = "fj_elementwise";
     k.body = "fj::elementwise_kernel<Cfg>";
     k.purpose = "y = ops(producer(x)) per output point";
-    k.grid = {StrideGrid(info.elements, target), 1, 1};
-    k.block = {kBlock, 1, 1};
+    k.grid = {StrideGrid(info.elements, target, t), 1, 1};
+    k.block = {static_cast<unsigned>(t.block), 1, 1};
     k.args = ProducerArgs(info);
     k.args.push_back(Out());
     plan.kernels.push_back(k);
@@ -157,7 +286,7 @@ class ElementwiseStrategy : public Strategy {
   }
 };
 
-class ReduceMeanStrategy : public Strategy {
+class ReduceMeanStrategy : public GenericStrategy {
  public:
   std::string_view name() const override { return "reduce-mean"; }
   bool Applies(const Chain& chain, const PlanTarget&) const override {
@@ -167,18 +296,20 @@ class ReduceMeanStrategy : public Strategy {
   double Cost(const Chain& chain, const PlanTarget&) const override {
     return GenericCost(AnalyzeChain(chain), 0, 1);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+
+ protected:
+  std::span<const TuneField<GenericTune>> Fields() const override { return kReduceMeanFields; }
+  Plan Build(const ChainInfo& info, const PlanTarget&, const GenericTune& t) const override {
     Plan plan = BasePlan("reduce-mean",
                          "per-block channel sums of ops(producer(x)), then a fixed-order sum");
-    AddMean(info, target, /*norm=*/false, 0, &plan);
+    AddMean(info, t, /*norm=*/false, 0, &plan);
     return plan;
   }
 };
 
 // group_norm without mean: statistics pass, then the normalize pass, which reads the stored
 // pre-norm values (store) or recomputes them (recompute).
-class NormalizeStrategy : public Strategy {
+class NormalizeStrategy : public GenericStrategy {
  public:
   explicit NormalizeStrategy(bool store) : store_(store) {}
   std::string_view name() const override {
@@ -192,24 +323,24 @@ class NormalizeStrategy : public Strategy {
     const ChainInfo info = AnalyzeChain(chain);
     return store_ ? GenericCost(info, 12, 1) : GenericCost(info, 4, 2);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+
+ protected:
+  std::span<const TuneField<GenericTune>> Fields() const override { return kNormalizeFields; }
+  Plan Build(const ChainInfo& info, const PlanTarget& target, const GenericTune& t) const override {
     Plan plan = BasePlan(
         std::string(name()),
         store_ ? "pass 1 stores the pre-norm values into y and reduces group moments; pass 2 "
                  "normalizes y in place (one producer evaluation, y read and written twice)"
                : "pass 1 recomputes the producer to reduce group moments without writing; pass 2 "
                  "recomputes it, normalizes and writes y once (cheap producers)");
-    const int64_t n = info.producer_shape[0], groups = info.group_norm->groups;
-    const int chunks = ChunksFor(n * groups, info.elements / (n * groups), target);
-    const size_t stats = AddStatistics(info, target, store_, chunks, &plan);
+    const size_t stats = AddStatistics(info, t, store_, &plan);
     KernelLaunch k;
     k.symbol = "fj_normalize";
     k.body = absl::StrCat("fj::normalize_kernel<Cfg, ", store_ ? "true" : "false", ">");
     k.purpose = store_ ? "y = post-ops(group_norm(y)) in place"
                        : "y = post-ops(group_norm(pre-ops(producer(x)))), recomputed";
-    k.grid = {StrideGrid(info.elements, target), 1, 1};
-    k.block = {kBlock, 1, 1};
+    k.grid = {StrideGrid(info.elements, target, t), 1, 1};
+    k.block = {static_cast<unsigned>(t.block), 1, 1};
     k.args = ProducerArgs(info);
     k.args.push_back(Param("gamma", info.gamma_param));
     k.args.push_back(Param("beta", info.beta_param));
@@ -223,7 +354,7 @@ class NormalizeStrategy : public Strategy {
   bool store_;
 };
 
-class RecomputeMeanStrategy : public Strategy {
+class RecomputeMeanStrategy : public GenericStrategy {
  public:
   std::string_view name() const override { return "recompute-mean"; }
   bool Applies(const Chain& chain, const PlanTarget&) const override {
@@ -233,15 +364,15 @@ class RecomputeMeanStrategy : public Strategy {
   double Cost(const Chain& chain, const PlanTarget&) const override {
     return GenericCost(AnalyzeChain(chain), 0, 2);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+
+ protected:
+  std::span<const TuneField<GenericTune>> Fields() const override { return kRecomputeMeanFields; }
+  Plan Build(const ChainInfo& info, const PlanTarget&, const GenericTune& t) const override {
     Plan plan = BasePlan("recompute-mean",
                          "pass 1 reduces group moments; pass 2 recomputes producer, ops and "
                          "group_norm and reduces channel sums; nothing full-size is stored");
-    const int64_t n = info.producer_shape[0], groups = info.group_norm->groups;
-    const int chunks = ChunksFor(n * groups, info.elements / (n * groups), target);
-    const size_t stats = AddStatistics(info, target, /*store=*/false, chunks, &plan);
-    AddMean(info, target, /*norm=*/true, stats, &plan);
+    const size_t stats = AddStatistics(info, t, /*store=*/false, &plan);
+    AddMean(info, t, /*norm=*/true, stats, &plan);
     return plan;
   }
 };

@@ -32,6 +32,7 @@ std::string Dim3Text(const std::array<unsigned, 3>& d) {
 
 std::string ExplainPlan(const Plan& plan) {
   std::string s = absl::StrCat("plan: ", plan.strategy, "\n  ", plan.description, "\n");
+  if (!plan.tune_config.empty()) absl::StrAppend(&s, "  config: ", plan.tune_config, "\n");
   for (const TuneStruct& t : plan.tunes) {
     std::vector<std::string> fields;
     for (const TuneStruct::Field& f : t.fields) fields.push_back(f.name + "=" + f.value);

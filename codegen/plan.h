@@ -72,6 +72,9 @@ struct WorkspaceRegion {
 struct Plan {
   std::string strategy;     // name of the strategy that made it
   std::string description;  // why this plan, in one or two sentences
+  // The launch configuration it was made for, TuneConfig text ("conv-moments-mean:threads=128,...";
+  // codegen/tune_config.h). Set by the planner; printed by ExplainPlan, so part of the source.
+  std::string tune_config;
   // Template files the source includes, in order.
   std::vector<std::string> includes;
   // Extra `static constexpr` members of the generated Cfg struct (name, C++ value text), e.g.

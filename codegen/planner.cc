@@ -1,5 +1,6 @@
 #include "codegen/planner.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -21,8 +22,12 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies() {
   return *strategies;
 }
 
-absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
-                              std::string_view strategy) {
+namespace {
+
+// The strategy named `strategy` when non-empty (error if unknown or not applicable), else the
+// applicable strategy of lowest cost.
+absl::StatusOr<const Strategy*> ChooseStrategy(const Chain& chain, const PlanTarget& target,
+                                               std::string_view strategy) {
   std::vector<std::string> applicable;
   const Strategy* best = nullptr;
   double best_cost = std::numeric_limits<double>::infinity();
@@ -48,7 +53,108 @@ absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
         "strategy '", std::string(strategy), "' does not apply to this chain; applicable: ",
         absl::StrJoin(applicable, ", ")));
   }
-  return best->MakePlan(chain, target);
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
+                              std::string_view strategy) {
+  absl::StatusOr<const Strategy*> best = ChooseStrategy(chain, target, strategy);
+  if (!best.ok()) return best.status();
+  absl::StatusOr<Plan> plan = (*best)->MakePlan(chain, target);
+  if (plan.ok()) plan->tune_config = (*best)->DefaultConfig(chain, target).ToString();
+  return plan;
+}
+
+// ---- tuning: the Strategy defaults (no tunable parameters) ----------------------------------
+
+TuneConfig Strategy::DefaultConfig(const Chain&, const PlanTarget&) const {
+  return {std::string(name()), {}};
+}
+
+std::vector<TuneParam> Strategy::TuneSpace(const Chain&, const PlanTarget&) const { return {}; }
+
+absl::Status Strategy::Validate(const Chain&, const PlanTarget&, const TuneConfig& config) const {
+  if (config.strategy != name()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tune config ", config.ToString(), " is not for strategy ", std::string(name())));
+  }
+  if (!config.values.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(), ": ",
+                                                   std::string(name()), " has no tunable parameters"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TuneConfig> Strategy::Candidates(const Chain& chain, const PlanTarget& target) const {
+  return EnumerateConfigs(DefaultConfig(chain, target), TuneSpace(chain, target),
+                          [&](const TuneConfig& c) { return Validate(chain, target, c).ok(); });
+}
+
+absl::StatusOr<Plan> Strategy::MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                             const TuneConfig& config) const {
+  if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
+  return MakePlan(chain, target);
+}
+
+// ---- tuning: free functions ----------------------------------------------------------------
+
+const Strategy* FindStrategy(std::string_view name) {
+  for (const auto& s : AllStrategies()) {
+    if (s->name() == name) return s.get();
+  }
+  return nullptr;
+}
+
+absl::Status ValidateConfig(const Chain& chain, const PlanTarget& target,
+                            const TuneConfig& config) {
+  const Strategy* s = FindStrategy(config.strategy);
+  if (s == nullptr || !s->Applies(chain, target)) {
+    std::vector<std::string> applicable;
+    for (const auto& t : AllStrategies()) {
+      if (t->Applies(chain, target)) applicable.emplace_back(t->name());
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tune config ", config.ToString(), ": strategy '", config.strategy, "' ",
+        s == nullptr ? "does not exist" : "does not apply to this chain", "; applicable: ",
+        absl::StrJoin(applicable, ", ")));
+  }
+  return s->Validate(chain, target, config);
+}
+
+absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
+                              const TuneConfig& config) {
+  if (absl::Status s = ValidateConfig(chain, target, config); !s.ok()) return s;
+  absl::StatusOr<Plan> plan = FindStrategy(config.strategy)->MakeTunedPlan(chain, target, config);
+  if (plan.ok()) plan->tune_config = config.ToString();
+  return plan;
+}
+
+absl::StatusOr<TuneConfig> DefaultTuneConfig(const Chain& chain, const PlanTarget& target,
+                                             std::string_view strategy) {
+  absl::StatusOr<const Strategy*> best = ChooseStrategy(chain, target, strategy);
+  if (!best.ok()) return best.status();
+  return (*best)->DefaultConfig(chain, target);
+}
+
+std::vector<TuneConfig> AllCandidates(const Chain& chain, const PlanTarget& target) {
+  absl::StatusOr<TuneConfig> planner_default = DefaultTuneConfig(chain, target);
+  std::vector<std::pair<int, TuneConfig>> ranked;
+  for (const auto& s : AllStrategies()) {
+    if (!s->Applies(chain, target)) continue;
+    const TuneConfig def = s->DefaultConfig(chain, target);
+    const bool chosen = planner_default.ok() && def == *planner_default;
+    for (TuneConfig& c : s->Candidates(chain, target)) {
+      const int distance = c.Distance(def) + (chosen ? 0 : 1);
+      ranked.emplace_back(distance, std::move(c));
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<TuneConfig> out;
+  for (auto& [distance, c] : ranked) out.push_back(std::move(c));
+  return out;
 }
 
 }  // namespace fusejit::codegen

@@ -4,6 +4,11 @@
 // chain at all, Cost() ranks the applicable ones (a heuristic estimate in arbitrary units, lower is
 // better), MakePlan() builds the plan. The planner takes the strategy named in the options, or the
 // applicable one of lowest cost.
+//
+// Tuning: a strategy may have tunable parameters (TuneSpace), a heuristic DefaultConfig (what
+// MakePlan builds), a Validate that checks a configuration in C++ before anything is compiled
+// (so no template static_assert can fire), and MakeTunedPlan for any valid configuration. The
+// plan choice itself is tunable: AllCandidates() spans every applicable strategy.
 #ifndef FUSEJIT_CODEGEN_PLANNER_H_
 #define FUSEJIT_CODEGEN_PLANNER_H_
 
@@ -14,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "codegen/plan.h"
+#include "codegen/tune_config.h"
 #include "fusejit/chain.h"
 #include "fusejit/fusejit.h"
 
@@ -32,8 +38,27 @@ class Strategy {
   virtual std::string_view name() const = 0;
   virtual bool Applies(const Chain& chain, const PlanTarget& target) const = 0;
   virtual double Cost(const Chain& chain, const PlanTarget& target) const = 0;
-  // REQUIRES: Applies(chain, target).
+  // The plan of DefaultConfig(). REQUIRES: Applies(chain, target).
   virtual absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const = 0;
+
+  // Tuning. A strategy without tunable parameters keeps these defaults: its only configuration is
+  // TuneConfig{name(), {}}. Every method REQUIRES Applies(chain, target).
+  //
+  // The heuristic configuration, the one MakePlan(chain, target) builds; Validate() accepts it.
+  virtual TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const;
+  // Each parameter and the values worth trying, in the configuration's parameter order.
+  virtual std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const;
+  // OK when `config` is this strategy's, names its parameters in order, and passes the checks the
+  // templates would make at compile time (shared memory, divisibility) and the register and grid
+  // limits; InvalidArgument naming the failed check otherwise.
+  virtual absl::Status Validate(const Chain& chain, const PlanTarget& target,
+                                const TuneConfig& config) const;
+  // The valid configurations of TuneSpace() (EnumerateConfigs): DefaultConfig() first, then by
+  // how many parameters differ from it.
+  virtual std::vector<TuneConfig> Candidates(const Chain& chain, const PlanTarget& target) const;
+  // The plan for `config`; Validate()'s error when it is not valid.
+  virtual absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                             const TuneConfig& config) const;
 };
 
 // Every strategy, in a fixed order.
@@ -44,6 +69,26 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies();
 // REQUIRES: chain is valid.
 absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               std::string_view strategy = "");
+
+// The strategy named `name`, or nullptr.
+const Strategy* FindStrategy(std::string_view name);
+
+// OK when config's strategy exists and applies to the chain and the strategy's Validate() accepts
+// the configuration; otherwise an error naming which (listing the applicable strategies).
+absl::Status ValidateConfig(const Chain& chain, const PlanTarget& target, const TuneConfig& config);
+
+// The plan for exactly `config`; ValidateConfig()'s error when it is not valid.
+absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
+                              const TuneConfig& config);
+
+// The configuration MakePlan(chain, target, strategy) builds: the chosen strategy's default.
+absl::StatusOr<TuneConfig> DefaultTuneConfig(const Chain& chain, const PlanTarget& target,
+                                             std::string_view strategy = "");
+
+// Every applicable strategy's Candidates(): the planner's default first; then, ordered by how far
+// each is from its own strategy's default (another strategy counting one step), the rest. Every
+// entry passes ValidateConfig().
+std::vector<TuneConfig> AllCandidates(const Chain& chain, const PlanTarget& target);
 
 }  // namespace fusejit::codegen
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <filesystem>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,9 @@
 #include "fusejit/fusejit.h"
 #include "jit/compiled_chain.h"
 #include "jit/device.h"
+#include "jit/driver.h"
 #include "jit/nvrtc.h"
+#include "tune/tuning_db.h"
 
 namespace fusejit {
 namespace {
@@ -62,14 +65,78 @@ std::string FailureDumpDir() {
   return (std::filesystem::temp_directory_path() / "fusejit-failed").string();
 }
 
+// Everything a compiled chain depends on besides the generator itself.
+struct MemoryKey {
+  Chain chain;
+  std::string arch;
+  int sm_count = 0;
+  Precision precision = Precision::kFp32;
+  std::string strategy;
+  std::string dump_dir;
+  // The launch configuration is decided on a miss (given, tuned or default) from these.
+  std::string tune_config;
+  bool use_tuning = true;
+  std::string device;  // DeviceKey name and driver version; "" without a device
+  int driver_version = 0;
+  bool operator==(const MemoryKey&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const MemoryKey& k) {
+    return H::combine(std::move(h), k.chain, k.arch, k.sm_count, k.precision, k.strategy,
+                      k.dump_dir, k.tune_config, k.use_tuning, k.device, k.driver_version);
+  }
+};
+
 struct MemoryCache {
   absl::Mutex mu;
-  absl::flat_hash_map<std::string, std::shared_ptr<CompiledChain>> entries ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<MemoryKey, std::shared_ptr<CompiledChain>> entries ABSL_GUARDED_BY(mu);
 };
 
 MemoryCache& Memory() {
   static auto* cache = new MemoryCache();
   return *cache;
+}
+
+struct Resolved {
+  codegen::PlanTarget target;
+  DeviceKey device;  // whose tuned entries apply; empty: none
+};
+
+// The arch and SM count to plan for, and the device: the options' arch (and tuning_device), else
+// the current context's device (queried once per context).
+absl::StatusOr<Resolved> ResolveTarget(const CompileOptions& options) {
+  Resolved r;
+  codegen::PlanTarget& target = r.target;
+  target.precision = options.precision;
+  target.arch = options.arch;
+  if (!target.arch.empty()) {
+    r.device = options.tuning_device;
+    if (!r.device.empty() && r.device.sm_count > 0) target.sm_count = r.device.sm_count;
+    return r;
+  }
+  absl::StatusOr<const jit::DriverApi*> driver = jit::Driver();
+  CUcontext context = nullptr;
+  if (driver.ok() && (*driver)->cuCtxGetCurrent(&context) == CUDA_SUCCESS && context) {
+    static absl::Mutex mu(absl::kConstInit);
+    static auto* devices = new absl::flat_hash_map<CUcontext, jit::DeviceInfo>();
+    absl::MutexLock lock(&mu);
+    auto it = devices->find(context);
+    if (it == devices->end()) {
+      absl::StatusOr<jit::DeviceInfo> device = jit::CurrentDeviceInfo();
+      if (device.ok()) it = devices->emplace(context, *device).first;
+    }
+    if (it != devices->end()) {
+      target.arch = it->second.arch;
+      target.sm_count = it->second.sm_count;
+      r.device = {it->second.name, it->second.sm_count, it->second.driver_version};
+      return r;
+    }
+  }
+  absl::StatusOr<jit::DeviceInfo> device = jit::CurrentDeviceInfo();  // for its error message
+  const absl::Status status = device.ok() ? absl::InternalError("no device") : device.status();
+  return absl::Status(status.code(),
+                      absl::StrCat("compiling for the current device: ", status.message(),
+                                   " (give an explicit arch such as sm_90 to compile without a "
+                                   "GPU)"));
 }
 
 }  // namespace
@@ -78,28 +145,15 @@ const char* GeneratorVersion() { return "fusejit-0.1.0"; }
 
 absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
                                                        const CompileOptions& options) {
-  if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
-  codegen::PlanTarget target;
-  target.precision = options.precision;
-  target.arch = options.arch;
-  if (target.arch.empty()) {
-    absl::StatusOr<jit::DeviceInfo> device = jit::CurrentDeviceInfo();
-    if (!device.ok()) {
-      return absl::Status(device.status().code(),
-                          absl::StrCat("compiling for the current device: ",
-                                       device.status().message(),
-                                       " (give an explicit arch such as sm_90 to compile without "
-                                       "a GPU)"));
-    }
-    target.arch = device->arch;
-    target.sm_count = device->sm_count;
-  }
-  const std::string spec = FormatChain(chain);
+  absl::StatusOr<Resolved> resolved = ResolveTarget(options);
+  if (!resolved.ok()) return resolved.status();
+  const codegen::PlanTarget& target = resolved->target;
+  const DeviceKey& device = resolved->device;
   const std::string dump_dir = DumpDir(options);
-  const std::string memory_key =
-      absl::StrCat(spec, "|", target.arch, "|", target.sm_count, "|",
-                   static_cast<int>(options.precision), "|", options.strategy, "|", dump_dir);
-  if (options.use_cache) {
+  MemoryKey memory_key{chain,    target.arch, target.sm_count, options.precision, options.strategy,
+                       dump_dir, options.tune_config, options.use_tuning, device.name,
+                       device.driver_version};
+  if (options.use_cache) {  // a hit was validated when it was stored
     MemoryCache& memory = Memory();
     absl::MutexLock lock(&memory.mu);
     auto it = memory.entries.find(memory_key);
@@ -108,10 +162,36 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
       return it->second;
     }
   }
+  if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
+  const std::string spec = FormatChain(chain);
 
   CompileStats stats;
   auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target, options.strategy);
+  // The launch configuration: given, else tuned for this device (tune/tuning_db.h), else the
+  // strategy's default.
+  std::optional<codegen::TuneConfig> config;
+  stats.tune_origin = "default";
+  if (!options.tune_config.empty()) {
+    absl::StatusOr<codegen::TuneConfig> given = codegen::TuneConfig::Parse(options.tune_config);
+    if (!given.ok()) return given.status();
+    if (!options.strategy.empty() && given->strategy != options.strategy) {
+      return absl::InvalidArgumentError(absl::StrCat("tune config ", options.tune_config,
+                                                     " is for strategy ", given->strategy,
+                                                     ", not the strategy asked for, ",
+                                                     options.strategy));
+    }
+    config = *std::move(given);
+    stats.tune_origin = "given";
+  } else if (options.use_tuning && !device.empty()) {
+    config = tune::TuningDb::Default().Find(chain, target, device);
+    if (config.has_value() && !options.strategy.empty() && config->strategy != options.strategy) {
+      config.reset();
+    }
+    if (config.has_value()) stats.tune_origin = "tuned";
+  }
+  absl::StatusOr<codegen::Plan> plan = config.has_value()
+                                           ? codegen::MakePlan(chain, target, *config)
+                                           : codegen::MakePlan(chain, target, options.strategy);
   if (!plan.ok()) return plan.status();
   stats.plan_ms = MsSince(t0);
 
@@ -175,7 +255,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   if (options.use_cache) {
     MemoryCache& memory = Memory();
     absl::MutexLock lock(&memory.mu);
-    auto [it, inserted] = memory.entries.emplace(memory_key, compiled);
+    auto [it, inserted] = memory.entries.emplace(std::move(memory_key), compiled);
     return it->second;  // a concurrent compile of the same key may have won; use its instance
   }
   return std::shared_ptr<CompiledChain>(std::move(compiled));

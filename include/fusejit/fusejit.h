@@ -35,6 +35,15 @@ enum class Precision {
   kTf32,  // opt-in: tensor-core TF32 where a plan can use it (~1e-3 relative)
 };
 
+// A kind of GPU, as the tuning database keys its entries (tune/tuning_db.h).
+struct DeviceKey {
+  std::string name;        // "NVIDIA H100 80GB HBM3"; empty: no device
+  int sm_count = 0;
+  int driver_version = 0;  // 1000 * major + 10 * minor, e.g. 13000
+  bool empty() const { return name.empty(); }
+  friend bool operator==(const DeviceKey&, const DeviceKey&) = default;
+};
+
 struct CompileOptions {
   // Target architecture, "sm_80", "sm_90", ... Empty: the device of the current CUDA context
   // (which requires a driver).
@@ -47,9 +56,26 @@ struct CompileOptions {
   std::string dump_dir;
   // Use the kernel cache (memory and disk). FUSEJIT_DISABLE_CACHE=1 turns the disk part off.
   bool use_cache = true;
+  // A launch configuration to use instead of the tuned or heuristic one: the text `fusejit
+  // explain` and `fusejit autotune` print ("config:"), e.g.
+  // "conv-moments-mean:threads=128,min_blocks=3,ph=1,pw=6,blocks_per_sample=8,csplit=1". It must
+  // name an applicable strategy (the same as `strategy` when both are set) and pass that
+  // strategy's checks; an error says which check failed.
+  std::string tune_config;
+  // When tune_config is empty: use the tuning database's entry for this chain and device (written
+  // by `fusejit autotune`, stored beside the kernel cache) if there is a current, valid one
+  // (an entry for another strategy than a given `strategy` is ignored); else the heuristic
+  // default. The device is the current context's when `arch` is empty; with an explicit arch it
+  // is `tuning_device`, and without one there is no device and the default is used.
+  // FUSEJIT_DISABLE_TUNING=1 turns the database off.
+  bool use_tuning = true;
+  // With an explicit arch: the device to plan for (its SM count) and whose tuned entries to use,
+  // e.g. to prewarm for a GPU this machine lacks. Ignored when arch is empty.
+  DeviceKey tuning_device;
 };
 
-// Device buffers for one run, by name. All pointers are device pointers owned by the caller.
+// Device buffers for one run, by name. All pointers are device pointers owned by the caller,
+// 16-byte aligned (the workspace 256-byte aligned), as cuMemAlloc returns them.
 struct Bindings {
   CUdeviceptr input = 0;                     // x, float32, the chain's input shape
   CUdeviceptr output = 0;                    // y, float32, OutputShape(chain)
@@ -65,6 +91,9 @@ struct CompileStats {
   double nvrtc_ms = 0;   // 0 when the cubin came from the cache
   bool cache_hit = false;
   std::string source_path;  // where the generated source was dumped, if it was
+  // Where the launch configuration came from: "default" (the strategy's heuristic), "tuned"
+  // (the tuning database) or "given" (CompileOptions::tune_config).
+  std::string tune_origin;
 };
 
 class CompiledChain {
