@@ -20,6 +20,13 @@ struct KernelCache::Flight {
   bool disk_hit = false;
 };
 
+namespace {
+thread_local KeyRecorder* current_recorder = nullptr;
+}  // namespace
+
+KeyRecorder::KeyRecorder() : outer_(current_recorder) { current_recorder = this; }
+KeyRecorder::~KeyRecorder() { current_recorder = outer_; }
+
 std::optional<uint64_t> ParseByteSize(std::string_view input) {
   absl::string_view text =
       absl::StripAsciiWhitespace(absl::string_view(input.data(), input.size()));
@@ -204,6 +211,7 @@ absl::StatusOr<std::string> KernelCache::RunCompile(
 absl::StatusOr<std::string> KernelCache::GetOrCompile(
     const CacheKey& key, absl::FunctionRef<absl::StatusOr<std::string>()> compile, bool* disk_hit) {
   if (disk_hit != nullptr) *disk_hit = false;
+  if (current_recorder != nullptr) current_recorder->keys_.push_back(key);
   const std::string name = key.EntryName();
   bool use_disk = dir().state() == DiskState::kUsable;
   if (use_disk) {

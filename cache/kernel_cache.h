@@ -146,6 +146,33 @@ class CacheDir;  // cache/cache_dir.h
 class Warnings;
 struct Counters;
 
+// Records the key of every KernelCache::GetOrCompile call (of any cache) made on the calling
+// thread while it is alive: how a caller learns which entries a fusejit::Compile used (to re-check
+// or inspect them later) without re-deriving the key. A call served from Compile's in-memory layer
+// makes no GetOrCompile call and records nothing.
+//
+//   cache::KeyRecorder recorder;
+//   auto compiled = fusejit::Compile(chain, options);
+//   for (const cache::CacheKey& key : recorder.keys()) KernelCache::Default().Lookup(key);
+//
+// Recorders nest: only the innermost one records. REQUIRES: created and destroyed on one thread,
+// innermost first; not copyable or movable.
+class KeyRecorder {
+ public:
+  KeyRecorder();
+  ~KeyRecorder();
+  KeyRecorder(const KeyRecorder&) = delete;
+  KeyRecorder& operator=(const KeyRecorder&) = delete;
+
+  // In call order (a key appears once per call).
+  const std::vector<CacheKey>& keys() const { return keys_; }
+
+ private:
+  friend class KernelCache;
+  KeyRecorder* const outer_;
+  std::vector<CacheKey> keys_;
+};
+
 // Thread-safe: every method may be called from any thread at any time.
 class KernelCache {
  public:

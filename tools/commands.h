@@ -30,6 +30,11 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
 const CommandSpec& BenchSpec();
 int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// fusejit prewarm MANIFEST: compile a manifest's chains into the kernel cache ahead of time, in
+// parallel (cmd_prewarm.cc).
+const CommandSpec& PrewarmSpec();
+int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 const CommandSpec& SeedsSpec();
 int SeedsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

@@ -39,6 +39,7 @@ const std::vector<Command>& Commands() {
       {"explain", ExplainSpec().summary.c_str(), ExplainCommand},
       {"bench", BenchSpec().summary.c_str(), BenchCommand},
       {"seeds", SeedsSpec().summary.c_str(), SeedsCommand},
+      {"prewarm", PrewarmSpec().summary.c_str(), PrewarmCommand},
       {"cache", "inspect the kernel cache: stats, list, verify, clear", RunCacheCommand},
   };
   return *commands;
