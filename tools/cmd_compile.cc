@@ -110,6 +110,7 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   out << fmt::format("chain:     {}\n", FormatChain(c.chain()));
   out << fmt::format("arch:      {}\n", c.arch());
   out << fmt::format("strategy:  {}\n", info.strategy.empty() ? "?" : info.strategy);
+  out << fmt::format("tuning:    {}\n", stats.tune_origin);  // default, tuned or given
   out << fmt::format("output:    {}\n", FormatShape(c.output_shape()));
   out << fmt::format("workspace: {} bytes\n", c.workspace_bytes());
   out << fmt::format("plan:      {:.2f} ms\n", stats.plan_ms);

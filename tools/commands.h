@@ -35,6 +35,11 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
 const CommandSpec& PrewarmSpec();
 int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// fusejit autotune SPEC... | --manifest FILE: measure launch configurations on the GPU and store
+// the fastest in the tuning database (cmd_autotune.cc).
+const CommandSpec& AutotuneSpec();
+int AutotuneCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 const CommandSpec& SeedsSpec();
 int SeedsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

@@ -39,6 +39,7 @@ const std::vector<Command>& Commands() {
       {"explain", ExplainSpec().summary.c_str(), ExplainCommand},
       {"bench", BenchSpec().summary.c_str(), BenchCommand},
       {"seeds", SeedsSpec().summary.c_str(), SeedsCommand},
+      {"autotune", AutotuneSpec().summary.c_str(), AutotuneCommand},
       {"prewarm", PrewarmSpec().summary.c_str(), PrewarmCommand},
       {"cache", "inspect the kernel cache: stats, list, verify, clear", RunCacheCommand},
   };
@@ -61,7 +62,8 @@ std::string TopLevelHelp() {
        "Run 'fusejit <command> --help' for a command's flags. Exit status: 0 success, 1 failure\n"
        "(including a failed check), 2 usage error.\n"
        "Environment: FUSEJIT_CACHE_DIR (kernel cache folder), FUSEJIT_DISABLE_CACHE=1,\n"
-       "FUSEJIT_DUMP_DIR (write every generated source there).\n";
+       "FUSEJIT_DUMP_DIR (write every generated source there), FUSEJIT_DISABLE_TUNING=1 (ignore\n"
+       "the configurations `fusejit autotune` stored).\n";
   return s;
 }
 
