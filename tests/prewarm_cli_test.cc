@@ -1,7 +1,8 @@
 // `fusejit prewarm` end to end: the built CLI (FUSEJIT_CLI_PATH) run as subprocesses with their
 // own HOME, TMPDIR and cache directory. Prewarm for two architectures, then fresh processes find
 // every entry cached; a bad spec and an architecture NVRTC rejects fail alone; two prewarms race
-// on one cache; --verify reports corrupt and evicted entries; the second run compiles nothing.
+// on one cache; --verify reports corrupt and evicted entries; the second run compiles nothing;
+// --device plans and tunes for a GPU this machine lacks.
 // Small chains, so that NVRTC takes well under a second each. No GPU needed.
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -17,9 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "codegen/planner.h"
+#include "fusejit/chain.h"
+#include "fusejit/fusejit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "jit/driver.h"
+#include "tune/tuning_db.h"
 
 #ifndef FUSEJIT_CLI_PATH
 #error "FUSEJIT_CLI_PATH must name the built fusejit binary (tests/CMakeLists.txt defines it)"
@@ -286,6 +291,60 @@ TEST_F(PrewarmCliTest, KernelsTheCacheCannotKeepAreProblems) {
   EXPECT_THAT(r.out, HasSubstr("is missing (evicted to stay under the size limit"));
   EXPECT_THAT(r.out, HasSubstr("1 entries were evicted"));
   EXPECT_THAT(r.out, HasSubstr("raise FUSEJIT_CACHE_MAX_BYTES"));
+}
+
+TEST_F(PrewarmCliTest, DevicePlansAndTunesAsARunOnThatGpu) {
+  // A tuning record for a GPU this machine lacks, stored beside the cache as autotune would.
+  const char* const spec =
+      "x:f32[4,3,8,16,16] | conv3d(out=16,k=3) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])";
+  const Chain chain = *ParseChain(spec);
+  const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  const DeviceKey device{"Test GPU (fusejit tests)", 132, 13000};
+  const codegen::TuneConfig standard = *codegen::DefaultTuneConfig(chain, target);
+  codegen::TuneConfig tuned;
+  for (const codegen::TuneConfig& c : codegen::AllCandidates(chain, target)) {
+    if (c.strategy == standard.strategy && c.Distance(standard) == 1) {
+      tuned = c;
+      break;
+    }
+  }
+  ASSERT_FALSE(tuned.strategy.empty());
+  fs::create_directories(cache_);
+  fs::permissions(cache_, fs::perms::owner_all);
+  tune::TuningDbOptions db_options;
+  db_options.dir = (cache_ / "tuning").string();
+  tune::TuningDb db(db_options);
+  tune::TuningRecord record;
+  record.key = {FormatChain(chain), "sm_90", Precision::kFp32, device};
+  record.fusejit_version = GeneratorVersion();
+  record.config = tuned.ToString();
+  record.default_config = standard.ToString();
+  record.tuned_at = "2026-11-22T10:00:00Z";
+  ASSERT_TRUE(db.Store(record).ok());
+  WriteFile(manifest_, std::string(spec) + "\n");
+
+  Result r = Prewarm({"--arch", "sm_90", "--device", "Test GPU (fusejit tests), 132, 13000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("device:  Test GPU (fusejit tests) (132 SMs, driver 13000)"));
+  EXPECT_EQ(Count(r.out, "compiled"), 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("configurations  1 tuned"));
+  // Without the device: the default configuration, another entry.
+  r = Prewarm({"--arch", "sm_90"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Count(r.out, "compiled"), 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("configurations  1 default"));
+  r = Prewarm({"--arch", "sm_90", "--device", "Test GPU (fusejit tests),132,13000"});
+  EXPECT_EQ(Count(r.out, "already cached"), 1) << r.out;
+
+  for (const char* bad : {"Test GPU", "Test GPU,132", ",132,13000", "Test GPU,x,13000"}) {
+    r = Prewarm({"--arch", "sm_90", "--device", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_THAT(r.err, HasSubstr("is not NAME,SMS,DRIVER")) << bad;
+  }
+  r = Prewarm({"--arch", "sm_80,sm_90", "--device", "Test GPU,132,13000"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--device needs exactly one --arch"));
 }
 
 TEST_F(PrewarmCliTest, UsageAndSetupErrors) {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -46,6 +47,31 @@ absl::StatusOr<std::vector<std::string>> ParseArchList(const std::vector<std::st
   return archs;
 }
 
+// "NVIDIA H100 PCIe,114,13000" -> {name, SM count, driver version} (the name may hold commas).
+absl::StatusOr<DeviceKey> ParseDevice(const std::string& text) {
+  auto error = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device: '", text, "' is not NAME,SMS,DRIVER, e.g. 'NVIDIA H100 80GB HBM3,132,13000' ",
+        "(the device as `fusejit autotune` prints it: name, SM count, driver version)"));
+  };
+  std::vector<std::string> parts = absl::StrSplit(text, ',');
+  if (parts.size() < 3) return error();
+  auto number = [](const std::string& part, int64_t max) -> std::optional<int> {
+    absl::StatusOr<int64_t> n =
+        ParseIntFlag("device", std::string(absl::StripAsciiWhitespace(part)), 1, max);
+    return n.ok() ? std::optional<int>(static_cast<int>(*n)) : std::nullopt;
+  };
+  const std::optional<int> sms = number(parts[parts.size() - 2], 100000);
+  const std::optional<int> driver = number(parts.back(), 10000000);
+  parts.resize(parts.size() - 2);
+  DeviceKey device;
+  device.name = std::string(absl::StripAsciiWhitespace(absl::StrJoin(parts, ",")));
+  if (device.name.empty() || !sms || !driver) return error();
+  device.sm_count = *sms;
+  device.driver_version = *driver;
+  return device;
+}
+
 // Indents every line after the first, so that a multi-line error (an NVRTC log) stays under its
 // heading.
 std::string Indent(absl::string_view text, absl::string_view indent) {
@@ -63,11 +89,13 @@ std::string FormatMs(double ms) {
 struct Summary {
   size_t compiled = 0, cached = 0, failed = 0;
   double compiled_ms = 0, compiled_max_ms = 0, cached_ms = 0;
+  std::map<std::string, size_t> tune_origins;  // CompileStats::tune_origin -> pairs
 };
 
 Summary Summarize(const PrewarmReport& report) {
   Summary s;
   for (const PrewarmResult& r : report.results) {
+    if (r.compiled != nullptr) ++s.tune_origins[r.compiled->stats().tune_origin];
     switch (r.outcome) {
       case PrewarmOutcome::kCompiled:
         ++s.compiled;
@@ -129,6 +157,13 @@ void PrintSummary(std::ostream& out, const PrewarmReport& report, const Summary&
   if (s.cached > 0) {
     out << fmt::format("  cache reads     mean {:.1f} ms per already cached chain\n",
                        s.cached_ms / s.cached);
+  }
+  if (!s.tune_origins.empty()) {  // where each launch configuration came from
+    std::vector<std::string> origins;
+    for (const auto& [origin, n] : s.tune_origins) {
+      origins.push_back(fmt::format("{} {}", n, origin.empty() ? "?" : origin));
+    }
+    out << fmt::format("  configurations  {}\n", absl::StrJoin(origins, ", "));
   }
   const cache::CacheStats& delta = report.cache_delta;
   out << fmt::format("  cache           {} entries written ({:.1f} MiB)", delta.entries_written,
@@ -223,23 +258,27 @@ const CommandSpec& PrewarmSpec() {
           "comment; a grid {a,b,c} anywhere in a line expands it to one spec per value (several\n"
           "grids: their cross product), e.g.\n"
           "  x:f32[{1,8,32},3,16,32,32] | conv3d(out=16,k=3) | relu     # 3 specs\n"
-          "Every (spec, architecture) pair is compiled on --jobs threads exactly as a later run\n"
-          "would ask for it (fusejit::Compile with that arch), so that run finds it in the cache;\n"
-          "pairs already cached are only read. Without --arch: device 0's architecture when a GPU\n"
-          "is present (compiled as a run on it with no arch asks), else sm_90. A run that passes\n"
-          "--arch explicitly plans for a 132-SM device; one that does not, for its device's SM\n"
-          "count: prewarm the way the deployment will ask.\n"
-          "Progress goes to stderr (a bar on a terminal); the summary to stdout. Exit status 1 if\n"
-          "any spec or compile failed (the others are still compiled) or --verify found a problem.\n",
+          "Every (spec, architecture) pair is compiled on --jobs threads exactly as a later\n"
+          "run would ask for it (fusejit::Compile with that arch), so that run finds it in the\n"
+          "cache; pairs already cached are only read. Without --arch: device 0's architecture\n"
+          "when a GPU is present (compiled as a run on it with no arch asks), else sm_90. With\n"
+          "--arch, chains are planned for a 132-SM device without tuned entries, as a run passing\n"
+          "that arch gets them; to match runs on a GPU this machine lacks (which plan for its SM\n"
+          "count and use `fusejit autotune`'s entries for it, stored beside the cache), name it\n"
+          "with --device NAME,SMS,DRIVER.\n"
+          "Progress goes to stderr (a bar on a terminal); the summary to stdout. Exit status 1\n"
+          "if any spec or compile failed (the others are still compiled), a compiled kernel\n"
+          "could not be stored, or --verify found a problem.\n",
       .flags = {{"arch", "sm_XX,...",
-                 "architectures to compile for (comma-separated; default: device 0's, else sm_90)",
+                 "architectures, comma-separated (default: device 0's, else sm_90)",
                  /*repeated=*/true},
                 {"jobs", "N", "parallel compiles (default: the number of cores)"},
                 {"cache-dir", "DIR", "the kernel cache directory (default: as FUSEJIT_CACHE_DIR)"},
                 {"precision", "fp32|tf32", "the precision runs will ask for (default fp32)"},
+                {"device", "NAME,SMS,DRIVER",
+                 "with one --arch: the GPU runs will use (its SM count, its tuned entries)"},
                 {"verify", "",
-                 "then re-read every entry the manifest names (checksum, key) and, on a GPU, load "
-                 "each module of its architecture"},
+                 "then re-read each entry (checksum, key); on a GPU also load each module"},
                 {"list", "", "print the manifest's chains (canonical specs) and errors; compile "
                              "nothing"}},
   };
@@ -268,9 +307,18 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (precision == "tf32") {
     options.compile.precision = Precision::kTf32;
   } else if (precision != "fp32") {
-    return UsageError(err, spec, absl::StrCat("--precision ", precision, ": expected fp32 or tf32"));
+    return UsageError(err, spec,
+                      absl::StrCat("--precision ", precision, ": expected fp32 or tf32"));
   }
   const bool verify = parsed->Has("verify");
+  if (auto text = parsed->Get("device")) {
+    absl::StatusOr<DeviceKey> device = ParseDevice(*text);
+    if (!device.ok()) return UsageError(err, spec, device.status().message());
+    if (archs->size() != 1) {
+      return UsageError(err, spec, "--device needs exactly one --arch (the device's architecture)");
+    }
+    options.compile.tuning_device = *device;
+  }
 
   // The cache directory: the default cache reads FUSEJIT_CACHE_DIR when first used, which is
   // below (nothing in this process has used it yet).
@@ -352,6 +400,11 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
                                                  : fmt::format("{} architectures",
                                                                options.targets.size()),
                      absl::StrJoin(labels, ", "), pairs, workers, workers == 1 ? "" : "s");
+  const DeviceKey& device = options.compile.tuning_device;
+  if (!device.empty()) {
+    out << fmt::format("device:  {} ({} SMs, driver {}): planned and tuned as on it\n", device.name,
+                       device.sm_count, device.driver_version);
+  }
   out << fmt::format("cache:   {}\n", cache.directory());
   out.flush();
   if (chains.empty() && manifest->errors.empty()) {
