@@ -167,6 +167,28 @@ absl::Status CheckConvMoments(const Chain& chain, const ChainInfo& info, const C
   return absl::OkStatus();
 }
 
+// The heuristic tuning, or, where its block does not fit (static shared memory, registers),
+// the first of a few smaller ones that does: fewer threads per block (with more blocks per SM) and
+// narrower tiles. Returns the heuristic one when none fits (Applies() then says no).
+ConvMomentsTune DefaultConvMomentsTune(const Chain& chain, const ChainInfo& info,
+                                       const PlanTarget& target) {
+  const ConvMomentsTune base = ChooseConvMomentsTune(info, target);
+  for (int64_t threads : {base.threads, base.threads / 2, base.threads / 4}) {
+    for (int64_t pw : {base.pw, std::min<int64_t>(base.pw, 4), std::min<int64_t>(base.pw, 2)}) {
+      ConvMomentsTune t = base;
+      t.threads = threads;
+      t.min_blocks = std::min<int64_t>(base.min_blocks * base.threads / threads, 8);
+      t.pw = pw;
+      const int64_t tiles = info.producer_shape[2] * info.producer_shape[3] *
+                            ((info.producer_shape[4] + t.pw - 1) / t.pw);
+      t.blocks_per_sample =
+          std::clamp<int64_t>(base.blocks_per_sample, 1, std::max<int64_t>(1, tiles / t.threads));
+      if (CheckConvMoments(chain, info, t, TuneConfig{}).ok()) return t;
+    }
+  }
+  return base;
+}
+
 class ConvMomentsMeanStrategy : public Strategy {
  public:
   std::string_view name() const override { return "conv-moments-mean"; }
@@ -176,7 +198,7 @@ class ConvMomentsMeanStrategy : public Strategy {
         !info.post_ops.empty()) {
       return false;
     }
-    const ConvMomentsTune t = ChooseConvMomentsTune(info, target);
+    const ConvMomentsTune t = DefaultConvMomentsTune(chain, info, target);
     return CheckConvMoments(chain, info, t, ToConfig(name(), t, Fields())).ok();
   }
   double Cost(const Chain& chain, const PlanTarget&) const override {
@@ -184,11 +206,11 @@ class ConvMomentsMeanStrategy : public Strategy {
     return static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
   }
   TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), ChooseConvMomentsTune(AnalyzeChain(chain), target), Fields());
+    return ToConfig(name(), DefaultConvMomentsTune(chain, AnalyzeChain(chain), target), Fields());
   }
   std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
     const ChainInfo info = AnalyzeChain(chain);
-    const ConvMomentsTune t = ChooseConvMomentsTune(info, target);
+    const ConvMomentsTune t = DefaultConvMomentsTune(chain, info, target);
     return {{"threads", {64, 128, 256}},
             {"min_blocks", {1, 2, 3, 4}},
             {"ph", {1, 2}},
