@@ -103,12 +103,9 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
     }
   }
   CompileOptions options;
-  options.strategy = parsed->Get("strategy").value_or("");
-  if (!options.strategy.empty()) {
-    if (absl::Status s = ValidateStrategy(options.strategy); !s.ok()) {
-      return UsageError(err, spec, s.message());
-    }
-  }
+  absl::StatusOr<std::string> strategy_flag = StrategyFromFlags(*parsed);
+  if (!strategy_flag.ok()) return UsageError(err, spec, strategy_flag.status().message());
+  options.strategy = *strategy_flag;
   const std::string precision = parsed->Get("precision").value_or("fp32");
   if (precision == "tf32") {
     options.precision = Precision::kTf32;

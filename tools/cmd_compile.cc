@@ -45,16 +45,12 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (!chain.ok()) return UsageError(err, spec, chain.status().message());
 
   CompileOptions options;
-  const std::string arch = parsed->Get("arch").value_or("");
-  if (!arch.empty()) {
-    if (absl::Status s = ValidateArch(arch); !s.ok()) return UsageError(err, spec, s.message());
-  }
-  options.strategy = parsed->Get("strategy").value_or("");
-  if (!options.strategy.empty()) {
-    if (absl::Status s = ValidateStrategy(options.strategy); !s.ok()) {
-      return UsageError(err, spec, s.message());
-    }
-  }
+  absl::StatusOr<std::string> arch_flag = ArchFromFlags(*parsed);
+  if (!arch_flag.ok()) return UsageError(err, spec, arch_flag.status().message());
+  const std::string arch = *arch_flag;
+  absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
+  if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
+  options.strategy = *strategy;
   options.dump_dir = parsed->Get("dump").value_or("");
   options.use_cache = !parsed->Has("no-cache");
 

@@ -60,10 +60,9 @@ absl::Status ParseRunFlags(const ParsedArgs& parsed, RunFlags& flags) {
   }
   flags.check = parsed.Has("check") || parsed.Has("check-samples") || parsed.Has("rtol") ||
                 parsed.Has("atol");
-  flags.compile_options.strategy = parsed.Get("strategy").value_or("");
-  if (!flags.compile_options.strategy.empty()) {
-    if (absl::Status s = ValidateStrategy(flags.compile_options.strategy); !s.ok()) return s;
-  }
+  absl::StatusOr<std::string> strategy = StrategyFromFlags(parsed);
+  if (!strategy.ok()) return strategy.status();
+  flags.compile_options.strategy = *strategy;
   flags.compile_options.dump_dir = parsed.Get("dump").value_or("");
   return absl::OkStatus();
 }

@@ -95,4 +95,20 @@ CompiledInfo Inspect(const CompiledChain& compiled) {
   return info;
 }
 
+absl::StatusOr<std::string> ArchFromFlags(const ParsedArgs& parsed) {
+  std::string arch = parsed.Get("arch").value_or("");
+  if (!arch.empty()) {
+    if (absl::Status s = ValidateArch(arch); !s.ok()) return s;
+  }
+  return arch;
+}
+
+absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed) {
+  std::string strategy = parsed.Get("strategy").value_or("");
+  if (!strategy.empty()) {
+    if (absl::Status s = ValidateStrategy(strategy); !s.ok()) return s;
+  }
+  return strategy;
+}
+
 }  // namespace fusejit::tools

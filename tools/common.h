@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "fusejit/fusejit.h"
 #include "jit/device.h"
@@ -47,6 +48,10 @@ std::string StrategyNames();
 absl::Status ValidateArch(const std::string& arch);
 // OK if `name` is a known strategy; otherwise an error listing them.
 absl::Status ValidateStrategy(const std::string& name);
+
+// The value of --arch / --strategy, validated as above; "" when the flag is absent.
+absl::StatusOr<std::string> ArchFromFlags(const ParsedArgs& parsed);
+absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed);
 
 // Where to compile. With --arch: that architecture, no context. Without: device 0 when a driver
 // and a device exist (its primary context is held, so Compile sees the real device, SM count
