@@ -10,6 +10,9 @@
 
 namespace fusejit::codegen {
 
+std::unique_ptr<Strategy> MakeConvMomentsMeanStrategy();  // conv_moments_strategy.cc
+std::unique_ptr<Strategy> MakeConvTRecomputeStrategy();   // convt_strategy.cc
+
 // Appends conv-moments-mean and convt-recompute-normalize.
 void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out);
 

@@ -1,0 +1,76 @@
+// codegen/strategy_util.h: small helpers the direct-convolution strategies share (kernel
+// arguments, register and launch-shape checks, tuning-error text, blocks-per-sample candidates).
+#ifndef FUSEJIT_CODEGEN_STRATEGY_UTIL_H_
+#define FUSEJIT_CODEGEN_STRATEGY_UTIL_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/chain_info.h"
+#include "codegen/planner.h"
+#include "codegen/tune_config.h"
+
+namespace fusejit::codegen {
+
+using Kind = KernelArg::Kind;
+constexpr int64_t kStaticSharedLimit = 48 * 1024;
+
+inline int64_t Round4(int64_t v) { return (v + 3) / 4 * 4; }
+
+inline KernelArg Arg(Kind kind, std::string type, std::string name, std::string param = "",
+              size_t offset = 0) {
+  return {kind, std::move(type), std::move(name), std::move(param), offset};
+}
+
+
+// Conditions both strategies share: a biased producer of the given kind, a group_norm, at most 32
+// channels (per-lane channel registers), and a producer cheap enough to recompute per point.
+inline bool CheapProducerWithNorm(const ChainInfo& info, OpKind kind) {
+  return info.producer && info.producer->kind == kind && info.producer->conv.bias &&
+         info.group_norm && info.producer_shape[1] <= 32 && info.macs_per_point <= 256;
+}
+
+// Register cap per thread under __launch_bounds__(threads, min_blocks) on sm_80/sm_90.
+inline int64_t RegisterCap(int64_t threads, int64_t min_blocks) {
+  return std::min<int64_t>(255, 65536 / (threads * std::max<int64_t>(1, min_blocks)));
+}
+// Registers a thread needs besides its accumulators (addresses, loop counters, temporaries): a
+// rough allowance; a configuration over the cap would spill its accumulators.
+constexpr int64_t kRegisterOverhead = 24;
+
+// Checks shared by both strategies' launch shapes.
+inline absl::Status CheckBlock(const TuneConfig& c, int64_t threads, int64_t min_blocks) {
+  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tune config ", c.ToString(), ": threads ", threads, " is not a multiple of 32 in [32, 1024]"));
+  }
+  if (min_blocks < 1 || threads * min_blocks > 2048) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tune config ", c.ToString(), ": min_blocks ", min_blocks, " x ", threads,
+        " threads does not fit an SM (at most 2048 threads, min_blocks >= 1)"));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status Invalid(const TuneConfig& c, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("tune config ", c.ToString(), ": ", why));
+}
+
+// Candidate counts of blocks per sample around the heuristic's `b`: fractions and multiples of it,
+// and the counts that fill the device 1..8 times over.
+inline std::vector<int64_t> BlocksPerSampleCandidates(int64_t b, int64_t n, const PlanTarget& target) {
+  std::vector<int64_t> out;
+  for (int64_t v : {b / 4, b / 2, b * 2, b * 4}) out.push_back(std::max<int64_t>(1, v));
+  for (int64_t m : {1, 2, 3, 4, 6, 8}) {
+    out.push_back(std::max<int64_t>(1, (static_cast<int64_t>(target.sm_count) * m + n - 1) / n));
+  }
+  return out;
+}
+
+}  // namespace fusejit::codegen
+
+#endif  // FUSEJIT_CODEGEN_STRATEGY_UTIL_H_
