@@ -12,7 +12,7 @@ U[-0.5,0.5]: never the 1/0 defaults), writes them as .npy, and times on the same
 Every time is the median of CUDA-event timings after warm-up with the L2 cache flushed (256 MB
 written) before each run. fusejit's output is checked against PyTorch in float64.
 
-  python3 bench/compare_pytorch.py --fusejit .gpu/run\\ fusejit [--sweep] [--out results.json]
+  python3 bench/compare_pytorch.py --fusejit .gpu/run\\ fusejit [--sweep] [--only W2,W4-f] [--out F]
 """
 import argparse
 import json
@@ -236,7 +236,10 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--tf32", action="store_true", help="also W3 in fusejit's opt-in TF32 mode")
     ap.add_argument("--out", help="write all rows as JSON here")
+    ap.add_argument("--only", help="comma-separated ids (W2, W4-f, ...): run just these rows")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    keep = lambda name: only is None or name in only
     fusejit = shlex.split(args.fusejit)
     print("torch %s, %s, cuDNN %s" % (torch.__version__, torch.cuda.get_device_name(),
                                       torch.backends.cudnn.version()))
@@ -244,14 +247,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if not args.no_seeds:
             seed_rows = [run_one(n, s, fusejit, args.reps, not args.no_compile, "fp32", tmp)
-                         for n, s in SEEDS]
-            if args.tf32:
+                         for n, s in SEEDS if keep(n)]
+            if args.tf32 and keep("W3"):
                 seed_rows.append(run_one("W3", SEEDS[2][1], fusejit, args.reps, False, "tf32", tmp))
             print_table(seed_rows, "seed chains (fp32-accurate unless marked)")
             rows += seed_rows
         if args.sweep:
             sweep_rows = [run_one(n, s, fusejit, args.reps, False, "fp32", tmp)
-                          for n, s in sweep_specs()]
+                          for n, s in sweep_specs() if keep(n)]
             print_table(sweep_rows, "sweep (other shapes of the same chains)")
             rows += sweep_rows
     if args.out:
