@@ -1,35 +1,48 @@
-// The tensor-core strategy for chains whose producer is expensive (many input channels, seed W3):
+// The tensor-core strategies for chains whose producer is expensive (many input channels, seed W3):
 //   igemm-store-normalize  conv3d | conv_transpose3d (stride 1) | ew* | group_norm | ew*
 //       templates/igemm_mma.cuh + igemm_wgmma.cuh + gn_apply.cuh: x is copied channels-last in the
 //       operand encoding (prep), an implicit GEMM on Hopper's wgmma (sm_90a) computes the
 //       convolution with the pre-norm ops and stores the pre-norm values into y with per-tile
 //       group moments; the moments are merged in a fixed order and y is normalized in place.
+//   igemm-moments-mean     conv3d | conv_transpose3d (stride 1) | ew* | group_norm | mean
+//       the same prep and GEMM, whose epilogue writes only per-tile per-channel moments of the
+//       pre-norm values (nothing full-size); templates/igemm_mean.cuh merges them in a fixed order
+//       (double) into the mean of the group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c.
 // Precision: kFp32 runs "F16x3" (x and w split into fp16 high/low pairs, three products, a
 // short-run accumulator flushed every 2 k-steps; ~2.5e-7 relative on W3); kTf32, asked for by
-// name, runs one TF32 product (~4e-4 relative). Tunings measured on the H100 for W3
-// (bench/explore_w3/NOTES.md, final run); smaller shapes fall back to fewer warpgroups / stages.
+// name, runs one TF32 product (~4e-4 relative).
+// Tuning (both): wg (warpgroups per CTA: 64*wg-row tiles), stages (weight pipeline depth), async
+// (one wgmma k-step kept in flight). The default is a wave-aware estimate (DefaultTune); the
+// measured W3 tunings (bench/notes/igemm_w3.md: fp32 wg=3 stages=7, tf32 wg=4 stages=5) are
+// what it picks for W3.
 #include "codegen/igemm_strategy.h"
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
+#include "codegen/strategy_util.h"
+#include "codegen/tune_config.h"
 
 namespace fusejit::codegen {
 namespace {
 
-using Kind = KernelArg::Kind;
-
-// Values match fj::IgemmPrec (templates/igemm_mma.cuh).
+// Values match fj::IgemmPrec and fj::IgemmOut (templates/igemm_mma.cuh).
 enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1 };
+enum IgemmOut { kOutStoreY = 0, kOutChannelMoments = 1 };
 
-constexpr int kAbsmaxBlocks = 264;                 // IgemmTune::kAbsmaxBlocks
+constexpr int kAbsmaxBlocks = 264;                 // IgemmPlanTune's kAbsmaxBlocks
 constexpr int64_t kOptInSharedLimit = 227 * 1024;  // dynamic shared memory per block, sm_90
-constexpr int64_t kStaticSharedLimit = 48 * 1024;
+constexpr int64_t kSmSharedBytes = 228 * 1024;     // shared memory per SM, sm_90
+constexpr int64_t kSharedPerBlockReserve = 1024;   // reserved by the system per resident block
 constexpr int64_t kTileN = 128;      // output channels per CTA (wgmma n = 128)
 constexpr int64_t kHaloPitch = 144;  // bytes per halo point (igemm_wgmma.cuh HaloShape::kPitch)
 constexpr int64_t kGnApplyThreads = 128, kGnApplyVec = 4;  // gn_apply.cuh GnApply
+constexpr int64_t kMeanThreads = 256;                      // igemm_mean.cuh IgemmMean
+constexpr int64_t kMeanMaxChannels = 1024;                 // igemm_mean.cuh static_assert
+constexpr char kTuneType[] = "fj::IgemmPlanTune<IgemmFixed, IgemmTune>";
 
 // Wrapper parameter types: restrict-qualified, like the standalone kernels that were measured.
 constexpr char kConstF32[] = "const float* __restrict__";
@@ -37,10 +50,6 @@ constexpr char kF32[] = "float* __restrict__";
 constexpr char kConstBytes[] = "const unsigned char* __restrict__";
 constexpr char kBytes[] = "unsigned char* __restrict__";
 
-KernelArg Arg(Kind kind, std::string type, std::string name, std::string param = "",
-              size_t offset = 0) {
-  return {kind, std::move(type), std::move(name), std::move(param), offset};
-}
 // A null pointer argument (an operand the precision does not use).
 KernelArg Null(std::string type, std::string name) {
   return Arg(Kind::kParam, std::move(type), std::move(name));
@@ -52,9 +61,26 @@ TuneStruct::Field Int(std::string name, int64_t v) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The tunable parameters (the generated IgemmTune struct: igemm_wgmma.cuh's Tunables).
 struct IgemmTune {
-  int prec = kPrecF16x3, wg = 3, stages = 7, flush = 2, async = 1;
+  int64_t wg = 3, stages = 7, async = 1;
 };
+constexpr TuneField<IgemmTune> kIgemmFields[] = {
+    {"wg", "kWG", &IgemmTune::wg},
+    {"stages", "kStages", &IgemmTune::stages},
+    {"async", "kAsync", &IgemmTune::async},
+};
+std::span<const TuneField<IgemmTune>> Fields() { return kIgemmFields; }
+
+// What the precision fixes (the generated IgemmFixed struct, with the epilogue).
+struct IgemmPrecision {
+  int prec = kPrecF16x3;
+  int flush = 2;  // k-steps per short run of the accumulator (F16x3)
+};
+IgemmPrecision PrecisionOf(const PlanTarget& target) {
+  if (target.precision == Precision::kTf32) return {kPrecTF32x1, 0};
+  return {kPrecF16x3, 2};
+}
 
 // The compile-time shapes of the templates (IgemmShape, HaloShape, IgemmWgmmaShape, GnApply) for
 // a chain and a tuning, computed the same way.
@@ -95,13 +121,22 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
 
 // What the kernels support, independent of the tuning (each line mirrors a static_assert of the
 // templates or a launch limit, so that Applies() never lets one fire).
-bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
+bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
+                    IgemmOut out) {
   if (target.arch != "sm_90" && target.arch != "sm_90a") return false;  // wgmma: sm_90a build
-  if (!info.producer || !info.group_norm || info.mean != MeanMode::kNone) return false;
+  if (!info.producer || !info.group_norm) return false;
   const ConvAttrs& conv = info.producer->conv;
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   const int64_t n = p[0], c = p[1], groups = info.group_norm->groups;
+  if (out == kOutStoreY) {
+    if (info.mean != MeanMode::kNone) return false;
+    if (n * c > 65535) return false;  // grid.y of apply
+  } else {
+    // The mean of the normalized values follows from moments only without ops after the norm.
+    if (info.mean == MeanMode::kNone || !info.post_ops.empty()) return false;
+    if (c > kMeanMaxChannels) return false;  // the finalize's shared memory
+  }
   if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
   if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
@@ -109,190 +144,327 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (kTileN % (c / groups) != 0) return false;                // a group inside one channel tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
-  if (p[3] * p[4] < 64) return false;            // BM <= kH*kW for one warpgroup
-  if (n > 65535 || n * c > 65535) return false;  // grid.z of the GEMM, grid.y of apply
+  if (p[3] * p[4] < 64) return false;  // BM <= kH*kW for one warpgroup
+  if (n > 65535) return false;         // grid.z of the GEMM
   return true;
 }
 
-// Whether `t` satisfies the tuning-dependent requirements.
-bool TuneFits(const Chain& chain, const ChainInfo& info, const IgemmTune& t) {
+// The tuning-dependent checks: each mirrors a static_assert of the templates, the register file
+// or the shared-memory limit.
+absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
+                       const IgemmTune& t, const TuneConfig& c) {
   const ConvAttrs& conv = info.producer->conv;
-  const IgemmGeometry g = Geometry(chain, info, t);
-  if (g.bm > info.producer_shape[3] * info.producer_shape[4]) return false;  // <= 2 planes a tile
-  if (t.stages < 2 || t.stages - 1 > conv.kernel[1] * conv.kernel[2]) return false;  // halo lead
-  if (t.async && t.stages < 3) return false;
-  return g.smem <= kOptInSharedLimit;
-}
-
-// The measured W3 tuning of the precision, else the largest tile that fits with as many stages as
-// fit, preferring enough CTAs to fill the device. Returns false when nothing fits.
-bool ChooseTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
-                IgemmTune* out) {
-  IgemmTune best;
-  bool found = false;
-  const bool tf32 = target.precision == Precision::kTf32;
-  const int top_wg = tf32 ? 4 : 3, top_stages = tf32 ? 5 : 7;
-  const ConvAttrs& conv = info.producer->conv;
-  const int64_t n = info.producer_shape[0], ctiles = info.producer_shape[1] / kTileN;
-  for (int wg = top_wg; wg >= 1; --wg) {
-    IgemmTune t;
-    t.prec = tf32 ? kPrecTF32x1 : kPrecF16x3;
-    t.flush = tf32 ? 0 : 2;
-    t.wg = wg;
-    t.stages = static_cast<int>(std::min<int64_t>(top_stages, conv.kernel[1] * conv.kernel[2] + 1));
-    auto fits = [&] {
-      t.async = t.stages >= 3 ? 1 : 0;
-      return TuneFits(chain, info, t);
-    };
-    while (!fits() && t.stages > 2) --t.stages;
-    if (!fits()) continue;
-    best = t;
-    found = true;
-    const int64_t ctas = Geometry(chain, info, t).tiles * ctiles * n;
-    if (ctas >= target.sm_count) break;  // enough CTAs; else try smaller tiles
+  const int64_t taps_hw = conv.kernel[1] * conv.kernel[2];
+  const int64_t plane = info.producer_shape[3] * info.producer_shape[4];
+  if (t.wg < 1 || t.wg > 4) return Invalid(c, absl::StrCat("wg ", t.wg, " is not in [1, 4]"));
+  if (PrecisionOf(target).prec == kPrecF16x3 && t.wg > 3) {
+    return Invalid(c, absl::StrCat("wg ", t.wg, ": the fp32-accurate (F16x3) accumulators (2 x 64 "
+                                   "per thread) do not fit the register file with ",
+                                   128 * t.wg, " threads; at most 3 warpgroups"));
   }
-  if (found) *out = best;
-  return found;
+  if (t.async != 0 && t.async != 1) return Invalid(c, absl::StrCat("async is 0 or 1, not ", t.async));
+  if (t.stages < 2 || t.stages - 1 > taps_hw) {
+    return Invalid(c, absl::StrCat("stages ", t.stages, " must be in [2, ", taps_hw + 1,
+                                   "] (the next halo is issued stages-1 k-steps ahead, within the ",
+                                   taps_hw, " kh x kw taps)"));
+  }
+  if (t.async == 1 && t.stages < 3) {
+    return Invalid(c, absl::StrCat("async needs stages >= 3, not ", t.stages));
+  }
+  const IgemmGeometry g = Geometry(chain, info, t);
+  if (g.bm > plane) {
+    return Invalid(c, absl::StrCat("wg ", t.wg, ": a tile of ", g.bm,
+                                   " rows spans more than two output planes of ", plane,
+                                   " points"));
+  }
+  if (g.smem > kOptInSharedLimit) {
+    return Invalid(c, absl::StrCat("needs ", g.smem, " bytes of shared memory, at most ",
+                                   kOptInSharedLimit));
+  }
+  return absl::OkStatus();
 }
 
-class IgemmStoreNormalizeStrategy : public Strategy {
+// GEMM CTAs resident per SM: shared memory, threads, and registers (F16x3 ~192 per thread: two
+// 64-float accumulators and the A fragments; TF32 ~168).
+int64_t CtasPerSm(const IgemmGeometry& g, const IgemmPrecision& p) {
+  const int64_t by_smem = kSmSharedBytes / (g.smem + kSharedPerBlockReserve);
+  const int64_t by_threads = 2048 / g.threads;
+  const int64_t regs = p.prec == kPrecF16x3 ? 192 : 168;
+  const int64_t by_regs = 65536 / (g.threads * regs);
+  return std::max<int64_t>(1, std::min({by_smem, by_threads, by_regs}));
+}
+
+// Estimated GEMM time in arbitrary units: waves of CTAs over the SMs, each wave taking a tile's
+// rows plus a per-k-step overhead expressed in rows (barrier, weight stage: measured on W3 about
+// 32 rows for F16x3, whose rows cost three products, and ~128 for TF32); co-resident CTAs share
+// an SM (0.85: they hide some of each other's latency).
+double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t ctas_total,
+                    int64_t sm_count) {
+  const int64_t per_sm = CtasPerSm(g, p);
+  const int64_t waves = CeilDiv(ctas_total, std::max<int64_t>(1, sm_count) * per_sm);
+  const double overhead = p.prec == kPrecF16x3 ? 32 : 128;
+  return static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
+         (static_cast<double>(g.bm) + overhead);
+}
+
+// The heuristic tuning: for each tile height (warpgroups), the deepest weight pipeline that fits
+// (at most the measured 7 stages, 5 for TF32) and the deepest one that lets more CTAs share an SM;
+// the one of least EstimateTime() (ties: larger tiles, deeper pipelines). Returns the smallest
+// tuning when none fits (Applies() then says no).
+IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
+  const IgemmPrecision p = PrecisionOf(target);
+  const bool tf32 = p.prec == kPrecTF32x1;
+  const int64_t top_wg = tf32 ? 4 : 3, top_stages = tf32 ? 5 : 7;
+  const ConvAttrs& conv = info.producer->conv;
+  const int64_t ctas_per_tile_row = info.producer_shape[0] * (info.producer_shape[1] / kTileN);
+  auto fits = [&](const IgemmTune& t) {
+    return CheckTune(chain, info, target, t, TuneConfig{}).ok();
+  };
+  auto with_stages = [](int64_t wg, int64_t stages) {
+    return IgemmTune{wg, stages, stages >= 3 ? 1 : 0};
+  };
+  IgemmTune best{1, 2, 0};
+  double best_est = 0;
+  bool found = false;
+  auto consider = [&](const IgemmTune& t) {
+    const IgemmGeometry g = Geometry(chain, info, t);
+    const double est = EstimateTime(g, p, g.tiles * ctas_per_tile_row, target.sm_count);
+    if (!found || est < best_est * (1 - 1e-9)) {
+      best = t;
+      best_est = est;
+      found = true;
+    }
+  };
+  for (int64_t wg = top_wg; wg >= 1; --wg) {
+    IgemmTune deep =
+        with_stages(wg, std::min<int64_t>(top_stages, conv.kernel[1] * conv.kernel[2] + 1));
+    while (!fits(deep) && deep.stages > 2) deep = with_stages(wg, deep.stages - 1);
+    if (!fits(deep)) continue;
+    consider(deep);
+    const int64_t deep_per_sm = CtasPerSm(Geometry(chain, info, deep), p);
+    for (int64_t s = deep.stages - 1; s >= 2; --s) {
+      const IgemmTune shallow = with_stages(wg, s);
+      if (CtasPerSm(Geometry(chain, info, shallow), p) > deep_per_sm) {
+        consider(shallow);
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+// The strategies' shared code: one class, two epilogues.
+class IgemmStrategy : public Strategy {
  public:
-  std::string_view name() const override { return "igemm-store-normalize"; }
+  explicit IgemmStrategy(IgemmOut out) : out_(out) {}
+  std::string_view name() const override {
+    return out_ == kOutStoreY ? "igemm-store-normalize" : "igemm-moments-mean";
+  }
   bool Applies(const Chain& chain, const PlanTarget& target) const override {
     const ChainInfo info = AnalyzeChain(chain);
-    IgemmTune t;
-    return ChainSupported(chain, info, target) && ChooseTune(chain, info, target, &t);
+    if (!ChainSupported(chain, info, target, out_)) return false;
+    const IgemmTune t = DefaultTune(chain, info, target);
+    return CheckTune(chain, info, target, t, ToConfig(name(), t, Fields())).ok();
   }
   double Cost(const Chain& chain, const PlanTarget&) const override {
-    // y stored, read and written again (12 bytes a point), x copied once (8 bytes a point), the
-    // products on the tensor cores at several times the rate of the fp32 FFMA plans.
+    // The products on the tensor cores at several times the rate of the fp32 FFMA plans, x copied
+    // once (8 bytes a point); store-normalize also stores y, reads and writes it again (12 bytes
+    // a point), moments-mean writes nothing full-size.
     const ChainInfo info = AnalyzeChain(chain);
-    return static_cast<double>(info.elements) * (12.0 / 3.0 + 2.0 * info.macs_per_point / 400.0) +
+    const double per_point = out_ == kOutStoreY ? 12.0 / 3.0 : 0.5;
+    return static_cast<double>(info.elements) * (per_point + 2.0 * info.macs_per_point / 400.0) +
            static_cast<double>(NumElements(chain.input)) * 8.0 / 3.0;
   }
+  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
+    return ToConfig(name(), DefaultTune(chain, AnalyzeChain(chain), target), Fields());
+  }
+  std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
+    return {{"wg", {1, 2, 3, 4}}, {"stages", {2, 3, 4, 5, 6, 7, 8}}, {"async", {0, 1}}};
+  }
+  absl::Status Validate(const Chain& chain, const PlanTarget& target,
+                        const TuneConfig& config) const override {
+    absl::StatusOr<IgemmTune> t = Parse(config);
+    if (!t.ok()) return t.status();
+    return CheckTune(chain, AnalyzeChain(chain), target, *t, config);
+  }
   absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    IgemmTune t;
-    if (!ChainSupported(chain, info, target) || !ChooseTune(chain, info, target, &t)) {
-      return absl::FailedPreconditionError("igemm-store-normalize does not apply to this chain");
+    if (!Applies(chain, target)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(std::string(name()), " does not apply to this chain"));
     }
-    const IgemmGeometry g = Geometry(chain, info, t);
-    const bool f16 = t.prec == kPrecF16x3;
-    const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = chain.input[1];
-    const int64_t groups = info.group_norm->groups;
-    Plan plan;
-    plan.strategy = std::string(name());
-    plan.description = absl::StrCat(
-        "implicit GEMM on the tensor cores (wgmma, sm_90a): x copied channels-last in the operand "
-        "encoding, each CTA stages its input rows once per (kd, 32 channels) and streams the "
-        "weights; the epilogue stores the pre-norm values into y with per-tile group moments, "
-        "merged in a fixed order, then y is normalized in place. ",
-        f16 ? "fp32-accurate: fp16 high/low splits of x and w, three products, short-run "
-              "accumulator flushed every 2 k-steps"
-            : "TF32 (asked for): one TF32 product per term");
-    plan.includes = {"igemm_mma.cuh", "igemm_wgmma.cuh", "gn_apply.cuh"};
-    plan.arch_override = "sm_90a";
-    plan.tunes.push_back(
-        {"IgemmTune",
-         {Int("kPrec", t.prec), Int("kWG", t.wg), Int("kWarpsM", 4 * t.wg), Int("kWarpsN", 1),
-          Int("kWM", 16), Int("kWN", kTileN), Int("kStages", t.stages), Int("kFlushSteps", t.flush),
-          Int("kAsync", t.async), Int("kAbsmaxBlocks", kAbsmaxBlocks)}});
+    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
+  }
+  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                     const TuneConfig& config) const override;
 
-    const size_t xa = plan.AddWorkspace(
-        absl::StrCat("x channels-last [n][d][h][w][ci] as ",
-                     f16 ? "fp16 high/low pairs of x*sx" : "TF32", " (N*Sin*Cin*4 bytes)"),
-        static_cast<size_t>(n * g.sin * cin) * 4);
-    const size_t wb = plan.AddWorkspace(
-        absl::StrCat("weights [tap][co][ci] as ", f16 ? "fp16 high/low pairs of w*sw" : "TF32"),
-        static_cast<size_t>(g.taps * c * cin) * 4);
-    size_t absmax = 0, scale = 0;
-    if (f16) {
-      absmax = plan.AddWorkspace("per-block max|x| and max|w| (fp16 scales) x 264 blocks",
-                                 2 * kAbsmaxBlocks * 4);
-      scale = plan.AddWorkspace("1/(sx*sw)", 4);
+ private:
+  absl::StatusOr<IgemmTune> Parse(const TuneConfig& config) const {
+    if (config.strategy != name()) {
+      return Invalid(config, absl::StrCat("not an ", std::string(name()), " config"));
     }
-    const size_t partials =
-        plan.AddWorkspace("per-tile group moments (count, mean, M2) x N*groups*tiles",
-                          static_cast<size_t>(n * groups * g.tiles) * 12);
-    const size_t stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
-                                           static_cast<size_t>(n * groups) * 8);
-    const KernelArg x = Arg(Kind::kInput, kConstF32, "x");
-    const KernelArg w = Arg(Kind::kParam, kConstF32, "weight", info.weight_param);
-    const KernelArg absmax_in =
-        f16 ? Arg(Kind::kWorkspace, kConstF32, "absmax", "", absmax) : Null(kConstF32, "absmax");
-    const KernelArg scale_in =
-        f16 ? Arg(Kind::kWorkspace, kConstF32, "scale", "", scale) : Null(kConstF32, "scale");
-    if (f16) {
-      KernelLaunch k;
-      k.symbol = "fj_igemm_absmax";
-      k.body = "fj::igemm_absmax_body<Cfg, IgemmTune>";
-      k.purpose = "per-block max|x| and max|w| (power-of-two scales for the fp16 splits)";
-      k.grid = {kAbsmaxBlocks, 1, 1};
-      k.block = {256, 1, 1};
-      k.args = {x, w, Arg(Kind::kWorkspace, kF32, "absmax", "", absmax)};
-      plan.kernels.push_back(k);
-    }
-    KernelLaunch prep;
-    prep.symbol = "fj_igemm_prep";
-    prep.body = "fj::igemm_prep_body<Cfg, IgemmTune>";
-    prep.purpose = f16 ? "x -> channels-last fp16 high/low pairs, weights -> [tap][co][ci] pairs"
-                       : "x -> channels-last TF32, weights -> [tap][co][ci] TF32";
-    prep.grid = {static_cast<unsigned>(n * g.prep_x_blocks_per_sample + g.prep_w_blocks), 1, 1};
-    prep.block = {256, 1, 1};
-    prep.min_blocks_per_sm = 8;
-    prep.args = {x,
-                 w,
-                 absmax_in,
-                 Arg(Kind::kWorkspace, kBytes, "xa", "", xa),
-                 Arg(Kind::kWorkspace, kBytes, "wb", "", wb),
-                 f16 ? Arg(Kind::kWorkspace, kF32, "scale", "", scale) : Null(kF32, "scale")};
-    plan.kernels.push_back(prep);
-    KernelLaunch gemm;
-    gemm.symbol = "fj_igemm_wgmma";
-    gemm.body = "fj::igemm_wgmma_body<Cfg, IgemmTune>";
+    return FromConfig(config, Fields());
+  }
+
+  IgemmOut out_;
+};
+
+absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                                  const TuneConfig& config) const {
+  if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
+  const ChainInfo info = AnalyzeChain(chain);
+  const IgemmTune t = *Parse(config);
+  const IgemmPrecision pr = PrecisionOf(target);
+  const IgemmGeometry g = Geometry(chain, info, t);
+  const bool f16 = pr.prec == kPrecF16x3;
+  const bool moments = out_ == kOutChannelMoments;
+  const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = chain.input[1];
+  const int64_t groups = info.group_norm->groups;
+  Plan plan;
+  plan.strategy = std::string(name());
+  plan.description = absl::StrCat(
+      "implicit GEMM on the tensor cores (wgmma, sm_90a): x copied channels-last in the operand "
+      "encoding, each CTA stages its input rows once per (kd, 32 channels) and streams the "
+      "weights; ",
+      moments ? "the epilogue writes per-tile per-channel moments of the pre-norm values "
+                "(nothing full-size), merged in a fixed order (double) into the mean of the "
+                "group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c. "
+              : "the epilogue stores the pre-norm values into y with per-tile group moments, "
+                "merged in a fixed order, then y is normalized in place. ",
+      f16 ? "fp32-accurate: fp16 high/low splits of x and w, three products, short-run "
+            "accumulator flushed every 2 k-steps"
+          : "TF32 (asked for): one TF32 product per term");
+  plan.includes = {"igemm_mma.cuh", "igemm_wgmma.cuh"};
+  plan.includes.push_back(moments ? "igemm_mean.cuh" : "gn_apply.cuh");
+  plan.arch_override = "sm_90a";
+  // IgemmFixed first: the last tune struct is the tunable one (its fields are the config's).
+  plan.tunes.push_back({"IgemmFixed",
+                        {Int("kPrec", pr.prec), Int("kFlushSteps", pr.flush),
+                         Int("kAbsmaxBlocks", kAbsmaxBlocks), Int("kOut", out_)}});
+  plan.tunes.push_back(ToTuneStruct("IgemmTune", t, Fields()));
+
+  const size_t xa = plan.AddWorkspace(
+      absl::StrCat("x channels-last [n][d][h][w][ci] as ",
+                   f16 ? "fp16 high/low pairs of x*sx" : "TF32", " (N*Sin*Cin*4 bytes)"),
+      static_cast<size_t>(n * g.sin * cin) * 4);
+  const size_t wb = plan.AddWorkspace(
+      absl::StrCat("weights [tap][co][ci] as ", f16 ? "fp16 high/low pairs of w*sw" : "TF32"),
+      static_cast<size_t>(g.taps * c * cin) * 4);
+  size_t absmax = 0, scale = 0;
+  if (f16) {
+    absmax = plan.AddWorkspace("per-block max|x| and max|w| (fp16 scales) x 264 blocks",
+                               2 * kAbsmaxBlocks * 4);
+    scale = plan.AddWorkspace("1/(sx*sw)", 4);
+  }
+  size_t partials = 0, stats = 0;
+  if (moments) {
+    partials = plan.AddWorkspace("per-tile channel moments (count, mean, M2) x N*tiles*C",
+                                 static_cast<size_t>(n * g.tiles * c) * 12);
+  } else {
+    partials = plan.AddWorkspace("per-tile group moments (count, mean, M2) x N*groups*tiles",
+                                 static_cast<size_t>(n * groups * g.tiles) * 12);
+    stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
+                              static_cast<size_t>(n * groups) * 8);
+  }
+  const std::string tune = kTuneType;
+  const KernelArg x = Arg(Kind::kInput, kConstF32, "x");
+  const KernelArg w = Arg(Kind::kParam, kConstF32, "weight", info.weight_param);
+  const KernelArg absmax_in =
+      f16 ? Arg(Kind::kWorkspace, kConstF32, "absmax", "", absmax) : Null(kConstF32, "absmax");
+  const KernelArg scale_in =
+      f16 ? Arg(Kind::kWorkspace, kConstF32, "scale", "", scale) : Null(kConstF32, "scale");
+  if (f16) {
+    KernelLaunch k;
+    k.symbol = "fj_igemm_absmax";
+    k.body = absl::StrCat("fj::igemm_absmax_body<Cfg, ", tune, ">");
+    k.purpose = "per-block max|x| and max|w| (power-of-two scales for the fp16 splits)";
+    k.grid = {kAbsmaxBlocks, 1, 1};
+    k.block = {256, 1, 1};
+    k.args = {x, w, Arg(Kind::kWorkspace, kF32, "absmax", "", absmax)};
+    plan.kernels.push_back(k);
+  }
+  KernelLaunch prep;
+  prep.symbol = "fj_igemm_prep";
+  prep.body = absl::StrCat("fj::igemm_prep_body<Cfg, ", tune, ">");
+  prep.purpose = f16 ? "x -> channels-last fp16 high/low pairs, weights -> [tap][co][ci] pairs"
+                     : "x -> channels-last TF32, weights -> [tap][co][ci] TF32";
+  prep.grid = {static_cast<unsigned>(n * g.prep_x_blocks_per_sample + g.prep_w_blocks), 1, 1};
+  prep.block = {256, 1, 1};
+  prep.min_blocks_per_sm = 8;
+  prep.args = {x,
+               w,
+               absmax_in,
+               Arg(Kind::kWorkspace, kBytes, "xa", "", xa),
+               Arg(Kind::kWorkspace, kBytes, "wb", "", wb),
+               f16 ? Arg(Kind::kWorkspace, kF32, "scale", "", scale) : Null(kF32, "scale")};
+  plan.kernels.push_back(prep);
+  KernelLaunch gemm;
+  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(c / kTileN),
+               static_cast<unsigned>(n)};
+  gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
+  gemm.min_blocks_per_sm = 1;
+  gemm.shared_bytes = static_cast<unsigned>(g.smem);
+  gemm.args = {Arg(Kind::kWorkspace, kConstBytes, "xa", "", xa),
+               Arg(Kind::kWorkspace, kConstBytes, "wb", "", wb),
+               Arg(Kind::kParam, kConstF32, "bias", info.bias_param), scale_in};
+  if (moments) {
+    gemm.symbol = "fj_igemm_wgmma_moments";
+    gemm.body = absl::StrCat("fj::igemm_wgmma_moments_body<Cfg, ", tune, ">");
     gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
-                                " tiles (wgmma) + bias + pre-ops, pre-norm values into y, "
-                                "per-tile group moments");
-    gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(c / kTileN),
-                 static_cast<unsigned>(n)};
-    gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
-    gemm.min_blocks_per_sm = 1;
-    gemm.shared_bytes = static_cast<unsigned>(g.smem);
-    gemm.args = {Arg(Kind::kWorkspace, kConstBytes, "xa", "", xa),
-                 Arg(Kind::kWorkspace, kConstBytes, "wb", "", wb),
-                 Arg(Kind::kParam, kConstF32, "bias", info.bias_param),
-                 scale_in,
-                 Arg(Kind::kOutput, kF32, "y"),
-                 Arg(Kind::kWorkspace, kF32, "partials", "", partials)};
+                                " tiles (wgmma) + bias + pre-ops, per-tile channel moments "
+                                "(nothing full-size stored)");
+    gemm.args.push_back(
+        Arg(Kind::kWorkspace, "fj::Moments* __restrict__", "cpart", "", partials));
     plan.kernels.push_back(gemm);
     KernelLaunch fin;
-    fin.symbol = "fj_gn_finalize";
-    fin.body = absl::StrCat("fj::gn_finalize_body<Cfg, ", g.tiles, ">");
-    fin.purpose = "merge each (sample, group)'s tile moments in a fixed order -> mean, rstd";
-    fin.grid = {static_cast<unsigned>(n * groups), 1, 1};
-    fin.block = {256, 1, 1};
-    fin.args = {Arg(Kind::kWorkspace, kConstF32, "partials", "", partials),
-                Arg(Kind::kWorkspace, kF32, "stats", "", stats)};
+    fin.symbol = "fj_igemm_mean";
+    fin.body = absl::StrCat("fj::igemm_mean_finalize_body<Cfg, ", tune, ">");
+    fin.purpose = "merge channel moments in a fixed order (double) -> group mean/rstd -> mean of "
+                  "the group_norm output";
+    fin.grid = {static_cast<unsigned>(n), 1, 1};
+    fin.block = {static_cast<unsigned>(kMeanThreads), 1, 1};
+    fin.args = {Arg(Kind::kWorkspace, "const fj::Moments* __restrict__", "cpart", "", partials),
+                Arg(Kind::kParam, kConstF32, "gamma", info.gamma_param),
+                Arg(Kind::kParam, kConstF32, "beta", info.beta_param),
+                Arg(Kind::kOutput, kF32, "y")};
     plan.kernels.push_back(fin);
-    KernelLaunch apply;
-    apply.symbol = "fj_gn_apply";
-    apply.body = "fj::gn_apply_body<Cfg>";
-    apply.purpose = "normalize y in place, affine, post-ops";
-    apply.grid = {static_cast<unsigned>(g.apply_blocks_per_row), static_cast<unsigned>(n * c), 1};
-    apply.block = {static_cast<unsigned>(kGnApplyThreads), 1, 1};
-    apply.args = {Arg(Kind::kParam, kConstF32, "gamma", info.gamma_param),
-                  Arg(Kind::kParam, kConstF32, "beta", info.beta_param),
-                  Arg(Kind::kWorkspace, kConstF32, "stats", "", stats),
-                  Arg(Kind::kOutput, kF32, "y")};
-    plan.kernels.push_back(apply);
     return plan;
   }
-};
+  gemm.symbol = "fj_igemm_wgmma";
+  gemm.body = absl::StrCat("fj::igemm_wgmma_body<Cfg, ", tune, ">");
+  gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
+                              " tiles (wgmma) + bias + pre-ops, pre-norm values into y, "
+                              "per-tile group moments");
+  gemm.args.push_back(Arg(Kind::kOutput, kF32, "y"));
+  gemm.args.push_back(Arg(Kind::kWorkspace, kF32, "partials", "", partials));
+  plan.kernels.push_back(gemm);
+  KernelLaunch fin;
+  fin.symbol = "fj_gn_finalize";
+  fin.body = absl::StrCat("fj::gn_finalize_body<Cfg, ", g.tiles, ">");
+  fin.purpose = "merge each (sample, group)'s tile moments in a fixed order -> mean, rstd";
+  fin.grid = {static_cast<unsigned>(n * groups), 1, 1};
+  fin.block = {256, 1, 1};
+  fin.args = {Arg(Kind::kWorkspace, kConstF32, "partials", "", partials),
+              Arg(Kind::kWorkspace, kF32, "stats", "", stats)};
+  plan.kernels.push_back(fin);
+  KernelLaunch apply;
+  apply.symbol = "fj_gn_apply";
+  apply.body = "fj::gn_apply_body<Cfg>";
+  apply.purpose = "normalize y in place, affine, post-ops";
+  apply.grid = {static_cast<unsigned>(g.apply_blocks_per_row), static_cast<unsigned>(n * c), 1};
+  apply.block = {static_cast<unsigned>(kGnApplyThreads), 1, 1};
+  apply.args = {Arg(Kind::kParam, kConstF32, "gamma", info.gamma_param),
+                Arg(Kind::kParam, kConstF32, "beta", info.beta_param),
+                Arg(Kind::kWorkspace, kConstF32, "stats", "", stats),
+                Arg(Kind::kOutput, kF32, "y")};
+  plan.kernels.push_back(apply);
+  return plan;
+}
 
 }  // namespace
 
 void AddIgemmStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
-  out->push_back(std::make_unique<IgemmStoreNormalizeStrategy>());
+  out->push_back(std::make_unique<IgemmStrategy>(kOutStoreY));
+  out->push_back(std::make_unique<IgemmStrategy>(kOutChannelMoments));
 }
 
 }  // namespace fusejit::codegen

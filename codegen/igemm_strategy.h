@@ -1,6 +1,7 @@
-// codegen/igemm_strategy.h: the tensor-core strategy for chains whose producer is expensive (many
-// input channels): an implicit GEMM on Hopper's wgmma, pre-norm values stored into y and
-// normalized in place.
+// codegen/igemm_strategy.h: the tensor-core strategies for chains whose producer is expensive
+// (many input channels): an implicit GEMM on Hopper's wgmma, either storing the pre-norm values
+// into y and normalizing them in place (igemm-store-normalize), or, for chains ending in mean,
+// reducing per-channel moments only (igemm-moments-mean). Both tunable (wg, stages, async).
 #ifndef FUSEJIT_CODEGEN_IGEMM_STRATEGY_H_
 #define FUSEJIT_CODEGEN_IGEMM_STRATEGY_H_
 
@@ -11,7 +12,7 @@
 
 namespace fusejit::codegen {
 
-// Appends igemm-store-normalize.
+// Appends igemm-store-normalize and igemm-moments-mean.
 void AddIgemmStrategies(std::vector<std::unique_ptr<Strategy>>* out);
 
 }  // namespace fusejit::codegen

@@ -1,10 +1,13 @@
 // templates/igemm_mma.cuh: the shared pieces of the tensor-core implicit GEMM for stride-1
-// conv3d / conv_transpose3d (strategy "igemm-store-normalize", codegen/igemm_strategy.cc): its
-// compile-time shape, the operand prep kernels (x -> channels-last, weights -> [tap][co][ci], in
-// the precision's encoding) and the epilogue (the chain's pre-norm elementwise ops, pre-norm values
-// stored into y, per-tile group_norm partial moments). The main loop is igemm_wgmma.cuh; y is then
-// normalized in place by gn_apply.cuh. (Named for its first main loop, mma.sync, measured in
-// bench/explore_w3/NOTES.md v1/v2 and since removed: git show 73da793:templates/igemm_mma.cuh.)
+// conv3d / conv_transpose3d (strategies "igemm-store-normalize" and "igemm-moments-mean",
+// codegen/igemm_strategy.cc): its compile-time shape, the operand prep kernels (x ->
+// channels-last, weights -> [tap][co][ci], in the precision's encoding) and the two epilogues
+// (Tune::kOut): kIgemmOutStoreY applies the chain's pre-norm elementwise ops, stores the pre-norm
+// values into y and per-tile group_norm partial moments (y is then normalized in place by
+// gn_apply.cuh); kIgemmOutChannelMoments stores nothing full-size, only per-tile per-channel
+// moments of the pre-norm values (igemm_mean.cuh turns them into the mean of the group_norm
+// output). The main loop is igemm_wgmma.cuh. (Named for its first main loop, mma.sync, measured
+// in bench/explore_w3/NOTES.md v1/v2 and since removed: git show 73da793:templates/igemm_mma.cuh.)
 //
 // GEMM view: rows m = output points (n, od, oh, ow) of one sample, columns = output channels,
 // reduction k = (tap, ci) with tap = (kd*kKH + kh)*kKW + kw of the ORIGINAL weight indexing.
@@ -27,8 +30,8 @@
 // Notation: S = kD*kH*kW, Sin = kDin*kHin*kWin, T = kKD*kKH*kKW, CB = kCin/32,
 //           BM = Tune::kWarpsM*Tune::kWM, BN = Tune::kWarpsN*Tune::kWN, G = kGroups,
 //           tiles = ceil(S / BM)  (IgemmShape<Cfg,Tune>::kTiles), P = Tune::kAbsmaxBlocks.
-// Tune fields read here: kPrec, kWarpsM, kWarpsN, kWM, kWN, kStages, kFlushSteps, kAbsmaxBlocks
-// (igemm_wgmma.cuh adds its own).
+// Tune fields read here: kPrec, kWarpsM, kWarpsN, kWM, kWN, kStages, kFlushSteps, kAbsmaxBlocks,
+// kOut (optional, IgemmOutOf: kIgemmOutStoreY when absent) (igemm_wgmma.cuh adds its own).
 // Workspace (bytes, IgemmShape<Cfg,Tune>::k*Bytes; each offset 256-aligned by the host):
 //   xa      kN*Sin*kCin*4     x, channels-last [n][d][h][w][cb][32 lanes]:
 //                             kPrecTF32x1: fp32 values rounded to TF32 (cvt.rna);
@@ -37,7 +40,11 @@
 //   wb      T*kC*kCin*4       weights [tap][co][cb][32 lanes], same encodings as xa (w*sw).
 //   absmax  2*P floats        per-block max|x| (first P) and max|w| (next P)   (F16x3 only)
 //   scale   1 float           1/(sx*sw) (F16x3 only; written by igemm_prep_body's block 0)
+//   kIgemmOutStoreY:
 //   partials kN*G*tiles*3 floats  Moments {count, mean, m2} at ((n*G + g)*tiles + tile)*3
+//   kIgemmOutChannelMoments (IgemmShape::kChannelPartials Moments):
+//   channel partials  kN*tiles*kC Moments {count, mean, m2} of pre(conv + bias) over the tile's
+//                     valid rows, at (n*tiles + tile)*kC + c
 // Kernel bodies, in launch order on one stream (the generated extern "C" __global__ wrappers
 // call them):
 //   1. igemm_absmax_body<Cfg,Tune>(x, weight, absmax[, nsamples = kN])   (F16x3 only)
@@ -48,10 +55,12 @@
 //        scale; absmax and scale are not read or written with kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
-//   3. igemm_wgmma_body<Cfg,Tune> (igemm_wgmma.cuh, sm_90a), grid (tiles, kC/BN, kN): reads xa,
-//      wb, bias (if kBias), scale; writes y (pre-norm values pre(conv + bias), NCDHW) and
-//      partials.
-//   4. gn_finalize_body, 5. gn_apply_body (gn_apply.cuh) with kTiles = tiles.
+//   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, kC/BN, kN), reading xa, wb, bias (if
+//      kBias), scale:
+//      kIgemmOutStoreY: igemm_wgmma_body writes y (pre-norm values pre(conv + bias), NCDHW) and
+//        partials; then 4. gn_finalize_body, 5. gn_apply_body (gn_apply.cuh), kTiles = tiles.
+//      kIgemmOutChannelMoments: igemm_wgmma_moments_body writes the channel partials only; then
+//        4. igemm_mean_finalize_body (igemm_mean.cuh).
 // Results are bitwise identical run to run (no atomics; every merge has a fixed order).
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_IGEMM_MMA_CUH_
@@ -62,6 +71,8 @@
 namespace fj {
 
 enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1 };
+// What the GEMM epilogue writes (Tune::kOut).
+enum IgemmOut { kIgemmOutStoreY = 0, kIgemmOutChannelMoments = 1 };
 
 namespace ig {
 
@@ -119,6 +130,16 @@ __device__ __forceinline__ float warp_max(float v) {
 template <class...>
 using void_t = void;
 
+// Tune::kOut when the tuning names it, else kIgemmOutStoreY.
+template <class T, class = void>
+struct IgemmOutOf {
+  static constexpr int value = kIgemmOutStoreY;
+};
+template <class T>
+struct IgemmOutOf<T, void_t<decltype(T::kOut)>> {
+  static constexpr int value = T::kOut;
+};
+
 // Compile-time shape of the implicit GEMM for a chain and a tuning.
 template <class Cfg, class Tune>
 struct IgemmShape {
@@ -147,6 +168,8 @@ struct IgemmShape {
   static constexpr long long kXaBytes = (long long)Cfg::kN * kSin * Cfg::kCin * 4;
   static constexpr long long kWbBytes = (long long)kTaps * Cfg::kC * Cfg::kCin * 4;
   static constexpr long long kPartialFloats = (long long)Cfg::kN * kGroupsOr1 * kTiles * 3;
+  static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;  // Moments
+  static constexpr int kOut = IgemmOutOf<Tune>::value;
   // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
   static constexpr int kPrepPts = 32;
   static constexpr int kPrepXBlocksPerSample = (kSin + kPrepPts - 1) / kPrepPts;
@@ -166,7 +189,10 @@ struct IgemmShape {
   static_assert(kThreads % 8 == 0, "igemm: threads a multiple of 8");
   static_assert(Cfg::kGroups == 0 || (Cfg::kC % Cfg::kGroups == 0 && kBN % kCg == 0),
                 "igemm: a group's channels must not straddle channel tiles");
-  static_assert(Cfg::kMean == kNoMean, "igemm: mean reductions are not supported here");
+  static_assert(kOut == kIgemmOutStoreY || kOut == kIgemmOutChannelMoments,
+                "igemm: Tune::kOut is kIgemmOutStoreY or kIgemmOutChannelMoments");
+  static_assert(Cfg::kMean == kNoMean || kOut == kIgemmOutChannelMoments,
+                "igemm: a chain ending in mean needs the channel-moments epilogue (kOut)");
   static_assert(Tune::kStages >= 2, "igemm: at least 2 pipeline stages");
   static_assert(Tune::kFlushSteps >= 0, "igemm: kFlushSteps >= 0");
   static_assert((long long)kSin * Cfg::kCin * 4 < (1ll << 31), "igemm: sample too large");
@@ -382,17 +408,14 @@ struct IgemmCore {
     }
   }
 
-  // Epilogue: scale, bias, pre() (and post() without group_norm), stage as [BN][BM+4] in smem,
-  // coalesced stores of the valid rows to y, per-(tile, group) moments into partials.
-  // REQUIRES: all threads; smem free for reuse.
-  __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
-                                                  float s, const float* __restrict__ bias,
-                                                  float* __restrict__ y,
-                                                  float* __restrict__ partials, int tile,
-                                                  int co0, int n) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Stages the tile as [BN][BM+4] floats in smem: acc * s + bias, pre(), and post() when
+  // kPost (store epilogue without group_norm). REQUIRES: all threads; smem free for reuse.
+  // The caller synchronizes before reading the staged tile.
+  template <bool kPost>
+  __device__ __forceinline__ static void stage_tile(float (&acc)[MT][NT8][4], float* epi, float s,
+                                                    const float* __restrict__ bias, int co0) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int warp_m = warp % Tune::kWarpsM, warp_n = warp / Tune::kWarpsM;
-    float* epi = reinterpret_cast<float*>(smem);
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
@@ -405,9 +428,59 @@ struct IgemmCore {
           float v = acc[mi][ni][e] * s;
           if constexpr (Cfg::kBias) v += bias[co0 + col];
           v = Cfg::pre(v);
-          if constexpr (Cfg::kGroups == 0) v = Cfg::post(v);
+          if constexpr (kPost) v = Cfg::post(v);
           epi[col * Sh::kEpiPitch + row] = v;
         }
+  }
+
+  // Sum over a warp, the same fixed butterfly order in every lane (all lanes get the result).
+  __device__ __forceinline__ static float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+  }
+
+  // kIgemmOutChannelMoments epilogue: the pre-norm values pre(acc * s + bias) of the tile's valid
+  // rows, per channel: Moments {valid rows, mean, m2} (two passes over the staged row, fixed-order
+  // warp sums) into cpart[(n*kTiles + tile)*kC + co0 + c]. Nothing else is written.
+  // REQUIRES: all threads; smem free for reuse.
+  __device__ __forceinline__ static void epilogue_channel_moments(
+      float (&acc)[MT][NT8][4], unsigned char* smem, float s, const float* __restrict__ bias,
+      Moments* __restrict__ cpart, int tile, int co0, int n) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* epi = reinterpret_cast<float*>(smem);
+    stage_tile<false>(acc, epi, s, bias, co0);
+    __syncthreads();
+    const int sp0 = tile * BM;
+    const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
+    constexpr int kWarps = NT / 32;
+    Moments* out = cpart + ((long long)n * Sh::kTiles + tile) * Cfg::kC + co0;
+    for (int r = warp; r < BN; r += kWarps) {
+      const float* srow = epi + r * Sh::kEpiPitch;
+      float sum = 0.f;
+      for (int m = lane; m < valid; m += 32) sum += srow[m];
+      const float mean = warp_sum(sum) / (float)valid;
+      float m2 = 0.f;
+      for (int m = lane; m < valid; m += 32) {
+        const float d = srow[m] - mean;
+        m2 = fmaf(d, d, m2);
+      }
+      m2 = warp_sum(m2);
+      if (lane == 0) out[r] = Moments{(float)valid, mean, m2};
+    }
+  }
+
+  // kIgemmOutStoreY epilogue: scale, bias, pre() (and post() without group_norm), stage as
+  // [BN][BM+4] in smem, coalesced stores of the valid rows to y, per-(tile, group) moments into
+  // partials. REQUIRES: all threads; smem free for reuse.
+  __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
+                                                  float s, const float* __restrict__ bias,
+                                                  float* __restrict__ y,
+                                                  float* __restrict__ partials, int tile,
+                                                  int co0, int n) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* epi = reinterpret_cast<float*>(smem);
+    stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
     __syncthreads();
     const int sp0 = tile * BM;
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;

@@ -16,8 +16,11 @@
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, kAsync
-// (0/1, see AsyncOf; optional) and the fields igemm_mma.cuh reads, derived from them:
-// kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128 (IgemmWgmmaTune<> below fills them in).
+// (0/1, see AsyncOf; optional), kOut (igemm_mma.cuh's IgemmOut; optional) and the fields
+// igemm_mma.cuh reads, derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128
+// (IgemmWgmmaTune<> below fills them in; plans name IgemmPlanTune<Fixed, Tunables>, the same
+// from two generated structs: Fixed {kPrec, kFlushSteps, kAbsmaxBlocks (264), kOut} and
+// Tunables {kWG, kStages, kAsync}, the strategy's tunable parameters).
 // BM = 64*kWG, BN = 128. Static requirements (besides igemm_mma.cuh's IgemmShape): kC % 128 == 0,
 // BM <= kH*kW (a tile spans at most two output planes), kKD <= 8, kStages - 1 <= kKH*kKW,
 // kStages >= 3 with kAsync, IgemmWgmmaShape<Cfg,Tune>::kSmemBytes within the device's opt-in
@@ -26,10 +29,14 @@
 //   fp32-accurate: IgemmWgmmaTune<kPrecF16x3, 3, 7, 2> + kAsync = 1  (384 threads, 224 KB smem)
 //   tf32:          IgemmWgmmaTune<kPrecTF32x1, 4, 5, 0> + kAsync = 1 (512 threads, 212 KB smem)
 // Workspace, prep kernels, partials layout, launch order and gn_finalize/gn_apply: igemm_mma.cuh.
-//   igemm_wgmma_body<Cfg,Tune>  grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG,
-//        __launch_bounds__(128*kWG, 1), dynamic smem IgemmWgmmaShape<Cfg,Tune>::kSmemBytes
-//        (raise the attribute first). Needs an sm_90a build (NVRTC --gpu-architecture=sm_90a);
-//        built for anything else it compiles, but prints why and traps when run.
+//   igemm_wgmma_body<Cfg,Tune>(xa, wb, bias, scale, y, partials)            (kIgemmOutStoreY)
+//   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
+//        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
+//        grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
+//        (or more blocks per SM where registers allow), dynamic smem
+//        IgemmWgmmaShape<Cfg,Tune>::kSmemBytes (raise the attribute first). Needs an sm_90a
+//        build (NVRTC --gpu-architecture=sm_90a); built for anything else it compiles, but prints
+//        why and traps when run.
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
 #define FUSEJIT_TEMPLATES_IGEMM_WGMMA_CUH_
@@ -43,7 +50,8 @@
 namespace fj {
 
 // A Tune for the wgmma kernel from its own parameters.
-template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kAsyncV = 0>
+template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kAsyncV = 0,
+          int kOutV = kIgemmOutStoreY>
 struct IgemmWgmmaTune {
   static constexpr int kPrec = kPrecV;
   static constexpr int kWG = kWGV;
@@ -52,6 +60,17 @@ struct IgemmWgmmaTune {
   static constexpr int kFlushSteps = kFlushV;
   static constexpr int kAbsmaxBlocks = 264;
   static constexpr int kAsync = kAsyncV;
+  static constexpr int kOut = kOutV;
+};
+
+// The Tune of a plan: the fixed fields (precision, flush, epilogue) and the tunable ones
+// (warpgroups, stages, async) from two generated structs.
+template <class Fixed, class Tunables>
+struct IgemmPlanTune : IgemmWgmmaTune<Fixed::kPrec, Tunables::kWG, Tunables::kStages,
+                                      Fixed::kFlushSteps, Tunables::kAsync, Fixed::kOut> {
+  static_assert(Fixed::kAbsmaxBlocks == 264, "igemm: the absmax pass has 264 blocks");
+  static_assert(Tunables::kWG >= 1 && Tunables::kWG <= 4, "igemm_wgmma: 1 to 4 warpgroups");
+  static_assert(Tunables::kAsync == 0 || Tunables::kAsync == 1, "igemm_wgmma: kAsync is 0 or 1");
 };
 
 namespace igw {
@@ -330,13 +349,15 @@ struct IgemmWgmmaLoop {
   }
 };
 
+// The GEMM for one (tile, channel tile, sample) CTA, then the epilogue Tune::kOut selects.
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
-                                                 const unsigned char* __restrict__ wb,
-                                                 const float* __restrict__ bias,
-                                                 const float* __restrict__ scale,
-                                                 float* __restrict__ y,
-                                                 float* __restrict__ partials) {
+__device__ __forceinline__ void igemm_wgmma_run(const unsigned char* __restrict__ xa,
+                                                const unsigned char* __restrict__ wb,
+                                                const float* __restrict__ bias,
+                                                const float* __restrict__ scale,
+                                                float* __restrict__ y,
+                                                float* __restrict__ partials,
+                                                Moments* __restrict__ channel_partials) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
   using Sh = typename L::Sh;
@@ -432,7 +453,37 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
   }
   ig::cp_async_wait<0>();
   __syncthreads();
-  K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n);
+  if constexpr (Sh::kOut == kIgemmOutChannelMoments) {
+    K::epilogue_channel_moments(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, channel_partials,
+                                tile, s.co0, n);
+  } else {
+    K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n);
+  }
+}
+
+// kIgemmOutStoreY: pre-norm values into y, per-tile group moments into partials.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
+                                                 const unsigned char* __restrict__ wb,
+                                                 const float* __restrict__ bias,
+                                                 const float* __restrict__ scale,
+                                                 float* __restrict__ y,
+                                                 float* __restrict__ partials) {
+  static_assert(IgemmOutOf<Tune>::value == kIgemmOutStoreY,
+                "igemm_wgmma_body: Tune::kOut must be kIgemmOutStoreY");
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, y, partials, nullptr);
+}
+
+// kIgemmOutChannelMoments: per-tile per-channel moments only (igemm_mean.cuh finalizes).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_moments_body(const unsigned char* __restrict__ xa,
+                                                         const unsigned char* __restrict__ wb,
+                                                         const float* __restrict__ bias,
+                                                         const float* __restrict__ scale,
+                                                         Moments* __restrict__ channel_partials) {
+  static_assert(IgemmOutOf<Tune>::value == kIgemmOutChannelMoments,
+                "igemm_wgmma_moments_body: Tune::kOut must be kIgemmOutChannelMoments");
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, nullptr, nullptr, channel_partials);
 }
 
 }  // namespace fj
@@ -450,6 +501,10 @@ struct Cfg : fj::DefaultConfig {
 };
 using TuneF16x3 = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2, 1>;
 using TuneTF32 = fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1>;
+struct MeanCfg : Cfg {
+  static constexpr int kMean = fj::kMeanAll;
+};
+using TuneMoments = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 3, 2, 1, fj::kIgemmOutChannelMoments>;
 }  // namespace fj_selftest_igemm_wgmma
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_f16x3_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
@@ -462,6 +517,12 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                               const float* scale, float* y, float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneTF32>(
       xa, wb, bias, scale, y, partials);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_moments_selftest(const unsigned char* xa, const unsigned char* wb,
+                                 const float* bias, const float* scale, fj::Moments* cpart) {
+  fj::igemm_wgmma_moments_body<fj_selftest_igemm_wgmma::MeanCfg,
+                               fj_selftest_igemm_wgmma::TuneMoments>(xa, wb, bias, scale, cpart);
 }
 #endif  // FJ_GENERATED
 

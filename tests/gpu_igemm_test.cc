@@ -1,17 +1,22 @@
-// GPU checks of the tensor-core strategy igemm-store-normalize (named Gpu*; skipped without a
-// driver or on a GPU other than sm_90): W3 at its seed shape in both precisions (fp32-accurate:
-// rel L2 <= 1e-6 and max abs <= 1e-5 against float64), then smaller chains it applies to --
-// conv3d and conv_transpose3d, 128 or 256 output channels, odd sizes, padding, dilation,
-// output_padding, batch 1-3, elementwise ops before and after group_norm -- at the default
-// tolerance. Outputs are poisoned with NaN before every run and must be fully written; two runs
-// must be bitwise identical (testing::CheckChain).
+// GPU checks of the tensor-core strategies igemm-store-normalize and igemm-moments-mean (named
+// Gpu*; skipped without a driver or on a GPU other than sm_90): W3 at its seed shape in both
+// precisions (fp32-accurate: rel L2 <= 1e-6 and max abs <= 1e-5 against float64), then smaller
+// chains it applies to -- conv3d and conv_transpose3d, 128 or 256 output channels, odd sizes,
+// padding, dilation, output_padding, batch 1-3, elementwise ops before and after group_norm -- at
+// the default tolerance; the sweep shape W4-f and random chains ending in mean (both mean modes)
+// through igemm-moments-mean, fp32-accurate and TF32; and non-default tunings (wg, stages, async)
+// of both strategies, fp32-accurate. Outputs are poisoned with NaN before every run and must be
+// fully written; two runs must be bitwise identical (testing::CheckChain, CheckConfig).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstring>
 #include <future>
 #include <utility>
 
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
+#include "fusejit/reference.h"
 #include "fusejit/workloads.h"
 #include "jit/device.h"
 #include "tests/gpu_support.h"
@@ -24,6 +29,10 @@ using testing::CheckChain;
 using testing::Tolerance;
 
 constexpr char kIgemm[] = "igemm-store-normalize";
+constexpr char kMoments[] = "igemm-moments-mean";
+constexpr char kW4f[] =
+    "x:f32[16,32,16,16,16] | conv3d(out=256,k=3,stride=1) | group_norm(groups=32) | "
+    "mean(dims=[1,2,3,4])";
 constexpr Tolerance kFp32Accurate{1e-6, 1e-5};  // WORKLOADS.md's fp32-accurate target
 constexpr Tolerance kTf32{2e-3, 2e-2};
 
@@ -41,12 +50,14 @@ Chain Parse(std::string_view spec) {
   return chain.ok() ? *chain : Chain{};
 }
 
-const codegen::Strategy& Igemm() {
+const codegen::Strategy& ByName(const char* name) {
   for (const auto& s : codegen::AllStrategies()) {
-    if (s->name() == kIgemm) return *s;
+    if (s->name() == name) return *s;
   }
   std::abort();
 }
+const codegen::Strategy& Igemm() { return ByName(kIgemm); }
+const codegen::Strategy& Moments() { return ByName(kMoments); }
 
 // Compiles every (chain, precision) on its own thread (NVRTC compiles one program per thread),
 // so that the checks after it find them in the in-memory cache.
@@ -150,8 +161,9 @@ Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
 }
 
 // A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels and a
-// group_norm whose groups fit a 128-channel tile; not every one is valid or applicable.
-Chain RandomIgemmChain(Rng& rng) {
+// group_norm whose groups fit a 128-channel tile; with `mean`, ending in a mean (either mode, no
+// ops after the group_norm). Not every one is valid or applicable.
+Chain RandomIgemmChain(Rng& rng, bool mean = false) {
   Chain chain;
   chain.input = {rng.Int(1, 3), rng.Chance(0.5) ? 32 : 64, rng.Int(4, 11), rng.Int(5, 12),
                  rng.Int(5, 12)};
@@ -169,6 +181,11 @@ Chain RandomIgemmChain(Rng& rng) {
   for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomOp(rng));
   static const int64_t kPerGroup[] = {1, 4, 16, 32, 64, 128};
   chain.ops.push_back(GroupNorm(out / kPerGroup[rng.Int(0, 5)]));
+  if (mean) {
+    chain.ops.push_back(Mean(rng.Chance(0.5) ? std::vector<int>{2, 3, 4}
+                                             : std::vector<int>{1, 2, 3, 4}));
+    return chain;
+  }
   for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomOp(rng));
   return chain;
 }
@@ -191,6 +208,114 @@ TEST(GpuIgemm, RandomChains) {
     CheckChain(chain, seed++, {}, kIgemm, precision == Precision::kFp32 ? Tolerance{} : kTf32,
                precision);
   }
+}
+
+// ---- igemm-moments-mean ------------------------------------------------------------------
+
+TEST(GpuIgemmMoments, W4fFp32AccurateAndTf32) {
+  SKIP_WITHOUT_SM90();
+  const Chain w4f = Parse(kW4f);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(w4f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE((*c)->Explain().find("plan: igemm-moments-mean"), std::string::npos)
+      << (*c)->Explain();
+  CheckChain(w4f, /*seed=*/41, {0, 9, 15}, "", kFp32Accurate, Precision::kFp32,
+             /*timing_reps=*/10);
+  CheckChain(w4f, /*seed=*/41, {0, 9, 15}, kMoments, kTf32, Precision::kTf32,
+             /*timing_reps=*/10);
+}
+
+// Random chains ending in mean: conv3d and conv_transpose3d, both mean modes, odd sizes,
+// elementwise ops before the norm; fp32-accurate, every fourth TF32.
+TEST(GpuIgemmMoments, RandomMeanChains) {
+  SKIP_WITHOUT_SM90();
+  Rng rng(20261124);
+  std::vector<std::pair<Chain, Precision>> list;
+  int modes[2] = {0, 0}, producers[2] = {0, 0};
+  for (int tries = 0; tries < 20000 && list.size() < 12; ++tries) {
+    const Chain chain = RandomIgemmChain(rng, /*mean=*/true);
+    if (!ValidateChain(chain).ok()) continue;
+    const Precision p = list.size() % 4 == 3 ? Precision::kTf32 : Precision::kFp32;
+    if (!Moments().Applies(chain, {"sm_90", 132, p})) continue;
+    ++modes[chain.ops.back().dims.size() == 4 ? 1 : 0];
+    ++producers[chain.ops[0].kind == OpKind::kConv3d ? 0 : 1];
+    list.emplace_back(chain, p);
+  }
+  ASSERT_EQ(list.size(), 12u) << "too few random mean chains apply";
+  EXPECT_GT(modes[0] * modes[1] * producers[0] * producers[1], 0) << "both modes and producers";
+  CompileInParallel(list, kMoments);
+  uint64_t seed = 700;
+  for (const auto& [chain, precision] : list) {
+    CheckChain(chain, seed++, {}, kMoments,
+               precision == Precision::kFp32 ? kFp32Accurate : kTf32, precision);
+  }
+}
+
+// ---- tunings other than the default (both strategies) -----------------------------------
+
+// Compiles `chain` with exactly `config`, runs it twice (NaN-poisoned output, bitwise-identical
+// reruns, every output written) and checks it against the float64 reference within `tol`.
+void CheckConfig(const Chain& chain, uint64_t seed, const std::string& config, Precision precision,
+                 Tolerance tol) {
+  SCOPED_TRACE(FormatChain(chain) + " config " + config);
+  CompileOptions options;
+  options.tune_config = config;
+  options.precision = precision;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  absl::StatusOr<std::vector<std::vector<float>>> outs = testing::RunOnGpu(**c, inputs, 2);
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  const std::vector<float>& y = (*outs)[0];
+  ASSERT_EQ(std::memcmp(y.data(), (*outs)[1].data(), y.size() * 4), 0) << "two runs differ";
+  absl::StatusOr<std::vector<double>> ref = RunReference(chain, inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ(ref->size(), y.size());
+  const ErrorStats e = CompareToReference(y.data(), ref->data(), static_cast<int64_t>(y.size()));
+  std::printf("  %s: rel L2 %.2e, max abs %.2e\n", config.c_str(), e.rel_l2, e.max_abs);
+  EXPECT_EQ(e.non_finite, 0);
+  EXPECT_LE(e.rel_l2, tol.rel_l2);
+  EXPECT_LE(e.max_abs, tol.max_abs);
+}
+
+TEST(GpuIgemm, NonDefaultTuningsAreFp32Accurate) {
+  SKIP_WITHOUT_SM90();
+  // Output planes of 16x16 (store) and 12x12 (mean): tiles of 1-3 (1-2) warpgroups fit.
+  const Chain store = Parse(
+      "x:f32[2,64,6,14,14] | conv_transpose3d(out=256,k=3,bias=false) | relu | "
+      "group_norm(groups=16)");
+  const Chain mean = Parse(
+      "x:f32[3,32,10,14,14] | conv3d(out=256,k=3) | swish | group_norm(groups=32) | "
+      "mean(dims=[1,2,3,4])");
+  const std::vector<std::pair<const Chain*, std::string>> configs = {
+      {&store, "igemm-store-normalize:wg=1,stages=2,async=0"},
+      {&store, "igemm-store-normalize:wg=1,stages=3,async=1"},
+      {&store, "igemm-store-normalize:wg=2,stages=4,async=0"},
+      {&store, "igemm-store-normalize:wg=2,stages=5,async=1"},
+      {&store, "igemm-store-normalize:wg=3,stages=8,async=1"},
+      {&mean, "igemm-moments-mean:wg=1,stages=2,async=0"},
+      {&mean, "igemm-moments-mean:wg=1,stages=4,async=1"},
+      {&mean, "igemm-moments-mean:wg=2,stages=3,async=0"},
+      {&mean, "igemm-moments-mean:wg=2,stages=8,async=1"},
+  };
+  std::vector<std::future<std::string>> compiled;
+  for (const auto& [chain, config] : configs) {
+    compiled.push_back(std::async(std::launch::async, [chain = chain, config = config] {
+      absl::StatusOr<jit::ScopedPrimaryContext> ctx = jit::ScopedPrimaryContext::Create(0);
+      if (!ctx.ok()) return ctx.status().ToString();
+      CompileOptions options;
+      options.tune_config = config;
+      absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(*chain, options);
+      return c.ok() ? std::string() : config + ": " + c.status().ToString();
+    }));
+  }
+  for (auto& r : compiled) EXPECT_EQ(r.get(), "");
+  uint64_t seed = 900;
+  for (const auto& [chain, config] : configs) {
+    CheckConfig(*chain, seed++, config, Precision::kFp32, kFp32Accurate);
+  }
+  // The TF32 tuning of W3 (4 warpgroups) on the smaller chain.
+  CheckConfig(store, 950, "igemm-store-normalize:wg=4,stages=5,async=1", Precision::kTf32, kTf32);
 }
 
 }  // namespace

@@ -1,8 +1,13 @@
-// The tensor-core strategy igemm-store-normalize (codegen/igemm_strategy.cc), CPU only: which
-// chains and targets it applies to, the plan it makes for W3 in both precisions, and that the
-// plans compile for sm_90a (NVRTC needs no GPU). Its GPU checks are in gpu_igemm_test.cc.
+// The tensor-core strategies igemm-store-normalize and igemm-moments-mean
+// (codegen/igemm_strategy.cc), CPU only: which chains and targets they apply to, the plans they
+// make (W3 in both precisions, mean chains in both mean modes), their tuning (wave-aware default,
+// Validate's reasons, every valid candidate of a small space compiles), and that the plans compile
+// for sm_90a (NVRTC needs no GPU). Their GPU checks are in gpu_igemm_test.cc.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <future>
+#include <tuple>
 #include <regex>
 
 #include "codegen/emit.h"
@@ -17,6 +22,15 @@ namespace fusejit {
 namespace {
 
 constexpr char kIgemm[] = "igemm-store-normalize";
+constexpr char kMoments[] = "igemm-moments-mean";
+// Sweep shape W4-f (bench/compare_pytorch.py): K = 864, both mean dims.
+constexpr char kW4f[] =
+    "x:f32[16,32,16,16,16] | conv3d(out=256,k=3,stride=1) | group_norm(groups=32) | "
+    "mean(dims=[1,2,3,4])";
+// Sweep shape W3-c: 2 samples, 256 channels.
+constexpr char kW3c[] =
+    "x:f32[2,128,16,16,16] | conv_transpose3d(out=256,k=3,bias=false) | relu | "
+    "group_norm(groups=16)";
 
 Chain Parse(std::string_view spec) {
   absl::StatusOr<Chain> chain = ParseChain(spec);
@@ -24,13 +38,15 @@ Chain Parse(std::string_view spec) {
   return chain.ok() ? *chain : Chain{};
 }
 
-const codegen::Strategy& Igemm() {
+const codegen::Strategy& ByName(const char* name) {
   for (const auto& s : codegen::AllStrategies()) {
-    if (s->name() == kIgemm) return *s;
+    if (s->name() == name) return *s;
   }
-  ADD_FAILURE() << kIgemm << " is not registered";
+  ADD_FAILURE() << name << " is not registered";
   std::abort();
 }
+const codegen::Strategy& Igemm() { return ByName(kIgemm); }
+const codegen::Strategy& Moments() { return ByName(kMoments); }
 
 codegen::PlanTarget Target(const char* arch, Precision precision = Precision::kFp32) {
   return {arch, 132, precision};
@@ -87,6 +103,9 @@ TEST(Igemm, W3PlansToIgemmInBothPrecisions) {
     EXPECT_EQ(TuneValue(*plan, "kStages"), tf32 ? "5" : "7");
     EXPECT_EQ(TuneValue(*plan, "kFlushSteps"), tf32 ? "0" : "2");
     EXPECT_EQ(TuneValue(*plan, "kAsync"), "1");
+    EXPECT_EQ(plan->tune_config,
+              tf32 ? "igemm-store-normalize:wg=4,stages=5,async=1"
+                   : "igemm-store-normalize:wg=3,stages=7,async=1");
     const codegen::KernelLaunch* gemm = FindKernel(*plan, "fj_igemm_wgmma");
     ASSERT_NE(gemm, nullptr);
     const unsigned rows = tf32 ? 256 : 192, tiles = (34 * 34 * 34 + rows - 1) / rows;
@@ -287,27 +306,40 @@ std::string ShapeProbe(const Chain& chain, const codegen::Plan& plan) {
   const codegen::GeneratedSource src = codegen::EmitSource(chain, plan);
   const size_t wrappers = src.main.find("// " + plan.kernels[0].purpose + "\nextern");
   EXPECT_NE(wrappers, std::string::npos);
-  const codegen::KernelLaunch* gemm = FindKernel(plan, "fj_igemm_wgmma");
+  const bool moments = plan.strategy == kMoments;
+  const codegen::KernelLaunch* gemm =
+      FindKernel(plan, moments ? "fj_igemm_wgmma_moments" : "fj_igemm_wgmma");
   const codegen::KernelLaunch* prep = FindKernel(plan, "fj_igemm_prep");
   const codegen::KernelLaunch* apply = FindKernel(plan, "fj_gn_apply");
-  EXPECT_TRUE(gemm && prep && apply);
-  if (!gemm || !prep || !apply) return "";
+  const codegen::KernelLaunch* mean = FindKernel(plan, "fj_igemm_mean");
+  EXPECT_TRUE(gemm && prep && (moments ? mean != nullptr : apply != nullptr));
+  if (!gemm || !prep || !(moments ? mean != nullptr : apply != nullptr)) return "";
   std::string s = src.main.substr(0, wrappers);
-  s += "using Sh = fj::IgemmShape<Cfg, IgemmTune>;\n";
-  s += "static_assert(fj::IgemmWgmmaShape<Cfg, IgemmTune>::kSmemBytes == " +
+  s += "using Tn = fj::IgemmPlanTune<IgemmFixed, IgemmTune>;\n";
+  s += "using Sh = fj::IgemmShape<Cfg, Tn>;\n";
+  s += "static_assert(fj::IgemmWgmmaShape<Cfg, Tn>::kSmemBytes == " +
        std::to_string(gemm->shared_bytes) + ", \"shared bytes\");\n";
   s += "static_assert(Sh::kTiles == " + std::to_string(gemm->grid[0]) + ", \"tiles\");\n";
   s += "static_assert(Sh::kThreads == " + std::to_string(gemm->block[0]) + ", \"threads\");\n";
   s += "static_assert(Cfg::kC / Sh::kBN == " + std::to_string(gemm->grid[1]) + ", \"ctiles\");\n";
   s += "static_assert(Cfg::kN * Sh::kPrepXBlocksPerSample + Sh::kPrepWBlocks == " +
        std::to_string(prep->grid[0]) + ", \"prep grid\");\n";
-  s += "static_assert(fj::GnApply<Cfg>::kBlocksPerRow == " + std::to_string(apply->grid[0]) +
-       " && fj::GnApply<Cfg>::kThreads == " + std::to_string(apply->block[0]) +
-       ", \"apply grid\");\n";
-  s += "static_assert(fj::IgemmWgmmaLoop<Cfg, IgemmTune>::kAhead >= 1, \"\");\n";
-  s += "static_assert(fj::HaloShape<Cfg, IgemmTune>::kTapsHW > 0, \"\");\n";
+  if (moments) {
+    s += "static_assert(fj::IgemmMean<Cfg, Tn>::kThreads == " + std::to_string(mean->block[0]) +
+         ", \"mean block\");\n";
+    s += "static_assert(Sh::kChannelPartials * 12 == " +
+         std::to_string(plan.workspace.back().bytes) + ", \"channel partials\");\n";
+  } else {
+    s += "static_assert(fj::GnApply<Cfg>::kBlocksPerRow == " + std::to_string(apply->grid[0]) +
+         " && fj::GnApply<Cfg>::kThreads == " + std::to_string(apply->block[0]) +
+         ", \"apply grid\");\n";
+  }
+  s += "static_assert(fj::IgemmWgmmaLoop<Cfg, Tn>::kAhead >= 1, \"\");\n";
+  s += "static_assert(fj::HaloShape<Cfg, Tn>::kTapsHW > 0, \"\");\n";
   return s;
 }
+
+bool AnalyzeMean(const Chain& chain) { return chain.ops.back().kind == OpKind::kMean; }
 
 Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
   if (rng.Chance(0.6)) {
@@ -328,6 +360,12 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
       // The largest Cin; rows so long that only one warpgroup with 3 stages fits.
       Parse("x:f32[1,352,4,4,100] | conv3d(out=384,k=[8,3,5],padding=[4,1,2]) | "
             "group_norm(groups=3)"),
+      // igemm-moments-mean: both mean modes, 1024 channels (the finalize's limit).
+      Parse(kW4f),
+      Parse("x:f32[3,64,5,9,9] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1],bias=false) | "
+            "gelu | group_norm(groups=2) | mean(dims=[2,3,4])"),
+      Parse("x:f32[1,32,4,8,8] | conv3d(out=1024,k=3,padding=1) | group_norm(groups=64) | "
+            "mean(dims=[2,3,4])"),
   };
   // Random chains over a wide range of sizes, including rows so long that only small tunings
   // fit in shared memory, or none.
@@ -346,7 +384,12 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
       chain.ops.push_back(Conv3d(out, k, {1, 1, 1}, padding, dilation, rng.Chance(0.5)));
     }
     chain.ops.push_back(GroupNorm(out / (int64_t{1} << rng.Int(0, 7))));
-    if (!ValidateChain(chain).ok() || !Igemm().Applies(chain, Target("sm_90"))) continue;
+    if (rng.Chance(0.35)) chain.ops.push_back(Mean(rng.Chance(0.5) ? std::vector<int>{2, 3, 4}
+                                                                     : std::vector<int>{1, 2, 3, 4}));
+    if (!ValidateChain(chain).ok() || !(Igemm().Applies(chain, Target("sm_90")) ||
+                                        Moments().Applies(chain, Target("sm_90")))) {
+      continue;
+    }
     chains.push_back(chain);
     ++accepted;
   }
@@ -354,10 +397,12 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
   for (const Chain& chain : chains) {
     for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
       SCOPED_TRACE(FormatChain(chain) + (precision == Precision::kTf32 ? " tf32" : ""));
+      const bool mean = AnalyzeMean(chain);
       absl::StatusOr<codegen::Plan> plan =
-          codegen::MakePlan(chain, Target("sm_90", precision), kIgemm);
+          codegen::MakePlan(chain, Target("sm_90", precision), mean ? kMoments : kIgemm);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      const codegen::KernelLaunch* gemm = FindKernel(*plan, "fj_igemm_wgmma");
+      const codegen::KernelLaunch* gemm =
+          FindKernel(*plan, mean ? "fj_igemm_wgmma_moments" : "fj_igemm_wgmma");
       ASSERT_NE(gemm, nullptr);
       EXPECT_LE(gemm->shared_bytes, 227u * 1024);
       jit::NvrtcRequest req;
@@ -372,6 +417,234 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
       EXPECT_TRUE(out.ok()) << out.status() << "\n" << codegen::ExplainPlan(*plan);
     }
   }
+}
+
+// ---- igemm-moments-mean ------------------------------------------------------------------
+
+TEST(IgemmMoments, MeanChainsPlanToItInBothModesAndPrecisions) {
+  const std::vector<std::string> specs = {
+      kW4f,
+      "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[3,32,7,9,9] | conv_transpose3d(out=256,k=3,padding=1,bias=false) | swish | "
+      "hardswish | group_norm(groups=64) | mean(dims=[1,2,3,4])",
+  };
+  for (const std::string& spec : specs) {
+    const Chain chain = Parse(spec);
+    for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
+      const bool tf32 = precision == Precision::kTf32;
+      SCOPED_TRACE(spec + (tf32 ? " tf32" : ""));
+      absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90", precision));
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->strategy, kMoments);
+      EXPECT_EQ(plan->arch_override, "sm_90a");
+      std::vector<std::string> want = {"fj_igemm_prep", "fj_igemm_wgmma_moments", "fj_igemm_mean"};
+      if (!tf32) want.insert(want.begin(), "fj_igemm_absmax");
+      EXPECT_EQ(Symbols(*plan), want);
+      EXPECT_EQ(TuneValue(*plan, "kOut"), "1");
+      EXPECT_EQ(TuneValue(*plan, "kPrec"), tf32 ? "0" : "1");
+      const codegen::KernelLaunch* gemm = FindKernel(*plan, "fj_igemm_wgmma_moments");
+      const codegen::KernelLaunch* mean = FindKernel(*plan, "fj_igemm_mean");
+      ASSERT_TRUE(gemm && mean);
+      const int64_t n = chain.input[0], c = chain.ops[0].conv.out_channels;
+      EXPECT_EQ(gemm->grid[1], static_cast<unsigned>(c / 128));
+      EXPECT_EQ(gemm->grid[2], static_cast<unsigned>(n));
+      EXPECT_EQ(mean->grid, (std::array<unsigned, 3>{static_cast<unsigned>(n), 1, 1}));
+      // Nothing full-size: the operand copies (x channels-last, weights) and the partials, one
+      // Moments per (sample, tile of 64-256 points, channel): under a float per 4 points.
+      const size_t operands =
+          static_cast<size_t>(NumElements(chain.input) + NumElements(ChainParams(chain)[0].shape)) *
+          4;
+      const Shape p = ShapeAfter(chain, 0);
+      EXPECT_EQ(plan->workspace.back().bytes, static_cast<size_t>(n * gemm->grid[0] * c) * 12);
+      EXPECT_LT(plan->workspace_bytes, operands + static_cast<size_t>(NumElements(p)))
+          << codegen::ExplainPlan(*plan);
+      EXPECT_NE(codegen::ExplainPlan(*plan).find("nothing full-size"), std::string::npos);
+    }
+  }
+}
+
+TEST(IgemmMoments, DoesNotApplyToChainsBreakingAConstraint) {
+  const codegen::Strategy& s = Moments();
+  const std::string base =
+      "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8) | "
+      "mean(dims=[2,3,4])";
+  ASSERT_TRUE(s.Applies(Parse(base), Target("sm_90")));
+  EXPECT_FALSE(s.Applies(Parse(base), Target("sm_80")));
+  EXPECT_FALSE(Igemm().Applies(Parse(base), Target("sm_90")));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"an op after group_norm",
+       "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | group_norm(groups=8) | relu | "
+       "mean(dims=[2,3,4])"},
+      {"no mean", "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | group_norm(groups=8)"},
+      {"no group_norm", "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | "
+                        "mean(dims=[2,3,4])"},
+      {"more than 1024 channels",
+       "x:f32[1,32,6,6,6] | conv3d(out=1152,k=3,padding=1) | group_norm(groups=9) | "
+       "mean(dims=[2,3,4])"},
+      {"stride 2", "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,stride=2,padding=1) | "
+                   "group_norm(groups=8) | mean(dims=[2,3,4])"},
+      {"Cout not a multiple of 128", "x:f32[2,64,10,10,10] | conv3d(out=192,k=3,padding=1) | "
+                                     "group_norm(groups=8) | mean(dims=[2,3,4])"},
+      {"output plane < 64 points", "x:f32[2,64,9,7,9] | conv3d(out=128,k=3,padding=1) | "
+                                   "group_norm(groups=8) | mean(dims=[1,2,3,4])"},
+  };
+  for (const auto& [why, spec] : cases) {
+    const Chain chain = Parse(spec);
+    if (chain.ops.empty()) continue;
+    EXPECT_FALSE(s.Applies(chain, Target("sm_90"))) << why << ": " << spec;
+    EXPECT_FALSE(s.Applies(chain, Target("sm_90", Precision::kTf32))) << why << ": " << spec;
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"));
+    ASSERT_TRUE(plan.ok()) << why << ": " << plan.status();
+    EXPECT_NE(plan->strategy, kMoments) << why;
+  }
+}
+
+// The generated sources compiled for sm_90a: wgmma emitted, nothing spilled, both mean modes.
+TEST(IgemmMoments, PlansCompileForSm90aWithoutSpills) {
+  const std::vector<std::pair<std::string, Precision>> jobs = {
+      {kW4f, Precision::kFp32},
+      {kW4f, Precision::kTf32},
+      {"x:f32[3,64,5,9,9] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1],bias=false) | "
+       "gelu | group_norm(groups=2) | mean(dims=[2,3,4])",
+       Precision::kFp32},
+  };
+  std::vector<std::future<std::string>> results;
+  for (const auto& [spec, precision] : jobs) {
+    results.push_back(std::async(std::launch::async, [spec, precision] {
+      const Chain chain = Parse(spec);
+      absl::StatusOr<codegen::Plan> plan =
+          codegen::MakePlan(chain, Target("sm_90", precision), kMoments);
+      if (!plan.ok()) return plan.status().ToString();
+      const codegen::GeneratedSource src = codegen::EmitSource(chain, *plan);
+      jit::NvrtcRequest req;
+      req.name = src.name;
+      req.source = src.main;
+      req.headers = src.headers;
+      req.arch = plan->arch_override;
+      req.options = src.nvrtc_options;
+      req.options.push_back("--ptxas-options=-v");
+      req.want_ptx = true;
+      absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
+      if (!out.ok()) return spec + ": " + out.status().ToString();
+      std::string errors;
+      if (out->ptx.find("wgmma.mma_async") == std::string::npos) errors += spec + ": no wgmma\n";
+      const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
+      int reports = 0;
+      for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
+           it != std::sregex_iterator(); ++it) {
+        ++reports;
+        if ((*it)[1].str() != "0") errors += spec + ": spills\n" + out->log;
+      }
+      if (reports < 6) errors += spec + ": too few ptxas reports\n" + out->log;
+      return errors;
+    }));
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), "");
+}
+
+// ---- tuning (both strategies) -------------------------------------------------------------
+
+// The default is the tile height of least estimated time over waves of CTAs: W3 keeps its
+// measured tunings (checked above); W3-c (2 samples) takes 192-row tiles, 124 CTAs in one wave
+// on 132 SMs, rather than 128-row tiles in two waves (184 CTAs).
+TEST(IgemmTuning, DefaultIsWaveAware) {
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(kW3c), Target("sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->strategy, kIgemm);
+  EXPECT_EQ(plan->tune_config, "igemm-store-normalize:wg=3,stages=7,async=1");
+  EXPECT_EQ(FindKernel(*plan, "fj_igemm_wgmma")->grid, (std::array<unsigned, 3>{31, 2, 2}));
+  plan = codegen::MakePlan(Parse(kW4f), Target("sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->tune_config, "igemm-moments-mean:wg=3,stages=7,async=1");
+  // Fewer SMs, fewer waves to fill: the same chain on a 16-SM part keeps large tiles.
+  absl::StatusOr<codegen::TuneConfig> small =
+      codegen::DefaultTuneConfig(Parse(kW3c), {"sm_90", 16, Precision::kFp32});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->Get("wg"), 3);
+}
+
+TEST(IgemmTuning, ValidateRefusesWithTheReason) {
+  struct Case {
+    const Chain* chain;
+    Precision precision;
+    std::string config;
+    std::string reason;
+  };
+  const Chain w4f = Parse(kW4f);
+  const std::vector<Case> cases = {
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=5,stages=7,async=1", "not in [1, 4]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=0,stages=7,async=1", "not in [1, 4]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=4,stages=5,async=1", "register"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=11,async=1",
+       "stages 11 must be in [2, 10]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=1,async=0", "must be in [2"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=2,async=1",
+       "async needs stages >= 3"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=2", "0 or 1"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=8,async=1", "shared memory"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:stages=7,wg=3,async=1", "in that order"},
+      {&W3(), Precision::kFp32, "igemm-moments-mean:wg=3,stages=7,async=1", "does not apply"},
+      {&w4f, Precision::kTf32, "igemm-moments-mean:wg=4,stages=5,async=1",
+       "more than two output planes"},
+      {&w4f, Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1", "does not apply"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);
+    ASSERT_TRUE(config.ok()) << config.status();
+    const absl::Status s =
+        codegen::ValidateConfig(*c.chain, Target("sm_90", c.precision), *config);
+    EXPECT_FALSE(s.ok()) << c.config;
+    EXPECT_NE(s.message().find(c.reason), std::string::npos) << c.config << ": " << s;
+  }
+  // And what it accepts: the W3 TF32 tuning, a small one.
+  for (const char* ok : {"igemm-store-normalize:wg=4,stages=5,async=1",
+                         "igemm-store-normalize:wg=1,stages=2,async=0"}) {
+    const absl::Status s = codegen::ValidateConfig(W3(), Target("sm_90", Precision::kTf32),
+                                                   *codegen::TuneConfig::Parse(ok));
+    EXPECT_TRUE(s.ok()) << ok << ": " << s;
+  }
+}
+
+// Every candidate that Validate() accepts compiles (NVRTC, sm_90a: every static_assert and the
+// launch bounds), on two chains whose spaces are small: one warpgroup / up to 3 stages, and two
+// warpgroups / up to 3 stages with a mean.
+TEST(IgemmTuning, EveryValidCandidateOfASmallSpaceCompiles) {
+  const std::vector<std::tuple<const char*, const char*, size_t>> chains = {
+      {kIgemm,
+       "x:f32[1,32,4,8,12] | conv3d(out=128,k=[3,1,2],padding=[1,0,1]) | relu | "
+       "group_norm(groups=4)",
+       3},
+      {kMoments,
+       "x:f32[2,64,5,10,13] | conv_transpose3d(out=256,k=[2,1,2],bias=false) | tanh | "
+       "group_norm(groups=16) | mean(dims=[2,3,4])",
+       6},
+  };
+  std::vector<std::pair<Chain, std::string>> jobs;
+  for (const auto& [strategy, spec, count] : chains) {
+    const Chain chain = Parse(spec);
+    const std::vector<codegen::TuneConfig> all =
+        ByName(strategy).Candidates(chain, Target("sm_90"));
+    EXPECT_EQ(all.size(), count) << spec;
+    for (const codegen::TuneConfig& c : all) jobs.emplace_back(chain, c.ToString());
+  }
+  std::vector<std::future<std::string>> results;
+  std::atomic<size_t> next{0};
+  for (int w = 0; w < 2; ++w) {
+    results.push_back(std::async(std::launch::async, [&] {
+      std::string errors;
+      for (size_t i = next++; i < jobs.size(); i = next++) {
+        CompileOptions options;
+        options.arch = "sm_90";
+        options.use_cache = false;
+        options.tune_config = jobs[i].second;
+        absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(jobs[i].first, options);
+        if (!c.ok()) errors += jobs[i].second + ": " + std::string(c.status().message()) + "\n";
+      }
+      return errors;
+    }));
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), "");
 }
 
 }  // namespace
