@@ -1,6 +1,13 @@
-// convt-recompute-normalize: conv_transpose3d | ew* | group_norm | ew* (seed W1).
-// templates/convt_group_norm.cuh: a statistics pass recomputing the transposed convolution by
-// output phase without writing, then a pass recomputing it, normalizing and writing y once.
+// The transposed-convolution strategies for conv_transpose3d | ew* | group_norm | ew* with a
+// biased producer and at most 32 output channels (templates/convt_group_norm.cuh: phase-split
+// direct transposed convolution, a lane computes all channels of its outputs, weights in dynamic
+// shared memory):
+//   convt-recompute-normalize  (seed W1; cheap producer, <= 64 MACs a point): a statistics pass
+//       recomputing the convolution without writing, then a pass recomputing it, normalizing and
+//       writing y once -- y moves through memory once.
+//   convt-store-normalize      (producer too expensive to compute twice, e.g. stride 1 with 16
+//       input channels): the statistics pass also stores the pre-norm values into y, which is
+//       then normalized in place -- the convolution runs once, y moves three times.
 // Launch shapes: heuristics measured on the H100 (DefaultConfig); tunable (TuneSpace, Validate).
 #include <algorithm>
 #include <cmath>
@@ -14,8 +21,6 @@
 
 namespace fusejit::codegen {
 namespace {
-
-// ---- convt-recompute-normalize ----------------------------------------------------------------
 
 struct ConvTTune {
   int64_t threads = 256, min_blocks = 2, rows_per_unit = 1, stat_blocks = 4, write_blocks = 4,
@@ -32,13 +37,25 @@ constexpr TuneField<ConvTTune> kConvTFields[] = {
     {"streaming_stores", "kStreamingStores", &ConvTTune::streaming_stores, /*is_bool=*/true},
     {"coalesce_stores", "kCoalesceStores", &ConvTTune::coalesce_stores, /*is_bool=*/true},
 };
+// The store plan has no write pass: its tuning is the first four fields.
+constexpr std::span<const TuneField<ConvTTune>> kConvTStoreFields(kConvTFields, 4);
 
-// Warp units per sample (convt_group_norm.cuh ConvTGeom::kUnits): rows of one h phase, in groups
-// of rows_per_unit.
+// Rows a warp works on side by side (convt_group_norm.cuh ConvTGeom::kLR): 32 / (lanes per row,
+// a power of two >= the q values of a row, at least 4).
+int64_t ConvTLaneRows(const ChainInfo& info) {
+  const int64_t sw = info.producer->conv.stride[2];
+  const int64_t wq = (info.producer_shape[4] + sw - 1) / sw;
+  const int64_t lpr = wq > 16 ? 32 : wq > 8 ? 16 : wq > 4 ? 8 : 4;
+  return 32 / lpr;
+}
+
+// Warp units per sample (ConvTGeom::kUnits): rows of one h phase, in groups of rows_per_unit x
+// lane rows.
 int64_t ConvTUnits(const ChainInfo& info, int64_t rows_per_unit) {
   const ConvAttrs& conv = info.producer->conv;
   const int64_t hq = (info.producer_shape[3] + conv.stride[1] - 1) / conv.stride[1];
-  return info.producer_shape[2] * conv.stride[1] * ((hq + rows_per_unit - 1) / rows_per_unit);
+  const int64_t rows = rows_per_unit * ConvTLaneRows(info);
+  return info.producer_shape[2] * conv.stride[1] * ((hq + rows - 1) / rows);
 }
 
 // Accumulators per lane: acc[kRowsPerUnit][kSW][kC].
@@ -53,22 +70,31 @@ ConvTTune ChooseConvTTune(const ChainInfo& info, const PlanTarget& target) {
   if (ConvTAccumulators(info, t) + kRegisterOverhead > RegisterCap(t.threads, t.min_blocks)) {
     t.min_blocks = 1;
   }
+  // Smaller blocks where a sample has too few warp units to give every SM a block.
+  while (t.threads > 64 && n * (ConvTUnits(info, 1) / (t.threads / 32)) < target.sm_count) {
+    t.threads /= 2;
+  }
   const int64_t want = (static_cast<int64_t>(target.sm_count) * 2 * 2 + n / 2) / n;
   const int64_t most = std::max<int64_t>(1, ConvTUnits(info, 1) / (t.threads / 32));
   t.stat_blocks = t.write_blocks = std::clamp<int64_t>(want, 1, most);
   return t;
 }
 
-int64_t ConvTSharedBytes(const Chain& chain, const ChainInfo& info, const ConvTTune& t) {
+// Dynamic shared memory of the convolution kernels (ConvTGeom::kDynSmemBytes): the weights.
+int64_t ConvTDynamicSharedBytes(const Chain& chain, const ChainInfo& info) {
   const ConvAttrs& conv = info.producer->conv;
   const int64_t cp = Round4(info.producer_shape[1]);
-  const int64_t smem_w = conv.kernel[0] * conv.kernel[1] * chain.input[1] * conv.kernel[2] * cp + cp;
-  return 4 * (smem_w + (t.threads / 32) * (2 * info.group_norm->groups + 1) + 2 * cp);
+  return 4 * (conv.kernel[0] * conv.kernel[1] * chain.input[1] * conv.kernel[2] * cp + cp);
+}
+// Static shared memory: reduction scratch and per-channel (scale, shift).
+int64_t ConvTStaticSharedBytes(const ChainInfo& info, const ConvTTune& t) {
+  return 4 * (t.threads / 32) * (2 * info.group_norm->groups + 1) + 8 * info.producer_shape[1];
 }
 
-// The checks convt_group_norm.cuh makes, plus registers and grid shape.
-absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const ConvTTune& t,
-                        const TuneConfig& c) {
+// The checks convt_group_norm.cuh makes, plus shared memory, registers and grid shape.
+// `store`: the store plan, which has no write pass (write_blocks unused).
+absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
+                        const ConvTTune& t, const TuneConfig& c, bool store) {
   if (absl::Status s = CheckBlock(c, t.threads, t.min_blocks); !s.ok()) return s;
   const ConvAttrs& conv = info.producer->conv;
   const int64_t hq = (info.producer_shape[3] + conv.stride[1] - 1) / conv.stride[1];
@@ -76,10 +102,15 @@ absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const ConvTTu
     return Invalid(c, absl::StrCat("rows_per_unit ", t.rows_per_unit, " must be in [1, ", hq,
                                    "] (rows per h phase)"));
   }
-  const int64_t shared = ConvTSharedBytes(chain, info, t);
-  if (shared > kStaticSharedLimit) {
-    return Invalid(c, absl::StrCat("needs ", shared, " bytes of static shared memory, at most ",
-                                   kStaticSharedLimit));
+  const int64_t dynamic = ConvTDynamicSharedBytes(chain, info);
+  const int64_t fixed = ConvTStaticSharedBytes(info, t);
+  const int64_t limit = SharedOptInLimit(target.arch);
+  if (fixed > kStaticSharedLimit || dynamic + fixed > limit ||
+      (dynamic + fixed + 1024) * t.min_blocks > limit + 1024) {
+    return Invalid(c, absl::StrCat("needs ", dynamic, " bytes of weights + ", fixed,
+                                   " bytes of scratch in shared memory per block x min_blocks ",
+                                   t.min_blocks, "; ", target.arch, " allows ", limit,
+                                   " per block (and per SM)"));
   }
   const int64_t acc = ConvTAccumulators(info, t);
   if (acc + kRegisterOverhead > RegisterCap(t.threads, t.min_blocks)) {
@@ -89,6 +120,7 @@ absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const ConvTTu
   }
   const int64_t most = std::max<int64_t>(1, ConvTUnits(info, t.rows_per_unit) / (t.threads / 32));
   for (auto [what, v] : {std::pair{"stat_blocks", t.stat_blocks}, {"write_blocks", t.write_blocks}}) {
+    if (store && std::string_view(what) == "write_blocks") continue;
     if (v < 1 || v > most) {
       return Invalid(c, absl::StrCat(what, " ", v, " must be in [1, ", most,
                                      "] (warp units per sample / warps per block)"));
@@ -97,21 +129,35 @@ absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const ConvTTu
   return absl::OkStatus();
 }
 
-class ConvTRecomputeStrategy : public Strategy {
+// Both plans: `store` false = convt-recompute-normalize, true = convt-store-normalize.
+class ConvTStrategy : public Strategy {
  public:
-  std::string_view name() const override { return "convt-recompute-normalize"; }
+  explicit ConvTStrategy(bool store) : store_(store) {}
+  std::string_view name() const override {
+    return store_ ? "convt-store-normalize" : "convt-recompute-normalize";
+  }
   bool Applies(const Chain& chain, const PlanTarget& target) const override {
     const ChainInfo info = AnalyzeChain(chain);
-    if (!CheapProducerWithNorm(info, OpKind::kConvTranspose3d) ||
-        info.mean != MeanMode::kNone || info.macs_per_point > 64) {
+    if (!info.producer || info.producer->kind != OpKind::kConvTranspose3d ||
+        !info.producer->conv.bias || !info.group_norm || info.mean != MeanMode::kNone ||
+        info.producer_shape[1] > 32) {
+      return false;
+    }
+    // Recompute: cheap enough to run twice. Store: a loop body (Cin x KW x C FFMAs, unrolled)
+    // that stays small.
+    const ConvAttrs& conv = info.producer->conv;
+    if (store_ ? (info.macs_per_point > 1024 || chain.input[1] * conv.kernel[2] > 192)
+               : info.macs_per_point > 64) {
       return false;
     }
     const ConvTTune t = ChooseConvTTune(info, target);
-    return CheckConvT(chain, info, t, ToConfig(name(), t, Fields())).ok();
+    return CheckConvT(chain, info, target, t, ToConfig(name(), t, Fields()), store_).ok();
   }
   double Cost(const Chain& chain, const PlanTarget&) const override {
     const ChainInfo info = AnalyzeChain(chain);
-    return static_cast<double>(info.elements) * (4.0 / 3.0 + 4.0 * info.macs_per_point / 50.0);
+    return static_cast<double>(info.elements) *
+           (store_ ? 12.0 / 3.0 + 2.0 * info.macs_per_point / 50.0
+                   : 4.0 / 3.0 + 4.0 * info.macs_per_point / 50.0);
   }
   TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
     return ToConfig(name(), ChooseConvTTune(AnalyzeChain(chain), target), Fields());
@@ -120,19 +166,23 @@ class ConvTRecomputeStrategy : public Strategy {
     const ChainInfo info = AnalyzeChain(chain);
     const ConvTTune t = ChooseConvTTune(info, target);
     const int64_t n = info.producer_shape[0];
-    return {{"threads", {128, 256, 512}},
-            {"min_blocks", {1, 2, 3, 4}},
-            {"rows_per_unit", {1, 2, 4}},
-            {"stat_blocks", BlocksPerSampleCandidates(t.stat_blocks, n, target)},
-            {"write_blocks", BlocksPerSampleCandidates(t.write_blocks, n, target)},
-            {"streaming_stores", {0, 1}},
-            {"coalesce_stores", {0, 1}}};
+    std::vector<TuneParam> space = {
+        {"threads", {128, 256, 512}},
+        {"min_blocks", {1, 2, 3, 4}},
+        {"rows_per_unit", {1, 2, 4}},
+        {"stat_blocks", BlocksPerSampleCandidates(t.stat_blocks, n, target)}};
+    if (!store_) {
+      space.push_back({"write_blocks", BlocksPerSampleCandidates(t.write_blocks, n, target)});
+      space.push_back({"streaming_stores", {0, 1}});
+      space.push_back({"coalesce_stores", {0, 1}});
+    }
+    return space;
   }
   absl::Status Validate(const Chain& chain, const PlanTarget& target,
                         const TuneConfig& config) const override {
     absl::StatusOr<ConvTTune> t = Parse(config);
     if (!t.ok()) return t.status();
-    return CheckConvT(chain, AnalyzeChain(chain), *t, config);
+    return CheckConvT(chain, AnalyzeChain(chain), target, *t, config, store_);
   }
   absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
     return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
@@ -144,12 +194,16 @@ class ConvTRecomputeStrategy : public Strategy {
     const ConvTTune t = *Parse(config);
     const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
     const int64_t groups = info.group_norm->groups;
+    const unsigned dynamic = static_cast<unsigned>(ConvTDynamicSharedBytes(chain, info));
     Plan plan;
     plan.strategy = std::string(name());
     plan.description =
-        "transposed conv split by output phase, weights in shared memory; pass 1 recomputes it for "
-        "group moments without writing, pass 2 recomputes, normalizes and writes y once with "
-        "coalesced stores";
+        store_ ? "transposed conv split by output phase, weights in shared memory; one pass "
+                 "computes it, stores the pre-norm values into y and takes group moments, then y "
+                 "is normalized in place"
+               : "transposed conv split by output phase, weights in shared memory; pass 1 "
+                 "recomputes it for group moments without writing, pass 2 recomputes, normalizes "
+                 "and writes y once with coalesced stores";
     plan.includes = {"convt_group_norm.cuh"};
     plan.tunes.push_back(ToTuneStruct("ConvTTune", t, Fields()));
     const size_t partials = plan.AddWorkspace(
@@ -160,14 +214,23 @@ class ConvTRecomputeStrategy : public Strategy {
     const KernelArg x = Arg(Kind::kInput, "const float*", "x");
     const KernelArg w = Arg(Kind::kParam, "const float*", "weight", info.weight_param);
     const KernelArg b = Arg(Kind::kParam, "const float*", "bias", info.bias_param);
+    const KernelArg y = Arg(Kind::kOutput, "float*", "y");
     KernelLaunch k1;
-    k1.symbol = "fj_convt_moments";
-    k1.body = "fj::convt_group_moments<Cfg, ConvTTune>";
-    k1.purpose = "recompute conv_transpose3d + pre-ops by phase, per-block group moments";
     k1.grid = {static_cast<unsigned>(t.stat_blocks), static_cast<unsigned>(n), 1};
     k1.block = {static_cast<unsigned>(t.threads), 1, 1};
     k1.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
+    k1.shared_bytes = dynamic;
     k1.args = {x, w, b, Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
+    if (store_) {
+      k1.symbol = "fj_convt_store_moments";
+      k1.body = "fj::convt_group_moments<Cfg, ConvTTune, true>";
+      k1.purpose = "conv_transpose3d + pre-ops by phase, pre-norm values into y, group moments";
+      k1.args.push_back(y);
+    } else {
+      k1.symbol = "fj_convt_moments";
+      k1.body = "fj::convt_group_moments<Cfg, ConvTTune>";
+      k1.purpose = "recompute conv_transpose3d + pre-ops by phase, per-block group moments";
+    }
     plan.kernels.push_back(k1);
     KernelLaunch k2;
     k2.symbol = "fj_scale_shift";
@@ -180,30 +243,51 @@ class ConvTRecomputeStrategy : public Strategy {
                Arg(Kind::kParam, "const float*", "beta", info.beta_param),
                Arg(Kind::kWorkspace, "float2*", "scale_shift", "", scale_shift)};
     plan.kernels.push_back(k2);
+    const KernelArg ss = Arg(Kind::kWorkspace, "const float2*", "scale_shift", "", scale_shift);
     KernelLaunch k3;
-    k3.symbol = "fj_convt_write";
-    k3.body = "fj::convt_norm_write<Cfg, ConvTTune>";
-    k3.purpose = "recompute conv_transpose3d + pre-ops, normalize, post-ops, write y once";
-    k3.grid = {static_cast<unsigned>(t.write_blocks), static_cast<unsigned>(n), 1};
-    k3.block = {static_cast<unsigned>(t.threads), 1, 1};
-    k3.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
-    k3.args = {x, w, b, Arg(Kind::kWorkspace, "const float2*", "scale_shift", "", scale_shift),
-               Arg(Kind::kOutput, "float*", "y")};
+    if (store_) {
+      const int64_t plane = info.producer_shape[2] * info.producer_shape[3] * info.producer_shape[4];
+      const int64_t vec = plane % 4 == 0 ? 4 : 1;  // ConvTGeom::kApplyVec
+      k3.symbol = "fj_convt_apply";
+      k3.body = "fj::convt_apply_inplace<Cfg, ConvTTune>";
+      k3.purpose = "y = post(y * scale + shift) in place";
+      k3.grid = {static_cast<unsigned>((plane / vec + 255) / 256), static_cast<unsigned>(n * c), 1};
+      k3.block = {256, 1, 1};
+      k3.args = {ss, y};
+    } else {
+      k3.symbol = "fj_convt_write";
+      k3.body = "fj::convt_norm_write<Cfg, ConvTTune>";
+      k3.purpose = "recompute conv_transpose3d + pre-ops, normalize, post-ops, write y once";
+      k3.grid = {static_cast<unsigned>(t.write_blocks), static_cast<unsigned>(n), 1};
+      k3.block = {static_cast<unsigned>(t.threads), 1, 1};
+      k3.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
+      k3.shared_bytes = dynamic;
+      k3.args = {x, w, b, ss, y};
+    }
     plan.kernels.push_back(k3);
     return plan;
   }
 
  private:
-  static std::span<const TuneField<ConvTTune>> Fields() { return kConvTFields; }
+  std::span<const TuneField<ConvTTune>> Fields() const {
+    return store_ ? kConvTStoreFields : std::span<const TuneField<ConvTTune>>(kConvTFields);
+  }
   absl::StatusOr<ConvTTune> Parse(const TuneConfig& config) const {
-    if (config.strategy != name()) return Invalid(config, "not a convt-recompute-normalize config");
+    if (config.strategy != name()) {
+      return Invalid(config, absl::StrCat("not a ", std::string(name()), " config"));
+    }
     return FromConfig(config, Fields());
   }
+  bool store_;
 };
-
 
 }  // namespace
 
-std::unique_ptr<Strategy> MakeConvTRecomputeStrategy() { return std::make_unique<ConvTRecomputeStrategy>(); }
+std::unique_ptr<Strategy> MakeConvTRecomputeStrategy() {
+  return std::make_unique<ConvTStrategy>(/*store=*/false);
+}
+std::unique_ptr<Strategy> MakeConvTStoreStrategy() {
+  return std::make_unique<ConvTStrategy>(/*store=*/true);
+}
 
 }  // namespace fusejit::codegen

@@ -19,6 +19,16 @@ namespace fusejit::codegen {
 using Kind = KernelArg::Kind;
 constexpr int64_t kStaticSharedLimit = 48 * 1024;
 
+// Dynamic shared memory a block may opt into (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) on
+// `arch`, less the 1 KB the runtime reserves; 48 KB where the arch is not known here.
+inline int64_t SharedOptInLimit(const std::string& arch) {
+  if (arch == "sm_90" || arch == "sm_90a" || arch == "sm_100" || arch == "sm_100a") return 227 * 1024;
+  if (arch == "sm_80" || arch == "sm_87") return 163 * 1024;
+  if (arch == "sm_86" || arch == "sm_89" || arch == "sm_120") return 99 * 1024;
+  if (arch == "sm_75") return 64 * 1024;
+  return 48 * 1024;
+}
+
 inline int64_t Round4(int64_t v) { return (v + 3) / 4 * 4; }
 
 inline KernelArg Arg(Kind kind, std::string type, std::string name, std::string param = "",
