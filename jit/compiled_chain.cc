@@ -111,7 +111,13 @@ absl::Status CompiledChainImpl::CheckBindings(const Bindings& b) const {
   return absl::OkStatus();
 }
 
-absl::Status CompiledChainImpl::Run(const Bindings& bindings, CUstream stream) {
+absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstream stream,
+                                                size_t count) {
+  if (count > plan_.kernels.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RunFirstKernels: count ", count,
+                                                   " exceeds the plan's ", plan_.kernels.size(),
+                                                   " kernels"));
+  }
   if (absl::Status s = CheckBindings(bindings); !s.ok()) return s;
   absl::StatusOr<const Loaded*> loaded = LoadedForCurrentContext();
   if (!loaded.ok()) return loaded.status();
@@ -126,7 +132,7 @@ absl::Status CompiledChainImpl::Run(const Bindings& bindings, CUstream stream) {
   }
   std::vector<CUdeviceptr> values;
   std::vector<void*> args;
-  for (size_t i = 0; i < plan_.kernels.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const codegen::KernelLaunch& k = plan_.kernels[i];
     values.assign(k.args.size(), 0);
     args.assign(k.args.size(), nullptr);

@@ -34,7 +34,14 @@ class CompiledChainImpl final : public CompiledChain {
   const std::string& cubin() const { return cubin_; }
 
   absl::Status Load() override;
-  absl::Status Run(const Bindings& bindings, CUstream stream) override;
+  absl::Status Run(const Bindings& bindings, CUstream stream) override {
+    return RunFirstKernels(bindings, stream, plan_.kernels.size());
+  }
+  size_t kernel_count() const override { return plan_.kernels.size(); }
+  std::string kernel_name(size_t i) const override {
+    return i < plan_.kernels.size() ? plan_.kernels[i].symbol : std::string();
+  }
+  absl::Status RunFirstKernels(const Bindings& bindings, CUstream stream, size_t count) override;
 
  private:
   // The module and resolved symbols in one CUDA context.

@@ -206,6 +206,14 @@ TEST(Compile, CompiledChainDescribesItself) {
   EXPECT_NE(explain.find("kernel 0"), std::string::npos) << explain;
   EXPECT_NE(explain.find("workspace"), std::string::npos) << explain;
   EXPECT_GT((*c)->stats().nvrtc_ms, 0);
+  // Profiling interface: the kernels in launch order; a prefix longer than the plan is refused
+  // before anything touches a GPU.
+  ASSERT_EQ((*c)->kernel_count(), 2u);
+  EXPECT_EQ((*c)->kernel_name(0), "fj_conv_moments");
+  EXPECT_EQ((*c)->kernel_name(2), "");
+  const absl::Status too_many = (*c)->RunFirstKernels(Bindings{}, nullptr, 3);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument) << too_many;
+  EXPECT_NE(too_many.message().find("exceeds the plan's 2 kernels"), std::string::npos) << too_many;
 }
 
 }  // namespace

@@ -70,6 +70,7 @@ const CommandSpec& BenchSpec() {
               {"reps", "N", "timed runs (default 50)"},
               {"warmup", "N", "untimed runs before them (default 5)"},
               {"json", "", "print one JSON object (median_ms, ...) instead of text"},
+              {"kernels", "", "also time each kernel of the plan (differences of prefix medians)"},
               {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"},
               {"input", "FILE.npy", "the input x (default: random)"},
               {"param", "NAME=FILE.npy", "a parameter, e.g. 0.weight=w.npy (default: random)",
@@ -80,6 +81,17 @@ const CommandSpec& BenchSpec() {
           },
   };
   return *spec;
+}
+
+// `, "kernels": [{"name": ..., "median_ms": ...}, ...]` or "" when there are none.
+std::string KernelsJson(const std::vector<KernelTime>& kernels) {
+  if (kernels.empty()) return "";
+  std::string out = ", \"kernels\": [";
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    out += fmt::format("{}{{\"name\": {}, \"median_ms\": {:.6f}}}", i ? ", " : "",
+                       JsonString(kernels[i].name), kernels[i].median_ms);
+  }
+  return out + "]";
 }
 
 int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -136,6 +148,7 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   run_options.reps = static_cast<int>(reps);
   run_options.warmup = static_cast<int>(warmup);
   run_options.l2_flush_bytes = kL2FlushBytes;
+  run_options.per_kernel = parsed->Has("kernels");
   absl::StatusOr<DeviceRunResult> run = RunOnDevice(**compiled, inputs, run_options);
   if (!run.ok()) return Failure(err, spec, run.status().message());
   if (auto path = parsed->Get("output")) {
@@ -156,11 +169,12 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
         "{{\"spec\": {}, \"strategy\": {}, \"precision\": {}, \"device\": {}, \"median_ms\": {:.6f}, "
         "\"min_ms\": {:.6f}, \"reps\": {}, \"compile_ms\": {:.3f}, \"gb_per_s\": {:.2f}, "
         "\"tflop_per_s\": {:.3f}, \"memory_floor_ms\": {:.6f}, \"flop_floor_ms\": {:.6f}, "
-        "\"fraction_of_memory_floor\": {:.4f}, \"fraction_of_flop_floor\": {:.4f}}}\n",
+        "\"fraction_of_memory_floor\": {:.4f}, \"fraction_of_flop_floor\": {:.4f}{}}}\n",
         JsonString(FormatChain(*chain)), JsonString(strategy), JsonString(precision),
         JsonString(device->name), run->median_ms, min_ms, reps, compile_ms,
         work.bytes / median_s * 1e-9, work.flops / median_s * 1e-12, memory_floor_ms,
-        flop_floor_ms, memory_floor_ms / run->median_ms, flop_floor_ms / run->median_ms);
+        flop_floor_ms, memory_floor_ms / run->median_ms, flop_floor_ms / run->median_ms,
+        KernelsJson(run->kernels));
     return kExitOk;
   }
   out << fmt::format("chain:      {}\n", FormatChain(*chain));
@@ -174,6 +188,10 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   out << fmt::format("arithmetic: {:.2f} TFLOP/s ({:.2f} GFLOP); fp32 floor {:.4f} ms = {:.0f}%\n",
                      work.flops / median_s * 1e-12, work.flops * 1e-9, flop_floor_ms,
                      100 * flop_floor_ms / run->median_ms);
+  for (const KernelTime& k : run->kernels) {
+    out << fmt::format("  kernel {:<24} {:.4f} ms ({:.0f}%)\n", k.name, k.median_ms,
+                       100 * k.median_ms / run->median_ms);
+  }
   return kExitOk;
 }
 

@@ -136,6 +136,21 @@ absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostI
     if (!times.ok()) return times.status();
     result.times_ms = *std::move(times);
     result.median_ms = jit::Median(result.times_ms);
+    if (options.per_kernel) {
+      double previous = 0;
+      for (size_t count = 1; count <= compiled.kernel_count(); ++count) {
+        double median = result.median_ms;
+        if (count < compiled.kernel_count()) {
+          absl::StatusOr<std::vector<float>> prefix = jit::EventTimer::Time(
+              stream->get(), options.warmup, options.reps,
+              [&] { return compiled.RunFirstKernels(bindings, stream->get(), count); }, flush);
+          if (!prefix.ok()) return prefix.status();
+          median = jit::Median(*std::move(prefix));
+        }
+        result.kernels.push_back({compiled.kernel_name(count - 1), median - previous});
+        previous = median;
+      }
+    }
   }
   return result;
 }

@@ -5,6 +5,7 @@
 #define FUSEJIT_TOOLS_RUNNER_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,12 +21,21 @@ struct DeviceRunOptions {
   // Bytes of a scratch buffer overwritten (untimed) before every timed run, so that no run finds
   // its inputs in the L2 cache; 0: no flush. The H100's L2 is 50 MB.
   size_t l2_flush_bytes = 0;
+  // Also time each kernel: the prefixes of the plan (first 1, 2, ... kernels) are timed like the
+  // whole chain, and kernel i's time is the median of prefix i+1 minus the median of prefix i.
+  bool per_kernel = false;
+};
+
+struct KernelTime {
+  std::string name;  // the kernel's symbol
+  double median_ms = 0;
 };
 
 struct DeviceRunResult {
   HostTensor output;            // y of the first run, OutputShape(chain)
   std::vector<float> times_ms;  // one per timed rep
   double median_ms = 0;         // median of times_ms; NaN when reps == 0
+  std::vector<KernelTime> kernels;  // with per_kernel (and reps > 0), in launch order
 };
 
 // Uploads x and every parameter of `compiled`, allocates y and the workspace, fills y with NaN,

@@ -120,6 +120,14 @@ class CompiledChain {
   // REQUIRES: every pointer in `bindings` is valid for the sizes above; buffers must not alias.
   // Thread-safe: concurrent Runs with distinct bindings are allowed.
   virtual absl::Status Run(const Bindings& bindings, CUstream stream) = 0;
+
+  // Profiling: the plan's kernels in launch order, and a Run that enqueues only the first
+  // `count` of them (count <= kernel_count(); InvalidArgument otherwise). The output is complete
+  // only when count == kernel_count(). `fusejit bench --kernels` times prefixes with it.
+  virtual size_t kernel_count() const = 0;
+  virtual std::string kernel_name(size_t i) const = 0;  // "" when i >= kernel_count()
+  virtual absl::Status RunFirstKernels(const Bindings& bindings, CUstream stream,
+                                       size_t count) = 0;
 };
 
 // Plans, generates source and compiles it with NVRTC (or fetches the cubin from the cache).
