@@ -162,7 +162,9 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
                                    "per thread) do not fit the register file with ",
                                    128 * t.wg, " threads; at most 3 warpgroups"));
   }
-  if (t.async != 0 && t.async != 1) return Invalid(c, absl::StrCat("async is 0 or 1, not ", t.async));
+  if (t.async != 0 && t.async != 1) {
+    return Invalid(c, absl::StrCat("async is 0 or 1, not ", t.async));
+  }
   if (t.stages < 2 || t.stages - 1 > taps_hw) {
     return Invalid(c, absl::StrCat("stages ", t.stages, " must be in [2, ", taps_hw + 1,
                                    "] (the next halo is issued stages-1 k-steps ahead, within the ",
@@ -195,14 +197,16 @@ int64_t CtasPerSm(const IgemmGeometry& g, const IgemmPrecision& p) {
 }
 
 // Estimated GEMM time in arbitrary units: waves of CTAs over the SMs, each wave taking a tile's
-// rows plus a per-k-step overhead expressed in rows (barrier, weight stage: measured on W3 about
-// 32 rows for F16x3, whose rows cost three products, and ~128 for TF32); co-resident CTAs share
-// an SM (0.85: they hide some of each other's latency).
+// rows plus a per-CTA overhead expressed in rows (barriers and weight stages per k-step, prologue,
+// epilogue). Fitted to H100 timings (2026-11-22, fusejit autotune): F16x3 (rows cost three
+// products) 30 rows on W3 (128 vs 192 rows), 54 on W3-c and 108 on W4-f (128 vs 192 rows, 1 vs 2
+// waves and 6 vs 4); TF32 ~240 on W3 (192 vs 256 rows). Co-resident CTAs share an SM (0.85: they
+// hide some of each other's latency).
 double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t ctas_total,
                     int64_t sm_count) {
   const int64_t per_sm = CtasPerSm(g, p);
   const int64_t waves = CeilDiv(ctas_total, std::max<int64_t>(1, sm_count) * per_sm);
-  const double overhead = p.prec == kPrecF16x3 ? 32 : 128;
+  const double overhead = p.prec == kPrecF16x3 ? 96 : 192;
   return static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
          (static_cast<double>(g.bm) + overhead);
 }
@@ -357,8 +361,8 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
   }
   size_t partials = 0, stats = 0;
   if (moments) {
-    partials = plan.AddWorkspace("per-tile channel moments (count, mean, M2) x N*tiles*C",
-                                 static_cast<size_t>(n * g.tiles * c) * 12);
+    partials = plan.AddWorkspace("per-tile channel moments (mean, M2 as doubles) x N*tiles*C",
+                                 static_cast<size_t>(n * g.tiles * c) * 16);
   } else {
     partials = plan.AddWorkspace("per-tile group moments (count, mean, M2) x N*groups*tiles",
                                  static_cast<size_t>(n * groups * g.tiles) * 12);
@@ -413,7 +417,7 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
                                 " tiles (wgmma) + bias + pre-ops, per-tile channel moments "
                                 "(nothing full-size stored)");
     gemm.args.push_back(
-        Arg(Kind::kWorkspace, "fj::Moments* __restrict__", "cpart", "", partials));
+        Arg(Kind::kWorkspace, "fj::IgemmChannelMoments* __restrict__", "cpart", "", partials));
     plan.kernels.push_back(gemm);
     KernelLaunch fin;
     fin.symbol = "fj_igemm_mean";
@@ -422,7 +426,8 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
                   "the group_norm output";
     fin.grid = {static_cast<unsigned>(n), 1, 1};
     fin.block = {static_cast<unsigned>(kMeanThreads), 1, 1};
-    fin.args = {Arg(Kind::kWorkspace, "const fj::Moments* __restrict__", "cpart", "", partials),
+    fin.args = {Arg(Kind::kWorkspace, "const fj::IgemmChannelMoments* __restrict__", "cpart", "",
+                    partials),
                 Arg(Kind::kParam, kConstF32, "gamma", info.gamma_param),
                 Arg(Kind::kParam, kConstF32, "beta", info.beta_param),
                 Arg(Kind::kOutput, kF32, "y")};

@@ -13,7 +13,8 @@
 //   igemm_mean_finalize_body<Cfg, Tune>(channel_partials, gamma, beta, y)
 //     grid kN, block IgemmMean<Cfg,Tune>::kThreads (256), no dynamic smem (static: 16*(kC +
 //     kGroups) + 256 bytes, so kC <= 1024). Launched after the GEMM on the same stream.
-//     reads : channel partials, Moments [kN][IgemmShape<Cfg,Tune>::kTiles][kC] (igemm_mma.cuh);
+//     reads : channel partials, IgemmChannelMoments [kN][IgemmShape<Cfg,Tune>::kTiles][kC]
+//             (igemm_mma.cuh; tile t holds min(BM, S - t*BM) points);
 //             gamma [kC], beta [kC] (group_norm weight and bias).
 //     writes: y [kN, kC] (kMean == kMeanSpatial) or [kN] (kMeanAll), every element.
 //   Per sample: each channel's tile moments are merged in tile order (Chan, double), each group's
@@ -42,10 +43,9 @@ struct IgemmMean {
 };
 
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_mean_finalize_body(const Moments* __restrict__ cpart,
-                                                         const float* __restrict__ gamma,
-                                                         const float* __restrict__ beta,
-                                                         float* __restrict__ y) {
+__device__ __forceinline__ void igemm_mean_finalize_body(
+    const IgemmChannelMoments* __restrict__ cpart, const float* __restrict__ gamma,
+    const float* __restrict__ beta, float* __restrict__ y) {
   using M = IgemmMean<Cfg, Tune>;
   using Sh = typename M::Sh;
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, T = Sh::kTiles;
@@ -53,16 +53,17 @@ __device__ __forceinline__ void igemm_mean_finalize_body(const Moments* __restri
   __shared__ double s_m[C], s_q[C], s_mu[G], s_rstd[G];
   __shared__ double scratch[32];
   const int n = blockIdx.x;
-  const Moments* p = cpart + (long long)n * T * C;
+  const IgemmChannelMoments* p = cpart + (long long)n * T * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     double cn = 0, cm = 0, cq = 0;
     for (int t = 0; t < T; ++t) {
-      const Moments b = p[(long long)t * C + c];
-      const double total = cn + b.count;
-      const double wb = total > 0 ? b.count / total : 0;
-      const double delta = (double)b.mean - cm;
+      const IgemmChannelMoments b = p[(long long)t * C + c];
+      const int rows = Sh::kS - t * Sh::kBM < Sh::kBM ? Sh::kS - t * Sh::kBM : Sh::kBM;
+      const double total = cn + rows;
+      const double wb = rows / total;
+      const double delta = b.mean - cm;
       cm += delta * wb;
-      cq += (double)b.m2 + delta * delta * cn * wb;
+      cq += b.m2 + delta * delta * cn * wb;
       cn = total;
     }
     s_m[c] = cm;
@@ -125,12 +126,14 @@ struct Tune {
 };
 }  // namespace fj_selftest_igemm_mean
 extern "C" __global__ void __launch_bounds__(256)
-    igemm_mean_spatial_selftest(const fj::Moments* p, const float* g, const float* b, float* y) {
+    igemm_mean_spatial_selftest(const fj::IgemmChannelMoments* p, const float* g, const float* b,
+                                float* y) {
   fj::igemm_mean_finalize_body<fj_selftest_igemm_mean::Cfg, fj_selftest_igemm_mean::Tune>(p, g, b,
                                                                                           y);
 }
 extern "C" __global__ void __launch_bounds__(256)
-    igemm_mean_all_selftest(const fj::Moments* p, const float* g, const float* b, float* y) {
+    igemm_mean_all_selftest(const fj::IgemmChannelMoments* p, const float* g, const float* b,
+                            float* y) {
   fj::igemm_mean_finalize_body<fj_selftest_igemm_mean::CfgAll, fj_selftest_igemm_mean::Tune>(
       p, g, b, y);
 }

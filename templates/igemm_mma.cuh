@@ -42,9 +42,9 @@
 //   scale   1 float           1/(sx*sw) (F16x3 only; written by igemm_prep_body's block 0)
 //   kIgemmOutStoreY:
 //   partials kN*G*tiles*3 floats  Moments {count, mean, m2} at ((n*G + g)*tiles + tile)*3
-//   kIgemmOutChannelMoments (IgemmShape::kChannelPartials Moments):
-//   channel partials  kN*tiles*kC Moments {count, mean, m2} of pre(conv + bias) over the tile's
-//                     valid rows, at (n*tiles + tile)*kC + c
+//   kIgemmOutChannelMoments (IgemmShape::kChannelPartials IgemmChannelMoments, 16 bytes each):
+//   channel partials  kN*tiles*kC {mean, m2} (doubles) of pre(conv + bias) over the tile's
+//                     valid rows (min(BM, S - tile*BM) of them), at (n*tiles + tile)*kC + c
 // Kernel bodies, in launch order on one stream (the generated extern "C" __global__ wrappers
 // call them):
 //   1. igemm_absmax_body<Cfg,Tune>(x, weight, absmax[, nsamples = kN])   (F16x3 only)
@@ -73,6 +73,14 @@ namespace fj {
 enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1 };
 // What the GEMM epilogue writes (Tune::kOut).
 enum IgemmOut { kIgemmOutStoreY = 0, kIgemmOutChannelMoments = 1 };
+
+// A tile's moments of one channel (kIgemmOutChannelMoments); the count is the tile's valid rows.
+// Doubles: the mean of a group_norm output is a near-cancelling sum of channel means, so fp32
+// rounding of per-tile sums would show in it.
+struct IgemmChannelMoments {
+  double mean;
+  double m2;
+};
 
 namespace ig {
 
@@ -168,7 +176,7 @@ struct IgemmShape {
   static constexpr long long kXaBytes = (long long)Cfg::kN * kSin * Cfg::kCin * 4;
   static constexpr long long kWbBytes = (long long)kTaps * Cfg::kC * Cfg::kCin * 4;
   static constexpr long long kPartialFloats = (long long)Cfg::kN * kGroupsOr1 * kTiles * 3;
-  static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;  // Moments
+  static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
   // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
   static constexpr int kPrepPts = 32;
@@ -434,19 +442,19 @@ struct IgemmCore {
   }
 
   // Sum over a warp, the same fixed butterfly order in every lane (all lanes get the result).
-  __device__ __forceinline__ static float warp_sum(float v) {
+  __device__ __forceinline__ static double warp_sum(double v) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
   }
 
   // kIgemmOutChannelMoments epilogue: the pre-norm values pre(acc * s + bias) of the tile's valid
-  // rows, per channel: Moments {valid rows, mean, m2} (two passes over the staged row, fixed-order
-  // warp sums) into cpart[(n*kTiles + tile)*kC + co0 + c]. Nothing else is written.
+  // rows, per channel: {mean, m2} in double (two passes over the staged row, fixed-order warp
+  // sums) into cpart[(n*kTiles + tile)*kC + co0 + c]. Nothing else is written.
   // REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue_channel_moments(
       float (&acc)[MT][NT8][4], unsigned char* smem, float s, const float* __restrict__ bias,
-      Moments* __restrict__ cpart, int tile, int co0, int n) {
+      IgemmChannelMoments* __restrict__ cpart, int tile, int co0, int n) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* epi = reinterpret_cast<float*>(smem);
     stage_tile<false>(acc, epi, s, bias, co0);
@@ -454,19 +462,19 @@ struct IgemmCore {
     const int sp0 = tile * BM;
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
     constexpr int kWarps = NT / 32;
-    Moments* out = cpart + ((long long)n * Sh::kTiles + tile) * Cfg::kC + co0;
+    IgemmChannelMoments* out = cpart + ((long long)n * Sh::kTiles + tile) * Cfg::kC + co0;
     for (int r = warp; r < BN; r += kWarps) {
       const float* srow = epi + r * Sh::kEpiPitch;
-      float sum = 0.f;
-      for (int m = lane; m < valid; m += 32) sum += srow[m];
-      const float mean = warp_sum(sum) / (float)valid;
-      float m2 = 0.f;
+      double sum = 0;
+      for (int m = lane; m < valid; m += 32) sum += (double)srow[m];
+      const double mean = warp_sum(sum) / valid;
+      double m2 = 0;
       for (int m = lane; m < valid; m += 32) {
-        const float d = srow[m] - mean;
-        m2 = fmaf(d, d, m2);
+        const double d = (double)srow[m] - mean;
+        m2 = fma(d, d, m2);
       }
       m2 = warp_sum(m2);
-      if (lane == 0) out[r] = Moments{(float)valid, mean, m2};
+      if (lane == 0) out[r] = IgemmChannelMoments{mean, m2};
     }
   }
 

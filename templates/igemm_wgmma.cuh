@@ -351,13 +351,10 @@ struct IgemmWgmmaLoop {
 
 // The GEMM for one (tile, channel tile, sample) CTA, then the epilogue Tune::kOut selects.
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_wgmma_run(const unsigned char* __restrict__ xa,
-                                                const unsigned char* __restrict__ wb,
-                                                const float* __restrict__ bias,
-                                                const float* __restrict__ scale,
-                                                float* __restrict__ y,
-                                                float* __restrict__ partials,
-                                                Moments* __restrict__ channel_partials) {
+__device__ __forceinline__ void igemm_wgmma_run(
+    const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
+    const float* __restrict__ bias, const float* __restrict__ scale, float* __restrict__ y,
+    float* __restrict__ partials, IgemmChannelMoments* __restrict__ channel_partials) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
   using Sh = typename L::Sh;
@@ -476,11 +473,10 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
 
 // kIgemmOutChannelMoments: per-tile per-channel moments only (igemm_mean.cuh finalizes).
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_wgmma_moments_body(const unsigned char* __restrict__ xa,
-                                                         const unsigned char* __restrict__ wb,
-                                                         const float* __restrict__ bias,
-                                                         const float* __restrict__ scale,
-                                                         Moments* __restrict__ channel_partials) {
+__device__ __forceinline__ void igemm_wgmma_moments_body(
+    const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
+    const float* __restrict__ bias, const float* __restrict__ scale,
+    IgemmChannelMoments* __restrict__ channel_partials) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutChannelMoments,
                 "igemm_wgmma_moments_body: Tune::kOut must be kIgemmOutChannelMoments");
   igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, nullptr, nullptr, channel_partials);
@@ -520,7 +516,8 @@ extern "C" __global__ void __launch_bounds__(128, 1)
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_moments_selftest(const unsigned char* xa, const unsigned char* wb,
-                                 const float* bias, const float* scale, fj::Moments* cpart) {
+                                 const float* bias, const float* scale,
+                                 fj::IgemmChannelMoments* cpart) {
   fj::igemm_wgmma_moments_body<fj_selftest_igemm_wgmma::MeanCfg,
                                fj_selftest_igemm_wgmma::TuneMoments>(xa, wb, bias, scale, cpart);
 }

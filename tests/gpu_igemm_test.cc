@@ -278,6 +278,11 @@ void CheckConfig(const Chain& chain, uint64_t seed, const std::string& config, P
   EXPECT_LE(e.max_abs, tol.max_abs);
 }
 
+// Each tuning gets its own inputs. The mean chain averages over the spatial dims only: a mean over
+// the channels too is a near-cancelling sum (outputs ~1e-3 of the per-channel terms), whose
+// relative error on some inputs exceeds 1e-6 at an absolute error of ~2e-9 (measured: this chain
+// with dims=[1,2,3,4], wg=1, seed 905: rel L2 1.6e-6, max abs 2.4e-9; the other seeds 2e-8 to
+// 7e-8). W4-f and RandomMeanChains check that mode.
 TEST(GpuIgemm, NonDefaultTuningsAreFp32Accurate) {
   SKIP_WITHOUT_SM90();
   // Output planes of 16x16 (store) and 12x12 (mean): tiles of 1-3 (1-2) warpgroups fit.
@@ -286,7 +291,7 @@ TEST(GpuIgemm, NonDefaultTuningsAreFp32Accurate) {
       "group_norm(groups=16)");
   const Chain mean = Parse(
       "x:f32[3,32,10,14,14] | conv3d(out=256,k=3) | swish | group_norm(groups=32) | "
-      "mean(dims=[1,2,3,4])");
+      "mean(dims=[2,3,4])");
   const std::vector<std::pair<const Chain*, std::string>> configs = {
       {&store, "igemm-store-normalize:wg=1,stages=2,async=0"},
       {&store, "igemm-store-normalize:wg=1,stages=3,async=1"},
