@@ -33,7 +33,7 @@
 //   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
 //        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
 //        grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
-//        (or more blocks per SM where registers allow), dynamic smem
+//        (several CTAs share an SM where shared memory and registers allow), dynamic smem
 //        IgemmWgmmaShape<Cfg,Tune>::kSmemBytes (raise the attribute first). Needs an sm_90a
 //        build (NVRTC --gpu-architecture=sm_90a); built for anything else it compiles, but prints
 //        why and traps when run.
