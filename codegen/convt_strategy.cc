@@ -70,8 +70,9 @@ ConvTTune ChooseConvTTune(const ChainInfo& info, const PlanTarget& target) {
   if (ConvTAccumulators(info, t) + kRegisterOverhead > RegisterCap(t.threads, t.min_blocks)) {
     t.min_blocks = 1;
   }
-  // Smaller blocks where a sample has too few warp units to give every SM a block.
-  while (t.threads > 64 && n * (ConvTUnits(info, 1) / (t.threads / 32)) < target.sm_count) {
+  // Smaller blocks (down to 4 warps) where a sample has too few warp units to give every SM a
+  // block (sweep W1-f: 128 threads measured best, 64 slower).
+  while (t.threads > 128 && n * (ConvTUnits(info, 1) / (t.threads / 32)) < target.sm_count) {
     t.threads /= 2;
   }
   const int64_t want = (static_cast<int64_t>(target.sm_count) * 2 * 2 + n / 2) / n;
