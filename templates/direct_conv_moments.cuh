@@ -5,36 +5,50 @@
 // are all that is needed (group moments follow by Chan merges in moments_mean.cuh).
 //
 // Kernel: conv_moments<Cfg, Tune>(x, weight, bias, partials)
-//   Each thread computes tiles of kPH x kPW output points (consecutive h, w) for ALL kC output
-//   channels in registers. It walks the tile's input rows (ci, kd, r) in a runtime loop with a
-//   small body (one row of kWc inputs, fetched one row ahead with cp.async into a per-thread
-//   shared-memory double buffer, then read into registers with 16-byte loads), and reads weights
-//   from shared memory, copied and transposed ([ci,kd,kh,kw][C padded to 4]) by each block at
-//   its start from the global weight pointer: one 16-byte broadcast load feeds 4*kPW FFMAs.
+//   Each thread computes tiles of kPH x kPW output points (consecutive h, w) for the kC/kCSplit
+//   output channels of its block's channel part in registers. It walks the tile's input rows
+//   (ci, kd, r) in a runtime loop with a small body (one row of kWc inputs, fetched one row ahead
+//   with cp.async into a per-thread shared-memory double buffer -- 16-byte copies where every
+//   tile's rows start 16-byte aligned (kVecRow), else 4-byte ones -- then read into registers
+//   with 16-byte loads), and reads weights from shared memory, copied and transposed
+//   ([ci,kd,kh,kw][Cs padded to 4]) by each block at its start from the global weight pointer:
+//   one 16-byte broadcast load feeds 4*kPW FFMAs.
 //   (Measured on the H100: weights in __constant__ memory were 2-3.5x slower -- on sm_90 ptxas
 //   loads them with ULDC/LDC instead of using c[][] FFMA operands -- and fully unrolled
 //   20-40 KB loop bodies ran at 37-50% of FFMA peak.)
-//   kCSplit > 1 splits the channels over kCSplit consecutive warps (warp w computes channels
-//   [(w % kCSplit) * C/kCSplit, ...) of the same tiles as its partner warps): fewer registers per
-//   thread, more warps per SM, same 16-byte weight loads per FFMA.
+//   kCSplit > 1 splits the channels over the grid: block (b, n, p) computes channels
+//   [p * Cs, (p + 1) * Cs), Cs = kC / kCSplit, and holds only those channels' weights: fewer
+//   registers per thread and less shared memory per block (more channels, larger kernels).
+//   kKSplit > 1 splits the reduction: kKSplit groups of kThreads/kKSplit threads (whole warps)
+//   work on the same tiles, group p on the input rows of it = ci*KD + kd in
+//   [p*Cin*KD/kKSplit, (p+1)*Cin*KD/kKSplit); after each round of tiles groups 1.. leave their
+//   sums in shared memory and group 0 adds them in group order (more warps for chains with few
+//   tiles and long reductions, same registers and loads per FFMA; two barriers a round).
 //   Per tile it applies Cfg::pre to every output, takes the tile's per-channel mean/M2 and Chan-
 //   merges it into the thread's running moments (one division per tile, shared by all channels).
-//   At the end the block reduces (fixed order) and writes one Moments per channel.
+//   At the end the block reduces (fixed order) and writes one Moments per channel of its part.
 //
 // Host-side contract:
-//   grid  = dim3(Tune::kBlocksPerSample, Cfg::kN), block = dim3(Tune::kThreads), no dynamic smem
-//           (static shared, at most 48 KiB, static_assert'ed: 4*(Cin*KD*KH*KW*Cp + Cp) bytes of
-//           weights (Cp = C rounded up to 4), 4*2*(C/kCSplit)*kThreads bytes of per-thread running
-//           moments, 4*kXbufStride*kThreads bytes of per-thread cp.async input-row buffers, and
-//           (kThreads/32)*(2C/kCSplit+1)*4 bytes for the reduction).
+//   grid  = dim3(Tune::kBlocksPerSample, Cfg::kN, Tune::kCSplit), block = dim3(Tune::kThreads),
+//   dynamic shared memory = DirectConvGeom<Cfg, Tune>::kSharedBytes bytes, exactly (the host
+//           computes the same sum: 4 * (kSmemW + kXbufStride*kThreads + 2*Cs*S +
+//           (kKSplit-1)*Cs*kPH*kPW*S + kScratch), S = kThreads/kKSplit tile slots,
+//           kSmemW = Cin*KD*KH*KW*Csp + Csp weights and bias (Csp = Cs rounded up to 4),
+//           per-thread cp.async input-row buffers, per-slot running moments, K-part sums, and
+//           (kThreads/32)*(2*Cs+1) floats for the reduction; over 48 KiB the launcher raises the
+//           kernel's dynamic shared memory limit). static_assert'ed <= kSharedLimit: the opt-in
+//           limit per block of the architecture (227 KiB sm_90, 163 KiB sm_80/87, 99 KiB sm_86/89,
+//           else 48 KiB).
 //   reads : x [N,Cin,Din,Hin,Win]; weight [C,Cin,KD,KH,KW], bias [C] (global pointers, as given).
 //   writes: partials, a workspace of Cfg::kN * Tune::kBlocksPerSample * Cfg::kC fj::Moments
-//           (12 bytes each), layout [N][kBlocksPerSample][C]; every entry is written each launch.
+//           (12 bytes each), layout [N][kBlocksPerSample][C]; every entry is written each launch
+//           (block (b, n, p) writes [n][b][p*Cs, (p+1)*Cs)).
 //   next  : moments_mean.cuh's moments_mean_finalize<Cfg, Tune> on the same stream.
-// Requirements (static_assert): kProducer == kConv3d, kBias (bias may be a zero tensor); stride,
-// padding and dilation are general (padding via zero-filled cp.async). Tiles: the last tile in h
-// and w may be partial (masked in the statistics). Seed tunings (H100): W4 PH1 PW6, 128 threads,
-// kMinBlocksPerSM 2, kBlocksPerSample 2; W2 PH1 PW6, 128 threads, kMinBlocksPerSM 3, 1 block/sample.
+// Requirements (static_assert): kProducer == kConv3d, kBias (bias may be a zero tensor),
+// kC % kCSplit == 0, kThreads % (32*kKSplit) == 0, kKSplit <= kCin*kKD, shared memory as above; stride, padding and dilation are
+// general (padding via zero-filled cp.async). Tiles: the last tile in h and w may be partial
+// (masked in the statistics). Seed tunings (H100): W4 PH1 PW6, 128 threads, kMinBlocksPerSM 2,
+// kBlocksPerSample 2; W2 PH1 PW6, 128 threads, kMinBlocksPerSM 3, 1 block/sample.
 #ifndef FUSEJIT_TEMPLATES_DIRECT_CONV_MOMENTS_CUH_
 #define FUSEJIT_TEMPLATES_DIRECT_CONV_MOMENTS_CUH_
 
@@ -51,16 +65,27 @@ struct DirectConvTune {
   static constexpr int kPH = 1;               // outputs per thread along h
   static constexpr int kPW = 6;               // outputs per thread along w
   static constexpr int kBlocksPerSample = 2;  // grid.x: blocks sharing one sample
-  static constexpr int kCSplit = 1;           // warps per tile slot; warp w does channel part w%kCSplit
+  static constexpr int kCSplit = 1;           // channel parts over grid.z (kC / kCSplit each)
+  static constexpr int kKSplit = 1;           // K parts: threads of a tile slot, each some input rows
 };
+
+// Opt-in dynamic shared memory per block of the architecture being compiled for.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int kSharedLimit = 227 * 1024;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+constexpr int kSharedLimit = 163 * 1024;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
+constexpr int kSharedLimit = 99 * 1024;
+#else
+constexpr int kSharedLimit = 48 * 1024;
+#endif
 
 template <class Cfg, class Tune>
 struct DirectConvGeom {
   static constexpr int kC = Cfg::kC;
-  static constexpr int kCS = Tune::kCSplit;            // channel parts
-  static constexpr int kCs = Cfg::kC / Tune::kCSplit;  // channels per thread
-  static constexpr int kSlots = Tune::kThreads / Tune::kCSplit;  // tiles per block round
-  static constexpr int kCp = kCS == 1 ? (Cfg::kC + 3) / 4 * 4 : Cfg::kC;
+  static constexpr int kCs = Cfg::kC / Tune::kCSplit;  // channels per block (and per thread)
+  static constexpr int kCsp = (kCs + 3) / 4 * 4;       // padded to whole 16-byte weight loads
+  static constexpr int kSlots = Tune::kThreads / Tune::kKSplit;  // tiles per block round
   static constexpr int kKHW = Cfg::kKH * Cfg::kKW;
   static constexpr int kCK = Cfg::kCin * Cfg::kKD;
   static constexpr int kPH = Tune::kPH, kPW = Tune::kPW;
@@ -74,12 +99,24 @@ struct DirectConvGeom {
   static constexpr bool kPartialH = kTH * kPH != Cfg::kH;
   static constexpr bool kPartialW = kTW * kPW != Cfg::kW;
   static constexpr bool kPadD = Cfg::kPD != 0, kPadH = Cfg::kPH != 0, kPadW = Cfg::kPW != 0;
-  static constexpr int kSmemW = kCK * kKHW * kCp + kCp;
+  // Every tile's input rows start 16-byte aligned (rows of a multiple of 4 floats, tile starts
+  // kPW*kSW apart, a multiple of 4, no w padding): rows are fetched with 16-byte cp.async, a
+  // quarter of the copy instructions (and of the L1 wavefronts) of 4-byte ones.
+  static constexpr bool kVecRow = Cfg::kWin % 4 == 0 && (kPW * Cfg::kSW) % 4 == 0 && !kPadW;
+  static constexpr int kSmemW = kCK * kKHW * kCsp + kCsp;
   static constexpr int kScratch = (Tune::kThreads / 32) * (2 * kCs + 1);
   // Per-thread double buffer of one input row (kWc padded to 4), stride with an odd number of
   // 16-byte units so that 16-byte reads of 8 consecutive threads hit distinct banks.
   static constexpr int kWcP = (kWc + 3) / 4 * 4;
   static constexpr int kXbufStride = (2 * kWcP / 4) % 2 == 1 ? 2 * kWcP : 2 * kWcP + 4;
+  // Dynamic shared memory, in this order (each part a multiple of 16 bytes before s_run):
+  // weights+bias, input-row buffers, running moments (K part 0), K-part sums, reduction scratch.
+  static constexpr int kXbufOffset = kSmemW;
+  static constexpr int kRunOffset = kXbufOffset + kXbufStride * Tune::kThreads;
+  static constexpr int kPartOffset = kRunOffset + 2 * kCs * kSlots;
+  static constexpr int kRedOffset = kPartOffset + (Tune::kKSplit - 1) * kCs * kPH * kPW * kSlots;
+  static constexpr long long kSharedFloats = (long long)kRedOffset + kScratch;
+  static constexpr long long kSharedBytes = 4 * kSharedFloats;
 };
 
 template <class Cfg, class Tune>
@@ -89,57 +126,84 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
   static_assert(Cfg::kProducer == kConv3d, "conv_moments: the chain's producer must be conv3d");
   static_assert(Cfg::kBias, "conv_moments: bias=false chains pass a zero bias tensor (not supported)");
   static_assert(Tune::kThreads % 32 == 0 && Tune::kThreads <= 1024, "kThreads: multiple of 32");
-  static_assert(Cfg::kC % Tune::kCSplit == 0 && (Tune::kCSplit == 1 || G::kCs % 4 == 0),
-                "conv_moments: kCSplit must split kC into parts of a multiple of 4 channels");
-  static_assert(Tune::kThreads % (32 * Tune::kCSplit) == 0, "conv_moments: kThreads % (32*kCSplit)");
-  static_assert(4 * (G::kSmemW + G::kScratch + (2 * G::kCs + G::kXbufStride) * Tune::kThreads) <= 48 * 1024,
-                "conv_moments: static smem over 48 KiB (lower kThreads)");
+  static_assert(Tune::kCSplit >= 1 && Cfg::kC % Tune::kCSplit == 0,
+                "conv_moments: kCSplit must divide kC");
+  static_assert(Tune::kKSplit >= 1 && Tune::kThreads % (32 * Tune::kKSplit) == 0 &&
+                    Tune::kKSplit <= Cfg::kCin * Cfg::kKD,
+                "conv_moments: kKSplit must divide kThreads/32 and be at most kCin*kKD");
+  static_assert(G::kSharedBytes <= kSharedLimit,
+                "conv_moments: dynamic shared memory over the architecture's limit (lower kThreads "
+                "or raise kCSplit)");
   constexpr int C = G::kCs, PH = G::kPH, PW = G::kPW, KH = Cfg::kKH, KW = Cfg::kKW, KD = Cfg::kKD;
   constexpr int Din = Cfg::kDin, Hin = Cfg::kHin, Win = Cfg::kWin;
 
-  __shared__ __align__(16) float s_w[G::kSmemW];
-  __shared__ float s_red[G::kScratch];
-  __shared__ float s_run[2 * G::kCs * Tune::kThreads];
-  __shared__ __align__(16) float s_xbuf[G::kXbufStride * Tune::kThreads];  // per-thread row buffers
+  extern __shared__ __align__(16) float fj_conv_moments_smem[];
+  float* const s_w = fj_conv_moments_smem;
+  float* const s_xbuf = fj_conv_moments_smem + G::kXbufOffset;  // per-thread row buffers
+  float* const s_run = fj_conv_moments_smem + G::kRunOffset;
+  float* const s_part = fj_conv_moments_smem + G::kPartOffset;
+  float* const s_red = fj_conv_moments_smem + G::kRedOffset;
   const int buf_off = threadIdx.x * G::kXbufStride;
   const unsigned my_buf = (unsigned)__cvta_generic_to_shared(s_xbuf + buf_off);
 
   const int n = blockIdx.y;
-  const int part = (threadIdx.x >> 5) % G::kCS;                      // warp-uniform channel part
-  const int slot = (threadIdx.x >> 5) / G::kCS * 32 + (threadIdx.x & 31);
+  const int c0 = blockIdx.z * G::kCs;  // first channel of this block's part
+  const int slot = Tune::kKSplit == 1 ? (int)threadIdx.x : (int)threadIdx.x % G::kSlots;  // tile slot
+  const int kpart = Tune::kKSplit == 1 ? 0 : (int)threadIdx.x / G::kSlots;  // K part, warp-uniform
   {
-    // s_w[((it*KH + kh)*KW + kw)*Cp + co] = weight[co][it][kh][kw]; bias at the end.
-    for (int i = threadIdx.x; i < G::kCK * G::kKHW * G::kCp; i += Tune::kThreads) {
-      const int co = i % G::kCp, r = i / G::kCp;  // r = it*KHW + khw
-      s_w[i] = co < Cfg::kC ? __ldg(weight + co * (G::kCK * G::kKHW) + r) : 0.f;
+    // s_w[((it*KH + kh)*KW + kw)*Csp + c] = weight[c0 + c][it][kh][kw]; bias at the end. Copied
+    // with cp.async (all of a thread's copies in flight at once), a warp covering 8 consecutive
+    // taps of 4 channels: 32-byte pieces of the global weight rows, at most 4-way bank conflicts.
+    constexpr int kK = G::kCK * G::kKHW, kKb = (kK + 7) / 8;
+    const float* __restrict__ wp = weight + (size_t)c0 * kK;
+    const unsigned s_w_addr = (unsigned)__cvta_generic_to_shared(s_w);
+    for (int j = threadIdx.x; j < kKb * 8 * G::kCs; j += Tune::kThreads) {
+      const int rb = j / (8 * G::kCs), rem = j - rb * (8 * G::kCs);
+      const int co = rem >> 3, r = rb * 8 + (rem & 7);
+      if (r < kK) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s_w_addr + 4u * (r * G::kCsp + co)),
+                     "l"(wp + co * kK + r)
+                     : "memory");
+      }
     }
-    for (int i = threadIdx.x; i < G::kCp; i += Tune::kThreads)
-      s_w[G::kCK * G::kKHW * G::kCp + i] = i < Cfg::kC ? __ldg(bias + i) : 0.f;
+    if constexpr (G::kCsp != G::kCs) {
+      constexpr int kPad = G::kCsp - G::kCs;
+      for (int i = threadIdx.x; i < kK * kPad; i += Tune::kThreads)
+        s_w[(i / kPad) * G::kCsp + G::kCs + i % kPad] = 0.f;
+    }
+    for (int i = threadIdx.x; i < G::kCsp; i += Tune::kThreads)
+      s_w[kK * G::kCsp + i] = i < G::kCs ? __ldg(bias + c0 + i) : 0.f;
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
   }
 
-  // Running moments of this thread live in shared memory (registers go to the accumulators):
-  // s_run[c * kThreads + tid] = mean, s_run[(C + c) * kThreads + tid] = M2. Same count for all c.
+  // Running moments of a K-part-0 thread live in shared memory (registers go to the
+  // accumulators): s_run[c * kSlots + slot] = mean, s_run[(C + c) * kSlots + slot] = M2. Same
+  // count for all c.
   float run_n = 0.f;
-  float* const my_run = s_run + threadIdx.x;
+  float* const my_run = s_run + slot;
+  if (kpart == 0) {
 #pragma unroll
-  for (int c = 0; c < 2 * C; ++c) my_run[c * Tune::kThreads] = 0.f;
+    for (int c = 0; c < 2 * C; ++c) my_run[c * G::kSlots] = 0.f;
+  }
 
   const float* __restrict__ xn = x + (size_t)n * Cfg::kCin * Din * Hin * Win;
   const int t_begin = blockIdx.x * G::kTilesPerBlock;
   const int t_end = min(t_begin + G::kTilesPerBlock, G::kTiles);
+  // This thread's input rows: (it, r) for it = ci*KD + kd in [it_begin, it_end) (its K part).
+  const int it_begin = kpart * G::kCK / Tune::kKSplit;
+  const int it_end = (kpart + 1) * G::kCK / Tune::kKSplit;
 
-#pragma unroll 1
-  for (int t = t_begin + slot; t < t_end; t += G::kSlots) {
+  // acc = bias (K part 0; else 0) + the conv sums of tile t over this thread's input rows.
+  auto conv_tile = [&](int t, float (&acc)[C][PH][PW]) {
     const int tw = t % G::kTW;
     const int th = (t / G::kTW) % G::kTH;
     const int d = t / (G::kTW * G::kTH);
     const int h0 = th * PH, w0 = tw * PW;
-
-    float acc[C][PH][PW];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const float b = s_w[G::kCK * G::kKHW * G::kCp + part * C + c];
+      const float b = kpart == 0 ? s_w[G::kCK * G::kKHW * G::kCsp + c] : 0.f;
 #pragma unroll
       for (int ph = 0; ph < PH; ++ph)
 #pragma unroll
@@ -155,8 +219,10 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
     // Row rho+1 is fetched with cp.async into this thread's own double buffer in shared memory
     // while row rho is used: ptxas sank register prefetches (plain loads) to the end of the loop,
     // exposing the global-load latency every row.
-    auto issue_row = [&](int rho) {
-      const int it = rho / G::kR, r = rho - (rho / G::kR) * G::kR;
+    const int row0 = it_begin * G::kR;
+    auto issue_row = [&](int rho) {  // rho relative to row0; buffer rho & 1
+      const int row = row0 + rho;
+      const int it = row / G::kR, r = row - (row / G::kR) * G::kR;
       const int ci = it / KD, kd = it - (it / KD) * KD;
       const int id = id0 + kd * Cfg::kDilD;
       const int ih = ih0 + r;
@@ -168,6 +234,20 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
       if constexpr (G::kPadH || G::kPartialH) ihc = min(max(ih, 0), Hin - 1);
       const float* __restrict__ xp = xn + ((size_t)(ci * Din + idc) * Hin + ihc) * Win;
       const unsigned dst = my_buf + (unsigned)((rho & 1) * G::kWcP * 4);
+      if constexpr (G::kVecRow) {
+        // kWcP/4 aligned 16-byte pieces from iw0; a piece past the row end (partial last tile)
+        // re-reads the row's last piece (those values only feed masked outputs).
+#pragma unroll
+        for (int q = 0; q < G::kWcP / 4; ++q) {
+          int iw = iw0 + 4 * q;
+          if constexpr (G::kPartialW) iw = min(iw, Win - 4);
+          const int src_bytes = (G::kPadD || G::kPadH) ? (rok ? 16 : 0) : 16;  // 0: zero-fill
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * q),
+                       "l"(xp + iw), "r"(src_bytes)
+                       : "memory");
+        }
+        return;
+      }
 #pragma unroll
       for (int cc = 0; cc < G::kWc; ++cc) {
         const int iw = iw0 + cc;
@@ -182,7 +262,7 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
       }
     };
     // Opaque trip count: with a constant one nvcc fully unrolled this loop despite unroll 1.
-    int kRows = G::kCK * G::kR;
+    int kRows = (it_end - it_begin) * G::kR;
     asm volatile("" : "+r"(kRows));
     issue_row(0);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -201,20 +281,21 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
         xrow[4 * j + 2] = v.z;
         xrow[4 * j + 3] = v.w;
       }
-      const int it = rho / G::kR, r = rho - (rho / G::kR) * G::kR;
+      const int row = row0 + rho;
+      const int it = row / G::kR, r = row - (row / G::kR) * G::kR;
 #pragma unroll
       for (int ph = 0; ph < PH; ++ph) {
         const int khd = r - ph * Cfg::kSH;  // kh * DilH, warp-uniform
         if (khd < 0 || khd % Cfg::kDilH != 0 || khd / Cfg::kDilH >= KH) continue;
         const int kh = khd / Cfg::kDilH;
         const float4* __restrict__ sp =
-            reinterpret_cast<const float4*>(s_w + (it * KH + kh) * KW * G::kCp + part * C);
+            reinterpret_cast<const float4*>(s_w + (it * KH + kh) * KW * G::kCsp);
 #pragma unroll
         for (int kw = 0; kw < KW; ++kw) {
           float wv[(C + 3) / 4 * 4];
 #pragma unroll
           for (int j = 0; j < (C + 3) / 4; ++j) {
-            const float4 q = sp[kw * (G::kCp / 4) + j];
+            const float4 q = sp[kw * (G::kCsp / 4) + j];
             wv[4 * j] = q.x;
             wv[4 * j + 1] = q.y;
             wv[4 * j + 2] = q.z;
@@ -228,8 +309,13 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
         }
       }
     }
+  };
 
-    // Tile statistics of pre(conv) per channel, Chan-merged into the running moments.
+  // Tile statistics of pre(conv) per channel, Chan-merged into the running moments.
+  auto merge_tile = [&](int t, float (&acc)[C][PH][PW]) {
+    const int tw = t % G::kTW;
+    const int th = (t / G::kTW) % G::kTH;
+    const int h0 = th * PH, w0 = tw * PW;
     const int vh = G::kPartialH ? min(PH, Cfg::kH - h0) : PH;
     const int vw = G::kPartialW ? min(PW, Cfg::kW - w0) : PW;
     const float tcnt = (float)(vh * vw);
@@ -255,28 +341,63 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
       for (int ph = 0; ph < PH; ++ph)
 #pragma unroll
         for (int pw = 0; pw < PW; ++pw) {
-          // Only the last tile row/column can be partial: ph / pw below these are always valid.
           const bool ok = ((G::kTH - 1) * PH + ph < Cfg::kH || ph < vh) &&
                           ((G::kTW - 1) * PW + pw < Cfg::kW || pw < vw);
           const float dv = ok ? v[ph][pw] - tm : 0.f;
           q = fmaf(dv, dv, q);
         }
-      float rm = my_run[co * Tune::kThreads], rq = my_run[(C + co) * Tune::kThreads];
+      float rm = my_run[co * G::kSlots], rq = my_run[(C + co) * G::kSlots];
       chan_merge_w(rm, rq, run_n, tm, q, wb);
-      my_run[co * Tune::kThreads] = rm;
-      my_run[(C + co) * Tune::kThreads] = rq;
+      my_run[co * G::kSlots] = rm;
+      my_run[(C + co) * G::kSlots] = rq;
     }
     run_n += tcnt;
+  };
+
+  if constexpr (Tune::kKSplit == 1) {
+#pragma unroll 1
+    for (int t = t_begin + slot; t < t_end; t += G::kSlots) {
+      float acc[C][PH][PW];
+      conv_tile(t, acc);
+      merge_tile(t, acc);
+    }
+  } else {
+    // Rounds of kSlots tiles, the same count for every thread (barriers inside): K parts 1..
+    // leave their sums in s_part, K part 0 adds them in part order (fixed: deterministic).
+    constexpr int kAcc = C * PH * PW;
+#pragma unroll 1
+    for (int base = t_begin; base < t_end; base += G::kSlots) {
+      const int t = base + slot;
+      const bool active = t < t_end;
+      float acc[C][PH][PW];
+      if (active) conv_tile(t, acc);
+      float* const flat = &acc[0][0][0];
+      if (kpart > 0 && active) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) s_part[((kpart - 1) * kAcc + i) * G::kSlots + slot] = flat[i];
+      }
+      __syncthreads();
+      if (kpart == 0 && active) {
+#pragma unroll 1
+        for (int p = 1; p < Tune::kKSplit; ++p) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) flat[i] += s_part[((p - 1) * kAcc + i) * G::kSlots + slot];
+        }
+        merge_tile(t, acc);
+      }
+      __syncthreads();
+    }
   }
 
   float run_mean[C], run_m2[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    run_mean[c] = my_run[c * Tune::kThreads];
-    run_m2[c] = my_run[(C + c) * Tune::kThreads];
+    run_mean[c] = kpart == 0 ? my_run[c * G::kSlots] : 0.f;
+    run_m2[c] = kpart == 0 ? my_run[(C + c) * G::kSlots] : 0.f;
   }
-  block_reduce_shared_count_store<C, G::kCS>(run_n, run_mean, run_m2, s_red,
-                                             partials + ((size_t)n * Tune::kBlocksPerSample + blockIdx.x) * Cfg::kC);
+  block_reduce_shared_count_store<C, 1>(
+      run_n, run_mean, run_m2, s_red,
+      partials + ((size_t)n * Tune::kBlocksPerSample + blockIdx.x) * Cfg::kC + c0);
 }
 
 }  // namespace fj

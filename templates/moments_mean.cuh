@@ -2,9 +2,10 @@
 // wrote per-block per-channel moments of the pre-norm values (direct_conv_moments.cuh).
 //
 // Kernel: moments_mean_finalize<Cfg, Tune>(partials, gamma, beta, y)
-//   One warp per sample n. Lane c merges the kBlocksPerSample partials of channel c in block order
-//   (Chan, fixed order, in double) -> (count, m_c, M2_c); lane g merges the channels of group g
-//   in channel order -> (mu_g, var_g = M2_g / count_g, biased as PyTorch), rstd_g.
+//   One warp per sample n. Lane l merges, for channels c = l, l + 32, ..., the kBlocksPerSample
+//   partials of channel c in block order (Chan, fixed order, in double) -> (count, m_c, M2_c);
+//   lanes l, l + 32, ... merge the channels of group g = l in channel order -> (mu_g,
+//   var_g = M2_g / count_g, biased as PyTorch), rstd_g.
 //   Mean over the spatial dims of the affine group_norm output of channel c:
 //     gamma_c * (m_c - mu_g) * rstd_g + beta_c        (exact identity: mean is linear)
 //   Cfg::post (the ops after group_norm) must be the identity: a mean of a non-linear function of
@@ -16,7 +17,8 @@
 //   reads : partials [N][Tune::kBlocksPerSample][C] fj::Moments (written by conv_moments<Cfg,Tune>
 //           just before, same stream); gamma [C], beta [C] (group_norm weight, bias).
 //   writes: y [N, C] (kMeanSpatial) or [N] (kMeanAll), every element.
-// Requirements (static_assert): kGroups > 0, kC % kGroups == 0, kC <= 32, kMean != kNoMean.
+// Requirements (static_assert): kGroups > 0, kC % kGroups == 0, kC <= 256 (shared arrays of
+// doubles), kMean != kNoMean.
 #ifndef FUSEJIT_TEMPLATES_MOMENTS_MEAN_CUH_
 #define FUSEJIT_TEMPLATES_MOMENTS_MEAN_CUH_
 
@@ -30,7 +32,7 @@ template <class Cfg, class Tune>
 __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict__ partials, const float* __restrict__ gamma,
                           const float* __restrict__ beta, float* __restrict__ y) {
   static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "moments_mean_finalize: needs group_norm");
-  static_assert(Cfg::kC <= 32, "moments_mean_finalize: one lane per channel (kC <= 32)");
+  static_assert(Cfg::kC <= 256, "moments_mean_finalize: kC <= 256 (shared arrays of doubles, 4 per channel)");
   static_assert(Cfg::kMean == kMeanSpatial || Cfg::kMean == kMeanAll,
                 "moments_mean_finalize: the chain must end with mean");
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kBlocksPerSample;
@@ -38,10 +40,10 @@ __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict_
   // nearly cancel within each group (m_c - mu_g), so fp32 rounding here would show in it.
   __shared__ double s_n[C], s_m[C], s_q[C], s_mu[G], s_rstd[G], s_out[C];
   const int n = blockIdx.x, lane = threadIdx.x;
-  if (lane < C) {
+  for (int c = lane; c < C; c += 32) {
     double cn = 0, cm = 0, cq = 0;
     for (int b = 0; b < B; ++b) {
-      const Moments p = partials[((size_t)n * B + b) * C + lane];
+      const Moments p = partials[((size_t)n * B + b) * C + c];
       const double total = cn + p.count;
       const double wb = total > 0 ? p.count / total : 0;
       const double delta = (double)p.mean - cm;
@@ -49,15 +51,15 @@ __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict_
       cq += p.m2 + delta * delta * cn * wb;
       cn = total;
     }
-    s_n[lane] = cn;
-    s_m[lane] = cm;
-    s_q[lane] = cq;
+    s_n[c] = cn;
+    s_m[c] = cm;
+    s_q[c] = cq;
   }
   __syncwarp();
-  if (lane < G) {
+  for (int g = lane; g < G; g += 32) {
     double gn = 0, gm = 0, gq = 0;
     for (int k = 0; k < CPG; ++k) {
-      const int c = lane * CPG + k;
+      const int c = g * CPG + k;
       const double total = gn + s_n[c];
       const double wb = total > 0 ? s_n[c] / total : 0;
       const double delta = s_m[c] - gm;
@@ -65,15 +67,15 @@ __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict_
       gq += s_q[c] + delta * delta * gn * wb;
       gn = total;
     }
-    s_mu[lane] = gm;
-    s_rstd[lane] = 1.0 / sqrt(gq / gn + (double)Cfg::kEps);
+    s_mu[g] = gm;
+    s_rstd[g] = 1.0 / sqrt(gq / gn + (double)Cfg::kEps);
   }
   __syncwarp();
-  if (lane < C) {
-    const int g = lane / CPG;
-    const double v = (double)gamma[lane] * ((s_m[lane] - s_mu[g]) * s_rstd[g]) + beta[lane];
-    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + lane] = (float)v;
-    else s_out[lane] = v;
+  for (int c = lane; c < C; c += 32) {
+    const int g = c / CPG;
+    const double v = (double)gamma[c] * ((s_m[c] - s_mu[g]) * s_rstd[g]) + beta[c];
+    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + c] = (float)v;
+    else s_out[c] = v;
   }
   if constexpr (Cfg::kMean == kMeanAll) {
     __syncwarp();

@@ -203,7 +203,7 @@ TEST(TuneSpace, ValidateRefusesWithTheReason) {
        "csplit"},
       {&cm, "conv-moments-mean:threads=128,min_blocks=2,ph=1,pw=99,blocks_per_sample=1,csplit=1",
        "output plane"},
-      {&cm, "conv-moments-mean:threads=1024,min_blocks=1,ph=1,pw=6,blocks_per_sample=1,csplit=1",
+      {&cm, "conv-moments-mean:threads=1024,min_blocks=1,ph=1,pw=8,blocks_per_sample=1,csplit=1",
        "shared memory"},
       {&cm, "conv-moments-mean:threads=64,min_blocks=8,ph=2,pw=8,blocks_per_sample=1,csplit=1",
        "accumulators"},
