@@ -1,6 +1,7 @@
 // The fast strategies for chains with a cheap producer (few input channels): register-tiled
 // direct convolutions that never store a full-size intermediate. Each lives in its own file:
 //   conv-moments-mean          conv_moments_strategy.cc
+//   mma-moments-mean           mma_moments_strategy.cc
 //   convt-recompute-normalize  convt_strategy.cc
 //   convt-store-normalize      convt_strategy.cc
 #include "codegen/fast_strategies.h"
@@ -9,6 +10,7 @@ namespace fusejit::codegen {
 
 void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
   out->push_back(MakeConvMomentsMeanStrategy());
+  out->push_back(MakeMmaMomentsMeanStrategy());
   out->push_back(MakeConvTRecomputeStrategy());
   out->push_back(MakeConvTStoreStrategy());
 }

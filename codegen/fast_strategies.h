@@ -11,10 +11,12 @@
 namespace fusejit::codegen {
 
 std::unique_ptr<Strategy> MakeConvMomentsMeanStrategy();  // conv_moments_strategy.cc
+std::unique_ptr<Strategy> MakeMmaMomentsMeanStrategy();   // mma_moments_strategy.cc
 std::unique_ptr<Strategy> MakeConvTRecomputeStrategy();   // convt_strategy.cc
 std::unique_ptr<Strategy> MakeConvTStoreStrategy();       // convt_strategy.cc
 
-// Appends conv-moments-mean, convt-recompute-normalize and convt-store-normalize.
+// Appends conv-moments-mean, mma-moments-mean, convt-recompute-normalize and
+// convt-store-normalize.
 void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out);
 
 }  // namespace fusejit::codegen

@@ -1,0 +1,233 @@
+// mma-moments-mean: conv3d | ew* | group_norm | mean on tensor cores (seeds W2, W4).
+// templates/mma_conv_moments.cuh + moments_mean.cuh: the same per-block per-channel moments as
+// conv-moments-mean (the mean of an affine group_norm output follows from them), computed with
+// mma.sync m16n8k16 (fp16 inputs, fp32 accumulate, sm_80+) in the fp32-accurate F16x3 split;
+// input planes staged channels-last in shared memory as fp16 hi/lo, weights as B fragments.
+// Tunable: warps per block, min blocks per SM, blocks per sample (od chunks).
+#include <algorithm>
+#include <span>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/chain_info.h"
+#include "codegen/fast_strategies.h"
+#include "codegen/strategy_util.h"
+
+namespace fusejit::codegen {
+namespace {
+
+struct MmaMomentsTuneValues {
+  int64_t warps = 8, min_blocks = 2, blocks_per_sample = 1;
+};
+
+// Config text <-> constants (the fields of mma_conv_moments.cuh's MmaMomentsTune).
+constexpr TuneField<MmaMomentsTuneValues> kMmaMomentsFields[] = {
+    {"warps", "kWarps", &MmaMomentsTuneValues::warps},
+    {"min_blocks", "kMinBlocksPerSM", &MmaMomentsTuneValues::min_blocks},
+    {"blocks_per_sample", "kBlocksPerSample", &MmaMomentsTuneValues::blocks_per_sample},
+};
+
+// The template's compile-time shape (MmaMomentsGeom), computed the same way.
+struct MmaMomentsGeometry {
+  int64_t cinp = 0, mt = 0, nt = 0, ks = 0, winp = 0, slots = 0, slices = 0;
+  int64_t shared_bytes = 0;
+  int64_t registers = 0;  // a rough per-thread estimate
+};
+
+MmaMomentsGeometry MmaGeom(const Chain& chain, const ChainInfo& info,
+                           const MmaMomentsTuneValues& t) {
+  const ConvAttrs& conv = info.producer->conv;
+  const int64_t cin = chain.input[1], hin = chain.input[3];
+  const int64_t c = info.producer_shape[1], w = info.producer_shape[4];
+  MmaMomentsGeometry g;
+  g.cinp = Round4(cin);
+  g.mt = (w + 15) / 16;
+  g.nt = c / 8;
+  g.ks = (conv.kernel[2] * g.cinp + 15) / 16;
+  const int64_t kwr = (g.ks * 16 - 1) / g.cinp + 1;
+  g.winp = (g.mt * 16 - 1) * conv.stride[2] + (kwr - 1) * conv.dilation[2] + 1;
+  g.slots = (conv.kernel[0] - 1) * conv.dilation[0] + 1;
+  g.slices = conv.kernel[0] * conv.kernel[1] * g.ks;
+  const int64_t plane_bytes = (2 * hin * g.winp * g.cinp + 15) / 16 * 16;
+  const int64_t b_bytes = g.slices * g.nt * 32 * 16;
+  const int64_t floats = g.slots + c + t.warps * c * 3 + 32;
+  const int64_t hi_offset = (b_bytes + 4 * floats + 15) / 16 * 16;
+  g.shared_bytes = hi_offset + 2 * g.slots * plane_bytes;
+  // Fitted to ptxas (sm_90, CUDA 12): 90 registers for W2 (2 x 2 tiles), 117 for W4 (2 x 3).
+  g.registers = 40 + 14 * g.mt * g.nt;
+  return g;
+}
+
+bool ArchHasMma(const std::string& arch) {
+  return arch.rfind("sm_8", 0) == 0 || arch.rfind("sm_9", 0) == 0;
+}
+
+// Mirrors mma_conv_moments.cuh's static_asserts, plus registers, shared memory per SM and grid.
+absl::Status CheckMma(const Chain& chain, const ChainInfo& info, const MmaMomentsTuneValues& t,
+                      const PlanTarget& target, const TuneConfig& c) {
+  if (!ArchHasMma(target.arch)) {
+    return Invalid(c, absl::StrCat("mma.sync needs sm_80 or sm_90 (target ", target.arch, ")"));
+  }
+  if (t.warps < 1 || t.warps > 32) return Invalid(c, "warps must be in [1, 32]");
+  if (absl::Status s = CheckBlock(c, 32 * t.warps, t.min_blocks); !s.ok()) return s;
+  const int64_t ch = info.producer_shape[1];
+  if (ch % 8 != 0 || ch > 32) {
+    return Invalid(c, absl::StrCat(ch, " channels: a multiple of 8, at most 32"));
+  }
+  const MmaMomentsGeometry g = MmaGeom(chain, info, t);
+  if (g.mt > 4) {
+    return Invalid(c, absl::StrCat("output rows of ", info.producer_shape[4], " points: at most 64"));
+  }
+  if (g.ks > 4) {
+    return Invalid(c, absl::StrCat("kernel width x input channels (padded to 4) ",
+                                   info.producer->conv.kernel[2] * g.cinp, ": at most 64"));
+  }
+  const int64_t d = info.producer_shape[2];
+  if (t.blocks_per_sample < 1 || t.blocks_per_sample > d) {
+    return Invalid(c, absl::StrCat("blocks_per_sample ", t.blocks_per_sample, " must be in [1, ",
+                                   d, "] (output depth)"));
+  }
+  const int64_t limit = SharedOptInLimit(target.arch);
+  if (g.shared_bytes > limit) {
+    return Invalid(c, absl::StrCat("needs ", g.shared_bytes, " bytes of shared memory per block, "
+                                   "at most ", limit, " on ", target.arch));
+  }
+  if (t.min_blocks * (g.shared_bytes + 1024) > limit + 1024) {
+    return Invalid(c, absl::StrCat("min_blocks ", t.min_blocks, " blocks of ", g.shared_bytes,
+                                   " bytes of shared memory do not fit an SM of ", target.arch));
+  }
+  if (g.registers > RegisterCap(32 * t.warps, t.min_blocks)) {
+    return Invalid(c, absl::StrCat("~", g.registers, " registers per thread over the ",
+                                   RegisterCap(32 * t.warps, t.min_blocks),
+                                   "-register cap of threads x min_blocks"));
+  }
+  if (info.producer_shape[0] > 65535) {
+    return Invalid(c, absl::StrCat("batch ", info.producer_shape[0], " over grid.y's 65535"));
+  }
+  return absl::OkStatus();
+}
+
+// 8 warps (4 when registers or shared memory leave room for more blocks that way), as many
+// blocks per SM as fit (at most 4), and blocks per sample filling one wave of the device.
+MmaMomentsTuneValues DefaultMmaTune(const Chain& chain, const ChainInfo& info,
+                                    const PlanTarget& target) {
+  MmaMomentsTuneValues best;
+  int64_t best_warps = -1;
+  for (int64_t warps : {8, 4}) {
+    MmaMomentsTuneValues t;
+    t.warps = warps;
+    const MmaMomentsGeometry g = MmaGeom(chain, info, t);
+    const int64_t limit = SharedOptInLimit(target.arch);
+    const int64_t by_smem = (limit + 1024) / (g.shared_bytes + 1024);
+    const int64_t by_regs = 65536 / (32 * warps * std::max<int64_t>(64, (g.registers + 7) / 8 * 8));
+    t.min_blocks = std::clamp<int64_t>(std::min({by_smem, by_regs, 2048 / (32 * warps)}), 1, 4);
+    const int64_t n = info.producer_shape[0];
+    t.blocks_per_sample = std::clamp<int64_t>(target.sm_count * t.min_blocks / n, 1,
+                                              info.producer_shape[2]);
+    if (t.warps * t.min_blocks > best_warps) {
+      best_warps = t.warps * t.min_blocks;
+      best = t;
+    }
+  }
+  return best;
+}
+
+class MmaMomentsMeanStrategy : public Strategy {
+ public:
+  std::string_view name() const override { return "mma-moments-mean"; }
+  bool Applies(const Chain& chain, const PlanTarget& target) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    if (!info.producer || info.producer->kind != OpKind::kConv3d || !info.producer->conv.bias ||
+        !info.group_norm || info.mean == MeanMode::kNone || !info.post_ops.empty()) {
+      return false;
+    }
+    const MmaMomentsTuneValues t = DefaultMmaTune(chain, info, target);
+    return CheckMma(chain, info, t, target, ToConfig(name(), t, Fields())).ok();
+  }
+  // Not measured faster than conv-moments-mean yet: twice its seed-domain cost, so the planner
+  // keeps conv-moments-mean and this one is reachable by --strategy / tuning.
+  double Cost(const Chain& chain, const PlanTarget& target) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    return 2.0 * static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
+  }
+  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
+    return ToConfig(name(), DefaultMmaTune(chain, AnalyzeChain(chain), target), Fields());
+  }
+  std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    const MmaMomentsTuneValues t = DefaultMmaTune(chain, info, target);
+    std::vector<int64_t> bps =
+        BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], target);
+    bps.push_back(t.blocks_per_sample);
+    for (int64_t& b : bps) b = std::min<int64_t>(b, info.producer_shape[2]);
+    std::sort(bps.begin(), bps.end());
+    bps.erase(std::unique(bps.begin(), bps.end()), bps.end());
+    return {{"warps", {4, 8, 16}}, {"min_blocks", {1, 2, 3, 4}}, {"blocks_per_sample", bps}};
+  }
+  absl::Status Validate(const Chain& chain, const PlanTarget& target,
+                        const TuneConfig& config) const override {
+    if (config.strategy != name()) return Invalid(config, "not a mma-moments-mean config");
+    absl::StatusOr<MmaMomentsTuneValues> t = FromConfig(config, Fields());
+    if (!t.ok()) return t.status();
+    return CheckMma(chain, AnalyzeChain(chain), *t, target, config);
+  }
+  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
+    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
+  }
+  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                     const TuneConfig& config) const override {
+    if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
+    const ChainInfo info = AnalyzeChain(chain);
+    const MmaMomentsTuneValues t = *FromConfig(config, Fields());
+    const MmaMomentsGeometry g = MmaGeom(chain, info, t);
+    const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
+    Plan plan;
+    plan.strategy = std::string(name());
+    plan.description =
+        "conv3d on tensor cores (mma.sync m16n8k16, fp32-accurate F16x3 split), input planes "
+        "channels-last fp16 hi/lo in shared memory, one warp per output row; per-block "
+        "per-channel moments of the pre-norm values; the mean of the affine group_norm output "
+        "follows from them: nothing full-size stored";
+    plan.includes = {"mma_conv_moments.cuh", "moments_mean.cuh"};
+    plan.tunes.push_back(ToTuneStruct("MmaMomentsTune", t, Fields()));
+    const size_t partials = plan.AddWorkspace(
+        "per-block channel moments (count, mean, M2) x N*blocks_per_sample*C",
+        static_cast<size_t>(n * t.blocks_per_sample * c) * 12);
+    KernelLaunch k;
+    k.symbol = "fj_mma_conv_moments";
+    k.body = "fj::mma_conv_moments<Cfg, MmaMomentsTune>";
+    k.purpose = "conv3d (tensor cores, F16x3) + pre-ops, per-block per-channel moments";
+    k.grid = {static_cast<unsigned>(t.blocks_per_sample), static_cast<unsigned>(n), 1};
+    k.block = {static_cast<unsigned>(32 * t.warps), 1, 1};
+    k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
+    k.shared_bytes = static_cast<unsigned>(g.shared_bytes);  // MmaMomentsGeom::kSharedBytes
+    k.args = {Arg(Kind::kInput, "const float*", "x"),
+              Arg(Kind::kParam, "const float*", "weight", info.weight_param),
+              Arg(Kind::kParam, "const float*", "bias", info.bias_param),
+              Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
+    plan.kernels.push_back(k);
+    KernelLaunch f;
+    f.symbol = "fj_moments_mean";
+    f.body = "fj::moments_mean_finalize<Cfg, MmaMomentsTune>";
+    f.purpose = "merge moments in a fixed order -> group mean/rstd -> mean of the group_norm output";
+    f.grid = {static_cast<unsigned>(n), 1, 1};
+    f.block = {32, 1, 1};
+    f.args = {Arg(Kind::kWorkspace, "const fj::Moments*", "partials", "", partials),
+              Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
+              Arg(Kind::kParam, "const float*", "beta", info.beta_param),
+              Arg(Kind::kOutput, "float*", "y")};
+    plan.kernels.push_back(f);
+    return plan;
+  }
+
+ private:
+  static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> MakeMmaMomentsMeanStrategy() {
+  return std::make_unique<MmaMomentsMeanStrategy>();
+}
+
+}  // namespace fusejit::codegen
