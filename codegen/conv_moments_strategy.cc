@@ -91,7 +91,7 @@ ConvMomentsGeometry ConvMomentsGeom(const Chain& chain, const ChainInfo& info,
   const int64_t slots = t.threads / std::max<int64_t>(1, t.ksplit);
   const int64_t csp = Round4(cs);
   const int64_t smem_w = chain.input[1] * conv.kernel[0] * conv.kernel[1] * conv.kernel[2] * csp + csp;
-  const int64_t scratch = (t.threads / 32) * (2 * cs + 1);
+  const int64_t scratch = 2 * (t.threads / 32) * (2 * cs + 1);  // doubles
   const int64_t wc = (t.pw - 1) * conv.stride[2] + (conv.kernel[2] - 1) * conv.dilation[2] + 1;
   const int64_t wcp = Round4(wc);
   const int64_t xbuf = (2 * wcp / 4) % 2 == 1 ? 2 * wcp : 2 * wcp + 4;
@@ -402,8 +402,8 @@ class ConvMomentsMeanStrategy : public Strategy {
     plan.includes = {"direct_conv_moments.cuh", "moments_mean.cuh"};
     plan.tunes.push_back(ToTuneStruct("ConvMomentsTune", t, Fields()));
     const size_t partials = plan.AddWorkspace(
-        "per-block channel moments (count, mean, M2) x N*blocks_per_sample*C",
-        static_cast<size_t>(n * t.blocks_per_sample * c) * 12);
+        "per-block channel moments (count, mean, M2; double) x N*blocks_per_sample*C",
+        static_cast<size_t>(n * t.blocks_per_sample * c) * 24);
     KernelLaunch k;
     k.symbol = "fj_conv_moments";
     k.body = "fj::conv_moments<Cfg, ConvMomentsTune>";
@@ -416,7 +416,7 @@ class ConvMomentsMeanStrategy : public Strategy {
     k.args = {Arg(Kind::kInput, "const float*", "x"),
               Arg(Kind::kParam, "const float*", "weight", info.weight_param),
               Arg(Kind::kParam, "const float*", "bias", info.bias_param),
-              Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
+              Arg(Kind::kWorkspace, "fj::MomentsD*", "partials", "", partials)};
     plan.kernels.push_back(k);
     KernelLaunch f;
     f.symbol = "fj_moments_mean";
@@ -424,7 +424,7 @@ class ConvMomentsMeanStrategy : public Strategy {
     f.purpose = "merge moments in a fixed order -> group mean/rstd -> mean of the group_norm output";
     f.grid = {static_cast<unsigned>(n), 1, 1};
     f.block = {32, 1, 1};
-    f.args = {Arg(Kind::kWorkspace, "const fj::Moments*", "partials", "", partials),
+    f.args = {Arg(Kind::kWorkspace, "const fj::MomentsD*", "partials", "", partials),
               Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
               Arg(Kind::kParam, "const float*", "beta", info.beta_param),
               Arg(Kind::kOutput, "float*", "y")};

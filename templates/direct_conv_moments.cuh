@@ -26,7 +26,8 @@
 //   tiles and long reductions, same registers and loads per FFMA; two barriers a round).
 //   Per tile it applies Cfg::pre to every output, takes the tile's per-channel mean/M2 and Chan-
 //   merges it into the thread's running moments (one division per tile, shared by all channels).
-//   At the end the block reduces (fixed order) and writes one Moments per channel of its part.
+//   At the end the block reduces (fixed order, in double) and writes one MomentsD per channel of
+//   its part.
 //
 // Host-side contract:
 //   grid  = dim3(Tune::kBlocksPerSample, Cfg::kN, Tune::kCSplit), block = dim3(Tune::kThreads),
@@ -35,13 +36,13 @@
 //           (kKSplit-1)*Cs*kPH*kPW*S + kScratch), S = kThreads/kKSplit tile slots,
 //           kSmemW = Cin*KD*KH*KW*Csp + Csp weights and bias (Csp = Cs rounded up to 4),
 //           per-thread cp.async input-row buffers, per-slot running moments, K-part sums, and
-//           (kThreads/32)*(2*Cs+1) floats for the reduction; over 48 KiB the launcher raises the
+//           (kThreads/32)*(2*Cs+1) doubles for the reduction; over 48 KiB the launcher raises the
 //           kernel's dynamic shared memory limit). static_assert'ed <= kSharedLimit: the opt-in
 //           limit per block of the architecture (227 KiB sm_90, 163 KiB sm_80/87, 99 KiB sm_86/89,
 //           else 48 KiB).
 //   reads : x [N,Cin,Din,Hin,Win]; weight [C,Cin,KD,KH,KW], bias [C] (global pointers, as given).
-//   writes: partials, a workspace of Cfg::kN * Tune::kBlocksPerSample * Cfg::kC fj::Moments
-//           (12 bytes each), layout [N][kBlocksPerSample][C]; every entry is written each launch
+//   writes: partials, a workspace of Cfg::kN * Tune::kBlocksPerSample * Cfg::kC fj::MomentsD
+//           (24 bytes each, 8-byte aligned), layout [N][kBlocksPerSample][C]; every entry is written each launch
 //           (block (b, n, p) writes [n][b][p*Cs, (p+1)*Cs)).
 //   next  : moments_mean.cuh's moments_mean_finalize<Cfg, Tune> on the same stream.
 // Requirements (static_assert): kProducer == kConv3d, kBias (bias may be a zero tensor),
@@ -54,6 +55,7 @@
 
 #include "common.cuh"
 #include "default_config.cuh"  // enums (kConv3d, kMeanAll, ...); include-guarded
+#include "moments_mean.cuh"  // fj::MomentsD (the finalize's input); include-guarded
 #include "moments_util.cuh"
 
 namespace fj {
@@ -104,7 +106,7 @@ struct DirectConvGeom {
   // quarter of the copy instructions (and of the L1 wavefronts) of 4-byte ones.
   static constexpr bool kVecRow = Cfg::kWin % 4 == 0 && (kPW * Cfg::kSW) % 4 == 0 && !kPadW;
   static constexpr int kSmemW = kCK * kKHW * kCsp + kCsp;
-  static constexpr int kScratch = (Tune::kThreads / 32) * (2 * kCs + 1);
+  static constexpr int kScratch = 2 * (Tune::kThreads / 32) * (2 * kCs + 1);  // doubles
   // Per-thread double buffer of one input row (kWc padded to 4), stride with an odd number of
   // 16-byte units so that 16-byte reads of 8 consecutive threads hit distinct banks.
   static constexpr int kWcP = (kWc + 3) / 4 * 4;
@@ -115,13 +117,68 @@ struct DirectConvGeom {
   static constexpr int kRunOffset = kXbufOffset + kXbufStride * Tune::kThreads;
   static constexpr int kPartOffset = kRunOffset + 2 * kCs * kSlots;
   static constexpr int kRedOffset = kPartOffset + (Tune::kKSplit - 1) * kCs * kPH * kPW * kSlots;
+  static_assert(kRedOffset % 2 == 0, "reduction scratch of doubles must be 8-byte aligned");
   static constexpr long long kSharedFloats = (long long)kRedOffset + kScratch;
   static constexpr long long kSharedBytes = 4 * kSharedFloats;
 };
 
+// Block reduction (fixed order, in double) of K moment sets per thread sharing one count;
+// thread k < K writes set k of the block to out[k]. REQUIRES: blockDim.x multiple of 32, all
+// threads call it; scratch holds (blockDim.x/32) * (2K+1) doubles.
+template <int K>
+__device__ __forceinline__ void block_reduce_moments_f64(float cnt_f, const float (&mean_f)[K],
+                                                         const float (&m2_f)[K], double* scratch,
+                                                         MomentsD* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  double cnt = cnt_f, mean[K], m2[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    mean[k] = mean_f[k];
+    m2[k] = m2_f[k];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const double cb = __shfl_down_sync(0xffffffffu, cnt, off);
+    const double total = cnt + cb;
+    const double wb = total > 0 ? cb / total : 0.0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const double mb = __shfl_down_sync(0xffffffffu, mean[k], off);
+      const double m2b = __shfl_down_sync(0xffffffffu, m2[k], off);
+      const double delta = mb - mean[k];
+      mean[k] += delta * wb;
+      m2[k] += m2b + delta * delta * cnt * wb;
+    }
+    cnt = total;
+  }
+  if (lane == 0) {
+    double* w = scratch + warp * (2 * K + 1);
+    w[0] = cnt;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      w[1 + k] = mean[k];
+      w[1 + K + k] = m2[k];
+    }
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    double n = 0, m = 0, q = 0;
+    for (int v = 0; v < warps; ++v) {  // fixed order
+      const double* w = scratch + v * (2 * K + 1);
+      const double total = n + w[0];
+      const double wb = total > 0 ? w[0] / total : 0.0;
+      const double delta = w[1 + k] - m;
+      m += delta * wb;
+      q += w[1 + K + k] + delta * delta * n * wb;
+      n = total;
+    }
+    out[k] = MomentsD{n, m, q};
+  }
+}
+
 template <class Cfg, class Tune>
 __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const float* __restrict__ weight,
-                 const float* __restrict__ bias, Moments* __restrict__ partials) {
+                 const float* __restrict__ bias, MomentsD* __restrict__ partials) {
   using G = DirectConvGeom<Cfg, Tune>;
   static_assert(Cfg::kProducer == kConv3d, "conv_moments: the chain's producer must be conv3d");
   static_assert(Cfg::kBias, "conv_moments: bias=false chains pass a zero bias tensor (not supported)");
@@ -395,8 +452,8 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
     run_mean[c] = kpart == 0 ? my_run[c * G::kSlots] : 0.f;
     run_m2[c] = kpart == 0 ? my_run[(C + c) * G::kSlots] : 0.f;
   }
-  block_reduce_shared_count_store<C, 1>(
-      run_n, run_mean, run_m2, s_red,
+  block_reduce_moments_f64<C>(
+      run_n, run_mean, run_m2, reinterpret_cast<double*>(s_red),
       partials + ((size_t)n * Tune::kBlocksPerSample + blockIdx.x) * Cfg::kC + c0);
 }
 
@@ -406,7 +463,7 @@ __device__ __forceinline__ void conv_moments(const float* __restrict__ x, const 
 // Compiled on its own (tests): instantiate with the default configuration.
 extern "C" __global__ void __launch_bounds__(fj::DirectConvTune::kThreads,
                                              fj::DirectConvTune::kMinBlocksPerSM)
-    direct_conv_moments_selftest(const float* x, const float* w, const float* b, fj::Moments* p) {
+    direct_conv_moments_selftest(const float* x, const float* w, const float* b, fj::MomentsD* p) {
   fj::conv_moments<fj::DefaultConfig, fj::DirectConvTune>(x, w, b, p);
 }
 #endif

@@ -1,7 +1,7 @@
 // templates/moments_mean.cuh: finalize for "... | group_norm | mean" chains whose producer kernel
 // wrote per-block per-channel moments of the pre-norm values (direct_conv_moments.cuh).
 //
-// Kernel: moments_mean_finalize<Cfg, Tune>(partials, gamma, beta, y)
+// Kernel: moments_mean_finalize<Cfg, Tune>(partials, gamma, beta, y)  (partials' type deduced)
 //   One warp per sample n. Lane l merges, for channels c = l, l + 32, ..., the kBlocksPerSample
 //   partials of channel c in block order (Chan, fixed order, in double) -> (count, m_c, M2_c);
 //   lanes l, l + 32, ... merge the channels of group g = l in channel order -> (mu_g,
@@ -14,8 +14,9 @@
 //
 // Host-side contract:
 //   grid = dim3(Cfg::kN), block = dim3(32), no dynamic smem.
-//   reads : partials [N][Tune::kBlocksPerSample][C] fj::Moments (written by conv_moments<Cfg,Tune>
-//           just before, same stream); gamma [C], beta [C] (group_norm weight, bias).
+//   reads : partials [N][Tune::kBlocksPerSample][C] fj::MomentsD or fj::Moments (written by the
+//           producer kernel, e.g. conv_moments<Cfg,Tune>, just before on the same stream);
+//           gamma [C], beta [C] (group_norm weight, bias).
 //   writes: y [N, C] (kMeanSpatial) or [N] (kMeanAll), every element.
 // Requirements (static_assert): kGroups > 0, kC % kGroups == 0, kC <= 256 (shared arrays of
 // doubles), kMean != kNoMean.
@@ -28,8 +29,18 @@
 
 namespace fj {
 
-template <class Cfg, class Tune>
-__device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict__ partials, const float* __restrict__ gamma,
+// One channel's moments of a block, in double (direct_conv_moments.cuh writes these: the finalize
+// subtracts channel means that nearly cancel, m_c - mu_g, so a float mean rounded per block would
+// show in the result).
+struct MomentsD {
+  double count;
+  double mean;
+  double m2;  // sum of squared deviations from mean
+};
+
+// P: fj::Moments (float fields) or fj::MomentsD, deduced from `partials`.
+template <class Cfg, class Tune, class P>
+__device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ partials, const float* __restrict__ gamma,
                           const float* __restrict__ beta, float* __restrict__ y) {
   static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "moments_mean_finalize: needs group_norm");
   static_assert(Cfg::kC <= 256, "moments_mean_finalize: kC <= 256 (shared arrays of doubles, 4 per channel)");
@@ -43,12 +54,12 @@ __device__ __forceinline__ void moments_mean_finalize(const Moments* __restrict_
   for (int c = lane; c < C; c += 32) {
     double cn = 0, cm = 0, cq = 0;
     for (int b = 0; b < B; ++b) {
-      const Moments p = partials[((size_t)n * B + b) * C + c];
-      const double total = cn + p.count;
-      const double wb = total > 0 ? p.count / total : 0;
+      const P p = partials[((size_t)n * B + b) * C + c];
+      const double total = cn + (double)p.count;
+      const double wb = total > 0 ? (double)p.count / total : 0;
       const double delta = (double)p.mean - cm;
       cm += delta * wb;
-      cq += p.m2 + delta * delta * cn * wb;
+      cq += (double)p.m2 + delta * delta * cn * wb;
       cn = total;
     }
     s_n[c] = cn;
@@ -102,7 +113,7 @@ struct DefaultMeanTune {
 #ifndef FJ_GENERATED
 // Compiled on its own (tests): instantiate with the default configuration.
 extern "C" __global__ void __launch_bounds__(32)
-    moments_mean_selftest(const fj::Moments* p, const float* g, const float* b, float* y) {
+    moments_mean_selftest(const fj::MomentsD* p, const float* g, const float* b, float* y) {
   fj::moments_mean_finalize<fj::DefaultMeanConfig, fj::DefaultMeanTune>(p, g, b, y);
 }
 #endif
