@@ -20,8 +20,12 @@ Op RandomElementwise(Rng& rng) {
   const OpKind kind = kKinds[rng.Int(0, 7)];
   if (kind == OpKind::kLeakyRelu) return LeakyRelu(rng.Uniform(0.001, 0.3));
   if (kind == OpKind::kClamp) {
+    // Windows of at least 0.5: a narrow window before a group_norm leaves values whose
+    // deviations from the group mean are a few ulp of the mean, which rstd then amplifies -- an
+    // fp32 cancellation every fp32 implementation shares (seen: width 0.11, eps 0.009, rel L2
+    // 1.8e-5 with max abs 9e-6), not a kernel defect.
     const double lo = rng.Uniform(-1.0, 0.2);
-    return Clamp(lo, lo + rng.Uniform(0.1, 1.5));
+    return Clamp(lo, lo + rng.Uniform(0.5, 1.5));
   }
   return Elementwise(kind);
 }
