@@ -58,7 +58,7 @@ struct CompileOptions {
   bool use_cache = true;
   // A launch configuration to use instead of the tuned or heuristic one: the text `fusejit
   // explain` and `fusejit autotune` print ("config:"), e.g.
-  // "conv-moments-mean:threads=128,min_blocks=3,ph=1,pw=6,blocks_per_sample=8,csplit=1". It must
+  // "conv-moments-mean:threads=128,min_blocks=3,ph=1,pw=6,blocks_per_sample=8,csplit=1,ksplit=1". It must
   // name an applicable strategy (the same as `strategy` when both are set) and pass that
   // strategy's checks; an error says which check failed.
   std::string tune_config;
