@@ -26,6 +26,14 @@
 //   Per (kd, kh, ks) and 16-point tile: s = Alo*Bhi + Ahi*Blo + Ahi*Bhi (three mma from a zeroed
 //   short accumulator: the tensor cores truncate when adding, so the sums are kept short) then
 //   acc += s * (1/(sx_plane*sw)) with an fp32 FFMA (round to nearest).
+//   Tune::kPack = 1 (no d/h padding): K packed over the whole kernel instead, in groups of 4
+//   channels of one tap (kd, kh, kw): lane t of k16 step ks takes group 4 ks + t, reading its
+//   own row/point (per-lane shared-memory offsets), kKSP = ceil(groups / 4) steps per row (W4:
+//   7 instead of 9); the steps mix planes, so x has one scale per block, from max|x| over the
+//   planes the block reads (read once at the start). Tune::kUnrollKH unrolls the kh loop (kPack
+//   0) or the k-step loop (kPack 1).
+//   Staging after a block's first od with SD == 1 (and DilD == 1 or KD == 1): the one new plane
+//   is loaded into registers before the previous od's rows and converted after them.
 //   Epilogue per row: pre(acc + bias) for the valid points (ow < kW), per-channel row mean/M2,
 //   Chan-merged into the thread's running moments (2*kNT channels per thread, one count). At
 //   the end lanes with the same channels merge (shfl, fixed order), then warps in warp order.
@@ -43,9 +51,13 @@
 //           [N][kBlocksPerSample][C], every entry each launch (a block with no planes writes
 //           count 0).
 //   next  : moments_mean.cuh's moments_mean_finalize<Cfg, Tune> (reads Tune::kBlocksPerSample).
+//   Tune fields: kWarps, kMinBlocksPerSM (the wrapper's __launch_bounds__), kBlocksPerSample,
+//   kUnrollKH, kPack (MmaMomentsDefaultTune).
 // Requirements (static_assert): sm_80+, kProducer == kConv3d, kBias, kC % 8 == 0, kC <= 32,
 //   kW <= 64 (kMT <= 4), KW*kCinP <= 64 (kKS <= 4), 1 <= kBlocksPerSample <= kD, 1 <= kWarps
-//   <= 32, shared memory as above. Stride, padding and dilation are general.
+//   <= 32, kUnrollKH >= 1, kPack 0 or 1 (1: kPD == kPH == 0, kKSP <= 16), shared memory as
+//   above. Measured (H100, 2026-11-22, fusejit bench, L2 flushed): W2 1.245 ms (kUnrollKH 2),
+//   W4 0.220 ms (kPack 1); conv_moments (FFMA) 1.981 and 0.286 ms. Stride, padding and dilation are general.
 #ifndef FUSEJIT_TEMPLATES_MMA_CONV_MOMENTS_CUH_
 #define FUSEJIT_TEMPLATES_MMA_CONV_MOMENTS_CUH_
 
@@ -60,6 +72,8 @@ struct MmaMomentsDefaultTune {
   static constexpr int kWarps = 8;            // warps per block
   static constexpr int kMinBlocksPerSM = 2;   // __launch_bounds__ second argument
   static constexpr int kBlocksPerSample = 2;  // grid.x: blocks sharing one sample (od chunks)
+  static constexpr int kUnrollKH = 1;         // unroll factor of the kh loop (>= 1)
+  static constexpr int kPack = 0;             // 1: K packed over (kd, kh, kw), one scale per block
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -85,7 +99,11 @@ struct MmaMomentsGeom {
   static constexpr int kPlaneHalfs = Cfg::kHin * kRowHalfs;
   static constexpr int kPlaneBytes = (2 * kPlaneHalfs + 15) / 16 * 16;
   static constexpr int kSlots = (Cfg::kKD - 1) * Cfg::kDilD + 1;
-  static constexpr int kSlices = Cfg::kKD * Cfg::kKH * kKS;
+  // Packed K (Tune::kPack): groups of 4 channels of one tap (kd, kh, kw), kKSP k16 steps of 4
+  // groups for the whole kernel instead of kKS steps per (kd, kh).
+  static constexpr int kGroups4 = Cfg::kKD * Cfg::kKH * Cfg::kKW * (kCinP / 4);
+  static constexpr int kKSP = (kGroups4 + 3) / 4;
+  static constexpr int kSlices = Tune::kPack ? kKSP : Cfg::kKD * Cfg::kKH * kKS;
   static constexpr int kChunk = (Cfg::kD + Tune::kBlocksPerSample - 1) / Tune::kBlocksPerSample;
   static constexpr int kBBytes = kSlices * kNT * 32 * 16;
   static constexpr int kFloatOffset = kBBytes;
@@ -93,6 +111,13 @@ struct MmaMomentsGeom {
   static constexpr int kHiOffset = (kFloatOffset + 4 * kFloats + 15) / 16 * 16;
   static constexpr int kLoOffset = kHiOffset + kSlots * kPlaneBytes;
   static constexpr long long kSharedBytes = (long long)kLoOffset + (long long)kSlots * kPlaneBytes;
+  // Prefetch: with SD == 1 and DilD == 1 (or KD == 1) each od after a block's first needs one
+  // new plane; its x values (kPrefetchRegs per thread) are loaded into registers before the
+  // previous od's rows are computed, and converted after them (the loads' latency hidden).
+  static constexpr int kPointsPerThread = (Cfg::kHin * Cfg::kWin + kThreads - 1) / kThreads;
+  static constexpr int kPrefetchRegs = Cfg::kCin * kPointsPerThread;
+  static constexpr bool kPrefetch =
+      Cfg::kSD == 1 && (Cfg::kDilD == 1 || Cfg::kKD == 1) && kPrefetchRegs <= 32;
 };
 
 namespace mmm {
@@ -163,6 +188,10 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
   static_assert(Tune::kBlocksPerSample >= 1 && Tune::kBlocksPerSample <= Cfg::kD,
                 "mma_conv_moments: 1 <= kBlocksPerSample <= kD");
   static_assert(Tune::kWarps >= 1 && Tune::kWarps <= 32, "mma_conv_moments: 1..32 warps");
+  static_assert(Tune::kUnrollKH >= 1, "mma_conv_moments: kUnrollKH >= 1");
+  static_assert(Tune::kPack == 0 || (Tune::kPack == 1 && Cfg::kPD == 0 && Cfg::kPH == 0 &&
+                                     G::kKSP <= 16),
+                "mma_conv_moments: kPack 1 needs no d/h padding and at most 16 packed k steps");
   static_assert(G::kSharedBytes <= kMmaMomentsSharedLimit,
                 "mma_conv_moments: dynamic shared memory over the architecture's limit");
   constexpr int C = Cfg::kC, NT = G::kNT, MT = G::kMT, KS = G::kKS, CinP = G::kCinP;
@@ -197,12 +226,24 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
       const int kh = khd % KH, kd = khd / KH;
       const int co = nt * 8 + (l >> 2), tt = l & 3;
       float v[4];
+      if constexpr (Tune::kPack) {  // slice = packed step; group gi = slice*4 + tt
+        const int gi = slice * 4 + tt, c4 = gi % (CinP / 4), r = gi / (CinP / 4);
+        const int pkw = r % KW, pkh = (r / KW) % KH, pkd = r / (KW * KH);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int q = ks * 16 + 4 * tt + j, kw = q / CinP, ci = q % CinP;
-        v[j] = (kw < KW && ci < Cin)
-                   ? __ldg(weight + (((co * Cin + ci) * KD + kd) * KH + kh) * KW + kw) * sw
-                   : 0.f;
+        for (int j = 0; j < 4; ++j) {
+          const int ci = c4 * 4 + j;
+          v[j] = (gi < G::kGroups4 && ci < Cin)
+                     ? __ldg(weight + (((co * Cin + ci) * KD + pkd) * KH + pkh) * KW + pkw) * sw
+                     : 0.f;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int q = ks * 16 + 4 * tt + j, kw = q / CinP, ci = q % CinP;
+          v[j] = (kw < KW && ci < Cin)
+                     ? __ldg(weight + (((co * Cin + ci) * KD + kd) * KH + kh) * KW + kw) * sw
+                     : 0.f;
+        }
       }
       uint2 hi, lo;
       mmm::split4(v, hi, lo);
@@ -219,6 +260,24 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
     aoff[ks] = (q / CinP) * Cfg::kDilW * CinP + q % CinP;
   }
 
+  const int od_begin = blockIdx.x * G::kChunk;
+  const int od_end = min(Cfg::kD, od_begin + G::kChunk);
+  // kPack: one input scale for the block (a k step mixes planes), from max|x| over the planes
+  // its ods read (no d padding then: ids [od_begin*SD, (od_end-1)*SD + (KD-1)*DilD]).
+  float sx_block = 1.f;
+  if constexpr (Tune::kPack) {
+    float m = 0.f;
+    if (od_begin < od_end) {
+      const int id0 = od_begin * Cfg::kSD, id1 = (od_end - 1) * Cfg::kSD + (KD - 1) * Cfg::kDilD;
+      const int per_ci = (id1 - id0 + 1) * kPlane;
+      for (int ci = 0; ci < Cin; ++ci) {
+        const float* __restrict__ xp = x + (((size_t)n * Cin + ci) * Din + id0) * kPlane;
+        for (int i = tid; i < per_ci; i += G::kThreads) m = fmaxf(m, fabsf(__ldg(xp + i)));
+      }
+    }
+    sx_block = mmm::scale_for(mmm::block_max(m, s_max));
+  }
+
   float run_n = 0.f, run_m[2 * NT], run_q[2 * NT];
 #pragma unroll
   for (int k = 0; k < 2 * NT; ++k) run_m[k] = run_q[k] = 0.f;
@@ -229,12 +288,15 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
   auto stage_plane = [&](int id) {
     const int slot = id % G::kSlots;
     const float* __restrict__ xp = xn + (size_t)id * kPlane;
-    float m = 0.f;
-    for (int i = tid; i < Cin * kPlane; i += G::kThreads) {
-      const int ci = i / kPlane, r = i - ci * kPlane;
-      m = fmaxf(m, fabsf(__ldg(xp + (size_t)ci * Din * kPlane + r)));
+    float sx = sx_block;
+    if constexpr (!Tune::kPack) {
+      float m = 0.f;
+      for (int i = tid; i < Cin * kPlane; i += G::kThreads) {
+        const int ci = i / kPlane, r = i - ci * kPlane;
+        m = fmaxf(m, fabsf(__ldg(xp + (size_t)ci * Din * kPlane + r)));
+      }
+      sx = mmm::scale_for(mmm::block_max(m, s_max));
     }
-    const float sx = mmm::scale_for(mmm::block_max(m, s_max));
     if (tid == 0) s_inv[slot] = 1.f / (sx * sw);  // powers of two: exact
     unsigned char* const ph = s_hi + slot * G::kPlaneBytes;
     unsigned char* const pl = s_lo + slot * G::kPlaneBytes;
@@ -258,6 +320,64 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
     }
   };
 
+  // Prefetch (G::kPrefetch): this thread's x values of plane id, points p = tid + k*kThreads.
+  constexpr int kPT = G::kPointsPerThread;
+  float pf[G::kPrefetch ? Cin : 1][G::kPrefetch ? kPT : 1];
+  auto prefetch_plane = [&](int id) {
+    const float* __restrict__ xp = xn + (size_t)id * kPlane;
+#pragma unroll
+    for (int k = 0; k < kPT; ++k) {
+      const int p = tid + k * G::kThreads;
+#pragma unroll
+      for (int ci = 0; ci < Cin; ++ci)
+        pf[ci][k] = p < kPlane ? __ldg(xp + (size_t)ci * Din * kPlane + p) : 0.f;
+    }
+  };
+  // Converts the prefetched plane id into its slot (all threads; barriers inside). The padding
+  // points of every slot are zeros from the start (never written here).
+  auto commit_plane = [&](int id) {
+    const int slot = id % G::kSlots;
+    float sx = sx_block;
+    if constexpr (!Tune::kPack) {
+      float m = 0.f;
+#pragma unroll
+      for (int k = 0; k < kPT; ++k)
+#pragma unroll
+        for (int ci = 0; ci < Cin; ++ci) m = fmaxf(m, fabsf(pf[ci][k]));
+      sx = mmm::scale_for(mmm::block_max(m, s_max));
+    }
+    if (tid == 0) s_inv[slot] = 1.f / (sx * sw);
+    unsigned char* const ph = s_hi + slot * G::kPlaneBytes;
+    unsigned char* const pl = s_lo + slot * G::kPlaneBytes;
+#pragma unroll
+    for (int k = 0; k < kPT; ++k) {
+      const int p = tid + k * G::kThreads;
+      if (p >= kPlane) break;
+      const int h = p / Win, q = h * G::kWinP + (p - h * Win) + Cfg::kPW;
+      if (q - h * G::kWinP >= G::kWinP) continue;  // a column no output reads
+#pragma unroll
+      for (int c4 = 0; c4 < CinP / 4; ++c4) {
+        float v[4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int ci = c4 * 4 + kk;
+          v[kk] = ci < Cin ? pf[ci < Cin ? ci : 0][k] * sx : 0.f;
+        }
+        uint2 hi, lo;
+        mmm::split4(v, hi, lo);
+        const int off = 2 * (q * CinP + c4 * 4);
+        *reinterpret_cast<uint2*>(ph + off) = hi;
+        *reinterpret_cast<uint2*>(pl + off) = lo;
+      }
+    }
+  };
+  if constexpr (G::kPrefetch) {  // zero every slot once: the padding points stay zero
+    uint4* const z = reinterpret_cast<uint4*>(s_hi);
+    for (int i = tid; i < 2 * G::kSlots * G::kPlaneBytes / 16; i += G::kThreads)
+      z[i] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+  }
+
   // One output row (od, oh): conv sums (without bias) of the thread's fragment.
   auto conv_row = [&](int lo_id, int oh, float (&acc)[MT][NT][4]) {
 #pragma unroll
@@ -266,46 +386,87 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-    // Runtime loops over kd and kh: unrolled, ptxas hoisted the loads of later slices and spilled
-    // (W4: 128 registers and spills; rolled: 117 and 90 registers for W4 and W2, no spills).
-#pragma unroll 1
-    for (int kd = 0; kd < KD; ++kd) {
-      const int id = lo_id + kd * Cfg::kDilD;
-      if constexpr (Cfg::kPD != 0) {
-        if (id < 0 || id >= Din) continue;
-      }
-      const int slot = id % G::kSlots;
-      const float inv = s_inv[slot];
-#pragma unroll 1
-      for (int kh = 0; kh < KH; ++kh) {
-        const int ih = oh * Cfg::kSH - Cfg::kPH + kh * Cfg::kDilH;
-        if constexpr (Cfg::kPH != 0) {
-          if (ih < 0 || ih >= Hin) continue;
+    if constexpr (Tune::kPack) {
+      // Step ks, lane t: group gi = 4 ks + t = tap (kd, kh, kw), channels 4 c4 .. 4 c4 + 3, at
+      // row (slot of id = lo_id + kd*DilD, ih = oh*SH + kh*DilH), point ow*SW + kw*DilW; the
+      // padding groups (gi >= kGroups4, zero weights) read group 0's finite values.
+      const float inv = 1.f / (sx_block * sw);
+      // Unrolled kUnrollKH times (fully, ptxas hoisted loads and spilled).
+#pragma unroll(Tune::kUnrollKH)
+      for (int ks = 0; ks < G::kKSP; ++ks) {
+        int gi = ks * 4 + t;
+        if (gi >= G::kGroups4) gi = 0;
+        const int c4 = gi % (CinP / 4), r = gi / (CinP / 4);
+        const int kw = r % KW, kh = (r / KW) % KH, kd = r / (KW * KH);
+        const int slot = (lo_id + kd * Cfg::kDilD) % G::kSlots;
+        const int off = slot * G::kPlaneBytes +
+                        (oh * Cfg::kSH + kh * Cfg::kDilH) * G::kRowHalfs * 2 +
+                        2 * (kw * Cfg::kDilW * CinP + c4 * 4);
+        uint4 bf[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) bf[nt] = s_b[(ks * NT + nt) * 32 + lane];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int o0 = off + 2 * (mt * 16 + g) * Cfg::kSW * CinP;
+          const int o1 = o0 + 2 * 8 * Cfg::kSW * CinP;
+          const uint2 h0 = *reinterpret_cast<const uint2*>(s_hi + o0);
+          const uint2 h1 = *reinterpret_cast<const uint2*>(s_hi + o1);
+          const uint2 l0 = *reinterpret_cast<const uint2*>(s_lo + o0);
+          const uint2 l1 = *reinterpret_cast<const uint2*>(s_lo + o1);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            float sacc[4] = {0.f, 0.f, 0.f, 0.f};
+            mmm::mma16816(sacc, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
+            mmm::mma16816(sacc, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
+            mmm::mma16816(sacc, h0.x, h1.x, h0.y, h1.y, bf[nt].x, bf[nt].y);  // hi * hi
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(sacc[i], inv, acc[mt][nt][i]);
+          }
         }
-        const int row = (slot * G::kPlaneBytes) + ih * G::kRowHalfs * 2;
-        const unsigned char* const rh = s_hi + row;
-        const unsigned char* const rl = s_lo + row;
+      }
+    } else {
+      // A runtime loop over kd, and kh unrolled kUnrollKH times: fully unrolled, ptxas hoisted the
+      // loads of later slices and spilled (W4 at 128 registers); rolled (kUnrollKH 1): 117 and 90
+      // registers for W4 and W2 without the prefetch registers, no spills.
+#pragma unroll 1
+      for (int kd = 0; kd < KD; ++kd) {
+        const int id = lo_id + kd * Cfg::kDilD;
+        if constexpr (Cfg::kPD != 0) {
+          if (id < 0 || id >= Din) continue;
+        }
+        const int slot = id % G::kSlots;
+        const float inv = s_inv[slot];
+#pragma unroll(Tune::kUnrollKH)
+        for (int kh = 0; kh < KH; ++kh) {
+          const int ih = oh * Cfg::kSH - Cfg::kPH + kh * Cfg::kDilH;
+          if constexpr (Cfg::kPH != 0) {
+            if (ih < 0 || ih >= Hin) continue;
+          }
+          const int row = (slot * G::kPlaneBytes) + ih * G::kRowHalfs * 2;
+          const unsigned char* const rh = s_hi + row;
+          const unsigned char* const rl = s_lo + row;
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-          uint4 bf[NT];
+          for (int ks = 0; ks < KS; ++ks) {
+            uint4 bf[NT];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) bf[nt] = s_b[(((kd * KH + kh) * KS + ks) * NT + nt) * 32 + lane];
+            for (int nt = 0; nt < NT; ++nt) bf[nt] = s_b[(((kd * KH + kh) * KS + ks) * NT + nt) * 32 + lane];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const int o0 = 2 * ((mt * 16 + g) * Cfg::kSW * CinP + aoff[ks]);
-            const int o1 = o0 + 2 * 8 * Cfg::kSW * CinP;
-            const uint2 h0 = *reinterpret_cast<const uint2*>(rh + o0);
-            const uint2 h1 = *reinterpret_cast<const uint2*>(rh + o1);
-            const uint2 l0 = *reinterpret_cast<const uint2*>(rl + o0);
-            const uint2 l1 = *reinterpret_cast<const uint2*>(rl + o1);
+            for (int mt = 0; mt < MT; ++mt) {
+              const int o0 = 2 * ((mt * 16 + g) * Cfg::kSW * CinP + aoff[ks]);
+              const int o1 = o0 + 2 * 8 * Cfg::kSW * CinP;
+              const uint2 h0 = *reinterpret_cast<const uint2*>(rh + o0);
+              const uint2 h1 = *reinterpret_cast<const uint2*>(rh + o1);
+              const uint2 l0 = *reinterpret_cast<const uint2*>(rl + o0);
+              const uint2 l1 = *reinterpret_cast<const uint2*>(rl + o1);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              float s[4] = {0.f, 0.f, 0.f, 0.f};
-              mmm::mma16816(s, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
-              mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
-              mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].x, bf[nt].y);  // hi * hi
+              for (int nt = 0; nt < NT; ++nt) {
+                float s[4] = {0.f, 0.f, 0.f, 0.f};
+                mmm::mma16816(s, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
+                mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
+                mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].x, bf[nt].y);  // hi * hi
 #pragma unroll
-              for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(s[i], inv, acc[mt][nt][i]);
+                for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(s[i], inv, acc[mt][nt][i]);
+              }
             }
           }
         }
@@ -313,8 +474,6 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
     }
   };
 
-  const int od_begin = blockIdx.x * G::kChunk;
-  const int od_end = min(Cfg::kD, od_begin + G::kChunk);
   bool first = true;
   for (int od = od_begin; od < od_end; ++od) {
     const int lo_id = od * Cfg::kSD - Cfg::kPD;
@@ -324,11 +483,19 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
       if (!first) {  // staged for the previous od?
         const int prev = id - (lo_id - Cfg::kSD);
         if (prev >= 0 && prev % Cfg::kDilD == 0 && prev / Cfg::kDilD < KD) continue;
+        if constexpr (G::kPrefetch) {  // the one new plane, prefetched during the previous od
+          commit_plane(id);
+          continue;
+        }
       }
       stage_plane(id);  // block-uniform
     }
     first = false;
     __syncthreads();
+    if constexpr (G::kPrefetch) {  // the next od's new plane (see commit_plane above)
+      const int nid = lo_id + 1 + (KD - 1) * Cfg::kDilD;
+      if (od + 1 < od_end && nid >= 0 && nid < Din) prefetch_plane(nid);
+    }
     float bch[2 * NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {

@@ -92,31 +92,82 @@ TEST(GpuMmaMoments, RandomChains) {
   EXPECT_EQ(checked, 16);
 }
 
+// Runs a compiled tuning twice on random inputs: fp32-accurate, bitwise-identical reruns.
+void CheckTuned(const Chain& chain, const absl::StatusOr<std::shared_ptr<CompiledChain>>& c,
+                const char* config) {
+  const HostInputs inputs = RandomInputs(chain, 5);
+  absl::StatusOr<std::vector<std::vector<float>>> outs = testing::RunOnGpu(**c, inputs);
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  absl::StatusOr<std::vector<double>> ref = RunReference(chain, inputs);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const ErrorStats err = CompareToReference((*outs)[0].data(), ref->data(),
+                                            static_cast<int64_t>(ref->size()));
+  EXPECT_LE(err.rel_l2, kFp32Accurate.rel_l2);
+  EXPECT_LE(err.max_abs, kFp32Accurate.max_abs);
+  EXPECT_EQ((*outs)[0], (*outs)[1]) << "two runs differ";
+  std::printf("  rel_l2 %.2e max_abs %.2e  %s\n", err.rel_l2, err.max_abs, config);
+}
+
 // Other tunings than the default (warps, blocks per sample), forced through tune_config.
 TEST(GpuMmaMoments, OtherTunings) {
   SKIP_WITHOUT_GPU();
   const Chain chain = Parse(
       "x:f32[3,5,13,21,29] | conv3d(out=24,k=[3,2,3],stride=[2,1,1],padding=[1,1,0]) | swish | "
       "group_norm(groups=4) | mean(dims=[2,3,4])");
-  for (const char* config : {"mma-moments-mean:warps=4,min_blocks=1,blocks_per_sample=1",
-                             "mma-moments-mean:warps=16,min_blocks=1,blocks_per_sample=7",
-                             "mma-moments-mean:warps=1,min_blocks=1,blocks_per_sample=3"}) {
+  for (const char* config : {"mma-moments-mean:warps=4,min_blocks=1,blocks_per_sample=1,unroll_kh=2,pack=0",
+                             "mma-moments-mean:warps=16,min_blocks=1,blocks_per_sample=7,unroll_kh=1,pack=0",
+                             "mma-moments-mean:warps=1,min_blocks=1,blocks_per_sample=3,unroll_kh=1,pack=0"}) {
     SCOPED_TRACE(config);
     CompileOptions options;
     options.tune_config = config;
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
     ASSERT_TRUE(c.ok()) << c.status();
-    HostInputs inputs = RandomInputs(chain, 5);
-    absl::StatusOr<std::vector<std::vector<float>>> outs = testing::RunOnGpu(**c, inputs);
-    ASSERT_TRUE(outs.ok()) << outs.status();
-    absl::StatusOr<std::vector<double>> ref = RunReference(chain, inputs);
-    ASSERT_TRUE(ref.ok()) << ref.status();
-    const ErrorStats err = CompareToReference((*outs)[0].data(), ref->data(),
-                                              static_cast<int64_t>(ref->size()));
-    EXPECT_LE(err.rel_l2, kFp32Accurate.rel_l2);
-    EXPECT_LE(err.max_abs, kFp32Accurate.max_abs);
-    EXPECT_EQ((*outs)[0], (*outs)[1]);
-    std::printf("  rel_l2 %.2e max_abs %.2e  %s\n", err.rel_l2, err.max_abs, config);
+    CheckTuned(chain, c, config);
+  }
+  // Packed K (Cin 5 -> two channel groups per tap, stride 2 in d, padding in w only).
+  const Chain packed = Parse(
+      "x:f32[2,5,13,21,29] | conv3d(out=16,k=[3,2,3],stride=[2,1,1],padding=[0,0,1]) | swish | "
+      "group_norm(groups=4) | mean(dims=[1,2,3,4])");
+  for (const char* config : {"mma-moments-mean:warps=4,min_blocks=1,blocks_per_sample=2,unroll_kh=2,pack=1",
+                             "mma-moments-mean:warps=8,min_blocks=1,blocks_per_sample=1,unroll_kh=1,pack=1"}) {
+    SCOPED_TRACE(config);
+    CompileOptions options;
+    options.tune_config = config;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(packed, options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    CheckTuned(packed, c, config);
+  }
+}
+
+// Timings (no assertion; medians of RunOnGpu, L2 not flushed) of a few tunings of the seeds,
+// to pick the defaults: prints "  time <ms> <config>".
+TEST(GpuMmaMoments, SeedTuningTimes) {
+  SKIP_WITHOUT_GPU();
+  const std::pair<const char*, std::vector<const char*>> cases[] = {
+      {"x:f32[1024,3,16,32,32] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4,eps=1e-5) | "
+       "mean(dims=[2,3,4])",
+       {"warps=8,min_blocks=2,blocks_per_sample=1,unroll_kh=1,pack=0",
+        "warps=8,min_blocks=2,blocks_per_sample=1,unroll_kh=2,pack=0"}},
+      {"x:f32[128,3,24,32,32] | conv3d(out=24,k=3) | group_norm(groups=8,eps=1e-5) | "
+       "mean(dims=[1,2,3,4])",
+       {"warps=8,min_blocks=2,blocks_per_sample=2,unroll_kh=1,pack=0",
+        "warps=8,min_blocks=2,blocks_per_sample=2,unroll_kh=1,pack=1",
+        "warps=8,min_blocks=2,blocks_per_sample=3,unroll_kh=1,pack=1",
+        "warps=4,min_blocks=3,blocks_per_sample=3,unroll_kh=1,pack=1",
+        "warps=8,min_blocks=2,blocks_per_sample=4,unroll_kh=1,pack=1"}},
+  };
+  for (const auto& [spec, configs] : cases) {
+    const Chain chain = Parse(spec);
+    const HostInputs inputs = RandomInputs(chain, 9);
+    for (const char* config : configs) {
+      CompileOptions options;
+      options.tune_config = absl::StrCat(kStrategy, ":", config);
+      absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
+      ASSERT_TRUE(c.ok()) << c.status();
+      double ms = 0;
+      ASSERT_TRUE(testing::RunOnGpu(**c, inputs, 1, 20, &ms).ok());
+      std::printf("  time %.4f ms  %s  %s\n", ms, config, spec);
+    }
   }
 }
 
