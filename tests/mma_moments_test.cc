@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/emit.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
+#include "jit/nvrtc.h"
+#include "templates/embedded.h"
 #include "tests/random_chains.h"
 
 namespace fusejit {
@@ -125,6 +128,49 @@ TEST(MmaMoments, PlansCompileForSm80AndSm90) {
       absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(spec), options);
       EXPECT_TRUE(c.ok()) << spec << " " << arch << ": " << c.status();
     }
+  }
+}
+
+// The host's shared-memory size (KernelLaunch::shared_bytes) is the template's kSharedBytes for
+// every candidate of a few chains (both K layouts, warps 4-16): static_asserts compiled by NVRTC.
+TEST(MmaMoments, HostSharedBytesMatchTheTemplate) {
+  const codegen::Strategy* s = codegen::FindStrategy(kStrategy);
+  std::vector<std::string> specs = {kW2, kW4};
+  Rng rng(733);
+  for (int tries = 0; tries < 500 && specs.size() < 5; ++tries) {
+    const std::string spec = RandomSpec(rng);
+    if (s->Applies(Parse(spec), Target("sm_90"))) specs.push_back(spec);
+  }
+  for (const std::string& spec : specs) {
+    const Chain chain = Parse(spec);
+    std::string probe;
+    int count = 0;
+    for (const codegen::TuneConfig& c : s->Candidates(chain, Target("sm_90"))) {
+      if (count == 12) break;
+      absl::StatusOr<codegen::Plan> plan = s->MakeTunedPlan(chain, Target("sm_90"), c);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      if (probe.empty()) probe = codegen::EmitSource(chain, *plan).main + "\nnamespace fj {\n";
+      const codegen::TuneStruct& t = plan->tunes.back();
+      std::string fields;
+      for (const auto& f : t.fields) {
+        absl::StrAppend(&fields, " static constexpr ", f.type, " ", f.name, " = ", f.value, ";");
+      }
+      absl::StrAppend(&probe, "struct Probe", count, " {", fields, " };\n",
+                      "static_assert(MmaMomentsGeom<Cfg, Probe", count, ">::kSharedBytes == ",
+                      plan->kernels[0].shared_bytes, ", \"", c.ToString(), "\");\n");
+      ++count;
+    }
+    probe += "}  // namespace fj\n";
+    jit::NvrtcRequest req;
+    req.name = "mma_moments_probe.cu";
+    req.source = probe;
+    req.arch = "sm_90";
+    req.options = codegen::SourceNvrtcOptions();
+    for (const templates::TemplateFile& t : templates::All()) {
+      req.headers.emplace_back(std::string(t.name), std::string(t.text));
+    }
+    absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
+    EXPECT_TRUE(out.ok()) << spec << ": " << out.status();
   }
 }
 
