@@ -51,10 +51,11 @@ TEST(Planner, SeedChainsGetTheExpectedPlans) {
     return plan.ok() ? plan->strategy : "";
   };
   EXPECT_EQ(strategy(0), "convt-recompute-normalize");  // cheap convT: never store the 1 GB
-  EXPECT_EQ(strategy(1), "conv-moments-mean");
+  // Few input channels, 16/24 channels: tensor cores (mma.sync, F16x3) for the moments.
+  EXPECT_EQ(strategy(1), "mma-moments-mean");
   // K = 1728: tensor cores (sm_90a wgmma), store once, normalize in place.
   EXPECT_EQ(strategy(2), "igemm-store-normalize");
-  EXPECT_EQ(strategy(3), "conv-moments-mean");
+  EXPECT_EQ(strategy(3), "mma-moments-mean");
 }
 
 TEST(Planner, WorkspaceIsSmallNotFullSize) {
@@ -202,14 +203,14 @@ TEST(Compile, CompiledChainDescribesItself) {
   EXPECT_EQ((*c)->params().size(), 4u);
   EXPECT_GT((*c)->workspace_bytes(), 0u);
   const std::string explain = (*c)->Explain();
-  EXPECT_NE(explain.find("conv-moments-mean"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("mma-moments-mean"), std::string::npos) << explain;
   EXPECT_NE(explain.find("kernel 0"), std::string::npos) << explain;
   EXPECT_NE(explain.find("workspace"), std::string::npos) << explain;
   EXPECT_GT((*c)->stats().nvrtc_ms, 0);
   // Profiling interface: the kernels in launch order; a prefix longer than the plan is refused
   // before anything touches a GPU.
   ASSERT_EQ((*c)->kernel_count(), 2u);
-  EXPECT_EQ((*c)->kernel_name(0), "fj_conv_moments");
+  EXPECT_EQ((*c)->kernel_name(0), "fj_mma_conv_moments");
   EXPECT_EQ((*c)->kernel_name(2), "");
   const absl::Status too_many = (*c)->RunFirstKernels(Bindings{}, nullptr, 3);
   EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument) << too_many;

@@ -78,12 +78,12 @@ TEST(MmaMoments, AppliesToSeedsW2W4) {
       std::printf("  %s default %s\n", arch, def.ToString().c_str());
     }
     EXPECT_FALSE(s->Applies(chain, Target("sm_75")));
-    // Not the planner's choice (yet): conv-moments-mean, with this one a close second.
+    // The planner's choice for the seeds (measured faster than conv-moments-mean on the H100).
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"));
     ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->strategy, "conv-moments-mean") << spec;
+    EXPECT_EQ(plan->strategy, kStrategy) << spec;
     EXPECT_LT(s->Cost(chain, Target("sm_90")),
-              1.02 * codegen::FindStrategy("conv-moments-mean")->Cost(chain, Target("sm_90")));
+              codegen::FindStrategy("conv-moments-mean")->Cost(chain, Target("sm_90")));
   }
   // Not for a chain with ops after group_norm, nor for 12 channels.
   EXPECT_FALSE(s->Applies(Parse("x:f32[2,3,8,8,8] | conv3d(out=16,k=3) | group_norm(groups=4) | "

@@ -19,7 +19,7 @@ using cache::testing::TempDir;
 using cache::testing::WarningLog;
 
 const char* const kSpec =
-    "x:f32[4,3,8,16,16] | conv3d(out=16,k=3) | hardswish | group_norm(groups=4) | "
+    "x:f32[4,3,8,16,16] | conv3d(out=16,k=3,padding=1) | hardswish | group_norm(groups=4) | "
     "mean(dims=[2,3,4])";
 
 // A private database as TuningDb::Default() for the test's duration.
