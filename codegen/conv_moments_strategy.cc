@@ -418,17 +418,7 @@ class ConvMomentsMeanStrategy : public Strategy {
               Arg(Kind::kParam, "const float*", "bias", info.bias_param),
               Arg(Kind::kWorkspace, "fj::MomentsD*", "partials", "", partials)};
     plan.kernels.push_back(k);
-    KernelLaunch f;
-    f.symbol = "fj_moments_mean";
-    f.body = "fj::moments_mean_finalize<Cfg, ConvMomentsTune>";
-    f.purpose = "merge moments in a fixed order -> group mean/rstd -> mean of the group_norm output";
-    f.grid = {static_cast<unsigned>(n), 1, 1};
-    f.block = {32, 1, 1};
-    f.args = {Arg(Kind::kWorkspace, "const fj::MomentsD*", "partials", "", partials),
-              Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
-              Arg(Kind::kParam, "const float*", "beta", info.beta_param),
-              Arg(Kind::kOutput, "float*", "y")};
-    plan.kernels.push_back(f);
+    plan.kernels.push_back(MomentsMeanFinalizeLaunch(info, "ConvMomentsTune", "fj::MomentsD", partials));
     return plan;
   }
 

@@ -262,17 +262,7 @@ class MmaMomentsMeanStrategy : public Strategy {
               Arg(Kind::kParam, "const float*", "bias", info.bias_param),
               Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
     plan.kernels.push_back(k);
-    KernelLaunch f;
-    f.symbol = "fj_moments_mean";
-    f.body = "fj::moments_mean_finalize<Cfg, MmaMomentsTune>";
-    f.purpose = "merge moments in a fixed order -> group mean/rstd -> mean of the group_norm output";
-    f.grid = {static_cast<unsigned>(n), 1, 1};
-    f.block = {32, 1, 1};
-    f.args = {Arg(Kind::kWorkspace, "const fj::Moments*", "partials", "", partials),
-              Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
-              Arg(Kind::kParam, "const float*", "beta", info.beta_param),
-              Arg(Kind::kOutput, "float*", "y")};
-    plan.kernels.push_back(f);
+    plan.kernels.push_back(MomentsMeanFinalizeLaunch(info, "MmaMomentsTune", "fj::Moments", partials));
     return plan;
   }
 

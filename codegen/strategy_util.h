@@ -81,6 +81,25 @@ inline std::vector<int64_t> BlocksPerSampleCandidates(int64_t b, int64_t n, cons
   return out;
 }
 
+// The finalize kernel of the moments strategies (templates/moments_mean.cuh): merges the per-block
+// channel moments at workspace offset `partials` (elements of `moments_type`, "fj::Moments" or
+// "fj::MomentsD") in a fixed order and writes the mean of the group_norm output into y.
+inline KernelLaunch MomentsMeanFinalizeLaunch(const ChainInfo& info, const std::string& tune_struct,
+                                              const std::string& moments_type, size_t partials) {
+  KernelLaunch f;
+  f.symbol = "fj_moments_mean";
+  f.body = absl::StrCat("fj::moments_mean_finalize<Cfg, ", tune_struct, ">");
+  f.purpose = "merge moments in a fixed order -> group mean/rstd -> mean of the group_norm output";
+  f.grid = {static_cast<unsigned>(info.producer_shape[0]), 1, 1};
+  f.block = {32, 1, 1};
+  f.args = {Arg(Kind::kWorkspace, absl::StrCat("const ", moments_type, "*"), "partials", "",
+                partials),
+            Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
+            Arg(Kind::kParam, "const float*", "beta", info.beta_param),
+            Arg(Kind::kOutput, "float*", "y")};
+  return f;
+}
+
 }  // namespace fusejit::codegen
 
 #endif  // FUSEJIT_CODEGEN_STRATEGY_UTIL_H_
