@@ -363,8 +363,38 @@ std::vector<ParamSpec> ChainParams(const Chain& chain) {
   return params;
 }
 
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF64: return "f64";
+  }
+  return "?";
+}
+
+size_t DTypeBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF32: return 4;
+    case DType::kF64: return 8;
+  }
+  return 0;
+}
+
+bool ParseDType(std::string_view name, DType* dtype) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    if (DTypeName(d) == name) {
+      *dtype = d;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string FormatChain(const Chain& chain) {
-  std::string s = absl::StrCat("x:f32", FormatShape(chain.input));
+  std::string s = absl::StrCat("x:", DTypeName(chain.dtype), FormatShape(chain.input));
   for (const Op& op : chain.ops) absl::StrAppend(&s, " | ", OpText(op));
   return s;
 }

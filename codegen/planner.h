@@ -61,6 +61,10 @@ class Strategy {
                                              const TuneConfig& config) const;
 };
 
+// OK when some strategy has plans for chains of `dtype`; else Unimplemented naming the dtypes that
+// have. Every planning entry point below checks it first.
+absl::Status CheckDTypeHasPlans(DType dtype);
+
 // Every strategy, in a fixed order.
 const std::vector<std::unique_ptr<Strategy>>& AllStrategies();
 

@@ -1,6 +1,6 @@
 // The spec grammar (whitespace is free between tokens):
 //   spec   := input ('|' op)*
-//   input  := 'x' ':' 'f32' '[' int (',' int)* ']'
+//   input  := 'x' ':' dtype '[' int (',' int)* ']'      dtype := f32 | f16 | bf16 | f64
 //   op     := name ['(' [arg (',' arg)*] ')']
 //   arg    := name '=' value
 //   value  := number | 'true' | 'false' | '[' number (',' number)* ']'
@@ -31,7 +31,7 @@ class Parser {
 
   absl::StatusOr<Chain> Parse() {
     Chain chain;
-    if (absl::Status s = ParseInput(&chain.input); !s.ok()) return s;
+    if (absl::Status s = ParseInput(&chain.input, &chain.dtype); !s.ok()) return s;
     while (true) {
       SkipSpace();
       if (pos_ == text_.size()) break;
@@ -89,7 +89,7 @@ class Parser {
     return v;
   }
 
-  absl::Status ParseInput(Shape* shape) {
+  absl::Status ParseInput(Shape* shape, DType* dtype_out) {
     SkipSpace();
     size_t start = pos_;
     if (Identifier() != "x" || !Consume(':')) {
@@ -97,11 +97,13 @@ class Parser {
     }
     size_t dtype_pos = pos_;
     std::string dtype = Identifier();
-    if (dtype != "f32") {
+    if (!ParseDType(dtype, dtype_out)) {
       return ErrorAt(dtype_pos, absl::StrCat("input type '", dtype,
-                                             "' is not supported; fusejit takes f32 (float32)"));
+                                             "' is not a dtype; write f32, f16, bf16 or f64"));
     }
-    if (!Consume('[')) return Error("expected '[' and the input shape after x:f32");
+    if (!Consume('[')) {
+      return Error(absl::StrCat("expected '[' and the input shape after x:", dtype));
+    }
     do {
       SkipSpace();
       size_t at = pos_;

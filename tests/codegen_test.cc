@@ -89,6 +89,22 @@ TEST(Planner, NamedStrategyAndErrors) {
       << bad.status();  // lists what applies
 }
 
+TEST(Planner, DTypesWithoutPlansAreRefusedByName) {
+  codegen::PlanTarget target;
+  target.arch = "sm_90";
+  for (const char* dtype : {"f16", "bf16", "f64"}) {
+    Chain chain = Parse(std::string("x:") + dtype + "[2,3,8,8,8] | conv3d(out=4,k=3) | relu");
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_NE(plan.status().message().find(dtype), std::string::npos) << plan.status();
+    EXPECT_NE(plan.status().message().find("dtypes with plans: f32"), std::string::npos);
+    EXPECT_TRUE(codegen::AllCandidates(chain, target).empty());
+    absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(chain, {.arch = "sm_90"});
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_NE(compiled.status().message().find(dtype), std::string::npos);
+  }
+}
+
 TEST(Emit, SourceIsReadableWithBakedConstants) {
   const Chain w1 = Parse(SeedWorkloads()[0].spec);
   absl::StatusOr<codegen::Plan> plan =

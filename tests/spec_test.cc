@@ -40,6 +40,21 @@ TEST(Spec, SpellingsOfOneChainPrintTheSame) {
             "leaky_relu(slope=0.01) | mean(dims=[2,3,4])");
 }
 
+TEST(Spec, DTypesParsePrintAndDistinguishChains) {
+  for (const char* dtype : {"f32", "f16", "bf16", "f64"}) {
+    const std::string spec = std::string("x:") + dtype + "[2,3,8,8,8] | conv3d(out=4,k=3) | relu";
+    EXPECT_EQ(Canonical(spec), spec);
+  }
+  absl::StatusOr<Chain> f32 = ParseChain("x:f32[2,3,8,8,8] | relu");
+  absl::StatusOr<Chain> bf16 = ParseChain("x:bf16[2,3,8,8,8] | relu");
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  EXPECT_EQ(f32->dtype, DType::kF32);
+  EXPECT_EQ(bf16->dtype, DType::kBF16);
+  EXPECT_FALSE(*f32 == *bf16);  // so the dtype is part of every key made from the chain
+  EXPECT_EQ(DTypeBytes(DType::kBF16), 2u);
+  EXPECT_EQ(DTypeBytes(DType::kF64), 8u);
+}
+
 TEST(Spec, TuplesAndNonDefaultsArePrinted) {
   EXPECT_EQ(Canonical("x:f32[1,2,9,10,11] | conv_transpose3d(out=3,k=[1,3,5],stride=[1,2,3],"
                       "padding=[0,1,2],output_padding=[0,1,2],dilation=[1,1,1],bias=false) | "
@@ -139,9 +154,9 @@ TEST(Spec, ErrorsNameTheProblemAndTheFix) {
     EXPECT_NE(e.find("missing required argument 'out'"), std::string::npos) << e;
   }
   {
-    std::string e = ErrorOf("x:f16[2,4,8,8,8] | relu");
-    EXPECT_NE(e.find("f16"), std::string::npos) << e;
-    EXPECT_NE(e.find("f32"), std::string::npos) << e;
+    std::string e = ErrorOf("x:i8[2,4,8,8,8] | relu");
+    EXPECT_NE(e.find("'i8'"), std::string::npos) << e;
+    EXPECT_NE(e.find("f32, f16, bf16 or f64"), std::string::npos) << e;
   }
   {
     std::string e = ErrorOf("x:f32[2,4,8,8] | relu");

@@ -1,6 +1,6 @@
 // fusejit/chain.h: the op-chain description a caller hands to fusejit.
 //
-// A chain is an input shape (float32, NCDHW, contiguous) followed by ops:
+// A chain is an input shape and dtype (NCDHW, contiguous) followed by ops:
 //   [producer]  conv3d | conv_transpose3d            (optional, first)
 //   elementwise relu, leaky_relu, sigmoid, tanh, swish (alias silu), hardswish, gelu, clamp
 //   group_norm  at most one, affine, elementwise ops before and after it
@@ -32,6 +32,16 @@ namespace fusejit {
 
 using Dims3 = std::array<int64_t, 3>;  // (d, h, w)
 using Shape = std::vector<int64_t>;
+
+// Element type of a chain's tensors (input, parameters, output), written in specs as f32, f16,
+// bf16, f64. Part of the chain, so of its canonical text and every cache key. Which dtypes have
+// plans is the planner's business (codegen/planner.h); the others parse and print but Compile
+// refuses them with an error naming the dtypes that have plans.
+enum class DType { kF32, kF16, kBF16, kF64 };
+std::string_view DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64"
+size_t DTypeBytes(DType dtype);           // 4, 2, 2, 8
+// The dtype named `name` in spec spelling; false when there is none.
+bool ParseDType(std::string_view name, DType* dtype);
 
 enum class OpKind {
   kConv3d,
@@ -86,10 +96,11 @@ struct Op {
 struct Chain {
   Shape input;  // [N, C, D, H, W]
   std::vector<Op> ops;
+  DType dtype = DType::kF32;  // of the input, the parameters and the output
   bool operator==(const Chain&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const Chain& c) {
-    return H::combine(std::move(h), c.input, c.ops);
+    return H::combine(std::move(h), c.input, c.ops, c.dtype);
   }
 };
 
