@@ -363,7 +363,7 @@ std::vector<ParamSpec> ChainParams(const Chain& chain) {
   return params;
 }
 
-std::string_view DTypeName(DType dtype) {
+const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";
     case DType::kF16: return "f16";

@@ -3,7 +3,34 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace fusejit::jit {
+namespace fusejit {
+
+NamedBindings Bindings::Named() const {
+  NamedBindings named(params.begin(), params.end());
+  named[std::string(kInputName)] = input;
+  named[std::string(kOutputName)] = output;
+  if (workspace) named[std::string(kWorkspaceName)] = workspace;
+  return named;
+}
+
+namespace jit {
+
+namespace {
+
+int IndexOf(const std::vector<TensorSpec>& signature, std::string_view name) {
+  for (size_t i = 0; i < signature.size(); ++i) {
+    if (signature[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string Names(const std::vector<TensorSpec>& signature) {
+  std::vector<std::string> names;
+  for (const TensorSpec& t : signature) names.push_back(t.name);
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
 
 CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::string arch,
                                      std::string source, std::string cubin, CompileStats stats)
@@ -13,14 +40,38 @@ CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::strin
       source_(std::move(source)),
       cubin_(std::move(cubin)),
       stats_(std::move(stats)),
-      params_(ChainParams(chain_)) {}
+      signature_(ForwardSignature(chain_, plan_.workspace_bytes)) {
+  const int workspace = IndexOf(signature_, kWorkspaceName);
+  for (const codegen::KernelLaunch& k : plan_.kernels) {
+    std::vector<ArgSource>& sources = arg_sources_.emplace_back();
+    for (const codegen::KernelArg& arg : k.args) {
+      ArgSource& a = sources.emplace_back();
+      switch (arg.kind) {
+        case codegen::KernelArg::Kind::kInput: a.tensor = IndexOf(signature_, kInputName); break;
+        case codegen::KernelArg::Kind::kOutput: a.tensor = IndexOf(signature_, kOutputName); break;
+        case codegen::KernelArg::Kind::kParam:
+          a.tensor = arg.param.empty() ? -1 : IndexOf(signature_, arg.param);
+          break;
+        case codegen::KernelArg::Kind::kWorkspace:
+          a.tensor = workspace;
+          a.offset = arg.offset;
+          break;
+      }
+    }
+  }
+  for (const codegen::ConstantCopy& c : plan_.constant_copies) {
+    constant_sources_.push_back(IndexOf(signature_, c.param));
+  }
+}
 
 std::string CompiledChainImpl::Explain() const {
   std::string s = absl::StrCat("chain: ", FormatChain(chain_), "\n");
   absl::StrAppend(&s, "output: ", FormatShape(OutputShape(chain_)), "\n");
   absl::StrAppend(&s, "arch: ", arch_, "\n");
   std::vector<std::string> params;
-  for (const ParamSpec& p : params_) params.push_back(p.name + FormatShape(p.shape));
+  for (const TensorSpec& t : signature_) {
+    if (t.role == TensorRole::kParam) params.push_back(t.name + FormatShape(t.shape));
+  }
   absl::StrAppend(&s, "parameters: ", params.empty() ? "(none)" : absl::StrJoin(params, " "), "\n");
   absl::StrAppend(&s, codegen::ExplainPlan(plan_));
   absl::StrAppend(&s, "source: ",
@@ -70,45 +121,42 @@ absl::StatusOr<const CompiledChainImpl::Loaded*> CompiledChainImpl::LoadedForCur
 
 absl::Status CompiledChainImpl::Load() { return LoadedForCurrentContext().status(); }
 
-absl::Status CompiledChainImpl::CheckBindings(const Bindings& b) const {
-  if (!b.input) return absl::InvalidArgumentError("bindings: input (x) is null");
-  if (!b.output) return absl::InvalidArgumentError("bindings: output (y) is null");
-  if (plan_.workspace_bytes > 0 && !b.workspace) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bindings: workspace is null but this plan needs ", plan_.workspace_bytes,
-        " bytes (CompiledChain::workspace_bytes(); fusejit::Workspace::Allocate allocates it)"));
-  }
-  if (b.workspace % 256 != 0) {
-    return absl::InvalidArgumentError("bindings: workspace must be 256-byte aligned");
-  }
-  // Kernels use 16-byte vector loads and stores; cuMemAlloc and every CUDA allocator give 256.
-  if (b.input % 16 != 0 || b.output % 16 != 0) {
-    return absl::InvalidArgumentError(
-        "bindings: input and output must be 16-byte aligned (as cuMemAlloc returns them)");
-  }
-  for (const ParamSpec& p : params_) {
-    auto it = b.params.find(p.name);
-    if (it == b.params.end() || !it->second) {
-      return absl::InvalidArgumentError(absl::StrCat("bindings: parameter ", p.name,
-                                                     FormatShape(p.shape), " is missing"));
+absl::StatusOr<std::vector<CUdeviceptr>> CompiledChainImpl::Resolve(
+    const NamedBindings& bindings) const {
+  std::vector<CUdeviceptr> tensors(signature_.size(), 0);
+  for (const auto& [name, ptr] : bindings) {
+    const int i = IndexOf(signature_, name);
+    if (i < 0 && name == kWorkspaceName) continue;  // a workspace for a plan that needs none
+    if (i < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bindings: unknown tensor '", name,
+                                                     "'; this chain binds ", Names(signature_)));
     }
-    if (it->second % 16 != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bindings: parameter ", p.name, " must be 16-byte aligned"));
-    }
+    tensors[i] = ptr;
   }
-  for (const auto& [name, ptr] : b.params) {
-    bool known = false;
-    for (const ParamSpec& p : params_) known |= p.name == name;
-    if (!known) {
-      std::vector<std::string> names;
-      for (const ParamSpec& p : params_) names.push_back(p.name);
-      return absl::InvalidArgumentError(
-          absl::StrCat("bindings: unknown parameter '", name, "'; this chain takes ",
-                       names.empty() ? "none" : absl::StrJoin(names, ", ")));
+  for (size_t i = 0; i < signature_.size(); ++i) {
+    const TensorSpec& t = signature_[i];
+    const std::string what =
+        t.role == TensorRole::kWorkspace
+            ? absl::StrCat(t.name, " (", t.bytes(),
+                           " bytes; CompiledChain::workspace_bytes(), fusejit::Workspace::Allocate "
+                           "allocates it)")
+            : absl::StrCat(t.name, " ", DTypeName(t.dtype), FormatShape(t.shape));
+    if (!tensors[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bindings: ", what, bindings.contains(t.name) ? " is null" : " is missing"));
+    }
+    if (tensors[i] % t.alignment != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bindings: ", what, " must be ", t.alignment,
+                                                     "-byte aligned (as cuMemAlloc returns it)"));
     }
   }
-  return absl::OkStatus();
+  return tensors;
+}
+
+absl::Status CompiledChainImpl::RunNamed(const NamedBindings& bindings, CUstream stream) {
+  absl::StatusOr<std::vector<CUdeviceptr>> tensors = Resolve(bindings);
+  if (!tensors.ok()) return tensors.status();
+  return Enqueue(*tensors, stream, plan_.kernels.size());
 }
 
 absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstream stream,
@@ -118,7 +166,13 @@ absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstre
                                                    " exceeds the plan's ", plan_.kernels.size(),
                                                    " kernels"));
   }
-  if (absl::Status s = CheckBindings(bindings); !s.ok()) return s;
+  absl::StatusOr<std::vector<CUdeviceptr>> tensors = Resolve(bindings.Named());
+  if (!tensors.ok()) return tensors.status();
+  return Enqueue(*tensors, stream, count);
+}
+
+absl::Status CompiledChainImpl::Enqueue(const std::vector<CUdeviceptr>& tensors, CUstream stream,
+                                        size_t count) {
   absl::StatusOr<const Loaded*> loaded = LoadedForCurrentContext();
   if (!loaded.ok()) return loaded.status();
   const DriverApi* driver = *Driver();
@@ -126,7 +180,7 @@ absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstre
   for (size_t i = 0; i < plan_.constant_copies.size(); ++i) {
     const codegen::ConstantCopy& c = plan_.constant_copies[i];
     FUSEJIT_CU_RETURN_IF_ERROR(
-        driver->cuMemcpyDtoDAsync((*loaded)->constants[i], bindings.params.at(c.param), c.bytes,
+        driver->cuMemcpyDtoDAsync((*loaded)->constants[i], tensors[constant_sources_[i]], c.bytes,
                                   stream),
         absl::StrCat("copying ", c.param, " to __constant__ ", c.symbol));
   }
@@ -134,24 +188,15 @@ absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstre
   std::vector<void*> args;
   for (size_t i = 0; i < count; ++i) {
     const codegen::KernelLaunch& k = plan_.kernels[i];
+    const std::vector<ArgSource>& sources = arg_sources_[i];
     values.assign(k.args.size(), 0);
     args.assign(k.args.size(), nullptr);
     for (size_t a = 0; a < k.args.size(); ++a) {
-      const codegen::KernelArg& arg = k.args[a];
-      switch (arg.kind) {
-        case codegen::KernelArg::Kind::kInput: values[a] = bindings.input; break;
-        case codegen::KernelArg::Kind::kOutput: values[a] = bindings.output; break;
-        case codegen::KernelArg::Kind::kParam:
-          values[a] = arg.param.empty() ? 0 : bindings.params.at(arg.param);
-          break;
-        case codegen::KernelArg::Kind::kWorkspace:
-          values[a] = bindings.workspace + arg.offset;
-          break;
-      }
+      if (sources[a].tensor >= 0) values[a] = tensors[sources[a].tensor] + sources[a].offset;
       args[a] = &values[a];
     }
-    if (absl::Status s = Launch((*loaded)->functions[i], k.grid, k.block, k.shared_bytes, stream,
-                                args.data());
+    if (absl::Status s = jit::Launch((*loaded)->functions[i], k.grid, k.block, k.shared_bytes,
+                                     stream, args.data());
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("launching ", k.symbol, ": ", s.message()));
     }
@@ -159,4 +204,5 @@ absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstre
   return absl::OkStatus();
 }
 
-}  // namespace fusejit::jit
+}  // namespace jit
+}  // namespace fusejit

@@ -24,7 +24,9 @@ class CompiledChainImpl final : public CompiledChain {
 
   const Chain& chain() const override { return chain_; }
   const std::string& arch() const override { return arch_; }
+  const std::string& strategy() const override { return plan_.strategy; }
   Shape output_shape() const override { return OutputShape(chain_); }
+  const std::vector<TensorSpec>& signature() const override { return signature_; }
   std::vector<ParamSpec> params() const override { return ChainParams(chain_); }
   size_t workspace_bytes() const override { return plan_.workspace_bytes; }
   const CompileStats& stats() const override { return stats_; }
@@ -37,6 +39,7 @@ class CompiledChainImpl final : public CompiledChain {
   absl::Status Run(const Bindings& bindings, CUstream stream) override {
     return RunFirstKernels(bindings, stream, plan_.kernels.size());
   }
+  absl::Status RunNamed(const NamedBindings& bindings, CUstream stream) override;
   size_t kernel_count() const override { return plan_.kernels.size(); }
   std::string kernel_name(size_t i) const override {
     return i < plan_.kernels.size() ? plan_.kernels[i].symbol : std::string();
@@ -51,7 +54,10 @@ class CompiledChainImpl final : public CompiledChain {
     std::vector<CUdeviceptr> constants;  // one per plan constant copy
   };
   absl::StatusOr<const Loaded*> LoadedForCurrentContext();
-  absl::Status CheckBindings(const Bindings& bindings) const;
+  // One pointer per signature() tensor, in its order, from bindings checked against it.
+  absl::StatusOr<std::vector<CUdeviceptr>> Resolve(const NamedBindings& bindings) const;
+  // Enqueues the first `count` kernels with pointers from Resolve().
+  absl::Status Enqueue(const std::vector<CUdeviceptr>& tensors, CUstream stream, size_t count);
 
   const Chain chain_;
   const codegen::Plan plan_;
@@ -59,7 +65,15 @@ class CompiledChainImpl final : public CompiledChain {
   const std::string source_;
   const std::string cubin_;
   const CompileStats stats_;
-  const std::vector<ParamSpec> params_;
+  const std::vector<TensorSpec> signature_;
+  // For each kernel's each argument: the signature index it binds (-1: a null pointer), plus a
+  // byte offset (workspace regions). Derived once from plan_ and signature_.
+  struct ArgSource {
+    int tensor = -1;
+    size_t offset = 0;
+  };
+  std::vector<std::vector<ArgSource>> arg_sources_;
+  std::vector<int> constant_sources_;  // signature index of each plan constant copy's param
 
   absl::Mutex mu_;
   absl::flat_hash_map<CUcontext, std::unique_ptr<Loaded>> loaded_ ABSL_GUARDED_BY(mu_);

@@ -8,8 +8,10 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "jit/driver.h"
 
 namespace fusejit::jit {
@@ -100,6 +102,42 @@ absl::StatusOr<std::string> CurrentArch() {
   absl::StatusOr<CUdevice> device = CurrentDevice(**loaded);
   if (!device.ok()) return device.status();
   return ArchOf(**loaded, *device);
+}
+
+absl::Status UseCurrentOrPrimaryContext(int ordinal) {
+  absl::StatusOr<const DriverApi*> loaded = Driver();
+  if (!loaded.ok()) return loaded.status();
+  const DriverApi& api = **loaded;
+  CUcontext current = nullptr;
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current) return absl::OkStatus();
+  int count = 0;
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ordinal ", ordinal,
+                                                   " does not exist: there are ", count,
+                                                   " device(s), 0..", count - 1));
+  }
+  // One retain per device for the life of the process: the primary context stays alive for
+  // every thread that later makes it current here.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* retained = new absl::flat_hash_map<int, CUcontext>();
+  CUcontext context = nullptr;
+  {
+    absl::MutexLock lock(&mu);
+    auto it = retained->find(ordinal);
+    if (it == retained->end()) {
+      CUdevice device = 0;
+      FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&device, ordinal),
+                                 absl::StrCat("cuDeviceGet(", ordinal, ")"));
+      FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, device),
+                                 absl::StrCat("cuDevicePrimaryCtxRetain(device ", ordinal, ")"));
+      it = retained->emplace(ordinal, context).first;
+    }
+    context = it->second;
+  }
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxSetCurrent(context), "cuCtxSetCurrent(primary context)");
+  return absl::OkStatus();
 }
 
 // ---- ScopedPrimaryContext ----------------------------------------------------------------------

@@ -42,6 +42,12 @@ absl::StatusOr<DeviceInfo> CurrentDeviceInfo();
 // CurrentDeviceInfo()->arch, with fewer queries.
 absl::StatusOr<std::string> CurrentArch();
 
+// Makes sure the calling thread has a current context: the one already current is kept (whatever
+// its device); with none, device `ordinal`'s primary context (the one the CUDA runtime and PyTorch
+// use) is retained for the life of the process and made current. Never creates a context.
+// Cheap when a context is current (one driver call).
+absl::Status UseCurrentOrPrimaryContext(int ordinal);
+
 // Retains device `ordinal`'s primary context and makes it current on the calling thread. On
 // destruction, if that context is still current on the destroying thread, the context that was
 // current before Create is restored; then the primary context is released.

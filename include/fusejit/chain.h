@@ -38,7 +38,7 @@ using Shape = std::vector<int64_t>;
 // plans is the planner's business (codegen/planner.h); the others parse and print but Compile
 // refuses them with an error naming the dtypes that have plans.
 enum class DType { kF32, kF16, kBF16, kF64 };
-std::string_view DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64"
+const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64"
 size_t DTypeBytes(DType dtype);           // 4, 2, 2, 8
 // The dtype named `name` in spec spelling; false when there is none.
 bool ParseDType(std::string_view name, DType* dtype);

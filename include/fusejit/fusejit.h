@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fusejit/chain.h"
+#include "fusejit/signature.h"
 
 // The driver API's handle types, declared exactly as cuda.h declares them, so that this header does
 // not require cuda.h. Interchangeable with cuda.h's.
@@ -74,14 +75,20 @@ struct CompileOptions {
   DeviceKey tuning_device;
 };
 
-// Device buffers for one run, by name. All pointers are device pointers owned by the caller,
-// 16-byte aligned (the workspace 256-byte aligned), as cuMemAlloc returns them.
+// Device buffers for one run by signature name ("x", "y", "0.weight", ..., "workspace"; see
+// CompiledChain::signature()). Pointers are device pointers owned by the caller, aligned as the
+// signature says (16 bytes; the workspace 256), as cuMemAlloc and PyTorch's allocator return them.
+using NamedBindings = std::map<std::string, CUdeviceptr, std::less<>>;
+
+// The common forward case with fixed fields; Named() gives the same bindings by name.
 struct Bindings {
   CUdeviceptr input = 0;                     // x, float32, the chain's input shape
   CUdeviceptr output = 0;                    // y, float32, OutputShape(chain)
   CUdeviceptr workspace = 0;                 // WorkspaceBytes() bytes, 256-byte aligned; may be 0 if
                                              // WorkspaceBytes() == 0
   std::map<std::string, CUdeviceptr> params; // "0.weight" -> pointer, for every ChainParams() entry
+  // x, y, workspace (when non-null) and the params, by signature name.
+  NamedBindings Named() const;
 };
 
 // Timings of the compile pipeline, for logs and `fusejit compile`.
@@ -102,7 +109,12 @@ class CompiledChain {
 
   virtual const Chain& chain() const = 0;
   virtual const std::string& arch() const = 0;
+  // The plan's strategy ("mma-moments-mean", "elementwise", ...; see `fusejit explain`).
+  virtual const std::string& strategy() const = 0;
   virtual Shape output_shape() const = 0;
+  // Every tensor a run binds (fusejit/signature.h): x, the parameters, y, the workspace.
+  virtual const std::vector<TensorSpec>& signature() const = 0;
+  // The parameters of signature(), as ChainParams gives them.
   virtual std::vector<ParamSpec> params() const = 0;
   virtual size_t workspace_bytes() const = 0;
   virtual const CompileStats& stats() const = 0;
@@ -120,6 +132,10 @@ class CompiledChain {
   // REQUIRES: every pointer in `bindings` is valid for the sizes above; buffers must not alias.
   // Thread-safe: concurrent Runs with distinct bindings are allowed.
   virtual absl::Status Run(const Bindings& bindings, CUstream stream) = 0;
+  // The same with bindings by signature name. Every tensor of signature() must be bound to a
+  // non-null pointer of its alignment; an unknown name is an error (listing the valid ones). A
+  // "workspace" bound for a plan that needs none is ignored.
+  virtual absl::Status RunNamed(const NamedBindings& bindings, CUstream stream) = 0;
 
   // Profiling: the plan's kernels in launch order, and a Run that enqueues only the first
   // `count` of them (count <= kernel_count(); InvalidArgument otherwise). The output is complete

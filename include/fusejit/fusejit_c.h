@@ -1,0 +1,115 @@
+/* fusejit/fusejit_c.h: the C ABI of libfusejit.so, for language bindings (the Python package
+ * `fusejit` uses it through ctypes) and C callers.
+ *
+ *   fj_chain* chain = NULL;
+ *   fj_compile_options opts = {sizeof(opts)};              // zero = defaults
+ *   if (fj_compile("x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | relu", &opts, &chain) != FJ_OK)
+ *     fprintf(stderr, "%s\n", fj_last_error());
+ *   const char* names[] = {"x", "0.weight", "0.bias", "y"};
+ *   CUdeviceptr ptrs[] = {d_x, d_w, d_b, d_y};
+ *   fj_chain_run(chain, names, ptrs, 4, stream);            // no allocation, no synchronization
+ *   fj_chain_release(chain);
+ *
+ * Contracts:
+ * - Every function returns FJ_OK (0) or an error code (absl's status codes); the message of the
+ *   calling thread's last error (what was wrong and what would be right) is fj_last_error().
+ * - No C++ exception crosses this interface; every entry point is thread-safe. A chain may be run
+ *   from several threads at once (with distinct output buffers).
+ * - Handles are checked: a NULL, unknown or already released fj_chain* is refused with
+ *   FJ_INVALID_ARGUMENT (so a double release is reported, not undefined). A release concurrent with
+ *   a run of the same handle is safe: the run keeps the chain alive until it returns.
+ * - fusejit runs in the caller's CUDA context: the one current on the calling thread, or, when
+ *   none is, the primary context of the device asked for (the context PyTorch and the CUDA
+ *   runtime use). It never creates a context of its own.
+ * - Strings returned by fj_chain_* stay valid until the chain is released.
+ */
+#ifndef FUSEJIT_FUSEJIT_C_H_
+#define FUSEJIT_FUSEJIT_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FUSEJIT_C_ABI_VERSION 1
+
+typedef struct CUstream_st* CUstream; /* as cuda.h declares it */
+typedef unsigned long long fj_deviceptr; /* CUdeviceptr */
+
+enum {
+  FJ_OK = 0,
+  FJ_CANCELLED = 1,
+  FJ_UNKNOWN = 2,
+  FJ_INVALID_ARGUMENT = 3,
+  FJ_NOT_FOUND = 5,
+  FJ_FAILED_PRECONDITION = 9,
+  FJ_OUT_OF_RANGE = 11,
+  FJ_UNIMPLEMENTED = 12,
+  FJ_INTERNAL = 13,
+  FJ_UNAVAILABLE = 14,
+};
+
+/* Tensor roles and dtypes, as fusejit/signature.h and fusejit/chain.h number them. */
+enum { FJ_ROLE_INPUT = 0, FJ_ROLE_OUTPUT = 1, FJ_ROLE_PARAM = 2, FJ_ROLE_WORKSPACE = 3 };
+enum { FJ_DTYPE_F32 = 0, FJ_DTYPE_F16 = 1, FJ_DTYPE_BF16 = 2, FJ_DTYPE_F64 = 3 };
+
+typedef struct fj_chain fj_chain;
+
+/* Zero-initialized (with struct_size set) means the defaults. */
+typedef struct fj_compile_options {
+  size_t struct_size;      /* sizeof(fj_compile_options) of the caller's header */
+  const char* arch;        /* "sm_80", "sm_90", ...; NULL or "": the device below */
+  int device;              /* CUDA device ordinal used when arch is empty and no context is current */
+  const char* precision;   /* "fp32" (default, fp32-accurate) or "tf32"; NULL: "fp32" */
+  const char* strategy;    /* force a plan strategy by name; NULL: the planner chooses */
+  const char* tune_config; /* a launch configuration (`fusejit explain` prints "config:"); NULL: none */
+  int disable_cache;       /* nonzero: compile without the kernel cache */
+  int disable_tuning;      /* nonzero: ignore the tuning database */
+} fj_compile_options;
+
+typedef struct fj_tensor_info {
+  const char* name;   /* "x", "y", "0.weight", "workspace" */
+  int role;           /* FJ_ROLE_* */
+  int dtype;          /* FJ_DTYPE_* (meaningless for the workspace) */
+  int ndim;
+  int64_t shape[8];   /* the workspace: {bytes} */
+  size_t bytes;
+  size_t alignment;
+} fj_tensor_info;
+
+int fj_abi_version(void);          /* FUSEJIT_C_ABI_VERSION of the library */
+const char* fj_version(void);      /* the generator version, part of every cache key */
+const char* fj_last_error(void);   /* this thread's last error message; "" after success */
+
+/* Parses `spec`, checks it, and returns its canonical text in *canonical (valid until the next
+ * call on this thread). No GPU needed. */
+int fj_canonical_spec(const char* spec, const char** canonical);
+
+/* Plans and compiles `spec` (or takes it from the kernel cache). `options` may be NULL. */
+int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** out);
+
+int fj_chain_release(fj_chain* chain);
+
+int fj_chain_spec(const fj_chain* chain, const char** spec);         /* canonical spec */
+int fj_chain_strategy(const fj_chain* chain, const char** strategy); /* the plan's strategy */
+int fj_chain_explain(const fj_chain* chain, const char** text);      /* `fusejit explain` text */
+int fj_chain_workspace_bytes(const fj_chain* chain, size_t* bytes);
+int fj_chain_tensor_count(const fj_chain* chain, size_t* count);
+int fj_chain_tensor(const fj_chain* chain, size_t index, fj_tensor_info* info);
+
+/* Loads the chain's module into the current context (or `device`'s primary one); do it before
+ * capturing runs into a CUDA graph. */
+int fj_chain_load(fj_chain* chain, int device);
+
+/* Enqueues the chain on `stream` with `count` pointers bound by signature name. Every tensor of
+ * the signature must be bound. No allocation and no synchronization once loaded. */
+int fj_chain_run(fj_chain* chain, const char* const* names, const fj_deviceptr* pointers,
+                 size_t count, CUstream stream, int device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FUSEJIT_FUSEJIT_C_H_ */

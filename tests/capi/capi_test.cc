@@ -1,0 +1,198 @@
+// The C ABI of libfusejit.so (include/fusejit/fusejit_c.h), linked as a user links it: only the
+// exported fj_* symbols. CPU only: compiles for an explicit arch; runs check bindings before they
+// need a driver. The GPU path is exercised by the Python package's GPU tests.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fusejit/fusejit_c.h"
+
+namespace {
+
+constexpr const char* kSpec = "x:f32[2,3,8,8,8] | conv3d(out=8,k=3) | swish | group_norm(groups=2)";
+
+fj_compile_options Sm90() {
+  fj_compile_options o{};
+  o.struct_size = sizeof(o);
+  o.arch = "sm_90";
+  return o;
+}
+
+fj_chain* CompileOrDie(const char* spec) {
+  fj_compile_options o = Sm90();
+  fj_chain* chain = nullptr;
+  EXPECT_EQ(fj_compile(spec, &o, &chain), FJ_OK) << fj_last_error();
+  return chain;
+}
+
+TEST(CApi, VersionAndCanonicalSpec) {
+  EXPECT_EQ(fj_abi_version(), FUSEJIT_C_ABI_VERSION);
+  EXPECT_NE(std::string(fj_version()), "");
+  const char* canonical = nullptr;
+  ASSERT_EQ(fj_canonical_spec("x : f32[1,3,4,4,4]|silu", &canonical), FJ_OK);
+  EXPECT_STREQ(canonical, "x:f32[1,3,4,4,4] | swish");
+  EXPECT_STREQ(fj_last_error(), "");
+}
+
+TEST(CApi, CompileGivesTheSignature) {
+  fj_chain* chain = CompileOrDie(kSpec);
+  ASSERT_NE(chain, nullptr);
+  const char* spec = nullptr;
+  ASSERT_EQ(fj_chain_spec(chain, &spec), FJ_OK);
+  EXPECT_STREQ(spec, "x:f32[2,3,8,8,8] | conv3d(out=8,k=3) | swish | group_norm(groups=2,eps=1e-5)");
+  const char* strategy = nullptr;
+  ASSERT_EQ(fj_chain_strategy(chain, &strategy), FJ_OK);
+  EXPECT_NE(std::string(strategy), "");
+  const char* explain = nullptr;
+  ASSERT_EQ(fj_chain_explain(chain, &explain), FJ_OK);
+  EXPECT_NE(std::string(explain).find(strategy), std::string::npos);
+
+  size_t count = 0, workspace = 0;
+  ASSERT_EQ(fj_chain_tensor_count(chain, &count), FJ_OK);
+  ASSERT_EQ(fj_chain_workspace_bytes(chain, &workspace), FJ_OK);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    fj_tensor_info t;
+    ASSERT_EQ(fj_chain_tensor(chain, i, &t), FJ_OK);
+    names.push_back(t.name);
+    if (names.back() == "x") {
+      EXPECT_EQ(t.role, FJ_ROLE_INPUT);
+      EXPECT_EQ(t.dtype, FJ_DTYPE_F32);
+      ASSERT_EQ(t.ndim, 5);
+      EXPECT_EQ(t.shape[0], 2);
+      EXPECT_EQ(t.shape[4], 8);
+      EXPECT_EQ(t.bytes, 2u * 3 * 8 * 8 * 8 * 4);
+    } else if (names.back() == "y") {
+      EXPECT_EQ(t.role, FJ_ROLE_OUTPUT);
+      ASSERT_EQ(t.ndim, 5);
+      EXPECT_EQ(t.shape[1], 8);
+      EXPECT_EQ(t.shape[2], 6);
+    } else if (names.back() == "0.weight") {
+      EXPECT_EQ(t.role, FJ_ROLE_PARAM);
+      EXPECT_EQ(t.ndim, 5);
+      EXPECT_EQ(t.shape[0], 8);
+      EXPECT_EQ(t.shape[1], 3);
+    } else if (names.back() == "workspace") {
+      EXPECT_EQ(t.role, FJ_ROLE_WORKSPACE);
+      EXPECT_EQ(t.bytes, workspace);
+      EXPECT_EQ(t.alignment, 256u);
+    }
+  }
+  std::vector<std::string> expected = {"x", "0.weight", "0.bias", "2.weight", "2.bias", "y"};
+  if (workspace > 0) expected.push_back("workspace");
+  EXPECT_EQ(names, expected);
+  fj_tensor_info t;
+  EXPECT_EQ(fj_chain_tensor(chain, count, &t), FJ_OUT_OF_RANGE);
+  EXPECT_NE(std::string(fj_last_error()).find("past the signature"), std::string::npos);
+  EXPECT_EQ(fj_chain_release(chain), FJ_OK);
+}
+
+TEST(CApi, ErrorsSayWhatWasWrongAndWhatWouldBeRight) {
+  fj_compile_options o = Sm90();
+  fj_chain* chain = reinterpret_cast<fj_chain*>(0x1);
+  EXPECT_EQ(fj_compile("x:f32[2,3,8,8,8] | conv3d(out=8,k=3,strde=2)", &o, &chain),
+            FJ_INVALID_ARGUMENT);
+  EXPECT_EQ(chain, nullptr);
+  EXPECT_NE(std::string(fj_last_error()).find("strde"), std::string::npos) << fj_last_error();
+  EXPECT_NE(std::string(fj_last_error()).find("stride"), std::string::npos) << fj_last_error();
+
+  o.precision = "fp64";
+  EXPECT_EQ(fj_compile(kSpec, &o, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("fp32 or tf32"), std::string::npos);
+
+  o = Sm90();
+  EXPECT_EQ(fj_compile("x:bf16[2,3,8,8,8] | relu", &o, &chain), FJ_UNIMPLEMENTED);
+  EXPECT_NE(std::string(fj_last_error()).find("bf16"), std::string::npos);
+
+  o.struct_size = 3;
+  EXPECT_EQ(fj_compile(kSpec, &o, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("struct_size"), std::string::npos);
+
+  EXPECT_EQ(fj_compile(nullptr, nullptr, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_EQ(fj_compile(kSpec, nullptr, nullptr), FJ_INVALID_ARGUMENT);
+}
+
+TEST(CApi, MisusedHandlesAreRefused) {
+  const char* s = nullptr;
+  size_t n = 0;
+  EXPECT_EQ(fj_chain_spec(nullptr, &s), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("NULL"), std::string::npos);
+  EXPECT_EQ(fj_chain_release(nullptr), FJ_INVALID_ARGUMENT);
+  int not_a_chain = 0;
+  EXPECT_EQ(fj_chain_tensor_count(reinterpret_cast<fj_chain*>(&not_a_chain), &n),
+            FJ_INVALID_ARGUMENT);
+
+  fj_chain* chain = CompileOrDie(kSpec);
+  EXPECT_EQ(fj_chain_spec(chain, nullptr), FJ_INVALID_ARGUMENT);
+  EXPECT_EQ(fj_chain_release(chain), FJ_OK);
+  EXPECT_EQ(fj_chain_release(chain), FJ_INVALID_ARGUMENT);  // double release: refused
+  EXPECT_NE(std::string(fj_last_error()).find("released already"), std::string::npos);
+  EXPECT_EQ(fj_chain_spec(chain, &s), FJ_INVALID_ARGUMENT);  // use after release: refused
+}
+
+TEST(CApi, RunChecksBindingsByName) {
+  fj_chain* chain = CompileOrDie("x:f32[2,3,8,8,8] | conv3d(out=8,k=3) | relu");
+  const fj_deviceptr p = 0x10000;
+  {
+    const char* names[] = {"x", "0.weight", "0.bias", "y", "bogus"};
+    const fj_deviceptr ptrs[] = {p, p, p, p, p};
+    EXPECT_EQ(fj_chain_run(chain, names, ptrs, 5, nullptr, 0), FJ_INVALID_ARGUMENT);
+    const std::string e = fj_last_error();
+    EXPECT_NE(e.find("unknown tensor 'bogus'"), std::string::npos) << e;
+    EXPECT_NE(e.find("x, 0.weight, 0.bias, y"), std::string::npos) << e;
+  }
+  {
+    const char* names[] = {"x", "0.weight", "y"};
+    const fj_deviceptr ptrs[] = {p, p, p};
+    EXPECT_EQ(fj_chain_run(chain, names, ptrs, 3, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error()).find("0.bias f32[8] is missing"), std::string::npos)
+        << fj_last_error();
+  }
+  {
+    const char* names[] = {"x", "0.weight", "0.bias", "y"};
+    const fj_deviceptr ptrs[] = {p, p + 4, p, p};
+    EXPECT_EQ(fj_chain_run(chain, names, ptrs, 4, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error()).find("0.weight f32[8,3,3,3,3] must be 16-byte aligned"),
+              std::string::npos)
+        << fj_last_error();
+  }
+  {
+    const char* names[] = {"x", "0.weight", "0.bias", "y"};
+    const fj_deviceptr ptrs[] = {p, p, 0, p};
+    EXPECT_EQ(fj_chain_run(chain, names, ptrs, 4, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error()).find("0.bias f32[8] is null"), std::string::npos);
+  }
+  {
+    const char* names[] = {"x", "x"};
+    const fj_deviceptr ptrs[] = {p, p};
+    EXPECT_EQ(fj_chain_run(chain, names, ptrs, 2, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error()).find("bound twice"), std::string::npos);
+  }
+  EXPECT_EQ(fj_chain_run(chain, nullptr, nullptr, 1, nullptr, 0), FJ_INVALID_ARGUMENT);
+  EXPECT_EQ(fj_chain_release(chain), FJ_OK);
+}
+
+TEST(CApi, ThreadsCompileAndQueryConcurrentlyWithTheirOwnErrors) {
+  std::vector<std::thread> threads;
+  std::vector<int> ok(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([t, &ok] {
+      fj_compile_options o = Sm90();
+      fj_chain* chain = nullptr;
+      const std::string spec = "x:f32[" + std::to_string(1 + t % 2) + ",3,8,8,8] | relu";
+      if (fj_compile(spec.c_str(), &o, &chain) != FJ_OK) return;
+      // A failing call on this thread sets only this thread's error.
+      if (fj_compile("x:f32[1] | relu", &o, nullptr) != FJ_INVALID_ARGUMENT) return;
+      const char* s = nullptr;
+      if (fj_chain_spec(chain, &s) != FJ_OK || std::string(s) != spec) return;
+      if (std::string(fj_last_error()) != "") return;
+      ok[t] = fj_chain_release(chain) == FJ_OK;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(ok[t], 1) << "thread " << t;
+}
+
+}  // namespace
