@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cache/kernel_cache.h"
 #include "fusejit/fusejit.h"
 #include "jit/device.h"
 #include "jit/driver.h"
@@ -115,6 +116,15 @@ int fj_canonical_spec(const char* spec, const char** canonical) {
     if (!chain.ok()) return Fail(chain.status());
     scratch = fusejit::FormatChain(*chain);
     *canonical = scratch.c_str();
+    return Ok();
+  });
+}
+
+int fj_cache_dir(const char** dir) {
+  return Guard("fj_cache_dir", [&]() -> int {
+    if (!dir) return NullArgument("fj_cache_dir", "dir");
+    scratch = fusejit::cache::KernelCache::Default().directory();
+    *dir = scratch.c_str();
     return Ok();
   });
 }

@@ -87,6 +87,11 @@ const char* fj_last_error(void);   /* this thread's last error message; "" after
  * call on this thread). No GPU needed. */
 int fj_canonical_spec(const char* spec, const char** canonical);
 
+/* The kernel cache's resolved directory ("" when there is none) in *dir, valid until the next
+ * call on this thread. The tuning database and the Python package's policy decisions live
+ * beside it. */
+int fj_cache_dir(const char** dir);
+
 /* Plans and compiles `spec` (or takes it from the kernel cache). `options` may be NULL. */
 int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** out);
 

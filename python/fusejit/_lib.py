@@ -1,0 +1,247 @@
+"""ctypes binding of libfusejit.so's C ABI (include/fusejit/fusejit_c.h).
+
+No torch and no Python-version-specific code here: one package serves every Python >= 3.9.
+The library is found at $FUSEJIT_LIBRARY, else next to this file (where `pip install` puts it),
+else in the source tree's build/ folder (for development).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+ABI_VERSION = 1
+
+ROLE_INPUT, ROLE_OUTPUT, ROLE_PARAM, ROLE_WORKSPACE = 0, 1, 2, 3
+DTYPES = ("f32", "f16", "bf16", "f64")  # FJ_DTYPE_* order
+
+
+class FusejitError(RuntimeError):
+    """A failure reported by libfusejit; the message says what was wrong and what would be right."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class _CompileOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("arch", ctypes.c_char_p),
+        ("device", ctypes.c_int),
+        ("precision", ctypes.c_char_p),
+        ("strategy", ctypes.c_char_p),
+        ("tune_config", ctypes.c_char_p),
+        ("disable_cache", ctypes.c_int),
+        ("disable_tuning", ctypes.c_int),
+    ]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("role", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * 8),
+        ("bytes", ctypes.c_size_t),
+        ("alignment", ctypes.c_size_t),
+    ]
+
+
+def _candidates() -> List[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = []
+    env = os.environ.get("FUSEJIT_LIBRARY")
+    if env:
+        return [env]  # an explicit choice is the only one tried
+    for name in ("libfusejit.so.0", "libfusejit.so"):
+        paths.append(os.path.join(here, name))
+    root = os.path.dirname(os.path.dirname(here))  # source tree: python/fusejit -> repo root
+    for name in ("libfusejit.so.0", "libfusejit.so"):
+        paths.append(os.path.join(root, "build", name))
+    return paths
+
+
+_lib = None
+_lib_path = None
+_lib_lock = threading.Lock()
+
+
+def _declare(lib):
+    c = ctypes
+    P = c.POINTER
+    sig = {
+        "fj_abi_version": ([], c.c_int),
+        "fj_version": ([], c.c_char_p),
+        "fj_last_error": ([], c.c_char_p),
+        "fj_canonical_spec": ([c.c_char_p, P(c.c_char_p)], c.c_int),
+        "fj_cache_dir": ([P(c.c_char_p)], c.c_int),
+        "fj_compile": ([c.c_char_p, P(_CompileOptions), P(c.c_void_p)], c.c_int),
+        "fj_chain_release": ([c.c_void_p], c.c_int),
+        "fj_chain_spec": ([c.c_void_p, P(c.c_char_p)], c.c_int),
+        "fj_chain_strategy": ([c.c_void_p, P(c.c_char_p)], c.c_int),
+        "fj_chain_explain": ([c.c_void_p, P(c.c_char_p)], c.c_int),
+        "fj_chain_workspace_bytes": ([c.c_void_p, P(c.c_size_t)], c.c_int),
+        "fj_chain_tensor_count": ([c.c_void_p, P(c.c_size_t)], c.c_int),
+        "fj_chain_tensor": ([c.c_void_p, c.c_size_t, P(_TensorInfo)], c.c_int),
+        "fj_chain_load": ([c.c_void_p, c.c_int], c.c_int),
+        "fj_chain_run": ([c.c_void_p, P(c.c_char_p), P(c.c_uint64), c.c_size_t, c.c_void_p,
+                          c.c_int], c.c_int),
+    }
+    for name, (args, res) in sig.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = res
+
+
+def library():
+    """The loaded libfusejit.so (loaded on first use). Raises FusejitError when it cannot be."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        errors = []
+        for path in _candidates():
+            if not os.path.exists(path):
+                errors.append("%s: not found" % path)
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+                _declare(lib)
+            except (OSError, AttributeError) as e:
+                errors.append("%s: %s" % (path, e))
+                continue
+            if lib.fj_abi_version() != ABI_VERSION:
+                errors.append("%s: C ABI version %d, this package needs %d" %
+                              (path, lib.fj_abi_version(), ABI_VERSION))
+                continue
+            _lib, _lib_path = lib, path
+            return lib
+        raise FusejitError(5, "cannot load libfusejit.so (set FUSEJIT_LIBRARY to its path, or "
+                              "install the package with `pip install ./python`): " +
+                           "; ".join(errors))
+
+
+def library_path() -> Optional[str]:
+    library()
+    return _lib_path
+
+
+def _check(code: int) -> None:
+    if code != 0:
+        raise FusejitError(code, library().fj_last_error().decode("utf-8", "replace"))
+
+
+def version() -> str:
+    return library().fj_version().decode()
+
+
+def canonical_spec(spec: str) -> str:
+    """The canonical text of `spec` (raises FusejitError naming the problem if it is invalid)."""
+    out = ctypes.c_char_p()
+    _check(library().fj_canonical_spec(spec.encode(), ctypes.byref(out)))
+    return out.value.decode()
+
+
+def cache_dir() -> str:
+    out = ctypes.c_char_p()
+    _check(library().fj_cache_dir(ctypes.byref(out)))
+    return out.value.decode()
+
+
+class TensorSpec(object):
+    __slots__ = ("name", "role", "dtype", "shape", "bytes", "alignment")
+
+    def __init__(self, name, role, dtype, shape, nbytes, alignment):
+        self.name, self.role, self.dtype = name, role, dtype
+        self.shape, self.bytes, self.alignment = shape, nbytes, alignment
+
+    def __repr__(self):
+        return "TensorSpec(%s, role=%d, %s%s)" % (self.name, self.role, self.dtype, list(self.shape))
+
+
+class Chain(object):
+    """A compiled chain (a handle of the C ABI). Released when garbage collected or by release()."""
+
+    def __init__(self, spec: str, arch: Optional[str] = None, device: int = 0,
+                 precision: str = "fp32", strategy: Optional[str] = None,
+                 tune_config: Optional[str] = None, use_cache: bool = True,
+                 use_tuning: bool = True):
+        lib = library()
+        opts = _CompileOptions()
+        opts.struct_size = ctypes.sizeof(_CompileOptions)
+        opts.arch = arch.encode() if arch else None
+        opts.device = int(device)
+        opts.precision = precision.encode() if precision else None
+        opts.strategy = strategy.encode() if strategy else None
+        opts.tune_config = tune_config.encode() if tune_config else None
+        opts.disable_cache = 0 if use_cache else 1
+        opts.disable_tuning = 0 if use_tuning else 1
+        handle = ctypes.c_void_p()
+        _check(lib.fj_compile(spec.encode(), ctypes.byref(opts), ctypes.byref(handle)))
+        self._lib = lib
+        self._handle = handle
+        self.device = int(device)
+        out = ctypes.c_char_p()
+        _check(lib.fj_chain_spec(handle, ctypes.byref(out)))
+        self.spec = out.value.decode()
+        _check(lib.fj_chain_strategy(handle, ctypes.byref(out)))
+        self.strategy = out.value.decode()
+        n = ctypes.c_size_t()
+        _check(lib.fj_chain_workspace_bytes(handle, ctypes.byref(n)))
+        self.workspace_bytes = n.value
+        _check(lib.fj_chain_tensor_count(handle, ctypes.byref(n)))
+        self.signature = []  # type: List[TensorSpec]
+        info = _TensorInfo()
+        for i in range(n.value):
+            _check(lib.fj_chain_tensor(handle, i, ctypes.byref(info)))
+            self.signature.append(TensorSpec(info.name.decode(), info.role, DTYPES[info.dtype],
+                                             tuple(info.shape[:info.ndim]), info.bytes,
+                                             info.alignment))
+        # Names for runs, in signature order, built once: run() fills only the pointers.
+        self._names = (ctypes.c_char_p * len(self.signature))(
+            *[t.name.encode() for t in self.signature])
+        self._count = len(self.signature)
+
+    def explain(self) -> str:
+        out = ctypes.c_char_p()
+        _check(self._lib.fj_chain_explain(self._handle, ctypes.byref(out)))
+        return out.value.decode()
+
+    def tensor(self, name: str) -> TensorSpec:
+        for t in self.signature:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def load(self) -> None:
+        """Loads the module into the current context (needed before CUDA graph capture)."""
+        _check(self._lib.fj_chain_load(self._handle, self.device))
+
+    def run_pointers(self, pointers: Sequence[int], stream: int = 0) -> None:
+        """Enqueues the chain with one device pointer per signature tensor, in signature order."""
+        ptrs = (ctypes.c_uint64 * self._count)(*pointers)
+        _check(self._lib.fj_chain_run(self._handle, self._names, ptrs, self._count,
+                                      ctypes.c_void_p(stream), self.device))
+
+    def run(self, bindings: Dict[str, int], stream: int = 0) -> None:
+        """Enqueues the chain with pointers bound by name ({"x": ptr, "y": ptr, ...})."""
+        names = (ctypes.c_char_p * len(bindings))(*[k.encode() for k in bindings])
+        ptrs = (ctypes.c_uint64 * len(bindings))(*[int(v) for v in bindings.values()])
+        _check(self._lib.fj_chain_run(self._handle, names, ptrs, len(bindings),
+                                      ctypes.c_void_p(stream), self.device))
+
+    def release(self) -> None:
+        if self._handle is not None:
+            _check(self._lib.fj_chain_release(self._handle))
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: nothing to report to
+            pass

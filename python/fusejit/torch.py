@@ -1,0 +1,457 @@
+"""fusejit for PyTorch: a model's forward computed by fused, shape-specialized kernels.
+
+    import fusejit.torch
+    ModelNew = fusejit.torch.fused(Model)        # same constructor, forward, parameters, outputs
+    model = ModelNew(*init_args).cuda()
+    y = model(x)
+
+    fast = fusejit.torch.fuse(model)             # an existing instance (shares its Parameters)
+
+How a call runs:
+- The chain is recognized once from the model with torch.fx (fusejit._recognize).
+- A call on a CUDA tensor compiles the chain for its shape, dtype and device on first use (later
+  a cache hit), allocates the output and workspace with PyTorch's caching allocator and runs on
+  torch.cuda.current_stream(): no synchronization, capturable in a CUDA graph.
+- Where fusejit cannot run the call (CPU tensors, a dtype or shape without a plan, autocast,
+  non-contiguous or misaligned input, a module outside the grammar) the original forward runs
+  and a warning says why, once per reason; strict=True raises instead.
+- policy="auto" (default): the first call of each shape times the fused chain against the
+  original forward (CUDA events) and keeps the faster, a decision stored beside the tuning
+  database for other processes on that kind of GPU (fusejit._policy). "fused" / "eager" force one.
+- Gradients: when x or a parameter requires grad, backward differentiates PyTorch's own
+  evaluation of the chain (strict fp32, no TF32) recomputed from the saved input and parameters;
+  a fused backward will replace it.
+- Registered as the custom op torch.ops.fusejit.chain (torch >= 2.4) with a fake implementation,
+  so torch.compile keeps it in its graph.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import threading
+import warnings
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from . import _chain, _lib, _policy
+
+__all__ = ["fuse", "fused", "FusejitWarning", "Unsupported", "is_fused", "explain"]
+
+POLICIES = ("auto", "fused", "eager")
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+           torch.float64: "f64"}
+
+
+class FusejitWarning(UserWarning):
+    """fusejit ran the original module for a call, and why."""
+
+
+def _recognize_module():
+    from . import _recognize
+    return _recognize
+
+
+class Unsupported(Exception):
+    """Raised with strict=True for a module or a call fusejit cannot run."""
+
+
+# ---- compiled chains, per (spec, device) -----------------------------------------------------
+
+_compiled_lock = threading.Lock()
+_compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a FusejitError
+_ops_cache = {}  # type: Dict[str, list]
+
+
+def _ops(spec: str):
+    ops = _ops_cache.get(spec)
+    if ops is None:
+        ops = _ops_cache[spec] = _chain.ops_of(spec)
+    return ops
+
+
+def _compiled_chain(spec: str, device: int):
+    """The compiled chain of `spec` for CUDA device `device`, loaded there. Raises FusejitError
+    (remembered, so a chain without a plan is not recompiled on every call)."""
+    key = (spec, device)
+    c = _compiled.get(key)
+    if c is None:
+        with _compiled_lock:
+            c = _compiled.get(key)
+            if c is None:
+                try:
+                    with torch.cuda.device(device):
+                        c = _lib.Chain(spec, device=device)
+                        c.load()
+                except _lib.FusejitError as e:
+                    c = e
+                _compiled[key] = c
+    if isinstance(c, Exception):
+        raise c
+    return c
+
+
+def _run(spec: str, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
+    """Runs the fused chain on x (CUDA, contiguous, aligned) and returns a new output tensor."""
+    chain = _compiled_chain(spec, x.device.index)
+    pointers = [x.data_ptr()]
+    pointers.extend(p.data_ptr() for p in params)
+    sig = chain.signature
+    y = torch.empty(sig[len(pointers)].shape, dtype=x.dtype, device=x.device)
+    pointers.append(y.data_ptr())
+    ws = None
+    if chain.workspace_bytes:
+        ws = torch.empty(chain.workspace_bytes, dtype=torch.uint8, device=x.device)
+        pointers.append(ws.data_ptr())
+    chain.run_pointers(pointers, torch.cuda.current_stream(x.device).cuda_stream)
+    return y
+
+
+def _eager_backward(spec, x, params, grad, needs):
+    """Gradients of PyTorch's own evaluation of the chain, in strict fp32 (no TF32)."""
+    with torch.enable_grad(), torch.backends.cudnn.flags(
+            enabled=True, benchmark=torch.backends.cudnn.benchmark,
+            deterministic=torch.backends.cudnn.deterministic, allow_tf32=False):
+        xs = x.detach().requires_grad_(needs[0])
+        ps = [p.detach().requires_grad_(n) for p, n in zip(params, needs[1:])]
+        y = _chain.eager(_ops(spec), xs, ps)
+        wrt = [t for t in [xs] + ps if t.requires_grad]
+        grads = list(torch.autograd.grad(y, wrt, grad)) if wrt else []
+    out = []
+    for t in [xs] + ps:
+        out.append(grads.pop(0) if t.requires_grad else None)
+    return out[0], out[1:]
+
+
+def _fake(spec, x, params):
+    return x.new_empty(_chain.eager(_ops(spec), x, params).shape)
+
+
+_custom_op = None
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):  # torch >= 2.4
+    @torch.library.custom_op("fusejit::chain", mutates_args=())
+    def _chain_op(spec: str, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
+        return _run(spec, x, params)
+
+    @_chain_op.register_fake
+    def _chain_op_fake(spec, x, params):
+        return _fake(spec, x, params)
+
+    def _setup_context(ctx, inputs, output):
+        spec, x, params = inputs
+        ctx.spec = spec
+        ctx.n_params = len(params)
+        ctx.save_for_backward(x, *params)
+
+    def _op_backward(ctx, grad):
+        x, *params = ctx.saved_tensors
+        needs = list(ctx.needs_input_grad[1:2]) + [p.requires_grad for p in params]
+        if len(ctx.needs_input_grad) > 2 and isinstance(ctx.needs_input_grad[2], (list, tuple)):
+            needs = [ctx.needs_input_grad[1]] + list(ctx.needs_input_grad[2])
+        gx, gps = _eager_backward(ctx.spec, x, params, grad, [bool(n) for n in needs])
+        return None, gx, gps
+
+    _chain_op.register_autograd(_op_backward, setup_context=_setup_context)
+    _custom_op = _chain_op
+
+
+class _ChainFunction(torch.autograd.Function):
+    """The autograd path on torch without torch.library.custom_op."""
+
+    @staticmethod
+    def forward(ctx, spec, x, *params):
+        ctx.spec = spec
+        ctx.save_for_backward(x, *params)
+        return _run(spec, x, list(params))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, *params = ctx.saved_tensors
+        needs = [bool(n) for n in ctx.needs_input_grad[1:]]
+        gx, gps = _eager_backward(ctx.spec, x, params, grad, needs)
+        return (None, gx) + tuple(gps)
+
+
+def _call_op(spec, x, params):
+    if _custom_op is not None:
+        return _custom_op(spec, x, params)
+    return _ChainFunction.apply(spec, x, *params)
+
+
+def _is_compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return compiler.is_compiling()
+    dynamo = getattr(torch, "_dynamo", None)
+    return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
+
+
+# ---- the auto policy ---------------------------------------------------------------------------
+
+_store = None  # type: Optional[_policy.DecisionStore]
+_store_lock = threading.Lock()
+
+
+def _decisions():
+    global _store
+    if _store is None:
+        with _store_lock:
+            if _store is None:
+                try:
+                    directory = _lib.cache_dir()
+                except _lib.FusejitError:
+                    directory = ""
+                _store = _policy.DecisionStore(directory)
+    return _store
+
+
+def _median_ms(fn, reps: int) -> float:
+    fn()  # warm-up
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _decision_key(spec: str, device: int) -> dict:
+    p = torch.cuda.get_device_properties(device)
+    return {"fusejit": _lib.version(), "spec": spec, "device": p.name,
+            "sms": p.multi_processor_count, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+
+# ---- the fused module --------------------------------------------------------------------------
+
+class _State(object):
+    """What a fused module keeps besides its (shared) parameters."""
+
+    def __init__(self, model: nn.Module, original_forward, strict: bool, policy: str):
+        if policy not in POLICIES:
+            raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
+        self.original_forward = original_forward
+        self.strict = strict
+        self.policy = policy
+        self.warned = set()
+        self.lock = threading.Lock()
+        self.decided = {}  # type: Dict[Tuple[str, int], str]
+        self.tail = None  # " | op | op ...": the chain without its input
+        self.param_paths = []  # type: List[Tuple[str, str]]  # (chain name, qualified name)
+        self.unsupported = None  # type: Optional[str]
+        self.last_decision = None  # type: Optional[dict]
+        try:
+            r = _recognize_module().recognize(model)
+        except Exception as e:  # _recognize.Unsupported, or tracing failed
+            if strict:
+                raise Unsupported(str(e)) from e
+            self.unsupported = str(e)
+            return
+        self.tail = "".join(" | " + op for op in r.ops)
+        self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
+
+
+def _param_order(name: str):
+    index, _, kind = name.partition(".")
+    return int(index), 0 if kind == "weight" else 1
+
+
+def _get(module: nn.Module, path: str):
+    *parents, leaf = path.split(".")
+    for p in parents:
+        module = getattr(module, p)
+    return getattr(module, leaf)
+
+
+def _why_not(x, params) -> Optional[str]:
+    """Why fusejit cannot run this call (None when it can)."""
+    if not x.is_cuda:
+        return "the input is on %s, not a CUDA device" % x.device
+    if x.dim() != 5:
+        return "the input has %d dimensions; fusejit takes 5-D NCDHW input" % x.dim()
+    if x.dtype not in _DTYPES:
+        return "the input dtype %s is not one fusejit has (float32)" % x.dtype
+    if not x.is_contiguous():
+        return "the input is not contiguous (fusejit would have to copy it)"
+    if x.data_ptr() % 16:
+        return "the input's data pointer is not 16-byte aligned (a view with an offset)"
+    if torch.is_autocast_enabled():
+        return "autocast is enabled; fusejit has no mixed-precision plans yet"
+    for name, p in params:
+        if p.device != x.device or p.dtype != x.dtype:
+            return "parameter %s is %s on %s, the input %s on %s" % (name, p.dtype, p.device,
+                                                                     x.dtype, x.device)
+        if not p.is_contiguous() or p.data_ptr() % 16:
+            return "parameter %s is not contiguous and 16-byte aligned" % name
+    return None
+
+
+def _fallback(self, st: _State, reason: str, args, kwargs):
+    if st.strict:
+        raise Unsupported("fusejit cannot run this call of %s: %s" % (type(self).__name__, reason))
+    if reason not in st.warned:
+        st.warned.add(reason)
+        warnings.warn("fusejit runs the original %s forward: %s" % (type(self).__name__, reason),
+                      FusejitWarning, stacklevel=3)
+    return st.original_forward(self, *args, **kwargs)
+
+
+def _spec(st: _State, x) -> str:
+    return "x:" + _DTYPES[x.dtype] + "[" + ",".join([str(int(s)) for s in x.shape]) + "]" + st.tail
+
+
+def _decide(self, st: _State, spec: str, x, params) -> str:
+    """'fused' or 'eager' for this call (the auto policy measures on first use of a spec)."""
+    if st.policy != "auto":
+        return st.policy
+    key = (spec, x.device.index)
+    decision = st.decided.get(key)
+    if decision is not None:
+        return decision
+    with st.lock:
+        decision = st.decided.get(key)
+        if decision is not None:
+            return decision
+        material = _decision_key(spec, x.device.index)
+        store = _decisions()
+        entry = store.get(material)
+        if entry is None and torch.cuda.is_current_stream_capturing():
+            return "fused"  # no timing inside a graph capture; decide on a later call
+        if entry is None:
+            with torch.no_grad():
+                y_fused = _run(spec, x, params)
+                y_eager = st.original_forward(self, x)
+                fused_ms = _median_ms(lambda: _run(spec, x, params), 5)
+                eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
+                err = float((y_fused.double() - y_eager.double()).abs().max())
+                scale = float(y_eager.double().abs().max()) + 1e-30
+            agree = y_fused.shape == y_eager.shape and err <= 1e-2 * scale + 1e-3
+            decision = "fused" if agree and fused_ms <= eager_ms else "eager"
+            entry = {"fused_ms": fused_ms, "eager_ms": eager_ms, "max_abs_diff": err}
+            store.put(material, decision, entry)
+            if not agree:
+                warnings.warn("fusejit: the fused %s differs from the original forward by %g "
+                              "(max abs); running the original" % (spec, err), FusejitWarning)
+        decision = entry["decision"] if "decision" in entry else decision
+        st.decided[key] = decision
+        st.last_decision = dict(entry, spec=spec)
+        return decision
+
+
+def _fused_forward(self, *args, **kwargs):
+    st = self.__dict__["_fusejit"]
+    if st.unsupported is not None:
+        return _fallback(self, st, st.unsupported, args, kwargs)
+    if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
+        return _fallback(self, st, "fusejit takes one tensor argument", args, kwargs)
+    x = args[0]
+    named = [(name, _get(self, path)) for name, path in st.param_paths]
+    if _is_compiling():
+        return _call_op(_spec(st, x), x, [p for _, p in named])
+    reason = _why_not(x, named)
+    if reason is not None:
+        return _fallback(self, st, reason, args, kwargs)
+    spec = _spec(st, x)
+    params = [p for _, p in named]
+    try:
+        _compiled_chain(spec, x.device.index)
+    except _lib.FusejitError as e:
+        return _fallback(self, st, str(e), args, kwargs)
+    if _decide(self, st, spec, x, params) == "eager":
+        return st.original_forward(self, x)
+    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        return _call_op(spec, x, params)
+    return _run(spec, x, params)
+
+
+def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
+            recognize_as=None) -> None:
+    subject = model
+    if recognize_as is not None:  # trace the original class's forward, not the fused one
+        subject = copy.copy(model)
+        subject.__class__ = recognize_as
+    model.__dict__["_fusejit"] = _State(subject, original_forward, strict, policy)
+
+
+_fused_classes = {}  # type: Dict[type, type]
+
+
+def _fused_class(cls: type) -> type:
+    """A subclass of `cls` whose forward is fused (no constructor of its own)."""
+    sub = _fused_classes.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (cls,), {
+            "forward": _fused_forward,
+            "__module__": cls.__module__,
+            "__qualname__": getattr(cls, "__qualname__", cls.__name__),
+            "__doc__": cls.__doc__,
+            "_fusejit_original": cls,
+        })
+        _fused_classes[cls] = sub
+    return sub
+
+
+def fuse(model: nn.Module, *, strict: bool = False, policy: str = "auto") -> nn.Module:
+    """A module computing `model`'s forward with fusejit. It shares `model`'s Parameter objects,
+    buffers and submodules (state_dict keys, optimizers, .to(), .train()/.eval() behave as on the
+    original); `model` itself is left unchanged. strict=True raises Unsupported at once for a
+    module outside the grammar (naming the layer and what the grammar accepts)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError("fuse() takes an nn.Module, not %s" % type(model).__name__)
+    cls = getattr(type(model), "_fusejit_original", type(model))
+    new = copy.copy(model)
+    new.__class__ = _fused_class(cls)
+    _attach(new, cls.forward, strict, policy, recognize_as=cls)
+    return new
+
+
+def fused(cls: type, *, strict: bool = False, policy: str = "auto") -> type:
+    """A class with `cls`'s constructor signature whose instances are fused:
+    `ModelNew = fusejit.torch.fused(Model)` is the drop-in replacement of `Model`."""
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError("fused() takes an nn.Module subclass, not %r" % (cls,))
+
+    def __init__(self, *args, **kwargs):
+        cls.__init__(self, *args, **kwargs)
+        _attach(self, cls.forward, strict, policy, recognize_as=cls)
+
+    functools.update_wrapper(__init__, cls.__init__)
+    try:
+        __init__.__signature__ = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        pass
+    return type(cls.__name__, (cls,), {
+        "__init__": __init__,
+        "forward": _fused_forward,
+        "__module__": cls.__module__,
+        "__qualname__": getattr(cls, "__qualname__", cls.__name__),
+        "__doc__": cls.__doc__,
+        "_fusejit_original": cls,
+    })
+
+
+def is_fused(model: nn.Module) -> bool:
+    """True when `model` was made by fuse() or fused() and its chain was recognized."""
+    st = model.__dict__.get("_fusejit")
+    return st is not None and st.unsupported is None
+
+
+def explain(model: nn.Module, x: torch.Tensor) -> str:
+    """The plan fusejit runs for `model` on input `x` (`fusejit explain` text), or why none."""
+    st = model.__dict__.get("_fusejit")
+    if st is None:
+        return "not a fused module (use fusejit.torch.fuse or fused)"
+    if st.unsupported is not None:
+        return "not fused: " + st.unsupported
+    spec = _spec(st, x)
+    try:
+        return _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()
+    except _lib.FusejitError as e:
+        return "not fused: " + str(e)
