@@ -1,0 +1,9 @@
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from build_support import BinaryDistribution, BuildPyWithLibrary  # noqa: E402
+from setuptools import setup  # noqa: E402
+
+setup(packages=["fusejit"], cmdclass={"build_py": BuildPyWithLibrary},
+      distclass=BinaryDistribution)
