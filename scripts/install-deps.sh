@@ -3,7 +3,9 @@
 # The CUDA toolkit (nvcc, NVRTC, cuda.h) is used from /usr/local/cuda when present, else from
 # Debian's nvidia-cuda-toolkit package.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config libabsl-dev libfmt-dev libgtest-dev libxxhash-dev)
+packages=(cmake ninja-build g++ pkg-config libabsl-dev libfmt-dev libgtest-dev libxxhash-dev
+  # the Python package's tests: Debian's PyTorch (CPU) for /usr/bin/python3, pytest, pip
+  python3-torch python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,261 @@
+"""fusejit.torch without a GPU: the drop-in's classes and modules, parameter sharing, fallbacks and
+their warnings, strict errors, the eager evaluation used for shapes and gradients, the policy
+store's integrity, and the installed package. Needs libfusejit.so (FUSEJIT_LIBRARY or build/)."""
+import inspect
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fusejit
+import fusejit.torch as fj
+from fusejit import _chain, _policy
+from seed_models import SEEDS
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def randomized(model, seed=0):
+    """Random weights everywhere (GroupNorm weight/bias too: never 1 and 0)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return model
+
+
+@pytest.mark.parametrize("wid", sorted(SEEDS))
+def test_fused_class_is_a_drop_in(wid):
+    cls, init, _, _, small = SEEDS[wid]
+    ModelNew = fj.fused(cls)
+    assert ModelNew.__name__ == cls.__name__
+    assert issubclass(ModelNew, cls)
+    assert inspect.signature(ModelNew) == inspect.signature(cls)
+    torch.manual_seed(1)
+    ref = cls(*init)
+    torch.manual_seed(1)
+    new = ModelNew(*init)
+    assert fj.is_fused(new)
+    assert list(new.state_dict()) == list(ref.state_dict())
+    for (a, pa), (b, pb) in zip(ref.named_parameters(), new.named_parameters()):
+        assert a == b and torch.equal(pa, pb)  # same construction, same initial values
+    # load_state_dict from the original works both ways
+    new.load_state_dict(randomized(ref).state_dict())
+    ref.load_state_dict(new.state_dict())
+
+
+@pytest.mark.parametrize("wid", sorted(SEEDS))
+def test_fuse_shares_parameters_and_leaves_the_model_alone(wid):
+    cls, init, _, _, small = SEEDS[wid]
+    model = randomized(cls(*init))
+    fast = fj.fuse(model)
+    assert type(model) is cls and "_fusejit" not in model.__dict__
+    assert isinstance(fast, cls) and fj.is_fused(fast)
+    ours = dict(fast.named_parameters())
+    for name, p in model.named_parameters():
+        assert ours[name] is p
+    assert list(fast.state_dict()) == list(model.state_dict())
+    # An optimizer step through the fused module moves the original's parameters.
+    opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    x = torch.randn(*small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fj.FusejitWarning)
+        fast(x).square().sum().backward()
+    opt.step()
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    fast.eval()
+    assert not fast.training and not fast.group_norm.training and not model.group_norm.training
+    fast.train()
+    assert model.group_norm.training
+    fast.to(torch.float64)
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+
+
+def test_cpu_input_runs_the_original_and_warns_once():
+    cls, init, _, _, small = SEEDS["W1"]
+    model = randomized(cls(*init))
+    fast = fj.fuse(model)
+    x = torch.randn(*small)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y1 = fast(x)
+        y2 = fast(x)
+    ours = [w for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert "not a CUDA device" in str(ours[0].message)
+    assert torch.equal(y1, model(x)) and torch.equal(y2, y1)
+
+
+def test_strict_raises_for_calls_it_would_fall_back_on():
+    cls, init, _, _, small = SEEDS["W2"]
+    fast = fj.fuse(randomized(cls(*init)), strict=True)
+    with pytest.raises(fj.Unsupported, match="not a CUDA device"):
+        fast(torch.randn(*small))
+
+
+class WithBatchNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3)
+        self.bn = nn.BatchNorm3d(8)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+def test_strict_refuses_a_module_outside_the_grammar_at_once():
+    with pytest.raises(fj.Unsupported) as e:
+        fj.fuse(WithBatchNorm(), strict=True)
+    assert "bn" in str(e.value) and "BatchNorm3d" in str(e.value)
+    with pytest.raises(fj.Unsupported):
+        fj.fused(WithBatchNorm, strict=True)()
+
+
+def test_unrecognized_module_runs_the_original_with_one_warning():
+    model = WithBatchNorm().eval()
+    fast = fj.fuse(model)
+    assert not fj.is_fused(fast)
+    assert "bn" in fj.explain(fast, torch.randn(1, 3, 5, 5, 5))
+    x = torch.randn(1, 3, 5, 5, 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.equal(fast(x), model(x))
+        fast(x)
+    assert len([w for w in caught if issubclass(w.category, fj.FusejitWarning)]) == 1
+
+
+def test_bad_arguments_are_named():
+    cls, init, _, _, _ = SEEDS["W3"]
+    with pytest.raises(ValueError, match="auto, fused, eager"):
+        fj.fuse(cls(*init), policy="fastest")
+    with pytest.raises(TypeError, match="nn.Module"):
+        fj.fuse(lambda x: x)
+    with pytest.raises(TypeError, match="nn.Module subclass"):
+        fj.fused(int)
+
+
+@pytest.mark.parametrize("wid", sorted(SEEDS))
+def test_eager_evaluation_of_the_canonical_spec_is_the_model(wid):
+    """What backward differentiates and torch.compile's fake tensors see is the model's forward."""
+    cls, init, _, _, small = SEEDS[wid]
+    model = randomized(cls(*init)).double()
+    fast = fj.fuse(model)
+    st = fast.__dict__["_fusejit"]
+    x = torch.randn(*small, dtype=torch.float64)
+    spec = fusejit.canonical_spec(fj._spec(st, x.float()))
+    params = [fj._get(fast, path) for _, path in st.param_paths]
+    assert len(params) == _chain.param_count(_chain.ops_of(spec))
+    y = _chain.eager(_chain.ops_of(spec), x, params)
+    assert torch.allclose(y, model(x), rtol=1e-12, atol=1e-12)
+    assert fj._fake(spec, x, params).shape == y.shape
+
+
+@pytest.mark.parametrize("wid", sorted(SEEDS))
+def test_backward_recompute_gives_the_models_gradients(wid):
+    cls, init, _, _, small = SEEDS[wid]
+    model = randomized(cls(*init), seed=3).double()
+    fast = fj.fuse(model)
+    st = fast.__dict__["_fusejit"]
+    x = torch.randn(*small, dtype=torch.float64, requires_grad=True)
+    y = model(x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    params = [fj._get(fast, path) for _, path in st.param_paths]
+    spec = fusejit.canonical_spec(fj._spec(st, x.detach().float()))
+    gx, gps = fj._eager_backward(spec, x.detach(), [p.detach() for p in params], g,
+                                 [True] * (1 + len(params)))
+    assert torch.allclose(gx, x.grad, rtol=1e-10, atol=1e-12)
+    for p, gp in zip(params, gps):
+        assert torch.allclose(gp, p.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_spec_parser_reads_every_canonical_form():
+    spec = fusejit.canonical_spec(
+        "x:f32[1,2,9,10,11] | conv_transpose3d(out=3,k=[1,3,5],stride=[1,2,3],padding=[0,1,2],"
+        "output_padding=[0,1,2],bias=false) | clamp(min=-0.5,max=2) | leaky_relu(slope=0.2) | "
+        "gelu | group_norm(groups=3,eps=1e-3) | mean(dims=[1,2,3,4])")
+    ops = _chain.ops_of(spec)
+    assert [n for n, _ in ops] == ["conv_transpose3d", "clamp", "leaky_relu", "gelu", "group_norm",
+                                   "mean"]
+    conv = ops[0][1]
+    assert conv["k"] == (1, 3, 5) and conv["stride"] == (1, 2, 3) and conv["bias"] is False
+    assert conv["output_padding"] == (0, 1, 2) and conv["dilation"] == (1, 1, 1)
+    assert ops[1][1] == {"min": -0.5, "max": 2}
+    assert ops[2][1]["slope"] == 0.2 and ops[4][1] == {"groups": 3, "eps": 1e-3}
+    assert ops[5][1]["dims"] == [1, 2, 3, 4]
+
+
+def test_library_errors_say_what_is_wrong():
+    with pytest.raises(fusejit.FusejitError, match="strde"):
+        fusejit.canonical_spec("x:f32[1,3,8,8,8] | conv3d(out=4,k=3,strde=2)")
+    with pytest.raises(fusejit.FusejitError, match="bf16"):
+        fusejit.Chain("x:bf16[1,3,8,8,8] | relu", arch="sm_90")
+    chain = fusejit.Chain("x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | relu", arch="sm_80")
+    assert [t.name for t in chain.signature] == ["x", "0.weight", "0.bias", "y"]
+    assert chain.tensor("y").shape == (2, 4, 6, 6, 6)
+    with pytest.raises(fusejit.FusejitError, match="unknown tensor 'w'"):
+        chain.run({"x": 256, "w": 256, "0.weight": 256, "0.bias": 256, "y": 256})
+    chain.release()
+    chain.release()  # a second release of the Python object is a no-op
+
+
+# ---- the policy store ------------------------------------------------------------------------
+
+def test_policy_store_round_trip_and_integrity(tmp_path, monkeypatch):
+    monkeypatch.delenv("FUSEJIT_DISABLE_TUNING", raising=False)
+    key = {"spec": "x:f32[1,3,8,8,8] | relu", "device": "H100"}
+    store = _policy.DecisionStore(str(tmp_path))
+    store.put(key, "fused", {"fused_ms": 0.1, "eager_ms": 0.2})
+    again = _policy.DecisionStore(str(tmp_path))  # another process
+    assert again.get(key)["decision"] == "fused"
+    (path,) = [p for p in (tmp_path / "policy").iterdir()]
+    assert oct(os.stat(tmp_path / "policy").st_mode & 0o777) == "0o700"
+    good = path.read_bytes()
+    for bad in (good[:-10], good.replace(b"fused", b"eager"), b"", b"\x00" * 100):
+        path.write_bytes(bad)
+        fresh = _policy.DecisionStore(str(tmp_path))
+        assert fresh.get(key) is None and fresh.rejected == 1
+    # a valid entry copied under another key's name is refused
+    other = {"spec": "x:f32[2,3,8,8,8] | relu", "device": "H100"}
+    path.write_bytes(good)
+    (tmp_path / "policy" / os.path.basename(_policy.DecisionStore(str(tmp_path))._path(
+        _policy.DecisionStore.key_text(other)))).write_bytes(good)
+    assert _policy.DecisionStore(str(tmp_path)).get(other) is None
+
+
+def test_policy_store_refuses_linked_folders_and_can_be_disabled(tmp_path, monkeypatch):
+    monkeypatch.delenv("FUSEJIT_DISABLE_TUNING", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache").mkdir()
+    os.symlink(elsewhere, tmp_path / "cache" / "policy")
+    store = _policy.DecisionStore(str(tmp_path / "cache"))
+    assert store.folder is None
+    store.put({"k": 1}, "eager", {})
+    assert store.get({"k": 1})["decision"] == "eager"  # kept for the process
+    assert list(elsewhere.iterdir()) == []
+    monkeypatch.setenv("FUSEJIT_DISABLE_TUNING", "1")
+    assert _policy.DecisionStore(str(tmp_path)).folder is None
+
+
+# ---- installing ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source", ["python", "."])
+def test_pip_install_puts_the_library_next_to_the_package(tmp_path, source):
+    lib = fusejit.library_path()
+    env = dict(os.environ, FUSEJIT_LIBRARY=lib)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
+                    "--no-deps", "--target", str(tmp_path / "site"), os.path.join(ROOT, source)],
+                   check=True, env=env, cwd=str(tmp_path))
+    assert (tmp_path / "site" / "fusejit" / "libfusejit.so.0").is_file()
+    env.pop("FUSEJIT_LIBRARY")
+    out = subprocess.run([sys.executable, "-c", "import fusejit; print(fusejit.library_path())"],
+                         check=True, env=dict(env, PYTHONPATH=str(tmp_path / "site")),
+                         cwd=str(tmp_path), stdout=subprocess.PIPE, universal_newlines=True)
+    assert out.stdout.strip() == str(tmp_path / "site" / "fusejit" / "libfusejit.so.0")
