@@ -883,6 +883,15 @@ def recognize(model: nn.Module) -> Recognized:
         raise Unsupported("fusejit cannot fuse %r: not a torch.nn.Module" % (model,))
     ctx = _Ctx(model)
     _check_hooks(model, "model %s" % _class_name(model), None)
+    if torch.fx.Tracer().is_leaf_module(model, ""):
+        # A bare torch.nn module (nn.Conv3d(...), nn.GroupNorm(...)) is the whole chain; tracing
+        # would go into its own forward.
+        where = "model %s" % _class_name(model)
+        found = _module_op(model, "", where, None)
+        if found is None:
+            _refuse(where, "it is not one of the ops fusejit fuses")
+        kind, attrs, params, _ = found
+        return _assemble([_Op(kind, where, attrs, params)], model)
     graph = _trace(model)
     nodes = list(graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
