@@ -310,6 +310,12 @@ def _number(v, what: str, where: str, layer) -> float:
     return v
 
 
+def _positive(v: float, what: str, where: str, layer) -> float:
+    if not v > 0:
+        _refuse(where, "%s=%r; fusejit needs %s > 0" % (what, v, what), layer)
+    return v
+
+
 def _int(v, what: str, where: str, layer) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         _refuse(where, "%s is %r; fusejit needs a constant whole number" % (what, v), layer)
@@ -352,9 +358,14 @@ def _own_param(owner: nn.Module, attr: str, path: str, where: str, layer, option
     if p is None:
         if optional and current is None:
             return None
-        _refuse(where, "'%s' is not a registered nn.Parameter (%s)"
-                % (path, "a buffer or tensor attribute" if torch.is_tensor(current) else
-                       type(current).__name__), layer)
+        if attr in getattr(owner, "_buffers", {}):
+            what = "a buffer"
+        elif torch.is_tensor(current):
+            what = "a tensor computed on access or kept as a plain attribute (parametrization, " \
+                   "weight_norm)"
+        else:
+            what = type(current).__name__
+        _refuse(where, "'%s' is not a registered nn.Parameter but %s" % (path, what), layer)
     if current is not p:
         _refuse(where, "'%s' is computed on access (parametrized?), not the Parameter itself" % path,
                 layer)
@@ -475,7 +486,7 @@ def _b_mean(b, where, layer, ctx):
 
 def _b_gn(b, where, layer, ctx):
     groups = _int(b["num_groups"], "num_groups", where, layer)
-    eps = _number(b["eps"], "eps", where, layer)
+    eps = _positive(_number(b["eps"], "eps", where, layer), "eps", where, layer)
     if b["weight"] is None or b["bias"] is None:
         _refuse(where, "group_norm without %s (affine=False); fusejit's group_norm is affine, with "
                        "weight and bias" % ("weight" if b["weight"] is None else "bias"), layer)
@@ -584,6 +595,7 @@ _METHOD_FORMS = {
     "clamp": (_s_clamp, _b_clamp, False), "clip": (_s_clamp, _b_clamp, False),
     "clamp_": (_s_clamp, _b_clamp, True), "clip_": (_s_clamp, _b_clamp, True),
     "mean": (_s_mean, _b_mean, False),
+    "contiguous": (_s_unary, _b_plain("skip"), False), "clone": (_s_unary, _b_plain("skip"), False),
 }
 
 
@@ -625,8 +637,38 @@ def _dropout_types():
     return tuple(t for t in (getattr(nn, n, None) for n in names) if t is not None)
 
 
-def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[str, dict, dict, bool]]:
+_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.ReLU, nn.LeakyReLU, nn.Sigmoid,
+                      nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.GELU, nn.ReLU6, nn.Hardtanh,
+                      nn.Identity) + _dropout_types()
+# Methods a subclass must not override to count as its torch.nn base class.
+_BEHAVIOUR = ("forward", "_conv_forward", "_output_padding")
+
+
+def _base_module_type(mod) -> Optional[type]:
+    """The supported torch.nn class `mod` behaves as: its own class, or a base class whose forward
+    (and helpers) the subclass does not override (`class MyConv(nn.Conv3d): pass`, parametrized
+    modules; their weights are checked separately). None for anything else."""
     t = type(mod)
+    if t in _SUPPORTED_MODULES:
+        return t
+    for base in _SUPPORTED_MODULES:
+        if isinstance(mod, base) and all(getattr(t, m, None) is getattr(base, m, None)
+                                         for m in _BEHAVIOUR):
+            return base
+    return None
+
+
+class _Tracer(torch.fx.Tracer):
+    """symbolic_trace's tracer, also keeping the supported modules' plain subclasses as leaves."""
+
+    def is_leaf_module(self, m, module_qualified_name):
+        if _base_module_type(m) is not None:
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+
+def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[str, dict, dict, bool]]:
+    t = _base_module_type(mod)
     inplace = bool(getattr(mod, "inplace", False))
     if t in (nn.Conv3d, nn.ConvTranspose3d):
         kind = "conv3d" if t is nn.Conv3d else "conv_transpose3d"
@@ -648,7 +690,7 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
         b = _own_param(mod, "bias", _join(path, "bias"), where, layer)
         _check_gn_params(w[0], b[0], mod.num_channels, where, layer)
         groups = _int(mod.num_groups, "num_groups", where, layer)
-        eps = _number(mod.eps, "eps", where, layer)
+        eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
         return "group_norm", {"groups": groups, "eps": eps}, {"weight": w, "bias": b}, False
     if t is nn.ReLU:
         return "relu", {}, {}, inplace
@@ -862,7 +904,7 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
 # Tracing and the walk.
 
 def _trace(model: nn.Module) -> torch.fx.Graph:
-    tracer = torch.fx.Tracer()
+    tracer = _Tracer()
     try:
         tracer.record_stack_traces = True
     except Exception:
@@ -883,7 +925,7 @@ def recognize(model: nn.Module) -> Recognized:
         raise Unsupported("fusejit cannot fuse %r: not a torch.nn.Module" % (model,))
     ctx = _Ctx(model)
     _check_hooks(model, "model %s" % _class_name(model), None)
-    if torch.fx.Tracer().is_leaf_module(model, ""):
+    if _Tracer().is_leaf_module(model, ""):
         # A bare torch.nn module (nn.Conv3d(...), nn.GroupNorm(...)) is the whole chain; tracing
         # would go into its own forward.
         where = "model %s" % _class_name(model)

@@ -328,6 +328,19 @@ class Chained(nn.Module):
         return self.n(self.c(x).relu_()).mean(-1).mean(-1).mean(-1)
 
 
+class MyConv(nn.Conv3d):
+    pass
+
+
+class MyReLU(nn.ReLU):
+    pass
+
+
+class MyGroupNorm(nn.GroupNorm):
+    def __init__(self, groups, channels):
+        super().__init__(groups, channels, eps=1e-5)
+
+
 def _sw(f):
     return lambda: Fn(lambda s, x: s.n(f(s, s.c(x))), c=conv(), n=gn(), sig=nn.Sigmoid(),
                       hs=nn.Hardsigmoid())
@@ -431,6 +444,10 @@ CASES = [
     ("means-then-channels",
      lambda: Fn(lambda s, x: torch.mean(x.mean(dim=[2, 3, 4]), 1)), (2, 4, 3, 3, 3),
      ["mean(dims=[1,2,3,4])"]),
+    ("plain-subclasses", lambda: nn.Sequential(MyConv(3, 8, 3), MyReLU(), MyGroupNorm(4, 8)),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "relu", "group_norm(groups=4,eps=1e-5)"]),
+    ("contiguous-clone", lambda: Fn(lambda s, x: torch.relu(x.contiguous()).clone()),
+     (2, 4, 3, 3, 3), ["relu"]),
     ("functional-dropout-p0", lambda: Fn(lambda s, x: F.dropout(torch.tanh(x), p=0.0)),
      (2, 4, 3, 3, 3), ["tanh"]),
 ]
@@ -572,6 +589,23 @@ class BufferWeight(nn.Module):
         return F.conv3d(x, self.w)
 
 
+def _parametrized():
+    from torch.nn.utils import parametrize
+
+    class Neg(nn.Module):
+        def forward(self, w):
+            return -w
+    m = Fn(lambda s, x: s.conv(x), conv=conv())
+    parametrize.register_parametrization(m.conv, "weight", Neg())
+    return m
+
+
+def _weight_normed():
+    m = Fn(lambda s, x: s.conv(x), conv=conv())
+    torch.nn.utils.weight_norm(m.conv)
+    return m
+
+
 REFUSALS = [
     ("batchnorm", lambda: Fn(lambda s, x: s.bn(s.conv(x)), conv=conv(), bn=nn.BatchNorm3d(8)),
      ["layer 'bn'", "nn.BatchNorm3d", "not one of the ops"]),
@@ -611,13 +645,18 @@ REFUSALS = [
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),
     ("hardsigmoid-alone", lambda: Fn(lambda s, x: F.hardsigmoid(x)), ["F.hardsigmoid"]),
     ("gn-weight-only", GnWeightOnly, ["F.group_norm", "without bias"]),
-    ("buffer-weight", BufferWeight, ["conv3d", "'w' is not a registered nn.Parameter"]),
+    ("buffer-weight", BufferWeight, ["conv3d", "'w' is not a registered nn.Parameter but a buffer"]),
     ("returns-tuple", lambda: Fn(lambda s, x: (torch.relu(x),)), ["returns"]),
     ("unused-branch", lambda: Fn(lambda s, x: (torch.sigmoid(x), torch.relu(x))[1]),
      ["straight chain"]),
     ("subclass-of-conv", lambda: type("MyConv", (nn.Conv3d,), {
         "forward": lambda self, x: nn.Conv3d.forward(self, x) * 2})(3, 4, 3),
      ["'*' (operator.mul)"]),
+    ("eps-zero", lambda: nn.GroupNorm(2, 8, eps=0.0), ["nn.GroupNorm", "eps=0.0"]),
+    ("parametrized-weight", _parametrized, ["layer 'conv'", "computed on access"]),
+    ("lazy-uninitialized", lambda: nn.Sequential(nn.LazyConv3d(8, 3)),
+     ["layer '0'", "not initialized"]),
+    ("weight-norm", _weight_normed, ["layer 'conv'", "weight_norm"]),
     ("gn-channel-mismatch", lambda: nn.Sequential(conv(cout=8), nn.GroupNorm(2, 6)),
      ["layer '1'", "group_norm"]),
 ]
