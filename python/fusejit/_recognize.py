@@ -111,7 +111,7 @@ def _dims3_text(d) -> str:
 # ----------------------------------------------------------------------------------------------
 # The result.
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # compared by identity: params hold tensors
 class Recognized:
     ops: list
     params: dict
@@ -403,7 +403,7 @@ def _s_hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False): pass
 def _s_hardtanh_(input, min_val=-1.0, max_val=1.0): pass
 def _s_gelu(input, approximate="none"): pass
 def _s_clamp(input, min=None, max=None): pass
-def _s_mean(input, dim=None, keepdim=False, *, dtype=None): pass
+def _s_mean(input, dim=None, keepdim=False, *, dtype=None, axis=None): pass
 def _s_gn(input, num_groups, weight=None, bias=None, eps=1e-5): pass
 def _s_gn_torch(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True): pass
 def _s_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1): pass
@@ -470,8 +470,8 @@ def _clamp_op(lo, hi, where, layer):
 
 
 def _b_mean(b, where, layer, ctx):
-    dim = b["dim"]
-    if dim is None:
+    dim = b["dim"] if b.get("axis") is None else b["axis"]  # numpy's name, which torch takes too
+    if dim is None or (b.get("axis") is not None and b["dim"] is not None):
         _refuse(where, "mean over all dimensions; fusejit's mean is over [2,3,4] (giving [N,C]) or "
                        "[1,2,3,4] (giving [N])", layer)
     if b["keepdim"] is not False:

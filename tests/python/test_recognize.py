@@ -686,3 +686,145 @@ def test_refusal_message_reads_well():
 def test_not_a_module():
     with pytest.raises(Unsupported):
         recognize(lambda x: x)
+
+
+# ------------------------------------------------------------------------------------------------
+# Random chains: every op of the grammar in a random spelling, checked against the model in float64.
+
+def _t3(v):
+    return str(v[0]) if v[0] == v[1] == v[2] else "[%d,%d,%d]" % tuple(v)
+
+
+def _elementwise(rng, i):
+    """(children, apply(s, x), op text) of one random elementwise op in one random spelling."""
+    a = round(rng.uniform(-2, -0.1), 3)
+    b = round(rng.uniform(0.1, 2), 3)
+    slope = round(rng.uniform(0.01, 0.5), 4)
+    n = "act%d" % i
+    sig = "sig%d" % i
+    forms = [
+        ({n: nn.ReLU()}, lambda s, x: getattr(s, n)(x), "relu"),
+        ({n: nn.ReLU(inplace=True)}, lambda s, x: getattr(s, n)(x), "relu"),
+        ({}, lambda s, x: torch.relu(x), "relu"),
+        ({}, lambda s, x: F.relu(x, inplace=True), "relu"),
+        ({}, lambda s, x: x.relu_(), "relu"),
+        ({}, lambda s, x: x.clamp(min=0), "relu"),
+        ({n: nn.LeakyReLU(slope)}, lambda s, x: getattr(s, n)(x), "leaky_relu(slope=%s)" % slope),
+        ({}, lambda s, x: F.leaky_relu(x, slope), "leaky_relu(slope=%s)" % slope),
+        ({}, lambda s, x: F.leaky_relu(x, negative_slope=slope, inplace=True),
+         "leaky_relu(slope=%s)" % slope),
+        ({n: nn.Sigmoid()}, lambda s, x: getattr(s, n)(x), "sigmoid"),
+        ({}, lambda s, x: torch.sigmoid(x), "sigmoid"),
+        ({}, lambda s, x: x.sigmoid(), "sigmoid"),
+        ({}, lambda s, x: torch.sigmoid_(x), "sigmoid"),
+        ({n: nn.Tanh()}, lambda s, x: getattr(s, n)(x), "tanh"),
+        ({}, lambda s, x: torch.tanh(x), "tanh"),
+        ({}, lambda s, x: x.tanh_(), "tanh"),
+        ({n: nn.SiLU()}, lambda s, x: getattr(s, n)(x), "swish"),
+        ({}, lambda s, x: F.silu(x), "swish"),
+        ({}, lambda s, x: torch.sigmoid(x) * x, "swish"),
+        ({}, lambda s, x: x * x.sigmoid(), "swish"),
+        ({sig: nn.Sigmoid()}, lambda s, x: x * getattr(s, sig)(x), "swish"),
+        ({n: nn.Hardswish()}, lambda s, x: getattr(s, n)(x), "hardswish"),
+        ({}, lambda s, x: F.hardswish(x), "hardswish"),
+        ({}, lambda s, x: x * F.relu6(x + 3) / 6, "hardswish"),
+        ({}, lambda s, x: x * F.hardsigmoid(x), "hardswish"),
+        ({n: nn.GELU()}, lambda s, x: getattr(s, n)(x), "gelu"),
+        ({}, lambda s, x: F.gelu(x), "gelu"),
+        ({}, lambda s, x: torch.clamp(x, a, b), "clamp(min=%s,max=%s)" % (a, b)),
+        ({}, lambda s, x: x.clamp(min=a, max=b), "clamp(min=%s,max=%s)" % (a, b)),
+        ({}, lambda s, x: x.clamp_(a, b), "clamp(min=%s,max=%s)" % (a, b)),
+        ({}, lambda s, x: F.hardtanh(x, a, b), "clamp(min=%s,max=%s)" % (a, b)),
+        ({n: nn.Hardtanh(a, b)}, lambda s, x: getattr(s, n)(x), "clamp(min=%s,max=%s)" % (a, b)),
+        ({n: nn.ReLU6()}, lambda s, x: getattr(s, n)(x), "clamp(min=0,max=6)"),
+        ({}, lambda s, x: F.relu6(x), "clamp(min=0,max=6)"),
+    ]
+    return forms[rng.randrange(len(forms))]
+
+
+class RandomChain(nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        rng = random.Random(seed)
+        self.steps, self.expected = [], []
+        cin = rng.choice([2, 3, 4])
+        c = cin
+        self.shape = (2, cin, rng.randint(5, 7), rng.randint(5, 7), rng.randint(5, 6))
+        kind = rng.choice(["none", "conv3d", "conv_transpose3d"])
+        if kind != "none":
+            c = rng.choice([4, 6, 8])
+            k = [rng.randint(1, 3) for _ in range(3)]
+            stride = [rng.randint(1, 2) for _ in range(3)]
+            padding = [rng.randint(0, 1) for _ in range(3)]
+            dilation = [rng.randint(1, 2) for _ in range(3)]
+            bias = rng.random() < 0.7
+            text = "%s(out=%d,k=%s" % (kind, c, _t3(k))
+            text += ",stride=" + _t3(stride) if stride != [1, 1, 1] else ""
+            text += ",padding=" + _t3(padding) if padding != [0, 0, 0] else ""
+            if kind == "conv3d":
+                module = nn.Conv3d(cin, c, k, stride=stride, padding=padding, dilation=dilation,
+                                   bias=bias)
+            else:
+                op = [rng.randrange(max(stride[a], dilation[a])) for a in range(3)]
+                text += ",output_padding=" + _t3(op) if op != [0, 0, 0] else ""
+                module = nn.ConvTranspose3d(cin, c, k, stride=stride, padding=padding,
+                                            output_padding=op, dilation=dilation, bias=bias)
+            text += ",dilation=" + _t3(dilation) if dilation != [1, 1, 1] else ""
+            text += ",bias=false" if not bias else ""
+            self.expected.append(text + ")")
+            if rng.random() < 0.6:
+                self.conv = module
+                self.steps.append(lambda s, x: s.conv(x))
+            else:  # the functional form with the module's parameters
+                self.cw = module.weight
+                self.cb = module.bias
+                f = F.conv3d if kind == "conv3d" else F.conv_transpose3d
+                kw = dict(stride=module.stride, padding=module.padding, dilation=module.dilation)
+                if kind == "conv_transpose3d":
+                    kw["output_padding"] = module.output_padding
+                self.steps.append(lambda s, x: f(x, s.cw, s.cb, **kw))
+        i = 0
+        for phase in ("before", "norm", "after"):
+            if phase == "norm":
+                if rng.random() < 0.7:
+                    groups = rng.choice([g for g in (1, 2, 3, 4) if c % g == 0])
+                    eps = rng.choice([1e-5, 1e-3, 0.01])
+                    self.expected.append("group_norm(groups=%d,eps=%s)" % (groups, format_number(eps)))
+                    if rng.random() < 0.6:
+                        self.gn = nn.GroupNorm(groups, c, eps=eps)
+                        self.steps.append(lambda s, x: s.gn(x))
+                    else:
+                        self.gn_w = nn.Parameter(torch.ones(c))
+                        self.gn_b = nn.Parameter(torch.zeros(c))
+                        self.steps.append(lambda s, x: F.group_norm(x, groups, s.gn_w, s.gn_b, eps))
+                continue
+            for _ in range(rng.randint(0, 2)):
+                children, apply, text = _elementwise(rng, i)
+                i += 1
+                for name, m in children.items():
+                    setattr(self, name, m)
+                self.steps.append(apply)
+                self.expected.append(text)
+        if not self.expected or rng.random() < 0.4:
+            forms = [
+                (lambda s, x: torch.mean(x, dim=[2, 3, 4]), [2, 3, 4]),
+                (lambda s, x: x.mean((-3, -2, -1)), [2, 3, 4]),
+                (lambda s, x: x.mean(-1).mean(-1).mean(-1), [2, 3, 4]),
+                (lambda s, x: x.mean(dim=[1, 2, 3, 4]), [1, 2, 3, 4]),
+                (lambda s, x: torch.mean(x, (4, 3, 2, 1)), [1, 2, 3, 4]),
+            ]
+            apply, dims = forms[rng.randrange(len(forms))]
+            self.steps.append(apply)
+            self.expected.append("mean(dims=[%s])" % ",".join(str(d) for d in dims))
+
+    def forward(self, x):
+        for step in self.steps:
+            x = step(self, x)
+        return x
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_chain(seed):
+    model = RandomChain(seed)
+    r = check_semantics(model, model.shape, seed)
+    assert r.ops == model.expected
