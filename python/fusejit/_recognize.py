@@ -21,13 +21,19 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling).
 - at most one group_norm: nn.GroupNorm (affine), F.group_norm / torch.group_norm with Parameters.
 - last, optional: mean over dims {2,3,4} or {1,2,3,4} (negative dims, tuple, list or int,
-  consecutive means combined, keepdim=False), as torch.mean or Tensor.mean.
-- skipped: nn.Identity, dropout with p=0 (modules and F.dropout).
+  consecutive means combined, keepdim=False, dim= or axis=), as torch.mean or Tensor.mean; also
+  global average pooling, adaptive_avg_pool3d(x, 1) (module or function) then flatten(1) (nn.Flatten,
+  torch.flatten, Tensor.flatten), which is a mean over [2,3,4].
+- skipped: nn.Identity, dropout with p=0 (modules and F.dropout), x.contiguous(), x.clone().
+- plain subclasses of the supported modules that override nothing of their behaviour
+  (`class MyConv(nn.Conv3d): pass`) count as their base class.
 The traced graph must be a straight line from the one input to the returned tensor: every value is
 used only by the next op (the written-out swish/hardswish use theirs twice; an in-place op whose
 result is discarded, e.g. `self.relu(x)` with inplace=True, mutates the value and is followed).
-Modules with hooks, subclasses of the supported modules, parametrized/lazy/uninitialized weights,
-buffers or tensors in place of Parameters are refused.
+Modules with hooks, subclasses that override forward, parametrized / weight_norm / lazy
+(uninitialized) weights, buffers or tensors in place of Parameters are refused. An in-place op on
+the model's input (e.g. x.relu_() first) changes the caller's tensor in eager mode; the fused chain
+leaves it unchanged.
 """
 from __future__ import annotations
 
@@ -852,7 +858,66 @@ def _match_step(cur, first, ctx: _Ctx) -> Optional[_Step]:
     step = _match_hardswish(cur, first, ctx)
     if step is not None:
         return step
-    return None
+    # global average pooling: adaptive_avg_pool3d(x, 1) then flatten(1) is a mean over [2,3,4].
+    return _match_global_pool(cur, first, ctx)
+
+
+def _is_one(v) -> bool:
+    if isinstance(v, (list, tuple)):
+        return len(v) in (1, 3) and all(_is_one(x) for x in v)
+    return not isinstance(v, bool) and isinstance(v, int) and v == 1
+
+
+def _match_global_pool(cur, first, ctx: _Ctx) -> Optional[_Step]:
+    size = _MISSING = object()
+    if first.op == "call_module":
+        mod = ctx.module(first.target)
+        if type(mod) is nn.AdaptiveAvgPool3d and tuple(first.args) == (cur,) and not first.kwargs:
+            _check_hooks(mod, *_describe(first, ctx))
+            size = mod.output_size
+    elif first.op == "call_function" and first.target in _ADAPTIVE_POOLS:
+        try:
+            b = inspect.signature(_s_pool).bind(*first.args, **first.kwargs).arguments
+        except TypeError:
+            b = {}
+        if b.get("input") is cur:
+            size = b.get("output_size")
+    if size is _MISSING:
+        return None
+    where, layer = _describe(first, ctx)
+    if not _is_one(size):
+        _refuse(where, "adaptive average pooling to %r; fusejit accepts it only to size 1 followed "
+                       "by flatten(1), a mean over [2,3,4]" % (size,), layer)
+    f = _only_user(first)
+    start = end = None
+    if f is not None and f.op == "call_module":
+        m = ctx.module(f.target)
+        if type(m) is nn.Flatten and tuple(f.args) == (first,) and not f.kwargs:
+            _check_hooks(m, *_describe(f, ctx))
+            start, end = m.start_dim, m.end_dim
+    elif f is not None and ((f.op == "call_function" and f.target is torch.flatten) or
+                            (f.op == "call_method" and f.target == "flatten")):
+        try:
+            b = inspect.signature(_s_flatten).bind(*f.args, **f.kwargs)
+            b.apply_defaults()
+            if b.arguments["input"] is first:
+                start, end = b.arguments["start_dim"], b.arguments["end_dim"]
+        except TypeError:
+            pass
+    if start == 1 and end in (-1, 4):
+        return _Step(_Op("mean", "%s and flatten(1) (a mean over [2,3,4])" % where,
+                         {"dims": [2, 3, 4]}, layer=layer), [first, f], f)
+    _refuse(where, "adaptive average pooling is accepted only when flatten(1) follows it (the two "
+                   "are a mean over [2,3,4]); its [N,C,1,1,1] result is not a chain output", layer)
+
+
+def _s_pool(input, output_size): pass
+def _s_flatten(input, start_dim=0, end_dim=-1): pass
+
+
+_ADAPTIVE_POOLS = {f for f in (getattr(F, "adaptive_avg_pool3d", None),
+                               getattr(torch, "adaptive_avg_pool3d", None),
+                               _resolve("torch._C._nn.adaptive_avg_pool3d")) if f is not None}
 
 
 def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
