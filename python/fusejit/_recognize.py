@@ -1040,7 +1040,7 @@ def recognize(model: nn.Module) -> Recognized:
                     any(order[u] < last for u in rest):
                 a = _describe(first, ctx)[0]
                 b, layer = _describe(rest[0], ctx)
-                _refuse(b, "it uses the value after %s, which %s also uses; fusejit fuses a "
+                _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses a "
                            "straight chain where each value feeds only the next op"
                         % (prev_where, a), layer)
             # In-place op with its result discarded: the value is mutated, the chain goes on.

@@ -844,3 +844,45 @@ def test_random_chain(seed):
     model = RandomChain(seed)
     r = check_semantics(model, model.shape, seed)
     assert r.ops == model.expected
+
+
+def test_recognize_leaves_the_model_alone():
+    cls, init = seed_models.SEEDS["W1"][:2]
+    model = cls(*init).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r1 = recognize(model)
+    r2 = recognize(model)
+    assert not model.training
+    assert r1.ops == r2.ops and r1.param_paths == r2.param_paths
+    assert all(r1.params[k] is r2.params[k] for k in r1.params)
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_unsupported_names_the_layer():
+    with pytest.raises(Unsupported) as info:
+        recognize(nn.Sequential(conv(), nn.BatchNorm3d(8)))
+    assert info.value.layer == "1"
+    assert "not one of the ops" in info.value.reason
+    with pytest.raises(Unsupported) as info:
+        recognize(Fn(lambda s, x: s.inner(x), inner=nn.Sequential(nn.ReLU(), nn.GroupNorm(2, 8,
+                                                                                        affine=False))))
+    assert info.value.layer == "inner.1"
+    assert "layer 'inner.1' (nn.GroupNorm)" in str(info.value)
+
+
+def test_more_hardswish_spellings():
+    forms = [
+        lambda s, x: x * (x + 3).clamp(0, 6) / 6,
+        lambda s, x: x * F.relu6(x + 3.0) * (1 / 6),
+        lambda s, x: x * F.hardtanh(x + 3, min_val=0.0, max_val=6.0) / 6.0,
+        lambda s, x: torch.div(x * torch.clip(x + 3, 0, 6), 6),
+    ]
+    for f in forms:
+        r = check_semantics(Fn(f), (2, 4, 3, 3, 3))
+        assert r.ops == ["hardswish"]
+    # Not hardswish: other constants.
+    for f in (lambda s, x: x * F.relu6(x + 2) / 6, lambda s, x: x * F.relu6(x + 3) / 5):
+        with pytest.raises(Unsupported):
+            recognize(Fn(f))
