@@ -124,7 +124,6 @@ class Recognized:
     param_paths: dict
     # Extras (not needed by the spec): where each op came from, for logs and warnings.
     sources: list = dataclasses.field(default_factory=list)
-    _in_channels: Optional[int] = dataclasses.field(default=None, repr=False)
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     _gn: Optional[Tuple[int, Any]] = dataclasses.field(default=None, repr=False, compare=False)
@@ -135,7 +134,8 @@ class Recognized:
         try:
             shape = [int(s) for s in shape]
         except (TypeError, ValueError):
-            raise Unsupported("fusejit: input shape %r is not a list of sizes" % (shape,))
+            raise Unsupported("fusejit cannot fuse an input of shape %r: not a list of sizes"
+                              % (shape,))
         if len(shape) != 5 or any(s <= 0 for s in shape):
             raise Unsupported("fusejit cannot fuse an input of shape %s: fusejit takes 5-D NCDHW "
                               "input [N,C,D,H,W] with every size >= 1" % _shape_text(shape))
@@ -564,8 +564,6 @@ def _b_dropout(b, where, layer, ctx):
     return "skip", {}, {}
 
 
-_INPLACE_ALWAYS = object()
-
 # (function objects, signature, builder, in-place: False / True / "inplace" argument)
 _FUNCTION_FORMS = [
     (["torch.relu", "F.relu"], _s_unary_inplace, _b_plain("relu"), "inplace"),
@@ -590,7 +588,8 @@ _FUNCTION_FORMS = [
     (["torch.group_norm"], _s_gn_torch, _b_gn, False),
     (["torch.conv3d", "F.conv3d"], _s_conv, _b_conv("conv3d"), False),
     (["torch.conv_transpose3d", "F.conv_transpose3d"], _s_convt, _b_conv("conv_transpose3d"), False),
-    (["F.dropout", "F.dropout3d"], _s_dropout, _b_dropout, False),
+    (["F.dropout", "F.dropout1d", "F.dropout2d", "F.dropout3d", "F.alpha_dropout",
+      "F.feature_alpha_dropout"], _s_dropout, _b_dropout, False),
 ]
 
 _METHOD_FORMS = {
@@ -1124,8 +1123,6 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     return Recognized(
         ops=[op.text() for op in ops], params=params, param_paths=paths,
         sources=[op.where for op in ops],
-        _in_channels=None if conv is None else int(
-            conv.params["weight"][0].shape[0 if conv.kind == "conv_transpose3d" else 1]),
         _conv_weight=None if conv is None else conv.params["weight"][0],
         _transposed=conv is not None and conv.kind == "conv_transpose3d",
         _gn=None if gn is None else (gn.attrs["groups"], gn.params["weight"][0]))
