@@ -296,6 +296,8 @@ def _describe(node, ctx: _Ctx) -> Tuple[str, str]:
         return "attribute '%s'%s" % (node.target, loc), node.target
     if node.op == "placeholder":
         return "input '%s'" % node.target, node.name
+    if node.op == "output":
+        return "the forward's return value", None
     return "%s %s" % (node.op, node.name), node.name
 
 

@@ -668,6 +668,8 @@ REFUSALS = [
      ["layer '0'", "nn.AdaptiveAvgPool3d", "flatten(1)"]),
     ("pool-to-2", lambda: Fn(lambda s, x: F.adaptive_avg_pool3d(x, 2).flatten(1)),
      ["F.adaptive_avg_pool3d", "to 2"]),
+    ("dead-code", lambda: Fn(lambda s, x: [torch.relu(x), x][1]),
+     ["return value", "torch.relu", "straight chain"]),
     ("eps-zero", lambda: nn.GroupNorm(2, 8, eps=0.0), ["nn.GroupNorm", "eps=0.0"]),
     ("parametrized-weight", _parametrized, ["layer 'conv'", "computed on access"]),
     ("lazy-uninitialized", lambda: nn.Sequential(nn.LazyConv3d(8, 3)),
