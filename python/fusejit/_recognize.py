@@ -1,0 +1,1130 @@
+"""Recognizes a PyTorch nn.Module as a fusejit chain, with torch.fx.
+
+    r = recognize(model)          # raises Unsupported, naming the layer or call and what is accepted
+    r.ops                         # ["conv_transpose3d(out=16,k=3,stride=2,padding=1)", "swish", ...]
+    r.params                      # {"0.weight": <the model's own Parameter>, ...}
+    r.param_paths                 # {"0.weight": "conv_transpose.weight", ...}
+    r.spec((128, 3, 16, 32, 32))  # "x:f32[128,3,16,32,32] | conv_transpose3d(...) | swish | ..."
+
+The op texts are the canonical ones codegen/chain.cc prints (OpText): sizes as one int when all
+three agree, arguments at their defaults left out, numbers in the shortest text that reads back to
+the same double (FormatDouble), so a spec built here equals fusejit's own printing of it.
+
+What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch.nn's):
+- producer, first: nn.Conv3d / nn.ConvTranspose3d (groups=1, padding_mode='zeros', padding
+  'valid' or symmetric 'same' resolved), F.conv3d / F.conv_transpose3d / torch.conv3d /
+  torch.conv_transpose3d with the model's own Parameters (get_attr) as weight and bias.
+- elementwise, as modules, functions, methods and in-place forms: relu, leaky_relu, sigmoid, tanh,
+  silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip, hardtanh,
+  relu6 -> clamp(min=0,max=6); a clamp with only min=0 is relu), swish written out
+  (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
+  hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling).
+- at most one group_norm: nn.GroupNorm (affine), F.group_norm / torch.group_norm with Parameters.
+- last, optional: mean over dims {2,3,4} or {1,2,3,4} (negative dims, tuple, list or int,
+  consecutive means combined, keepdim=False, dim= or axis=), as torch.mean or Tensor.mean; also
+  global average pooling, adaptive_avg_pool3d(x, 1) (module or function) then flatten(1) (nn.Flatten,
+  torch.flatten, Tensor.flatten), which is a mean over [2,3,4].
+- skipped: nn.Identity, dropout with p=0 (modules and F.dropout), x.contiguous(), x.clone().
+- plain subclasses of the supported modules that override nothing of their behaviour
+  (`class MyConv(nn.Conv3d): pass`) count as their base class.
+The traced graph must be a straight line from the one input to the returned tensor: every value is
+used only by the next op (the written-out swish/hardswish use theirs twice; an in-place op whose
+result is discarded, e.g. `self.relu(x)` with inplace=True, mutates the value and is followed).
+Modules with hooks, subclasses that override forward, parametrized / weight_norm / lazy
+(uninitialized) weights, buffers or tensors in place of Parameters are refused. An in-place op on
+the model's input (e.g. x.relu_() first) changes the caller's tensor in eager mode; the fused chain
+leaves it unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import inspect
+import math
+import operator
+import os
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+__all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
+
+GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
+           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp) -> at most one group_norm (affine), "
+           "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]")
+
+
+class Unsupported(Exception):
+    """The model (or one call of it) is outside fusejit's chain grammar.
+
+    `layer` is the module's qualified name or the fx node's description (None where no single node
+    is to blame); `reason` is the specific problem. str() is the whole message, with GRAMMAR.
+    """
+
+    def __init__(self, message: str, layer: Optional[str] = None, reason: str = ""):
+        super().__init__(message)
+        self.layer = layer
+        self.reason = reason or message
+
+
+# ----------------------------------------------------------------------------------------------
+# Numbers, printed as codegen/format_number.cc FormatDouble prints them.
+
+def format_number(v) -> str:
+    """Shortest text that reads back to exactly float(v), in std::to_chars's choice of fixed or
+    scientific notation (fixed on a tie) with the exponent tidied ("1e-5", "0.01", "6", "1e20")."""
+    v = float(v)
+    if not math.isfinite(v):
+        raise ValueError("fusejit numbers must be finite, got %r" % v)
+    sign = "-" if math.copysign(1.0, v) < 0 else ""
+    if v == 0:
+        return sign + "0"
+    t = decimal.Decimal(repr(abs(v))).as_tuple()  # repr: the shortest round-trip digits
+    digits = list(t.digits)
+    exp = t.exponent
+    while len(digits) > 1 and digits[-1] == 0:
+        digits.pop()
+        exp += 1
+    while len(digits) > 1 and digits[0] == 0:
+        digits.pop(0)
+    d = "".join(str(x) for x in digits)
+    n = len(d)
+    sci_exp = exp + n - 1
+    sci = d[0] + ("." + d[1:] if n > 1 else "") + "e" + ("-" if sci_exp < 0 else "+") + \
+        "%02d" % abs(sci_exp)
+    if exp >= 0:
+        fixed = str(int(abs(v)))  # to_chars prints the exact integer, not padded digits
+    else:
+        point = n + exp
+        fixed = d[:point] + "." + d[point:] if point > 0 else "0." + "0" * (-point) + d
+    if len(fixed) <= len(sci):
+        return sign + fixed
+    mantissa, e = sci.split("e")
+    return sign + mantissa + "e" + ("-" if sci_exp < 0 else "") + str(abs(sci_exp))
+
+
+def _dims3_text(d) -> str:
+    d = tuple(int(x) for x in d)
+    if d[0] == d[1] == d[2]:
+        return str(d[0])
+    return "[%d,%d,%d]" % d
+
+
+# ----------------------------------------------------------------------------------------------
+# The result.
+
+@dataclasses.dataclass(eq=False)  # compared by identity: params hold tensors
+class Recognized:
+    ops: list
+    params: dict
+    param_paths: dict
+    # Extras (not needed by the spec): where each op came from, for logs and warnings.
+    sources: list = dataclasses.field(default_factory=list)
+    _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
+    _transposed: bool = dataclasses.field(default=False, repr=False)
+    _gn: Optional[Tuple[int, Any]] = dataclasses.field(default=None, repr=False, compare=False)
+
+    def spec(self, shape, dtype="f32") -> str:
+        """The fusejit spec of this chain for an input of `shape` ([N,C,D,H,W]); raises Unsupported
+        where the shape cannot be that of this model's input (rank, channels, groups)."""
+        try:
+            shape = [int(s) for s in shape]
+        except (TypeError, ValueError):
+            raise Unsupported("fusejit cannot fuse an input of shape %r: not a list of sizes"
+                              % (shape,))
+        if len(shape) != 5 or any(s <= 0 for s in shape):
+            raise Unsupported("fusejit cannot fuse an input of shape %s: fusejit takes 5-D NCDHW "
+                              "input [N,C,D,H,W] with every size >= 1" % _shape_text(shape))
+        channels = shape[1]
+        if self._conv_weight is not None:
+            w = self._conv_weight
+            cin = int(w.shape[0] if self._transposed else w.shape[1])
+            if channels != cin:
+                raise Unsupported("fusejit cannot fuse an input of shape %s: the convolution takes "
+                                  "%d input channels" % (_shape_text(shape), cin))
+            channels = int(w.shape[1] if self._transposed else w.shape[0])
+        if self._gn is not None:
+            groups, weight = self._gn
+            if int(weight.numel()) != channels or channels % groups != 0:
+                raise Unsupported("fusejit cannot fuse an input of shape %s: group_norm expects %d "
+                                  "channels in %d groups, the chain gives it %d"
+                                  % (_shape_text(shape), int(weight.numel()), groups, channels))
+        return "x:%s%s | %s" % (_dtype_text(dtype), _shape_text(shape), " | ".join(self.ops))
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(int(s)) for s in shape) + "]"
+
+
+_DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+                torch.float64: "f64"}
+
+
+def _dtype_text(dtype) -> str:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPE_NAMES:
+            raise Unsupported("fusejit cannot fuse an input of dtype %s" % dtype)
+        return _DTYPE_NAMES[dtype]
+    return str(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# One op of the chain as found in the graph.
+
+@dataclasses.dataclass
+class _Op:
+    kind: str                      # grammar op name, or "skip", "hardsigmoid" (only as a gate)
+    where: str                     # "layer 'conv' (nn.Conv3d)", "call torch.sigmoid", ...
+    attrs: dict = dataclasses.field(default_factory=dict)
+    params: dict = dataclasses.field(default_factory=dict)   # role -> (Parameter, path)
+    mutates_input: bool = False    # in-place on its input
+    layer: Optional[str] = None    # module qualified name or node name, for Unsupported.layer
+
+    def text(self) -> str:
+        k, a = self.kind, self.attrs
+        if k in ("conv3d", "conv_transpose3d"):
+            s = "%s(out=%d,k=%s" % (k, a["out"], _dims3_text(a["k"]))
+            if tuple(a["stride"]) != (1, 1, 1):
+                s += ",stride=" + _dims3_text(a["stride"])
+            if tuple(a["padding"]) != (0, 0, 0):
+                s += ",padding=" + _dims3_text(a["padding"])
+            if k == "conv_transpose3d" and tuple(a["output_padding"]) != (0, 0, 0):
+                s += ",output_padding=" + _dims3_text(a["output_padding"])
+            if tuple(a["dilation"]) != (1, 1, 1):
+                s += ",dilation=" + _dims3_text(a["dilation"])
+            if not a["bias"]:
+                s += ",bias=false"
+            return s + ")"
+        if k == "leaky_relu":
+            return "leaky_relu(slope=%s)" % format_number(a["slope"])
+        if k == "clamp":
+            return "clamp(min=%s,max=%s)" % (format_number(a["min"]), format_number(a["max"]))
+        if k == "group_norm":
+            return "group_norm(groups=%d,eps=%s)" % (a["groups"], format_number(a["eps"]))
+        if k == "mean":
+            return "mean(dims=[%s])" % ",".join(str(d) for d in a["dims"])
+        return k
+
+
+class _Ctx:
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def module(self, path: str) -> nn.Module:
+        m = self.model
+        for part in path.split(".") if path else []:
+            m = getattr(m, part)
+        return m
+
+
+def _refuse(where: str, reason: str, layer: Optional[str] = None):
+    raise Unsupported("fusejit cannot fuse %s: %s; %s" % (where, reason, GRAMMAR),
+                      layer=layer, reason=reason)
+
+
+# ----------------------------------------------------------------------------------------------
+# Describing nodes in messages.
+
+_OPERATOR_SYMBOLS = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.matmul: "@",
+    operator.neg: "unary -", operator.getitem: "[...]", operator.iadd: "+=", operator.imul: "*=",
+    operator.and_: "&", operator.or_: "|", operator.lt: "<", operator.gt: ">",
+}
+
+
+def _class_name(obj) -> str:
+    cls = type(obj)
+    if getattr(nn, cls.__name__, None) is cls:
+        return "nn." + cls.__name__
+    return "%s.%s" % (cls.__module__, cls.__qualname__)
+
+
+def _func_name(f) -> str:
+    if f in _OPERATOR_SYMBOLS:
+        return "'%s' (operator.%s)" % (_OPERATOR_SYMBOLS[f], f.__name__)
+    name = getattr(f, "__name__", None) or repr(f)
+    if getattr(F, name, None) is f:
+        return "F." + name
+    if getattr(torch, name, None) is f:
+        return "torch." + name
+    mod = getattr(f, "__module__", None)
+    return "%s.%s" % (mod, name) if mod else name
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n([^\n]*)')
+
+
+def _location(node) -> str:
+    """' at file.py:12: x = x + y' from the node's recorded stack trace, where there is one."""
+    try:
+        st = getattr(node, "stack_trace", None) or ""
+        frames = _FRAME_RE.findall(st)
+        if not frames:
+            return ""
+        inner_first = any(f[0].startswith(_TORCH_DIR) and "symbolic_trace" in f[0] for f in frames)
+        user = [f for f in frames
+                if not os.path.abspath(f[0]).startswith(_TORCH_DIR) and f[2].strip() != "<module>"
+                and os.path.abspath(f[0]) != os.path.abspath(__file__)]
+        if not user:
+            return ""
+        f = user[0] if inner_first else user[-1]
+        return " at %s:%s: %s" % (os.path.basename(f[0]), f[1], f[3].strip())
+    except Exception:  # a message nicety only
+        return ""
+
+
+def _describe(node, ctx: _Ctx) -> Tuple[str, str]:
+    """(description, layer) of an fx node."""
+    loc = _location(node)
+    if node.op == "call_module":
+        try:
+            mod = ctx.module(node.target)
+            return "layer '%s' (%s)%s" % (node.target, _class_name(mod), loc), node.target
+        except AttributeError:
+            return "layer '%s'%s" % (node.target, loc), node.target
+    if node.op == "call_function":
+        return "call %s%s" % (_func_name(node.target), loc), node.name
+    if node.op == "call_method":
+        return "method call .%s()%s" % (node.target, loc), node.name
+    if node.op == "get_attr":
+        return "attribute '%s'%s" % (node.target, loc), node.target
+    if node.op == "placeholder":
+        return "input '%s'" % node.target, node.name
+    if node.op == "output":
+        return "the forward's return value", None
+    return "%s %s" % (node.op, node.name), node.name
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument checks.
+
+def _is_node(v) -> bool:
+    return isinstance(v, torch.fx.Node)
+
+
+def _number(v, what: str, where: str, layer) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        _refuse(where, "%s is %s; fusejit needs a constant number there"
+                % (what, "computed in the graph" if _is_node(v) else repr(v)), layer)
+    v = float(v)
+    if not math.isfinite(v):
+        _refuse(where, "%s is %r; fusejit needs a finite number" % (what, v), layer)
+    return v
+
+
+def _positive(v: float, what: str, where: str, layer) -> float:
+    if not v > 0:
+        _refuse(where, "%s=%r; fusejit needs %s > 0" % (what, v, what), layer)
+    return v
+
+
+def _int(v, what: str, where: str, layer) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        _refuse(where, "%s is %r; fusejit needs a constant whole number" % (what, v), layer)
+    return int(v)
+
+
+def _triple(v, what: str, where: str, layer) -> Tuple[int, int, int]:
+    if isinstance(v, (list, tuple)):
+        vals = [_int(x, what, where, layer) for x in v]
+        if len(vals) == 1:
+            vals = vals * 3
+        if len(vals) != 3:
+            _refuse(where, "%s=%r is not one size or three" % (what, v), layer)
+        return tuple(vals)
+    x = _int(v, what, where, layer)
+    return (x, x, x)
+
+
+def _no_nodes(bound: dict, allowed, where: str, layer):
+    for k, v in bound.items():
+        if k in allowed:
+            continue
+        vals = v if isinstance(v, (list, tuple)) else [v]
+        if any(_is_node(x) for x in vals):
+            _refuse(where, "argument '%s' is computed in the graph; fusejit needs a constant" % k,
+                    layer)
+
+
+def _check_hooks(mod: nn.Module, where: str, layer):
+    for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        if getattr(mod, attr, None):
+            _refuse(where, "it has %s registered; the fused chain would not run them"
+                    % attr.strip("_").replace("_", " "), layer)
+
+
+def _own_param(owner: nn.Module, attr: str, path: str, where: str, layer, optional=False):
+    """owner.<attr> as (Parameter, path), refusing anything that is not a plain registered one."""
+    p = owner._parameters.get(attr) if hasattr(owner, "_parameters") else None
+    current = getattr(owner, attr, None)
+    if p is None:
+        if optional and current is None:
+            return None
+        if attr in getattr(owner, "_buffers", {}):
+            what = "a buffer"
+        elif torch.is_tensor(current):
+            what = "a tensor computed on access or kept as a plain attribute (parametrization, " \
+                   "weight_norm)"
+        else:
+            what = type(current).__name__
+        _refuse(where, "'%s' is not a registered nn.Parameter but %s" % (path, what), layer)
+    if current is not p:
+        _refuse(where, "'%s' is computed on access (parametrized?), not the Parameter itself" % path,
+                layer)
+    uninit = getattr(nn.parameter, "UninitializedParameter", None)
+    if uninit is not None and isinstance(p, uninit):
+        _refuse(where, "'%s' is not initialized yet (lazy module); run the model once first" % path,
+                layer)
+    return (p, path)
+
+
+def _param_from_node(v, what: str, ctx: _Ctx, where: str, layer, optional=False):
+    if v is None and optional:
+        return None
+    if not _is_node(v) or v.op != "get_attr":
+        _refuse(where, "%s must be one of the model's own nn.Parameters, found %s"
+                % (what, _describe(v, ctx)[0] if _is_node(v) else repr(v)), layer)
+    path = v.target
+    prefix, _, attr = path.rpartition(".")
+    try:
+        owner = ctx.module(prefix)
+    except AttributeError:
+        _refuse(where, "%s '%s' is not found in the model" % (what, path), layer)
+    return _own_param(owner, attr, path, where, layer)
+
+
+# ----------------------------------------------------------------------------------------------
+# Signatures of the functional and method forms (bound with inspect, so positional and keyword
+# spellings are one).
+
+def _s_unary(input): pass
+def _s_unary_inplace(input, inplace=False): pass
+def _s_leaky(input, negative_slope=0.01, inplace=False): pass
+def _s_leaky_(input, negative_slope=0.01): pass
+def _s_hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False): pass
+def _s_hardtanh_(input, min_val=-1.0, max_val=1.0): pass
+def _s_gelu(input, approximate="none"): pass
+def _s_clamp(input, min=None, max=None): pass
+def _s_mean(input, dim=None, keepdim=False, *, dtype=None, axis=None): pass
+def _s_gn(input, num_groups, weight=None, bias=None, eps=1e-5): pass
+def _s_gn_torch(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True): pass
+def _s_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1): pass
+def _s_convt(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+             dilation=1): pass
+def _s_dropout(input, p=0.5, training=True, inplace=False): pass
+def _s_binary(input, other): pass
+def _s_div(input, other, *, rounding_mode=None): pass
+def _s_add(input, other, *, alpha=1): pass
+
+
+def _bind(stub, node, where, layer) -> dict:
+    try:
+        b = inspect.signature(stub).bind(*node.args, **node.kwargs)
+    except TypeError as e:
+        _refuse(where, "unexpected arguments (%s)" % e, layer)
+    b.apply_defaults()
+    return dict(b.arguments)
+
+
+# Builders: (bound arguments, where, layer, ctx) -> (kind, attrs, params)
+
+def _b_plain(kind):
+    def build(b, where, layer, ctx):
+        return kind, {}, {}
+    return build
+
+
+def _b_leaky(b, where, layer, ctx):
+    return "leaky_relu", {"slope": _number(b["negative_slope"], "negative_slope", where, layer)}, {}
+
+
+def _b_hardtanh(b, where, layer, ctx):
+    return _clamp_op(b["min_val"], b["max_val"], where, layer)
+
+
+def _b_relu6(b, where, layer, ctx):
+    return "clamp", {"min": 0.0, "max": 6.0}, {}
+
+
+def _b_gelu(b, where, layer, ctx):
+    if b["approximate"] != "none":
+        _refuse(where, "gelu with approximate=%r; fusejit's gelu is the exact erf form "
+                       "(approximate='none')" % (b["approximate"],), layer)
+    return "gelu", {}, {}
+
+
+def _b_clamp(b, where, layer, ctx):
+    return _clamp_op(b["min"], b["max"], where, layer)
+
+
+def _clamp_op(lo, hi, where, layer):
+    if lo is not None and hi is None and not _is_node(lo) and not isinstance(lo, bool) and \
+            isinstance(lo, (int, float)) and float(lo) == 0:
+        return "relu", {}, {}  # clamp(min=0) is relu exactly
+    if lo is None or hi is None:
+        _refuse(where, "clamp with only %s; fusejit's clamp takes both min and max (a clamp with "
+                       "only min=0 is taken as relu)" % ("min" if hi is None else "max"), layer)
+    lo = _number(lo, "min", where, layer)
+    hi = _number(hi, "max", where, layer)
+    if lo > hi:
+        _refuse(where, "clamp min %r is larger than max %r" % (lo, hi), layer)
+    return "clamp", {"min": lo, "max": hi}, {}
+
+
+def _b_mean(b, where, layer, ctx):
+    dim = b["dim"] if b.get("axis") is None else b["axis"]  # numpy's name, which torch takes too
+    if dim is None or (b.get("axis") is not None and b["dim"] is not None):
+        _refuse(where, "mean over all dimensions; fusejit's mean is over [2,3,4] (giving [N,C]) or "
+                       "[1,2,3,4] (giving [N])", layer)
+    if b["keepdim"] is not False:
+        _refuse(where, "mean with keepdim=%r; fusejit's mean drops the reduced dimensions "
+                       "(keepdim=False)" % (b["keepdim"],), layer)
+    if b.get("dtype") is not None:
+        _refuse(where, "mean with dtype=%s" % b["dtype"], layer)
+    dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+    dims = [_int(d, "dim", where, layer) for d in dims]
+    return "mean", {"dims": dims}, {}
+
+
+def _b_gn(b, where, layer, ctx):
+    groups = _int(b["num_groups"], "num_groups", where, layer)
+    eps = _positive(_number(b["eps"], "eps", where, layer), "eps", where, layer)
+    if b["weight"] is None or b["bias"] is None:
+        _refuse(where, "group_norm without %s (affine=False); fusejit's group_norm is affine, with "
+                       "weight and bias" % ("weight" if b["weight"] is None else "bias"), layer)
+    w = _param_from_node(b["weight"], "group_norm weight", ctx, where, layer)
+    bias = _param_from_node(b["bias"], "group_norm bias", ctx, where, layer)
+    _check_gn_params(w[0], bias[0], None, where, layer)
+    return "group_norm", {"groups": groups, "eps": eps}, {"weight": w, "bias": bias}
+
+
+def _check_gn_params(w, b, channels, where, layer):
+    if w.dim() != 1 or b.dim() != 1 or w.shape != b.shape or \
+            (channels is not None and int(w.shape[0]) != channels):
+        _refuse(where, "group_norm weight %s and bias %s are not both [C]"
+                % (list(w.shape), list(b.shape)), layer)
+
+
+def _conv_attrs(kind, weight, bias, stride, padding, dilation, output_padding, groups, where, layer):
+    groups = _int(groups, "groups", where, layer)
+    if groups != 1:
+        _refuse(where, "groups=%d; fusejit's convolutions take groups=1 only" % groups, layer)
+    w = weight[0]
+    if w.dim() != 5:
+        _refuse(where, "weight of shape %s is not 5-D" % list(w.shape), layer)
+    out = int(w.shape[1] if kind == "conv_transpose3d" else w.shape[0])
+    if bias is not None and (bias[0].dim() != 1 or int(bias[0].shape[0]) != out):
+        _refuse(where, "bias of shape %s does not match %d output channels"
+                % (list(bias[0].shape), out), layer)
+    k = tuple(int(x) for x in w.shape[2:])
+    stride = _triple(stride, "stride", where, layer)
+    dilation = _triple(dilation, "dilation", where, layer)
+    if isinstance(padding, str):
+        if kind != "conv3d":
+            _refuse(where, "padding=%r" % padding, layer)
+        if padding == "valid":
+            padding = (0, 0, 0)
+        elif padding == "same":
+            total = [dilation[a] * (k[a] - 1) for a in range(3)]
+            if any(t % 2 for t in total):
+                _refuse(where, "padding='same' with an even kernel extent pads one side more than "
+                               "the other; fusejit's padding is symmetric", layer)
+            padding = tuple(t // 2 for t in total)
+        else:
+            _refuse(where, "padding=%r" % padding, layer)
+    else:
+        padding = _triple(padding, "padding", where, layer)
+    attrs = {"out": out, "k": k, "stride": stride, "padding": padding, "dilation": dilation,
+             "bias": bias is not None}
+    if kind == "conv_transpose3d":
+        attrs["output_padding"] = _triple(output_padding, "output_padding", where, layer)
+    params = {"weight": weight}
+    if bias is not None:
+        params["bias"] = bias
+    return kind, attrs, params
+
+
+def _b_conv(kind):
+    def build(b, where, layer, ctx):
+        weight = _param_from_node(b["weight"], "conv weight", ctx, where, layer)
+        bias = _param_from_node(b["bias"], "conv bias", ctx, where, layer, optional=True)
+        return _conv_attrs(kind, weight, bias, b["stride"], b["padding"], b["dilation"],
+                           b.get("output_padding", 0), b["groups"], where, layer)
+    return build
+
+
+def _b_dropout(b, where, layer, ctx):
+    p = _number(b["p"], "p", where, layer)
+    if p != 0:
+        _refuse(where, "dropout with p=%r (only p=0, which does nothing, is skipped)" % p, layer)
+    return "skip", {}, {}
+
+
+# (function objects, signature, builder, in-place: False / True / "inplace" argument)
+_FUNCTION_FORMS = [
+    (["torch.relu", "F.relu"], _s_unary_inplace, _b_plain("relu"), "inplace"),
+    (["torch.relu_", "F.relu_"], _s_unary, _b_plain("relu"), True),
+    (["F.leaky_relu"], _s_leaky, _b_leaky, "inplace"),
+    (["F.leaky_relu_", "torch._C._nn.leaky_relu_"], _s_leaky_, _b_leaky, True),
+    (["torch.sigmoid", "F.sigmoid", "torch.special.expit"], _s_unary, _b_plain("sigmoid"), False),
+    (["torch.sigmoid_"], _s_unary, _b_plain("sigmoid"), True),
+    (["torch.tanh", "F.tanh"], _s_unary, _b_plain("tanh"), False),
+    (["torch.tanh_"], _s_unary, _b_plain("tanh"), True),
+    (["F.silu"], _s_unary_inplace, _b_plain("swish"), "inplace"),
+    (["F.hardswish"], _s_unary_inplace, _b_plain("hardswish"), "inplace"),
+    (["F.hardsigmoid"], _s_unary_inplace, _b_plain("hardsigmoid"), "inplace"),
+    (["F.gelu"], _s_gelu, _b_gelu, False),
+    (["torch.clamp", "torch.clip"], _s_clamp, _b_clamp, False),
+    (["torch.clamp_", "torch.clip_"], _s_clamp, _b_clamp, True),
+    (["F.hardtanh"], _s_hardtanh, _b_hardtanh, "inplace"),
+    (["F.hardtanh_", "torch._C._nn.hardtanh_"], _s_hardtanh_, _b_hardtanh, True),
+    (["F.relu6"], _s_unary_inplace, _b_relu6, "inplace"),
+    (["torch.mean"], _s_mean, _b_mean, False),
+    (["F.group_norm"], _s_gn, _b_gn, False),
+    (["torch.group_norm"], _s_gn_torch, _b_gn, False),
+    (["torch.conv3d", "F.conv3d"], _s_conv, _b_conv("conv3d"), False),
+    (["torch.conv_transpose3d", "F.conv_transpose3d"], _s_convt, _b_conv("conv_transpose3d"), False),
+    (["F.dropout", "F.dropout1d", "F.dropout2d", "F.dropout3d", "F.alpha_dropout",
+      "F.feature_alpha_dropout"], _s_dropout, _b_dropout, False),
+]
+
+_METHOD_FORMS = {
+    "relu": (_s_unary, _b_plain("relu"), False), "relu_": (_s_unary, _b_plain("relu"), True),
+    "sigmoid": (_s_unary, _b_plain("sigmoid"), False),
+    "sigmoid_": (_s_unary, _b_plain("sigmoid"), True),
+    "tanh": (_s_unary, _b_plain("tanh"), False), "tanh_": (_s_unary, _b_plain("tanh"), True),
+    "clamp": (_s_clamp, _b_clamp, False), "clip": (_s_clamp, _b_clamp, False),
+    "clamp_": (_s_clamp, _b_clamp, True), "clip_": (_s_clamp, _b_clamp, True),
+    "mean": (_s_mean, _b_mean, False),
+    "contiguous": (_s_unary, _b_plain("skip"), False), "clone": (_s_unary, _b_plain("skip"), False),
+}
+
+
+def _resolve(name: str):
+    obj = {"torch": torch, "F": F}[name.split(".")[0]]
+    for part in name.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _function_table():
+    table = {}
+    for names, stub, build, inplace in _FUNCTION_FORMS:
+        for name in names:
+            f = _resolve(name)
+            if f is None:
+                continue
+            try:
+                table.setdefault(f, (stub, build, inplace))
+            except TypeError:  # unhashable: never expected
+                pass
+    return table
+
+
+_FUNCTIONS = _function_table()
+
+_MUL_FUNCS = {operator.mul, torch.mul}
+_DIV_FUNCS = {operator.truediv, torch.div, torch.true_divide}
+_ADD_FUNCS = {operator.add, torch.add}
+
+
+# ----------------------------------------------------------------------------------------------
+# Modules.
+
+def _dropout_types():
+    names = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]
+    return tuple(t for t in (getattr(nn, n, None) for n in names) if t is not None)
+
+
+_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.ReLU, nn.LeakyReLU, nn.Sigmoid,
+                      nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.GELU, nn.ReLU6, nn.Hardtanh,
+                      nn.Identity) + _dropout_types()
+# Methods a subclass must not override to count as its torch.nn base class.
+_BEHAVIOUR = ("forward", "_conv_forward", "_output_padding")
+
+
+def _base_module_type(mod) -> Optional[type]:
+    """The supported torch.nn class `mod` behaves as: its own class, or a base class whose forward
+    (and helpers) the subclass does not override (`class MyConv(nn.Conv3d): pass`, parametrized
+    modules; their weights are checked separately). None for anything else."""
+    t = type(mod)
+    if t in _SUPPORTED_MODULES:
+        return t
+    for base in _SUPPORTED_MODULES:
+        if isinstance(mod, base) and all(getattr(t, m, None) is getattr(base, m, None)
+                                         for m in _BEHAVIOUR):
+            return base
+    return None
+
+
+class _Tracer(torch.fx.Tracer):
+    """symbolic_trace's tracer, also keeping the supported modules' plain subclasses as leaves."""
+
+    def is_leaf_module(self, m, module_qualified_name):
+        if _base_module_type(m) is not None:
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+
+def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[str, dict, dict, bool]]:
+    t = _base_module_type(mod)
+    inplace = bool(getattr(mod, "inplace", False))
+    if t in (nn.Conv3d, nn.ConvTranspose3d):
+        kind = "conv3d" if t is nn.Conv3d else "conv_transpose3d"
+        if mod.padding_mode != "zeros":
+            _refuse(where, "padding_mode=%r; fusejit pads with zeros only" % mod.padding_mode, layer)
+        weight = _own_param(mod, "weight", _join(path, "weight"), where, layer)
+        bias = _own_param(mod, "bias", _join(path, "bias"), where, layer, optional=True)
+        kind, attrs, params = _conv_attrs(kind, weight, bias, mod.stride, mod.padding, mod.dilation,
+                                          getattr(mod, "output_padding", 0), mod.groups, where,
+                                          layer)
+        if attrs["out"] != mod.out_channels:
+            _refuse(where, "weight shape does not match out_channels=%d" % mod.out_channels, layer)
+        return kind, attrs, params, False
+    if t is nn.GroupNorm:
+        if not mod.affine:
+            _refuse(where, "nn.GroupNorm with affine=False; fusejit's group_norm is affine "
+                           "(weight and bias)", layer)
+        w = _own_param(mod, "weight", _join(path, "weight"), where, layer)
+        b = _own_param(mod, "bias", _join(path, "bias"), where, layer)
+        _check_gn_params(w[0], b[0], mod.num_channels, where, layer)
+        groups = _int(mod.num_groups, "num_groups", where, layer)
+        eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
+        return "group_norm", {"groups": groups, "eps": eps}, {"weight": w, "bias": b}, False
+    if t is nn.ReLU:
+        return "relu", {}, {}, inplace
+    if t is nn.LeakyReLU:
+        return "leaky_relu", {"slope": _number(mod.negative_slope, "negative_slope", where, layer)}, \
+            {}, inplace
+    if t is nn.Sigmoid:
+        return "sigmoid", {}, {}, False
+    if t is nn.Tanh:
+        return "tanh", {}, {}, False
+    if t is nn.SiLU:
+        return "swish", {}, {}, inplace
+    if t is nn.Hardswish:
+        return "hardswish", {}, {}, inplace
+    if t is nn.Hardsigmoid:
+        return "hardsigmoid", {}, {}, inplace
+    if t is nn.GELU:
+        approximate = getattr(mod, "approximate", "none")
+        if approximate != "none":
+            _refuse(where, "nn.GELU(approximate=%r); fusejit's gelu is the exact erf form "
+                           "(approximate='none')" % (approximate,), layer)
+        return "gelu", {}, {}, False
+    if t is nn.ReLU6:
+        return "clamp", {"min": 0.0, "max": 6.0}, {}, inplace
+    if t is nn.Hardtanh:
+        kind, attrs, params = _clamp_op(mod.min_val, mod.max_val, where, layer)
+        return kind, attrs, params, inplace
+    if t is nn.Identity:
+        return "skip", {}, {}, False
+    if t in _dropout_types():
+        if float(mod.p) != 0:
+            _refuse(where, "dropout with p=%r (only p=0, which does nothing, is skipped)" % mod.p,
+                    layer)
+        return "skip", {}, {}, False
+    return None
+
+
+def _join(prefix: str, name: str) -> str:
+    return prefix + "." + name if prefix else name
+
+
+# ----------------------------------------------------------------------------------------------
+# Classifying one node whose chain input is `inp`.
+
+def _classify(node, inp, ctx: _Ctx) -> Optional[_Op]:
+    """The op `node` computes from `inp`, None where the node is not one of the grammar's forms.
+    Raises Unsupported where it is one but with arguments the grammar cannot express."""
+    where, layer = _describe(node, ctx)
+    if node.op == "call_module":
+        mod = ctx.module(node.target)
+        found = _module_op(mod, node.target, where, layer)
+        if found is None:
+            return None
+        if tuple(node.args) != (inp,) or node.kwargs:
+            _refuse(where, "it is called with arguments besides the chain's tensor", layer)
+        _check_hooks(mod, where, layer)
+        kind, attrs, params, inplace = found
+        return _Op(kind, where, attrs, params, inplace, layer)
+    if node.op == "call_function":
+        try:
+            form = _FUNCTIONS.get(node.target)
+        except TypeError:
+            form = None
+        if form is None:
+            return None
+        stub, build, inplace = form
+    elif node.op == "call_method":
+        form = _METHOD_FORMS.get(node.target)
+        if form is None:
+            return None
+        stub, build, inplace = form
+    else:
+        return None
+    b = _bind(stub, node, where, layer)
+    if b["input"] is not inp:
+        _refuse(where, "the chain's value is not its input tensor", layer)
+    _no_nodes(b, ("input", "weight", "bias"), where, layer)
+    kind, attrs, params = build(b, where, layer, ctx)
+    if inplace == "inplace":
+        inplace = b.get("inplace") is True
+    return _Op(kind, where, attrs, params, bool(inplace), layer)
+
+
+def _binary_operands(node):
+    """(a, b, method_inplace) for a multiply/divide/add node in any spelling, else None."""
+    if node.op == "call_function":
+        if node.kwargs or len(node.args) != 2:
+            return None
+        return node.args[0], node.args[1], False
+    if node.op == "call_method":
+        if node.kwargs or len(node.args) != 2:
+            return None
+        return node.args[0], node.args[1], node.target.endswith("_")
+    return None
+
+
+def _is_mul(node) -> bool:
+    return (node.op == "call_function" and node.target in _MUL_FUNCS) or \
+        (node.op == "call_method" and node.target in ("mul", "mul_", "multiply", "multiply_"))
+
+
+def _is_div(node) -> bool:
+    return (node.op == "call_function" and node.target in _DIV_FUNCS) or \
+        (node.op == "call_method" and node.target in ("div", "div_", "true_divide", "divide"))
+
+
+def _is_add(node) -> bool:
+    return (node.op == "call_function" and node.target in _ADD_FUNCS) or \
+        (node.op == "call_method" and node.target in ("add", "add_"))
+
+
+def _const_equal(v, c) -> bool:
+    return not _is_node(v) and not isinstance(v, bool) and isinstance(v, (int, float)) and \
+        float(v) == c
+
+
+def _mul_of(node, a, b):
+    """node is a*b or b*a; returns (True, mutates a in place) or (False, False)."""
+    if not _is_mul(node):
+        return False, False
+    ops = _binary_operands(node)
+    if ops is None:
+        return False, False
+    x, y, inpl = ops
+    if (x is a and y is b) or (x is b and y is a):
+        return True, inpl and x is a
+    return False, False
+
+
+def _only_user(node):
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+@dataclasses.dataclass
+class _Step:
+    op: _Op
+    nodes: list
+    result: Any
+
+
+def _match_step(cur, first, ctx: _Ctx) -> Optional[_Step]:
+    # swish / hardswish as x * gate(x), either order, any spelling of the gate.
+    gate = _classify(first, cur, ctx)
+    if gate is not None and gate.kind in ("sigmoid", "hardsigmoid") and not gate.mutates_input:
+        m = _only_user(first)
+        if m is not None:
+            ok, inpl = _mul_of(m, cur, first)
+            if ok:
+                kind = "swish" if gate.kind == "sigmoid" else "hardswish"
+                where = "%s written as x * %s(x) (%s)" % (kind, gate.kind, gate.where)
+                return _Step(_Op(kind, where, mutates_input=inpl, layer=gate.layer), [first, m], m)
+    if gate is not None and gate.kind == "hardsigmoid":
+        _refuse(gate.where, "hardsigmoid is accepted only as x * hardsigmoid(x) (hardswish)",
+                gate.layer)
+    if gate is not None:
+        return _Step(gate, [first], first)
+    # hardswish written out: x * relu6(x + 3) / 6 or x * (relu6(x + 3) / 6).
+    step = _match_hardswish(cur, first, ctx)
+    if step is not None:
+        return step
+    # global average pooling: adaptive_avg_pool3d(x, 1) then flatten(1) is a mean over [2,3,4].
+    return _match_global_pool(cur, first, ctx)
+
+
+def _is_one(v) -> bool:
+    if isinstance(v, (list, tuple)):
+        return len(v) in (1, 3) and all(_is_one(x) for x in v)
+    return not isinstance(v, bool) and isinstance(v, int) and v == 1
+
+
+def _match_global_pool(cur, first, ctx: _Ctx) -> Optional[_Step]:
+    size = _MISSING = object()
+    if first.op == "call_module":
+        mod = ctx.module(first.target)
+        if type(mod) is nn.AdaptiveAvgPool3d and tuple(first.args) == (cur,) and not first.kwargs:
+            _check_hooks(mod, *_describe(first, ctx))
+            size = mod.output_size
+    elif first.op == "call_function" and first.target in _ADAPTIVE_POOLS:
+        try:
+            b = inspect.signature(_s_pool).bind(*first.args, **first.kwargs).arguments
+        except TypeError:
+            b = {}
+        if b.get("input") is cur:
+            size = b.get("output_size")
+    if size is _MISSING:
+        return None
+    where, layer = _describe(first, ctx)
+    if not _is_one(size):
+        _refuse(where, "adaptive average pooling to %r; fusejit accepts it only to size 1 followed "
+                       "by flatten(1), a mean over [2,3,4]" % (size,), layer)
+    f = _only_user(first)
+    start = end = None
+    if f is not None and f.op == "call_module":
+        m = ctx.module(f.target)
+        if type(m) is nn.Flatten and tuple(f.args) == (first,) and not f.kwargs:
+            _check_hooks(m, *_describe(f, ctx))
+            start, end = m.start_dim, m.end_dim
+    elif f is not None and ((f.op == "call_function" and f.target is torch.flatten) or
+                            (f.op == "call_method" and f.target == "flatten")):
+        try:
+            b = inspect.signature(_s_flatten).bind(*f.args, **f.kwargs)
+            b.apply_defaults()
+            if b.arguments["input"] is first:
+                start, end = b.arguments["start_dim"], b.arguments["end_dim"]
+        except TypeError:
+            pass
+    if start == 1 and end in (-1, 4):
+        return _Step(_Op("mean", "%s and flatten(1) (a mean over [2,3,4])" % where,
+                         {"dims": [2, 3, 4]}, layer=layer), [first, f], f)
+    _refuse(where, "adaptive average pooling is accepted only when flatten(1) follows it (the two "
+                   "are a mean over [2,3,4]); its [N,C,1,1,1] result is not a chain output", layer)
+
+
+def _s_pool(input, output_size): pass
+def _s_flatten(input, start_dim=0, end_dim=-1): pass
+
+
+_ADAPTIVE_POOLS = {f for f in (getattr(F, "adaptive_avg_pool3d", None),
+                               getattr(torch, "adaptive_avg_pool3d", None),
+                               _resolve("torch._C._nn.adaptive_avg_pool3d")) if f is not None}
+
+
+def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
+    if not _is_add(first):
+        return None
+    ops = _binary_operands(first)
+    if ops is None or ops[2]:
+        return None
+    a, b, _ = ops
+    if not ((a is cur and _const_equal(b, 3.0)) or (b is cur and _const_equal(a, 3.0))):
+        return None
+    r = _only_user(first)
+    if r is None:
+        return None
+    try:
+        six = _classify(r, first, ctx)
+    except Unsupported:
+        return None
+    if six is None or six.kind != "clamp" or six.attrs != {"min": 0.0, "max": 6.0}:
+        return None
+    u = _only_user(r)
+    if u is None:
+        return None
+    where = "x * relu6(x + 3) / 6 (hardswish) via %s" % six.where
+    ok, _ = _mul_of(u, cur, r)
+    if ok:  # (x * r) / 6  or  (x * r) * (1/6)
+        d = _only_user(u)
+        if d is None:
+            return None
+        dops = _binary_operands(d)
+        if dops is None or dops[0] is not u:
+            return None
+        if (_is_div(d) and _const_equal(dops[1], 6.0)) or \
+                (_is_mul(d) and _const_equal(dops[1], 1.0 / 6.0)):
+            return _Step(_Op("hardswish", where, layer=six.layer), [first, r, u, d], d)
+        return None
+    dops = _binary_operands(u)
+    if dops is not None and dops[0] is r and _is_div(u) and _const_equal(dops[1], 6.0):
+        m = _only_user(u)
+        if m is not None:
+            ok, inpl = _mul_of(m, cur, u)
+            if ok:
+                return _Step(_Op("hardswish", where, mutates_input=inpl, layer=six.layer),
+                             [first, r, u, m], m)
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Tracing and the walk.
+
+def _trace(model: nn.Module) -> torch.fx.Graph:
+    tracer = _Tracer()
+    try:
+        tracer.record_stack_traces = True
+    except Exception:
+        pass
+    try:
+        return tracer.trace(model)
+    except Exception as e:  # anything the user's forward raises under tracing
+        raise Unsupported("fusejit cannot fuse model %s: torch.fx could not trace its forward (%s: "
+                          "%s); fusejit recognizes forwards that torch.fx.symbolic_trace can "
+                          "trace; %s" % (_class_name(model), type(e).__name__, e, GRAMMAR),
+                          reason="torch.fx could not trace the forward")
+
+
+def recognize(model: nn.Module) -> Recognized:
+    """Recognizes `model`'s forward as a fusejit chain; raises Unsupported naming the first layer
+    or call outside the grammar."""
+    if not isinstance(model, nn.Module):
+        raise Unsupported("fusejit cannot fuse %r: not a torch.nn.Module" % (model,))
+    ctx = _Ctx(model)
+    _check_hooks(model, "model %s" % _class_name(model), None)
+    if _Tracer().is_leaf_module(model, ""):
+        # A bare torch.nn module (nn.Conv3d(...), nn.GroupNorm(...)) is the whole chain; tracing
+        # would go into its own forward.
+        where = "model %s" % _class_name(model)
+        found = _module_op(model, "", where, None)
+        if found is None:
+            _refuse(where, "it is not one of the ops fusejit fuses")
+        kind, attrs, params, _ = found
+        return _assemble([_Op(kind, where, attrs, params)], model)
+    graph = _trace(model)
+    nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    outputs = [n for n in nodes if n.op == "output"]
+    if len(placeholders) != 1:
+        raise Unsupported("fusejit cannot fuse model %s: its forward takes %d inputs (%s); a fusejit "
+                          "chain takes one tensor x:[N,C,D,H,W]; %s"
+                          % (_class_name(model), len(placeholders),
+                             ", ".join(p.target for p in placeholders), GRAMMAR),
+                          reason="forward does not take exactly one input")
+    output = outputs[0]
+    cur = placeholders[0]
+    consumed = {cur, output}
+    found: List[_Op] = []
+    prev_where = "the input"
+    while True:
+        users = sorted((u for u in cur.users if u not in consumed or u is output), key=order.get)
+        if not users:
+            raise Unsupported("fusejit cannot fuse model %s: the value after %s is not returned; %s"
+                              % (_class_name(model), prev_where, GRAMMAR))
+        first = users[0]
+        if first is output:
+            if len(users) > 1 or tuple(output.args) != (cur,) or output.kwargs:
+                raise Unsupported("fusejit cannot fuse model %s: forward returns %r, not the "
+                                  "chain's single tensor; %s"
+                                  % (_class_name(model), output.args[0] if output.args else None,
+                                     GRAMMAR), reason="forward does not return one tensor")
+            break
+        step = _match_step(cur, first, ctx)
+        if step is None:
+            where, layer = _describe(first, ctx)
+            _refuse(where, "it is not one of the ops fusejit fuses", layer)
+        consumed.update(step.nodes)
+        rest = [u for u in users if u not in step.nodes]
+        if rest:
+            last = max(order[n] for n in step.nodes)
+            if step.result.users or not step.op.mutates_input or \
+                    any(order[u] < last for u in rest):
+                a = _describe(first, ctx)[0]
+                b, layer = _describe(rest[0], ctx)
+                _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses a "
+                           "straight chain where each value feeds only the next op"
+                        % (prev_where, a), layer)
+            # In-place op with its result discarded: the value is mutated, the chain goes on.
+        else:
+            cur = step.result
+        found.append(step.op)
+        prev_where = step.op.where
+    left = [n for n in nodes if n not in consumed and n.op != "get_attr"]
+    if left:
+        where, layer = _describe(left[0], ctx)
+        _refuse(where, "it is not part of the straight chain from the input to the output", layer)
+    return _assemble(found, model)
+
+
+def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
+    ops: List[_Op] = []
+    i = 0
+    found = [op for op in found if op.kind != "skip"]
+    while i < len(found):
+        op = found[i]
+        if op.kind != "mean":
+            ops.append(op)
+            i += 1
+            continue
+        # Consecutive means combine into one over the union of the original axes.
+        remaining = [0, 1, 2, 3, 4]
+        first = op
+        while i < len(found) and found[i].kind == "mean":
+            m = found[i]
+            rank = len(remaining)
+            picked = []
+            for d in m.attrs["dims"]:
+                if not -rank <= d < rank:
+                    _refuse(m.where, "dim %d is out of range for a %d-D value (the chain's input "
+                                     "is 5-D)" % (d, rank), m.layer)
+                picked.append(d % rank)
+            if len(set(picked)) != len(picked):
+                _refuse(m.where, "dims %s repeat a dimension" % m.attrs["dims"], m.layer)
+            remaining = [a for j, a in enumerate(remaining) if j not in picked]
+            i += 1
+        dims = sorted(set(range(5)) - set(remaining))
+        if dims not in ([2, 3, 4], [1, 2, 3, 4]):
+            _refuse(first.where, "mean over dims %s; fusejit's mean is over [2,3,4] (giving [N,C]) "
+                                 "or [1,2,3,4] (giving [N])" % dims, first.layer)
+        ops.append(_Op("mean", first.where, {"dims": dims}, layer=first.layer))
+    if not ops:
+        raise Unsupported("fusejit cannot fuse model %s: its forward has no op to fuse; %s"
+                          % (_class_name(model), GRAMMAR), reason="no ops")
+    gn_count = 0
+    for i, op in enumerate(ops):
+        if op.kind in ("conv3d", "conv_transpose3d") and i != 0:
+            _refuse(op.where, "a convolution must be the first op of the chain (fusejit fuses one "
+                              "producer, before any other op)", op.layer)
+        if op.kind == "group_norm":
+            gn_count += 1
+            if gn_count > 1:
+                _refuse(op.where, "a chain may have at most one group_norm", op.layer)
+        if op.kind == "mean" and i != len(ops) - 1:
+            nxt = ops[i + 1]
+            _refuse(nxt.where, "it comes after the mean; mean must be the last op of the chain",
+                    nxt.layer)
+    params: Dict[str, Any] = {}
+    paths: Dict[str, str] = {}
+    conv = ops[0] if ops[0].kind in ("conv3d", "conv_transpose3d") else None
+    gn = None
+    for i, op in enumerate(ops):
+        for role in ("weight", "bias"):
+            if role in op.params:
+                p, path = op.params[role]
+                params["%d.%s" % (i, role)] = p
+                paths["%d.%s" % (i, role)] = path
+        if op.kind == "group_norm":
+            gn = op
+    if conv is not None and gn is not None:
+        c = conv.attrs["out"]
+        w = gn.params["weight"][0]
+        if int(w.numel()) != c or c % gn.attrs["groups"] != 0:
+            _refuse(gn.where, "group_norm of %d channels in %d groups follows a convolution with "
+                              "%d output channels" % (int(w.numel()), gn.attrs["groups"], c),
+                    gn.layer)
+    return Recognized(
+        ops=[op.text() for op in ops], params=params, param_paths=paths,
+        sources=[op.where for op in ops],
+        _conv_weight=None if conv is None else conv.params["weight"][0],
+        _transposed=conv is not None and conv.kind == "conv_transpose3d",
+        _gn=None if gn is None else (gn.attrs["groups"], gn.params["weight"][0]))
