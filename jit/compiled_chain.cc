@@ -140,7 +140,8 @@ absl::StatusOr<std::vector<CUdeviceptr>> CompiledChainImpl::Resolve(
             ? absl::StrCat(t.name, " (", t.bytes(),
                            " bytes; CompiledChain::workspace_bytes(), fusejit::Workspace::Allocate "
                            "allocates it)")
-            : absl::StrCat(t.name, " ", DTypeName(t.dtype), FormatShape(t.shape));
+            : absl::StrCat(t.name, " (", TensorRoleName(t.role), ") ", DTypeName(t.dtype),
+                           FormatShape(t.shape));
     if (!tensors[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bindings: ", what, bindings.contains(t.name) ? " is null" : " is missing"));

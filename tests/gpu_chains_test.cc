@@ -112,7 +112,7 @@ TEST(GpuChains, RunRefusesBadBindings) {
   b.params["2.bias"] = 256;
   b.params["7.weight"] = 256;
   s = (*compiled)->Run(b, nullptr);
-  EXPECT_NE(s.message().find("unknown parameter '7.weight'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("unknown tensor '7.weight'"), std::string::npos) << s;
 }
 
 }  // namespace

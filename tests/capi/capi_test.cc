@@ -147,14 +147,14 @@ TEST(CApi, RunChecksBindingsByName) {
     const char* names[] = {"x", "0.weight", "y"};
     const fj_deviceptr ptrs[] = {p, p, p};
     EXPECT_EQ(fj_chain_run(chain, names, ptrs, 3, nullptr, 0), FJ_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(fj_last_error()).find("0.bias f32[8] is missing"), std::string::npos)
+    EXPECT_NE(std::string(fj_last_error()).find("0.bias (param) f32[8] is missing"), std::string::npos)
         << fj_last_error();
   }
   {
     const char* names[] = {"x", "0.weight", "0.bias", "y"};
     const fj_deviceptr ptrs[] = {p, p + 4, p, p};
     EXPECT_EQ(fj_chain_run(chain, names, ptrs, 4, nullptr, 0), FJ_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(fj_last_error()).find("0.weight f32[8,3,3,3,3] must be 16-byte aligned"),
+    EXPECT_NE(std::string(fj_last_error()).find("0.weight (param) f32[8,3,3,3,3] must be 16-byte aligned"),
               std::string::npos)
         << fj_last_error();
   }
@@ -162,7 +162,7 @@ TEST(CApi, RunChecksBindingsByName) {
     const char* names[] = {"x", "0.weight", "0.bias", "y"};
     const fj_deviceptr ptrs[] = {p, p, 0, p};
     EXPECT_EQ(fj_chain_run(chain, names, ptrs, 4, nullptr, 0), FJ_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(fj_last_error()).find("0.bias f32[8] is null"), std::string::npos);
+    EXPECT_NE(std::string(fj_last_error()).find("0.bias (param) f32[8] is null"), std::string::npos);
   }
   {
     const char* names[] = {"x", "x"};

@@ -2,6 +2,7 @@
 outputs NaN-poisoned before each run and two runs bitwise identical; gradients against float64
 autograd; torch.compile; CUDA graph capture and replay; two threads on two streams; the auto
 policy. Skipped (with the reason) where torch has no CUDA device."""
+import copy
 import threading
 import warnings
 
@@ -35,6 +36,11 @@ def randomized(model, seed=0):
     return model
 
 
+def f64(model):
+    """A float64 copy of `model` (the original keeps its float32 storage: graphs hold pointers)."""
+    return copy.deepcopy(model).double()
+
+
 def rel_err(a, b):
     a, b = a.double(), b.double()
     return float((a - b).norm() / (b.norm() + 1e-300))
@@ -46,8 +52,7 @@ def check_forward(model, x, rel=1e-5, atol=1e-5):
     with torch.no_grad():
         y1 = fast(x)
         y2 = fast(x)
-        ref = model.double()(x.double())
-        model.float()
+        ref = f64(model)(x.double())
     assert not torch.isnan(y1).any(), "output not fully written (NaN poison survived)"
     assert torch.equal(y1, y2), "two runs differ"
     assert rel_err(y1, ref) <= rel, rel_err(y1, ref)
@@ -63,13 +68,10 @@ def test_seed_models_through_the_drop_in(wid, size):
     torch.manual_seed(0)
     model = randomized(ModelNew(*init), seed=1).cuda()
     x = torch.rand(*(shape if size == "seed" else small), device="cuda")
+    plain = randomized(cls(*init), seed=1).cuda().double()  # float64 through PyTorch's modules
     with torch.no_grad():
         y = model(x)
-        ref = model.double()(x.double()) if size == "small" else None
-    if ref is None:  # the seed sizes: float64 on the GPU through PyTorch's own modules
-        plain = randomized(cls(*init), seed=1).cuda().double()
-        with torch.no_grad():
-            ref = plain(x.double())
+        ref = plain(x.double())
     assert not torch.isnan(y).any()
     assert rel_err(y, ref) <= 1e-5
     assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
@@ -109,7 +111,7 @@ def test_torch_compile_keeps_the_fused_op():
     compiled = torch.compile(fast, fullgraph=True)  # fullgraph: a graph break is an error
     with torch.no_grad():
         y = compiled(x)
-        ref = model.double()(x.double())
+        ref = f64(model)(x.double())
     assert rel_err(y, ref) <= 1e-5
     explanation = torch._dynamo.explain(fast)(x)
     assert explanation.graph_break_count == 0
@@ -128,13 +130,13 @@ def test_cuda_graph_capture_and_replay():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_y = fast(static_x)
+        reference = f64(model)
         for seed in range(3):
             static_x.copy_(torch.randn(*small, device="cuda", generator=torch.Generator(
                 device="cuda").manual_seed(seed)))
             graph.replay()
             torch.cuda.synchronize()
-            ref = model.double()(static_x.double())
-            model.float()
+            ref = reference(static_x.double())
             assert rel_err(static_y, ref) <= 1e-5
 
 
@@ -144,8 +146,7 @@ def test_two_threads_on_two_streams():
     fast = fj.fuse(model, strict=True, policy="fused")
     xs = [torch.randn(*small, device="cuda") for _ in range(2)]
     with torch.no_grad():
-        refs = [model.double()(x.double()) for x in xs]
-        model.float()
+        refs = [f64(model)(x.double()) for x in xs]
     results, errors = [None, None], []
 
     def work(i):
