@@ -94,6 +94,13 @@ int WithChain(const char* function, const fj_chain* handle, F&& body) {
   });
 }
 
+// The caller's context, or `device`'s primary one. Without a driver this is OK: the run then
+// checks its bindings first and reports the missing driver after.
+absl::Status EnsureContext(int device) {
+  if (!fusejit::jit::Driver().ok()) return absl::OkStatus();
+  return fusejit::jit::UseCurrentOrPrimaryContext(device);
+}
+
 int NullArgument(const char* function, const char* argument) {
   return Fail(FJ_INVALID_ARGUMENT, absl::StrCat(function, ": ", argument, " is NULL"));
 }
@@ -284,13 +291,23 @@ int fj_chain_run(fj_chain* handle, const char* const* names, const fj_deviceptr*
                     absl::StrCat("fj_chain_run: '", names[i], "' is bound twice"));
       }
     }
-    // Without a driver RunNamed still checks the bindings first, then reports the driver.
-    if (fusejit::jit::Driver().ok()) {
-      if (absl::Status s = fusejit::jit::UseCurrentOrPrimaryContext(device); !s.ok()) {
-        return Fail(s);
-      }
-    }
+    if (absl::Status s = EnsureContext(device); !s.ok()) return Fail(s);
     if (absl::Status s = c.compiled->RunNamed(bindings, stream); !s.ok()) return Fail(s);
+    return Ok();
+  });
+}
+
+int fj_chain_run_tensors(fj_chain* handle, const fj_deviceptr* pointers, size_t count,
+                         CUstream stream, int device) {
+  return WithChain("fj_chain_run_tensors", handle, [&](fj_chain& c) -> int {
+    if (count > 0 && !pointers) return NullArgument("fj_chain_run_tensors", "pointers");
+    if (absl::Status s = EnsureContext(device); !s.ok()) return Fail(s);
+    static_assert(sizeof(fj_deviceptr) == sizeof(CUdeviceptr));
+    if (absl::Status s = c.compiled->RunTensors(reinterpret_cast<const CUdeviceptr*>(pointers),
+                                                count, stream);
+        !s.ok()) {
+      return Fail(s);
+    }
     return Ok();
   });
 }

@@ -124,6 +124,7 @@ absl::Status CompiledChainImpl::Load() { return LoadedForCurrentContext().status
 absl::StatusOr<std::vector<CUdeviceptr>> CompiledChainImpl::Resolve(
     const NamedBindings& bindings) const {
   std::vector<CUdeviceptr> tensors(signature_.size(), 0);
+  std::vector<bool> bound(signature_.size(), false);
   for (const auto& [name, ptr] : bindings) {
     const int i = IndexOf(signature_, name);
     if (i < 0 && name == kWorkspaceName) continue;  // a workspace for a plan that needs none
@@ -132,9 +133,17 @@ absl::StatusOr<std::vector<CUdeviceptr>> CompiledChainImpl::Resolve(
                                                      "'; this chain binds ", Names(signature_)));
     }
     tensors[i] = ptr;
+    bound[i] = true;
   }
+  if (absl::Status s = CheckPointers(tensors.data(), &bound); !s.ok()) return s;
+  return tensors;
+}
+
+absl::Status CompiledChainImpl::CheckPointers(const CUdeviceptr* tensors,
+                                              const std::vector<bool>* bound) const {
   for (size_t i = 0; i < signature_.size(); ++i) {
     const TensorSpec& t = signature_[i];
+    if (tensors[i] && tensors[i] % t.alignment == 0) continue;
     const std::string what =
         t.role == TensorRole::kWorkspace
             ? absl::StrCat(t.name, " (", t.bytes(),
@@ -143,21 +152,31 @@ absl::StatusOr<std::vector<CUdeviceptr>> CompiledChainImpl::Resolve(
             : absl::StrCat(t.name, " (", TensorRoleName(t.role), ") ", DTypeName(t.dtype),
                            FormatShape(t.shape));
     if (!tensors[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bindings: ", what, bindings.contains(t.name) ? " is null" : " is missing"));
+      const bool missing = bound != nullptr && !(*bound)[i];
+      return absl::InvalidArgumentError(
+          absl::StrCat("bindings: ", what, missing ? " is missing" : " is null"));
     }
-    if (tensors[i] % t.alignment != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("bindings: ", what, " must be ", t.alignment,
-                                                     "-byte aligned (as cuMemAlloc returns it)"));
-    }
+    return absl::InvalidArgumentError(absl::StrCat("bindings: ", what, " must be ", t.alignment,
+                                                   "-byte aligned (as cuMemAlloc returns it)"));
   }
-  return tensors;
+  return absl::OkStatus();
+}
+
+absl::Status CompiledChainImpl::RunTensors(const CUdeviceptr* tensors, size_t count,
+                                           CUstream stream) {
+  if (count != signature_.size() || (count > 0 && tensors == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("RunTensors: ", count, " pointers for the ",
+                                                   signature_.size(), " tensors of the signature (",
+                                                   Names(signature_), ")"));
+  }
+  if (absl::Status s = CheckPointers(tensors, nullptr); !s.ok()) return s;
+  return Enqueue(tensors, stream, plan_.kernels.size());
 }
 
 absl::Status CompiledChainImpl::RunNamed(const NamedBindings& bindings, CUstream stream) {
   absl::StatusOr<std::vector<CUdeviceptr>> tensors = Resolve(bindings);
   if (!tensors.ok()) return tensors.status();
-  return Enqueue(*tensors, stream, plan_.kernels.size());
+  return Enqueue(tensors->data(), stream, plan_.kernels.size());
 }
 
 absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstream stream,
@@ -169,10 +188,10 @@ absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstre
   }
   absl::StatusOr<std::vector<CUdeviceptr>> tensors = Resolve(bindings.Named());
   if (!tensors.ok()) return tensors.status();
-  return Enqueue(*tensors, stream, count);
+  return Enqueue(tensors->data(), stream, count);
 }
 
-absl::Status CompiledChainImpl::Enqueue(const std::vector<CUdeviceptr>& tensors, CUstream stream,
+absl::Status CompiledChainImpl::Enqueue(const CUdeviceptr* tensors, CUstream stream,
                                         size_t count) {
   absl::StatusOr<const Loaded*> loaded = LoadedForCurrentContext();
   if (!loaded.ok()) return loaded.status();

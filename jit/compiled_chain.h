@@ -40,6 +40,7 @@ class CompiledChainImpl final : public CompiledChain {
     return RunFirstKernels(bindings, stream, plan_.kernels.size());
   }
   absl::Status RunNamed(const NamedBindings& bindings, CUstream stream) override;
+  absl::Status RunTensors(const CUdeviceptr* tensors, size_t count, CUstream stream) override;
   size_t kernel_count() const override { return plan_.kernels.size(); }
   std::string kernel_name(size_t i) const override {
     return i < plan_.kernels.size() ? plan_.kernels[i].symbol : std::string();
@@ -56,8 +57,11 @@ class CompiledChainImpl final : public CompiledChain {
   absl::StatusOr<const Loaded*> LoadedForCurrentContext();
   // One pointer per signature() tensor, in its order, from bindings checked against it.
   absl::StatusOr<std::vector<CUdeviceptr>> Resolve(const NamedBindings& bindings) const;
+  // Checks pointers in signature order: non-null and aligned. `bound` tells a missing tensor
+  // (false) from a null one, for the message.
+  absl::Status CheckPointers(const CUdeviceptr* tensors, const std::vector<bool>* bound) const;
   // Enqueues the first `count` kernels with pointers from Resolve().
-  absl::Status Enqueue(const std::vector<CUdeviceptr>& tensors, CUstream stream, size_t count);
+  absl::Status Enqueue(const CUdeviceptr* tensors, CUstream stream, size_t count);
 
   const Chain chain_;
   const codegen::Plan plan_;

@@ -136,6 +136,9 @@ class CompiledChain {
   // non-null pointer of its alignment; an unknown name is an error (listing the valid ones). A
   // "workspace" bound for a plan that needs none is ignored.
   virtual absl::Status RunNamed(const NamedBindings& bindings, CUstream stream) = 0;
+  // The same with one pointer per signature() tensor, in its order (the language bindings' fast
+  // path: no names to look up). Checked for count, null and alignment.
+  virtual absl::Status RunTensors(const CUdeviceptr* tensors, size_t count, CUstream stream) = 0;
 
   // Profiling: the plan's kernels in launch order, and a Run that enqueues only the first
   // `count` of them (count <= kernel_count(); InvalidArgument otherwise). The output is complete

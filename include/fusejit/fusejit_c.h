@@ -113,6 +113,11 @@ int fj_chain_load(fj_chain* chain, int device);
 int fj_chain_run(fj_chain* chain, const char* const* names, const fj_deviceptr* pointers,
                  size_t count, CUstream stream, int device);
 
+/* The same with one pointer per signature tensor, in signature order (fj_chain_tensor's index
+ * order): the fast path for bindings that resolved the names once. */
+int fj_chain_run_tensors(fj_chain* chain, const fj_deviceptr* pointers, size_t count,
+                         CUstream stream, int device);
+
 #ifdef __cplusplus
 }
 #endif

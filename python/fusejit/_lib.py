@@ -89,6 +89,8 @@ def _declare(lib):
         "fj_chain_load": ([c.c_void_p, c.c_int], c.c_int),
         "fj_chain_run": ([c.c_void_p, P(c.c_char_p), P(c.c_uint64), c.c_size_t, c.c_void_p,
                           c.c_int], c.c_int),
+        "fj_chain_run_tensors": ([c.c_void_p, P(c.c_uint64), c.c_size_t, c.c_void_p, c.c_int],
+                                 c.c_int),
     }
     for name, (args, res) in sig.items():
         f = getattr(lib, name)
@@ -202,10 +204,9 @@ class Chain(object):
             self.signature.append(TensorSpec(info.name.decode(), info.role, DTYPES[info.dtype],
                                              tuple(info.shape[:info.ndim]), info.bytes,
                                              info.alignment))
-        # Names for runs, in signature order, built once: run() fills only the pointers.
-        self._names = (ctypes.c_char_p * len(self.signature))(
-            *[t.name.encode() for t in self.signature])
-        self._count = len(self.signature)
+        # The run fast path, resolved once: the entry point and the pointer array type.
+        self._run_tensors = lib.fj_chain_run_tensors
+        self._array = ctypes.c_uint64 * len(self.signature)
 
     def explain(self) -> str:
         out = ctypes.c_char_p()
@@ -224,9 +225,10 @@ class Chain(object):
 
     def run_pointers(self, pointers: Sequence[int], stream: int = 0) -> None:
         """Enqueues the chain with one device pointer per signature tensor, in signature order."""
-        ptrs = (ctypes.c_uint64 * self._count)(*pointers)
-        _check(self._lib.fj_chain_run(self._handle, self._names, ptrs, self._count,
-                                      ctypes.c_void_p(stream), self.device))
+        code = self._run_tensors(self._handle, self._array(*pointers), len(pointers), stream,
+                                 self.device)
+        if code:
+            _check(code)
 
     def run(self, bindings: Dict[str, int], stream: int = 0) -> None:
         """Enqueues the chain with pointers bound by name ({"x": ptr, "y": ptr, ...})."""

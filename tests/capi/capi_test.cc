@@ -171,6 +171,17 @@ TEST(CApi, RunChecksBindingsByName) {
     EXPECT_NE(std::string(fj_last_error()).find("bound twice"), std::string::npos);
   }
   EXPECT_EQ(fj_chain_run(chain, nullptr, nullptr, 1, nullptr, 0), FJ_INVALID_ARGUMENT);
+  {  // in signature order: x, 0.weight, 0.bias, y
+    const fj_deviceptr ptrs[] = {p, p, p, p};
+    EXPECT_EQ(fj_chain_run_tensors(chain, ptrs, 3, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error()).find("3 pointers for the 4 tensors"), std::string::npos)
+        << fj_last_error();
+    const fj_deviceptr null_bias[] = {p, p, 0, p};
+    EXPECT_EQ(fj_chain_run_tensors(chain, null_bias, 4, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error()).find("0.bias (param) f32[8] is null"),
+              std::string::npos);
+    EXPECT_EQ(fj_chain_run_tensors(chain, nullptr, 4, nullptr, 0), FJ_INVALID_ARGUMENT);
+  }
   EXPECT_EQ(fj_chain_release(chain), FJ_OK);
 }
 
