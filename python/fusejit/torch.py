@@ -384,10 +384,10 @@ def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
     # The fast path: a call like an earlier checked one (same shape, dtype, device, parameters),
     # no autograd, not tracing.
-    if len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor:
+    if not _is_compiling() and len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor:
         x = args[0]
         ready = st.ready.get((x.shape, x.dtype, x.device))
-        if ready is not None and not _is_compiling():
+        if ready is not None:
             params = [g(self) for g in st.getters]
             ptrs = [p.data_ptr() for p in params]
             if (ptrs == ready.param_ptrs and x.is_contiguous() and not x.data_ptr() % 16 and
