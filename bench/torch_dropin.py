@@ -113,6 +113,10 @@ def host_overhead(fusejit_cmd, calls=3000):
         "fused_us": per_call_us(fast),
         "eager_us": per_call_us(model),
         "c_abi_run_us": per_call_us(lambda _: chain.run_pointers(ptrs, stream)),
+        # where the rest goes: the forward without nn.Module's __call__, and one output allocation
+        "forward_fn_us": per_call_us(lambda t: fj._fused_forward(fast, t)),
+        "torch_empty_us": per_call_us(lambda _: torch.empty(chain.signature[-1].shape,
+                                                            device="cuda")),
         "fused_with_grad_us": None,
     }
     xg = x.clone().requires_grad_(True)

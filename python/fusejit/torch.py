@@ -27,7 +27,6 @@ How a call runs:
 from __future__ import annotations
 
 import copy
-import operator
 import functools
 import inspect
 import threading
@@ -198,12 +197,20 @@ def _call_op(spec, x, params):
     return _ChainFunction.apply(spec, x, *params)
 
 
-def _is_compiling() -> bool:
+def _find_is_compiling():
     compiler = getattr(torch, "compiler", None)
     if compiler is not None and hasattr(compiler, "is_compiling"):
-        return compiler.is_compiling()
+        return compiler.is_compiling  # torch >= 2.3; dynamo treats it as a constant
     dynamo = getattr(torch, "_dynamo", None)
-    return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
+    if dynamo is not None and hasattr(dynamo, "is_compiling"):
+        return dynamo.is_compiling
+    return lambda: False
+
+
+_is_compiling = _find_is_compiling()  # resolved once: it runs on every call
+_is_autocast_enabled = torch.is_autocast_enabled
+_is_grad_enabled = torch.is_grad_enabled
+_empty = torch.empty
 
 
 # ---- the auto policy ---------------------------------------------------------------------------
@@ -276,9 +283,27 @@ class _State(object):
             return
         self.tail = "".join(" | " + op for op in r.ops)
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
-        self.getters = [operator.attrgetter(path) for _, path in self.param_paths]
+        # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
+        # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
+        # on the module is seen by the next call.
+        self.getters = [_param_getter(path) for _, path in self.param_paths]
         # (shape, dtype, device) -> _Ready: calls already checked and decided, for the fast path
         self.ready = {}  # type: Dict[tuple, _Ready]
+
+
+def _param_getter(path: str):
+    *mods, leaf = path.split(".")
+    if not mods:
+        return lambda m: m._parameters[leaf]
+    if len(mods) == 1:
+        (a,) = mods
+        return lambda m: m._modules[a]._parameters[leaf]
+
+    def get(m):
+        for k in mods:
+            m = m._modules[k]
+        return m._parameters[leaf]
+    return get
 
 
 def _param_order(name: str):
@@ -372,11 +397,13 @@ def _decide(self, st: _State, spec: str, x, params) -> str:
 class _Ready(object):
     """A (shape, dtype, device) whose calls were checked and decided: the fast path runs them
     while the parameters are still the tensors (data pointers) they were checked with."""
-    __slots__ = ("chain", "eager", "param_ptrs", "out_shape", "workspace", "device")
+    __slots__ = ("chain", "eager", "param_ptrs", "out_shape", "workspace", "device",
+                 "torch_device")
 
     def __init__(self, chain, eager, param_ptrs, out_shape, device):
         self.chain, self.eager, self.param_ptrs = chain, eager, param_ptrs
         self.out_shape, self.device = out_shape, device
+        self.torch_device = torch.device("cuda", device)
         self.workspace = chain.workspace_bytes if chain is not None else 0
 
 
@@ -390,19 +417,20 @@ def _fused_forward(self, *args, **kwargs):
         if ready is not None:
             params = [g(self) for g in st.getters]
             ptrs = [p.data_ptr() for p in params]
-            if (ptrs == ready.param_ptrs and x.is_contiguous() and not x.data_ptr() % 16 and
-                    not torch.is_autocast_enabled()):
+            xp = x.data_ptr()
+            if (ptrs == ready.param_ptrs and not xp % 16 and x.is_contiguous() and
+                    not _is_autocast_enabled()):
                 if ready.eager:
                     return st.original_forward(self, x)
-                if not (torch.is_grad_enabled() and
+                if not (_is_grad_enabled() and
                         (x.requires_grad or any(p.requires_grad for p in params))):
                     if _poison_outputs:
                         return _run(ready.chain.spec, x, params)
-                    y = torch.empty(ready.out_shape, dtype=x.dtype, device=x.device)
-                    ptrs.insert(0, x.data_ptr())
+                    y = _empty(ready.out_shape, dtype=x.dtype, device=ready.torch_device)
+                    ptrs.insert(0, xp)
                     ptrs.append(y.data_ptr())
                     if ready.workspace:
-                        ws = torch.empty(ready.workspace, dtype=torch.uint8, device=x.device)
+                        ws = _empty(ready.workspace, dtype=torch.uint8, device=ready.torch_device)
                         ptrs.append(ws.data_ptr())
                     ready.chain.run_pointers(ptrs, _stream(ready.device))
                     return y
