@@ -7,6 +7,7 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,11 +95,14 @@ int WithChain(const char* function, const fj_chain* handle, F&& body) {
   });
 }
 
-// The caller's context, or `device`'s primary one. Without a driver this is OK: the run then
-// checks its bindings first and reports the missing driver after.
-absl::Status EnsureContext(int device) {
-  if (!fusejit::jit::Driver().ok()) return absl::OkStatus();
-  return fusejit::jit::UseCurrentOrPrimaryContext(device);
+// A device guard for `device` (jit::DeviceContextGuard). Without a driver there is none and
+// that is not an error here: runs then check their bindings first and report the driver after.
+absl::StatusOr<std::optional<fusejit::jit::DeviceContextGuard>> GuardDevice(int device) {
+  if (!fusejit::jit::Driver().ok()) return std::nullopt;
+  absl::StatusOr<fusejit::jit::DeviceContextGuard> guard =
+      fusejit::jit::DeviceContextGuard::Enter(device);
+  if (!guard.ok()) return guard.status();
+  return std::optional<fusejit::jit::DeviceContextGuard>(*std::move(guard));
 }
 
 int NullArgument(const char* function, const char* argument) {
@@ -169,11 +173,16 @@ int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** o
 
     absl::StatusOr<fusejit::Chain> chain = fusejit::ParseChain(spec);
     if (!chain.ok()) return Fail(chain.status());
+    std::optional<fusejit::jit::DeviceContextGuard> guard;  // compile for that device
     if (o.arch.empty()) {
-      if (absl::Status s = fusejit::jit::UseCurrentOrPrimaryContext(opts.device); !s.ok()) {
-        return Fail(absl::Status(s.code(), absl::StrCat("fj_compile: ", s.message(),
-                                                        " (or give an explicit arch)")));
+      absl::StatusOr<fusejit::jit::DeviceContextGuard> g =
+          fusejit::jit::DeviceContextGuard::Enter(opts.device);
+      if (!g.ok()) {
+        return Fail(absl::Status(g.status().code(),
+                                 absl::StrCat("fj_compile: ", g.status().message(),
+                                              " (or give an explicit arch)")));
       }
+      guard.emplace(*std::move(g));
     }
     absl::StatusOr<std::shared_ptr<fusejit::CompiledChain>> compiled = fusejit::Compile(*chain, o);
     if (!compiled.ok()) return Fail(compiled.status());
@@ -270,7 +279,9 @@ int fj_chain_tensor(const fj_chain* handle, size_t index, fj_tensor_info* info) 
 
 int fj_chain_load(fj_chain* handle, int device) {
   return WithChain("fj_chain_load", handle, [&](fj_chain& c) -> int {
-    if (absl::Status s = fusejit::jit::UseCurrentOrPrimaryContext(device); !s.ok()) return Fail(s);
+    absl::StatusOr<fusejit::jit::DeviceContextGuard> guard =
+        fusejit::jit::DeviceContextGuard::Enter(device);
+    if (!guard.ok()) return Fail(guard.status());
     if (absl::Status s = c.compiled->Load(); !s.ok()) return Fail(s);
     return Ok();
   });
@@ -291,7 +302,8 @@ int fj_chain_run(fj_chain* handle, const char* const* names, const fj_deviceptr*
                     absl::StrCat("fj_chain_run: '", names[i], "' is bound twice"));
       }
     }
-    if (absl::Status s = EnsureContext(device); !s.ok()) return Fail(s);
+    auto guard = GuardDevice(device);
+    if (!guard.ok()) return Fail(guard.status());
     if (absl::Status s = c.compiled->RunNamed(bindings, stream); !s.ok()) return Fail(s);
     return Ok();
   });
@@ -301,7 +313,8 @@ int fj_chain_run_tensors(fj_chain* handle, const fj_deviceptr* pointers, size_t 
                          CUstream stream, int device) {
   return WithChain("fj_chain_run_tensors", handle, [&](fj_chain& c) -> int {
     if (count > 0 && !pointers) return NullArgument("fj_chain_run_tensors", "pointers");
-    if (absl::Status s = EnsureContext(device); !s.ok()) return Fail(s);
+    auto guard = GuardDevice(device);
+    if (!guard.ok()) return Fail(guard.status());
     static_assert(sizeof(fj_deviceptr) == sizeof(CUdeviceptr));
     if (absl::Status s = c.compiled->RunTensors(reinterpret_cast<const CUdeviceptr*>(pointers),
                                                 count, stream);

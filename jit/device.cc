@@ -104,13 +104,16 @@ absl::StatusOr<std::string> CurrentArch() {
   return ArchOf(**loaded, *device);
 }
 
-absl::Status UseCurrentOrPrimaryContext(int ordinal) {
-  absl::StatusOr<const DriverApi*> loaded = Driver();
-  if (!loaded.ok()) return loaded.status();
-  const DriverApi& api = **loaded;
-  CUcontext current = nullptr;
-  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
-  if (current) return absl::OkStatus();
+namespace {
+
+// Device `ordinal`'s primary context, retained once for the life of the process (so it stays
+// alive for every thread that makes it current here).
+absl::StatusOr<CUcontext> RetainedPrimaryContext(const DriverApi& api, int ordinal) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* retained = new absl::flat_hash_map<int, CUcontext>();
+  absl::MutexLock lock(&mu);
+  auto it = retained->find(ordinal);
+  if (it != retained->end()) return it->second;
   int count = 0;
   FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
   if (ordinal < 0 || ordinal >= count) {
@@ -118,26 +121,57 @@ absl::Status UseCurrentOrPrimaryContext(int ordinal) {
                                                    " does not exist: there are ", count,
                                                    " device(s), 0..", count - 1));
   }
-  // One retain per device for the life of the process: the primary context stays alive for
-  // every thread that later makes it current here.
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* retained = new absl::flat_hash_map<int, CUcontext>();
+  CUdevice device = 0;
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&device, ordinal),
+                             absl::StrCat("cuDeviceGet(", ordinal, ")"));
   CUcontext context = nullptr;
-  {
-    absl::MutexLock lock(&mu);
-    auto it = retained->find(ordinal);
-    if (it == retained->end()) {
-      CUdevice device = 0;
-      FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&device, ordinal),
-                                 absl::StrCat("cuDeviceGet(", ordinal, ")"));
-      FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, device),
-                                 absl::StrCat("cuDevicePrimaryCtxRetain(device ", ordinal, ")"));
-      it = retained->emplace(ordinal, context).first;
-    }
-    context = it->second;
-  }
-  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxSetCurrent(context), "cuCtxSetCurrent(primary context)");
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, device),
+                             absl::StrCat("cuDevicePrimaryCtxRetain(device ", ordinal, ")"));
+  retained->emplace(ordinal, context);
+  return context;
+}
+
+}  // namespace
+
+absl::Status UseCurrentOrPrimaryContext(int ordinal) {
+  absl::StatusOr<const DriverApi*> loaded = Driver();
+  if (!loaded.ok()) return loaded.status();
+  const DriverApi& api = **loaded;
+  CUcontext current = nullptr;
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current) return absl::OkStatus();
+  absl::StatusOr<CUcontext> primary = RetainedPrimaryContext(api, ordinal);
+  if (!primary.ok()) return primary.status();
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxSetCurrent(*primary), "cuCtxSetCurrent(primary context)");
   return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceContextGuard> DeviceContextGuard::Enter(int ordinal) {
+  absl::StatusOr<const DriverApi*> loaded = Driver();
+  if (!loaded.ok()) return loaded.status();
+  const DriverApi& api = **loaded;
+  DeviceContextGuard guard;
+  CUcontext current = nullptr;
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current) {
+    CUdevice have = 0, want = 0;
+    FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetDevice(&have), "cuCtxGetDevice");
+    FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&want, ordinal),
+                               absl::StrCat("cuDeviceGet(", ordinal, ")"));
+    if (have == want) return guard;
+  }
+  absl::StatusOr<CUcontext> primary = RetainedPrimaryContext(api, ordinal);
+  if (!primary.ok()) return primary.status();
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxSetCurrent(*primary), "cuCtxSetCurrent(primary context)");
+  guard.restore_ = current;
+  guard.switched_ = current != nullptr;
+  return guard;
+}
+
+DeviceContextGuard::~DeviceContextGuard() {
+  if (!switched_) return;
+  absl::StatusOr<const DriverApi*> loaded = Driver();
+  if (loaded.ok()) (void)(*loaded)->cuCtxSetCurrent(restore_);  // best effort in a destructor
 }
 
 // ---- ScopedPrimaryContext ----------------------------------------------------------------------

@@ -48,6 +48,28 @@ absl::StatusOr<std::string> CurrentArch();
 // Cheap when a context is current (one driver call).
 absl::Status UseCurrentOrPrimaryContext(int ordinal);
 
+// A device guard for calls on device `ordinal`'s memory (the C ABI's runs), as PyTorch's device
+// guard: the current context is kept when it is on that device (the caller's, primary or not);
+// when it is on another device, that device's primary context is made current and the previous
+// context is restored on destruction; with none current, the primary context is made current
+// (and left so). Never creates a context. Movable; destroy on the creating thread.
+class DeviceContextGuard {
+ public:
+  static absl::StatusOr<DeviceContextGuard> Enter(int ordinal);
+  DeviceContextGuard(DeviceContextGuard&& other) noexcept
+      : restore_(other.restore_), switched_(other.switched_) {
+    other.switched_ = false;
+  }
+  DeviceContextGuard& operator=(DeviceContextGuard&&) = delete;
+  DeviceContextGuard(const DeviceContextGuard&) = delete;
+  ~DeviceContextGuard();
+
+ private:
+  DeviceContextGuard() = default;
+  CUcontext restore_ = nullptr;
+  bool switched_ = false;
+};
+
 // Retains device `ordinal`'s primary context and makes it current on the calling thread. On
 // destruction, if that context is still current on the destroying thread, the context that was
 // current before Create is restored; then the primary context is released.

@@ -18,9 +18,11 @@
  * - Handles are checked: a NULL, unknown or already released fj_chain* is refused with
  *   FJ_INVALID_ARGUMENT (so a double release is reported, not undefined). A release concurrent with
  *   a run of the same handle is safe: the run keeps the chain alive until it returns.
- * - fusejit runs in the caller's CUDA context: the one current on the calling thread, or, when
- *   none is, the primary context of the device asked for (the context PyTorch and the CUDA
- *   runtime use). It never creates a context of its own.
+ * - fusejit runs in the caller's CUDA context: calls that take a `device` (the ordinal of the GPU
+ *   whose memory the pointers are in) keep the context current on the calling thread when it is
+ *   on that device, and otherwise use that device's primary context (the one PyTorch and the
+ *   CUDA runtime use) for the call, restoring the previous context after, as PyTorch's device
+ *   guard does. It never creates a context of its own.
  * - Strings returned by fj_chain_* stay valid until the chain is released.
  */
 #ifndef FUSEJIT_FUSEJIT_C_H_
@@ -61,7 +63,7 @@ typedef struct fj_chain fj_chain;
 typedef struct fj_compile_options {
   size_t struct_size;      /* sizeof(fj_compile_options) of the caller's header */
   const char* arch;        /* "sm_80", "sm_90", ...; NULL or "": the device below */
-  int device;              /* CUDA device ordinal used when arch is empty and no context is current */
+  int device;              /* with arch empty: the CUDA device ordinal to compile for */
   const char* precision;   /* "fp32" (default, fp32-accurate) or "tf32"; NULL: "fp32" */
   const char* strategy;    /* force a plan strategy by name; NULL: the planner chooses */
   const char* tune_config; /* a launch configuration (`fusejit explain` prints "config:"); NULL: none */
