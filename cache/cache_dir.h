@@ -27,6 +27,10 @@ struct Counters {
       lock_waits{0}, compiles{0}, compile_failures{0}, compile_us{0}, bytes_read{0},
       bytes_written{0}, entries_written{0}, evictions{0}, evicted_bytes{0}, temp_files_swept{0},
       rejected_entries{0}, read_failures{0}, write_failures{0}, lock_failures{0};
+  // The remote tier (cache/remote_tier.h).
+  std::atomic<uint64_t> remote_hits{0}, remote_misses{0}, remote_rejected{0}, remote_published{0},
+      remote_write_failures{0}, remote_errors{0}, remote_lock_waits{0}, remote_bytes_read{0},
+      remote_bytes_written{0};
 };
 
 // Warns at most once per reason. Thread-safe.
