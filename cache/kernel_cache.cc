@@ -108,7 +108,8 @@ KernelCache::KernelCache(CacheOptions options)
       counters_(std::make_unique<Counters>()),
       warnings_(std::make_unique<Warnings>(options_.warn)),
       dir_(std::make_unique<CacheDir>(options_, options_.env ? options_.env : PosixEnv(),
-                                      counters_.get(), warnings_.get())) {
+                                      counters_.get(), warnings_.get())),
+      remote_fill_(options_.remote_fill) {
   if (options_.remote.has_value()) {
     remote_ = std::make_unique<RemoteTier>(*options_.remote, counters_.get(), warnings_.get());
   }
@@ -248,7 +249,7 @@ absl::StatusOr<std::string> KernelCache::GetOrCompile(
     bool refused = false;
     if (std::optional<std::string> payload = ReadCounted(key, name, &refused, true)) {
       if (disk_hit != nullptr) *disk_hit = true;
-      if (remote_ != nullptr && options_.remote_fill) {
+      if (remote_ != nullptr && remote_fill_) {
         bool bad = false;
         if (!remote_->Fetch(key, name, &bad).has_value()) {
           remote_->Publish(key, name, *payload, /*replace=*/bad);

@@ -36,6 +36,7 @@
 #ifndef FUSEJIT_CACHE_KERNEL_CACHE_H_
 #define FUSEJIT_CACHE_KERNEL_CACHE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -251,6 +252,8 @@ class KernelCache {
   std::string disk_status() const;  // "usable", "refused: ... is a symbolic link", ...
   uint64_t max_bytes() const { return options_.max_bytes; }
   const CacheOptions& options() const { return options_; }
+  // CacheOptions::remote_fill, changed (for `fusejit prewarm --remote` on Default()).
+  void set_remote_fill(bool fill) { remote_fill_ = fill; }
 
   // The remote tier, for `fusejit cache stats|verify --remote`. Without one: remote_configured()
   // false, and the others fail with FailedPrecondition.
@@ -282,6 +285,7 @@ class KernelCache {
   std::unique_ptr<Warnings> warnings_;
   std::unique_ptr<CacheDir> dir_;
   std::unique_ptr<RemoteTier> remote_;  // null: no remote tier
+  std::atomic<bool> remote_fill_;
   mutable absl::once_flag open_once_;
 
   absl::Mutex mu_;
