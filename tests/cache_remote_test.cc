@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cache/dir_store.h"
 #include "cache/entry_format.h"
 #include "cache/kernel_cache.h"
 #include "cache/redis_store.h"
@@ -424,6 +425,83 @@ TEST_F(RemoteCache, CacheCommandShowsAndVerifiesTheRemoteTier) {
   EXPECT_EQ(code, 1);
   EXPECT_NE(err.find("FUSEJIT_REMOTE_CACHE"), std::string::npos) << err;
 }
+
+// The remote tier sits on the Store interface, not on Redis: a shared directory works the same.
+TEST(RemoteTierOnADirectory, SharesKernelsAndReplacesBadValues) {
+  TempDir tmp;
+  RemoteOptions remote;
+  remote.store = std::make_shared<DirStore>(tmp.Sub("shared"));
+  int compiled = 0;
+  auto get = [&](const std::string& disk, int seed) {
+    CacheOptions o;
+    o.dir = tmp.Sub(disk);
+    o.remote = remote;
+    KernelCache cache(o);
+    absl::StatusOr<std::string> r = cache.GetOrCompile(TestKey(seed), [&] {
+      ++compiled;
+      return absl::StatusOr<std::string>(TestPayload(seed, kBytes));
+    });
+    EXPECT_TRUE(r.ok() && *r == TestPayload(seed, kBytes));
+    return cache.Stats();
+  };
+  get("a", 1);
+  CacheStats b = get("b", 1);
+  EXPECT_EQ(compiled, 1);
+  EXPECT_EQ(b.remote_hits, 1u);
+  const std::string shared = tmp.Sub("shared") + "/" + TestKey(1).EntryName();
+  const std::string good = testing::ReadFileOrDie(shared);
+  testing::WriteFileOrDie(shared, good.substr(0, good.size() - 3));
+  CacheStats c = get("c", 1);
+  EXPECT_EQ(compiled, 2);
+  EXPECT_EQ(c.remote_rejected, 1u);
+  EXPECT_EQ(testing::ReadFileOrDie(shared), good) << "not republished";
+  absl::StatusOr<std::optional<std::string>> lock = remote.store->TryLock("x.fjk", absl::Seconds(1));
+  ASSERT_TRUE(lock.ok() && lock->has_value());
+  DirStore other(tmp.Sub("shared"));
+  absl::StatusOr<std::optional<std::string>> busy = other.TryLock("x.fjk", absl::Seconds(1));
+  ASSERT_TRUE(busy.ok());
+  EXPECT_FALSE(busy->has_value());
+  ASSERT_TRUE(remote.store->Unlock("x.fjk", **lock).ok());
+  busy = other.TryLock("x.fjk", absl::Seconds(1));
+  EXPECT_TRUE(busy.ok() && busy->has_value());
+}
+
+#ifdef FUSEJIT_CLI_PATH
+// `fusejit prewarm --remote` fills Redis: from compiles, then from a filled disk cache; another
+// machine's prewarm finds everything there.
+TEST_F(RemoteCache, PrewarmRemoteFillsRedisAndReportsWhatWasThere) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  const std::string manifest = tmp_.Sub("manifest.txt");
+  testing::WriteFileOrDie(manifest, "x:f32[2,3,8,8,8] | conv3d(out=8,k=3) | {relu,swish}\n");
+  auto prewarm = [&](const std::string& dir) {
+    Process p = testing::SpawnProcess({FUSEJIT_CLI_PATH, "prewarm", manifest, "--arch", "sm_90",
+                                       "--cache-dir", dir, "--remote", "--jobs", "2"},
+                                      0, {"FUSEJIT_REMOTE_CACHE=" + redis.url()});
+    return testing::FinishProcess(p);
+  };
+  Finished first = prewarm(tmp_.Sub("m1"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("remote          0 already there, 2 published"), std::string::npos)
+      << first.output;
+  Finished second = prewarm(tmp_.Sub("m2"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("remote          2 already there, 0 published"), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("compiled        0"), std::string::npos) << second.output;
+  ASSERT_EQ(redis.Command({"FLUSHALL"}), "OK");
+  Finished refill = prewarm(tmp_.Sub("m2"));  // all on disk, none in Redis
+  ASSERT_EQ(refill.exit_code, 0) << refill.output;
+  EXPECT_NE(refill.output.find("remote          0 already there, 2 published"), std::string::npos)
+      << refill.output;
+  Process no_remote = testing::SpawnProcess(
+      {FUSEJIT_CLI_PATH, "prewarm", manifest, "--arch", "sm_90", "--cache-dir", tmp_.Sub("m3"),
+       "--remote"},
+      0, {"FUSEJIT_REMOTE_CACHE="});
+  Finished f = testing::FinishProcess(no_remote);
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+}
+#endif
 
 }  // namespace
 }  // namespace fusejit::cache
