@@ -198,8 +198,8 @@ std::optional<std::string> KernelCache::ReadCounted(const CacheKey& key, const s
 
 std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
   const std::string name = key.EntryName();
+  bool refused = false;
   if (dir().state() == DiskState::kUsable) {
-    bool refused = false;
     if (std::optional<std::string> p = ReadCounted(key, name, &refused, /*count_rejects=*/true)) {
       return p;
     }
@@ -207,7 +207,8 @@ std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
   if (remote_ == nullptr) return std::nullopt;
   bool bad = false;
   std::optional<std::string> payload = remote_->Fetch(key, name, &bad);
-  if (payload.has_value()) KeepRemoteHit(key, name, *payload);
+  // A refused entry (a symlink, another user's file) is left alone, never written over.
+  if (payload.has_value() && !refused) KeepRemoteHit(key, name, *payload);
   return payload;
 }
 
