@@ -390,6 +390,21 @@ TEST_F(RemoteCache, OnlyTheOwnerReleasesALock) {
   EXPECT_EQ(redis.Command({"EXISTS", RemoteOptions::DefaultPrefix() + "lock:x.fjk"}), "0");
 }
 
+// A server gone in the middle of writing a large value: the write fails with EPIPE, and the
+// SIGPIPE it raises must not kill the process (it is blocked and consumed around the call).
+TEST_F(RemoteCache, ServerGoneDuringALargeWriteDoesNotKillTheProcess) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  RedisStore store(Remote(redis.url()), [](std::string_view, std::string_view) {});
+  ASSERT_TRUE(store.Ping().ok());
+  redis.Kill();
+  const std::string big(32 << 20, 'x');
+  absl::StatusOr<bool> put = store.Put("a.fjk", big, Store::PutMode::kReplace);
+  EXPECT_FALSE(put.ok());
+  EXPECT_TRUE(absl::IsUnavailable(put.status())) << put.status();
+  EXPECT_EQ(store.trips(), 1);
+}
+
 // `fusejit cache stats` shows the remote tier; `fusejit cache verify --remote` checks it.
 TEST_F(RemoteCache, CacheCommandShowsAndVerifiesTheRemoteTier) {
   RedisServer redis;
