@@ -189,7 +189,7 @@ void CacheDir::Open() {
   status_text_ = options_.read_only ? "usable, read-only" : "usable";
 }
 
-ReadResult CacheDir::Read(const std::string& name, const CacheKey* expected) {
+ReadResult CacheDir::ReadRaw(const std::string& name) {
   using Outcome = ReadResult::Outcome;
   ReadResult r;
   const std::string path = PathOf(name);
@@ -245,6 +245,25 @@ ReadResult CacheDir::Read(const std::string& name, const CacheKey* expected) {
     got += *n;
   }
   bytes.resize(got);
+  r.outcome = Outcome::kHit;
+  r.file_bytes = got;
+  r.payload = std::move(bytes);
+  return r;
+}
+
+ReadResult CacheDir::Read(const std::string& name, const CacheKey* expected) {
+  using Outcome = ReadResult::Outcome;
+  ReadResult r = ReadRaw(name);
+  if (r.outcome != Outcome::kHit) return r;
+  const std::string bytes = std::move(r.payload);
+  const uint64_t got = r.file_bytes;
+  auto fail = [&](Outcome outcome, std::string_view reason, std::string problem) {
+    r.outcome = outcome;
+    r.reason = std::string(reason);
+    r.problem = std::move(problem);
+    r.payload.clear();
+    return std::move(r);
+  };
   absl::StatusOr<DecodedEntry> decoded = DecodeEntry(bytes);
   if (!decoded.ok()) {
     return fail(Outcome::kCorrupt, "entry-corrupt", ErrorText(decoded.status()));
@@ -336,7 +355,11 @@ void CacheDir::PublishFailed(const absl::Status& status, std::string_view step) 
 
 bool CacheDir::Publish(const std::string& name, const CacheKey& key, std::string_view payload) {
   if (!writable()) return false;
-  const std::string bytes = EncodeEntry(key, payload);
+  return PublishBytes(name, EncodeEntry(key, payload));
+}
+
+bool CacheDir::PublishBytes(const std::string& name, std::string_view bytes) {
+  if (!writable()) return false;
   if (options_.max_bytes != 0 && bytes.size() > options_.max_bytes) {
     warnings_->Warn("too-large", fmt::format("a kernel of {} bytes exceeds the cache limit of {} "
                                              "bytes: not saved",

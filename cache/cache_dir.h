@@ -27,6 +27,10 @@ struct Counters {
       lock_waits{0}, compiles{0}, compile_failures{0}, compile_us{0}, bytes_read{0},
       bytes_written{0}, entries_written{0}, evictions{0}, evicted_bytes{0}, temp_files_swept{0},
       rejected_entries{0}, read_failures{0}, write_failures{0}, lock_failures{0};
+  // The remote tier (cache/remote_tier.h).
+  std::atomic<uint64_t> remote_hits{0}, remote_misses{0}, remote_rejected{0}, remote_published{0},
+      remote_write_failures{0}, remote_errors{0}, remote_lock_waits{0}, remote_bytes_read{0},
+      remote_bytes_written{0};
 };
 
 // Warns at most once per reason. Thread-safe.
@@ -91,6 +95,8 @@ class CacheDir {
   // Reads and checks the entry. expected: the key it must belong to; nullptr: the key its name
   // says (EntryName() of its header must equal name). Counts nothing.
   ReadResult Read(const std::string& name, const CacheKey* expected);
+  // The file's checks and read only: on kHit, payload holds the whole file, not decoded.
+  ReadResult ReadRaw(const std::string& name);
 
   // Takes name's lock, polling with backoff until held, until stop() returns true, until
   // deadline, or until locking fails (then an unheld lock is returned and the failure counted
@@ -101,6 +107,8 @@ class CacheDir {
   // Writes the entry atomically. Faults are counted and warned about; returns whether the entry
   // was published.
   bool Publish(const std::string& name, const CacheKey& key, std::string_view payload);
+  // The same for bytes already encoded (cache/dir_store.h).
+  bool PublishBytes(const std::string& name, std::string_view bytes);
 
   // Marks a disk hit as recent use (mtime); failures are ignored: they only age the entry.
   void Touch(const std::string& name);

@@ -5,7 +5,9 @@
 //   fusejit_cache_worker watch DIR SEED MS [flags]    Lookup one key for MS ms: never a bad entry
 //   fusejit_cache_worker name VARIANT                 print the EntryName of a fixed request
 // flags: --compile-ms N (compile() sleeps), --payload-bytes N, --max-bytes N,
-//        --slow-us N and --chunk N (every file call sleeps N us; writes of at most N bytes).
+//        --slow-us N and --chunk N (every file call sleeps N us; writes of at most N bytes),
+//        --remote URL (a remote tier: FUSEJIT_REMOTE_CACHE's forms), --remote-read-only 1,
+//        --retry-ms N (its circuit breaker's interval), --lock-ttl-ms N.
 // Prints one line "result key=value ..." and exits 0 when every payload was right, else 1.
 #include <unistd.h>
 
@@ -30,6 +32,10 @@ struct Flags {
   uint64_t max_bytes = uint64_t{1} << 30;
   int slow_us = 0;
   size_t chunk = 1 << 20;
+  std::string remote;
+  bool remote_read_only = false;
+  int retry_ms = -1;
+  int lock_ttl_ms = -1;
 };
 
 int Usage() {
@@ -40,6 +46,10 @@ int Usage() {
 bool ParseFlags(const std::vector<std::string>& args, size_t first, Flags* f) {
   for (size_t i = first; i < args.size(); i += 2) {
     if (i + 1 >= args.size()) return false;
+    if (args[i] == "--remote") {
+      f->remote = args[i + 1];
+      continue;
+    }
     uint64_t v = 0;
     if (!absl::SimpleAtoi(args[i + 1], &v)) return false;
     if (args[i] == "--compile-ms") {
@@ -52,6 +62,12 @@ bool ParseFlags(const std::vector<std::string>& args, size_t first, Flags* f) {
       f->slow_us = static_cast<int>(v);
     } else if (args[i] == "--chunk") {
       f->chunk = v;
+    } else if (args[i] == "--remote-read-only") {
+      f->remote_read_only = v != 0;
+    } else if (args[i] == "--retry-ms") {
+      f->retry_ms = static_cast<int>(v);
+    } else if (args[i] == "--lock-ttl-ms") {
+      f->lock_ttl_ms = static_cast<int>(v);
     } else {
       return false;
     }
@@ -91,6 +107,19 @@ int Main(const std::vector<std::string>& args) {
   options.dir = dir;
   options.max_bytes = flags.max_bytes;
   options.env = flags.slow_us > 0 || flags.chunk < (1u << 20) ? &slow : PosixEnv();
+  if (!flags.remote.empty()) {
+    absl::StatusOr<RedisAddress> address = ParseRedisUrl(flags.remote);
+    if (!address.ok()) {
+      fmt::print(stderr, "--remote: {}\n", address.status().ToString());
+      return Usage();
+    }
+    RemoteOptions remote;
+    remote.address = *address;
+    remote.read_only = flags.remote_read_only;
+    if (flags.retry_ms >= 0) remote.retry_interval = absl::Milliseconds(flags.retry_ms);
+    if (flags.lock_ttl_ms >= 0) remote.lock_ttl = absl::Milliseconds(flags.lock_ttl_ms);
+    options.remote = remote;
+  }
   KernelCache cache(options);
 
   int compiled = 0, hits = 0, absent = 0, errors = 0;
@@ -139,9 +168,11 @@ int Main(const std::vector<std::string>& args) {
   errors += static_cast<int>(stats.rejected_entries + stats.read_failures);
   fmt::print(
       "result compiled={} hits={} absent={} errors={} evictions={} write_failures={} "
-      "lock_waits={} disk_usable={}\n",
+      "lock_waits={} disk_usable={} remote_hits={} remote_misses={} remote_published={} "
+      "remote_rejected={} remote_errors={} remote_lock_waits={}\n",
       compiled, hits, absent, errors, stats.evictions, stats.write_failures, stats.lock_waits,
-      cache.disk_usable() ? 1 : 0);
+      cache.disk_usable() ? 1 : 0, stats.remote_hits, stats.remote_misses, stats.remote_published,
+      stats.remote_rejected, stats.remote_errors, stats.remote_lock_waits);
   std::fflush(stdout);
   return errors == 0 ? 0 : 1;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/notification.h"
 #include "cache/cache_dir.h"
+#include "cache/remote_tier.h"
 #include "fmt/format.h"
 
 namespace fusejit::cache {
@@ -77,6 +78,7 @@ CacheOptions CacheOptionsFromEnvironment(Env* env) {
         absl::AsciiStrToLower(absl::StripAsciiWhitespace(absl::string_view(*off)));
     if (v == "1" || v == "true" || v == "yes" || v == "on") options.disk_enabled = false;
   }
+  options.remote = RemoteOptionsFromEnvironment(env);
   return options;
 }
 
@@ -85,10 +87,15 @@ std::string CacheStats::ToString() const {
       "hits_memory {}\nhits_disk {}\nmisses {}\nuncached {}\ncoalesced {}\nlock_waits {}\n"
       "compiles {}\ncompile_failures {}\ncompile_ms {:.1f}\nbytes_read {}\nbytes_written {}\n"
       "entries_written {}\nevictions {}\nevicted_bytes {}\ntemp_files_swept {}\n"
-      "rejected_entries {}\nread_failures {}\nwrite_failures {}\nlock_failures {}\n",
+      "rejected_entries {}\nread_failures {}\nwrite_failures {}\nlock_failures {}\n"
+      "remote_hits {}\nremote_misses {}\nremote_rejected {}\nremote_published {}\n"
+      "remote_write_failures {}\nremote_errors {}\nremote_lock_waits {}\nremote_bytes_read {}\n"
+      "remote_bytes_written {}\n",
       hits_memory, hits_disk, misses, uncached, coalesced, lock_waits, compiles, compile_failures,
       compile_ms, bytes_read, bytes_written, entries_written, evictions, evicted_bytes,
-      temp_files_swept, rejected_entries, read_failures, write_failures, lock_failures);
+      temp_files_swept, rejected_entries, read_failures, write_failures, lock_failures,
+      remote_hits, remote_misses, remote_rejected, remote_published, remote_write_failures,
+      remote_errors, remote_lock_waits, remote_bytes_read, remote_bytes_written);
 }
 
 KernelCache& KernelCache::Default() {
@@ -101,7 +108,12 @@ KernelCache::KernelCache(CacheOptions options)
       counters_(std::make_unique<Counters>()),
       warnings_(std::make_unique<Warnings>(options_.warn)),
       dir_(std::make_unique<CacheDir>(options_, options_.env ? options_.env : PosixEnv(),
-                                      counters_.get(), warnings_.get())) {}
+                                      counters_.get(), warnings_.get())),
+      remote_fill_(options_.remote_fill) {
+  if (options_.remote.has_value()) {
+    remote_ = std::make_unique<RemoteTier>(*options_.remote, counters_.get(), warnings_.get());
+  }
+}
 
 KernelCache::~KernelCache() = default;
 
@@ -138,6 +150,15 @@ CacheStats KernelCache::Stats() const {
   s.read_failures = c.read_failures;
   s.write_failures = c.write_failures;
   s.lock_failures = c.lock_failures;
+  s.remote_hits = c.remote_hits;
+  s.remote_misses = c.remote_misses;
+  s.remote_rejected = c.remote_rejected;
+  s.remote_published = c.remote_published;
+  s.remote_write_failures = c.remote_write_failures;
+  s.remote_errors = c.remote_errors;
+  s.remote_lock_waits = c.remote_lock_waits;
+  s.remote_bytes_read = c.remote_bytes_read;
+  s.remote_bytes_written = c.remote_bytes_written;
   return s;
 }
 
@@ -176,13 +197,24 @@ std::optional<std::string> KernelCache::ReadCounted(const CacheKey& key, const s
 }
 
 std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
-  if (dir().state() != DiskState::kUsable) return std::nullopt;
+  const std::string name = key.EntryName();
   bool refused = false;
-  return ReadCounted(key, key.EntryName(), &refused, /*count_rejects=*/true);
+  if (dir().state() == DiskState::kUsable) {
+    if (std::optional<std::string> p = ReadCounted(key, name, &refused, /*count_rejects=*/true)) {
+      return p;
+    }
+  }
+  if (remote_ == nullptr) return std::nullopt;
+  bool bad = false;
+  std::optional<std::string> payload = remote_->Fetch(key, name, &bad);
+  // A refused entry (a symlink, another user's file) is left alone, never written over.
+  if (payload.has_value() && !refused) KeepRemoteHit(key, name, *payload);
+  return payload;
 }
 
 absl::Status KernelCache::Put(const CacheKey& key, std::string_view payload) {
   CacheDir& d = dir();
+  if (remote_ != nullptr) remote_->Publish(key, key.EntryName(), payload, /*replace=*/true);
   if (!d.writable()) {
     return absl::FailedPreconditionError(
         fmt::format("cache directory {} is not writable: {}", d.root(), d.status_text()));
@@ -218,6 +250,12 @@ absl::StatusOr<std::string> KernelCache::GetOrCompile(
     bool refused = false;
     if (std::optional<std::string> payload = ReadCounted(key, name, &refused, true)) {
       if (disk_hit != nullptr) *disk_hit = true;
+      if (remote_ != nullptr && remote_fill_) {
+        bool bad = false;
+        if (!remote_->Fetch(key, name, &bad).has_value()) {
+          remote_->Publish(key, name, *payload, /*replace=*/bad);
+        }
+      }
       return *std::move(payload);
     }
     use_disk = !refused;
@@ -258,13 +296,9 @@ absl::StatusOr<std::string> KernelCache::Lead(
     const CacheKey& key, const std::string& name, bool use_disk,
     absl::FunctionRef<absl::StatusOr<std::string>()> compile, bool* disk_hit) {
   CacheDir& d = dir();
-  if (!use_disk) {
-    counters_->uncached++;
-    return RunCompile(compile);
-  }
   bool refused = false;
   KeyLock lock;
-  if (d.writable()) {
+  if (use_disk && d.writable()) {
     // Wait for another process compiling this key; read its entry as soon as it appears.
     std::optional<std::string> published;
     bool waited = false;
@@ -282,21 +316,52 @@ absl::StatusOr<std::string> KernelCache::Lead(
     }
   }
   // Re-check: another process may have published between our first read and the lock.
-  if (!refused) {
+  if (use_disk && !refused) {
     if (std::optional<std::string> payload = ReadCounted(key, name, &refused, false)) {
       *disk_hit = true;
       return *std::move(payload);
     }
   }
-  if (refused) {
-    counters_->uncached++;
-    lock.Release();
-    return RunCompile(compile);
+  if (refused) use_disk = false;  // that entry is left alone; the kernel is not cached on disk
+
+  // The remote tier: another machine's compile, or wait for the one compiling it now.
+  bool remote_bad = false;
+  RemoteTier::Lock remote_lock;
+  if (remote_ != nullptr) {
+    std::optional<std::string> payload = remote_->Fetch(key, name, &remote_bad);
+    if (!payload.has_value()) {
+      bool waited = false;
+      remote_lock = remote_->Acquire(
+          name, absl::Now() + options_.lock_timeout,
+          [&] {
+            bool bad = false;
+            payload = remote_->Fetch(key, name, &bad, /*count=*/false);
+            return payload.has_value();
+          },
+          &waited);
+      // Re-check after taking it: the holder may have published and released in between.
+      if (!payload.has_value() && remote_lock.held()) {
+        payload = remote_->Fetch(key, name, &remote_bad, /*count=*/false);
+      }
+    }
+    if (payload.has_value()) {
+      remote_lock.Release();
+      if (use_disk) KeepRemoteHit(key, name, *payload);
+      *disk_hit = true;
+      return *std::move(payload);
+    }
   }
-  counters_->misses++;
+
+  if (use_disk) {
+    counters_->misses++;
+  } else {
+    counters_->uncached++;
+  }
   absl::StatusOr<std::string> result = RunCompile(compile);
   if (!result.ok()) return result;
-  const bool published = d.Publish(name, key, *result);
+  const bool published = use_disk && d.Publish(name, key, *result);
+  if (remote_ != nullptr) remote_->Publish(key, name, *result, /*replace=*/remote_bad);
+  remote_lock.Release();
   lock.Release();
   if (published) (void)d.Trim();  // faults are counted and warned about inside
   return result;

@@ -26,9 +26,17 @@
 //   Each refusal is warned about once per reason and counted in rejected_entries.
 // - Cache faults never fail GetOrCompile: I/O errors, a full disk, a read-only directory, no home
 //   directory cost the cache (warned once per reason, counted), never the result.
+// - Remote tier (optional, CacheOptions::remote: a Redis server shared by a fleet,
+//   cache/remote_tier.h): lookup order memory (the caller's) -> disk -> remote -> compile. A remote
+//   hit is written to the disk cache; a compile is published to the remote store. Remote values
+//   are entries in the same format, checked the same way (a bad one is a miss, counted, warned
+//   about once, recompiled and republished). One compile per key across machines: a per-key
+//   lock in the store, taken after the local one. The store being down, slow, full or refusing
+//   the login never fails GetOrCompile and costs at most one timeout per retry interval.
 #ifndef FUSEJIT_CACHE_KERNEL_CACHE_H_
 #define FUSEJIT_CACHE_KERNEL_CACHE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,6 +56,8 @@
 #include "absl/time/time.h"
 #include "cache/cache_key.h"
 #include "cache/env.h"
+#include "cache/remote_config.h"
+#include "cache/store.h"
 
 namespace fusejit::cache {
 
@@ -73,10 +83,16 @@ struct CacheOptions {
   // Where warnings go (one line each, no trailing newline); nullptr: stderr. Each reason is
   // warned about at most once per KernelCache (so once per process for Default()).
   std::function<void(std::string_view)> warn;
+  // The remote tier below the disk (cache/remote_config.h); nullopt: none.
+  std::optional<RemoteOptions> remote;
+  // true: a disk hit the remote store lacks (or holds a bad value for) is published there too
+  // (`fusejit prewarm --remote`: fill the fleet's cache from this machine's).
+  bool remote_fill = false;
 };
 
 // Options for Default(): FUSEJIT_CACHE_DIR (dir), FUSEJIT_CACHE_MAX_BYTES (bytes, or with a
-// K/M/G suffix: binary multiples), FUSEJIT_DISABLE_CACHE (1/true/yes/on: disk_enabled = false).
+// K/M/G suffix: binary multiples), FUSEJIT_DISABLE_CACHE (1/true/yes/on: disk_enabled = false),
+// FUSEJIT_REMOTE_CACHE* (remote: RemoteOptionsFromEnvironment()).
 // A malformed FUSEJIT_CACHE_MAX_BYTES is warned about on stderr and ignored.
 CacheOptions CacheOptionsFromEnvironment(Env* env = nullptr);
 // "1073741824", "512M", "1G", "64k" -> bytes. nullopt when malformed.
@@ -103,6 +119,16 @@ struct CacheStats {
   uint64_t read_failures = 0;     // I/O errors reading an entry
   uint64_t write_failures = 0;    // publishes that failed (full disk, read-only, I/O error)
   uint64_t lock_failures = 0;     // key locks that could not be taken (compiled without one)
+  // The remote tier.
+  uint64_t remote_hits = 0;      // valid values read (written to disk when it is usable)
+  uint64_t remote_misses = 0;    // no value
+  uint64_t remote_rejected = 0;  // values that failed a check (then republished)
+  uint64_t remote_published = 0;
+  uint64_t remote_write_failures = 0;  // publishes that failed or were over the size cap
+  uint64_t remote_errors = 0;          // calls that failed (down, slow, refused, full, skipped)
+  uint64_t remote_lock_waits = 0;      // waited for another machine's compile
+  uint64_t remote_bytes_read = 0;
+  uint64_t remote_bytes_written = 0;
 
   std::string ToString() const;  // "name value" lines
 };
@@ -143,6 +169,7 @@ struct DiskUsage {
 };
 
 class CacheDir;  // cache/cache_dir.h
+class RemoteTier;  // cache/remote_tier.h
 class Warnings;
 struct Counters;
 
@@ -184,21 +211,25 @@ class KernelCache {
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
 
-  // Returns the payload of a valid entry for key, or runs compile(), publishes its result (when
-  // the directory is writable) and returns it. Errors from compile() are returned (and not
-  // cached); cache faults never are. *disk_hit (optional) tells whether the payload came from
-  // disk. REQUIRES: compile() does not call GetOrCompile for the same key (it would deadlock).
+  // Returns the payload of a valid entry for key (disk, then remote), or runs compile(),
+  // publishes its result (to the directory when writable, to the remote store) and returns it.
+  // Errors from compile() are returned (and not cached); cache faults never are. *disk_hit
+  // (optional) tells whether the payload came from a cache (disk or remote) rather than
+  // compile(). REQUIRES: compile() does not call GetOrCompile for the same key (it would
+  // deadlock).
   absl::StatusOr<std::string> GetOrCompile(const CacheKey& key,
                                            absl::FunctionRef<absl::StatusOr<std::string>()> compile,
                                            bool* disk_hit = nullptr);
 
-  // The payload of a valid entry for key, if there is one. Never compiles, writes or waits.
+  // The payload of a valid entry for key, if there is one: disk, then remote (a remote hit is
+  // written to disk). Never compiles or waits.
   std::optional<std::string> Lookup(const CacheKey& key);
 
   // Publishes `payload` as key's entry, atomically replacing any entry there (for records that
-  // are rewritten, such as tuning results; kernels go through GetOrCompile). Errors:
-  // FailedPrecondition when the directory is not usable or is read-only, Unavailable when the
-  // write failed (counted and warned about like any publish).
+  // are rewritten, such as tuning results; kernels go through GetOrCompile), on disk and in the
+  // remote store (best effort, counted). Errors: FailedPrecondition when the directory is not
+  // usable or is read-only, Unavailable when the write failed (counted and warned about like any
+  // publish).
   absl::Status Put(const CacheKey& key, std::string_view payload);
 
   void RecordMemoryHit();
@@ -220,6 +251,21 @@ class KernelCache {
   bool disk_usable() const { return disk_state() == DiskState::kUsable; }
   std::string disk_status() const;  // "usable", "refused: ... is a symbolic link", ...
   uint64_t max_bytes() const { return options_.max_bytes; }
+  const CacheOptions& options() const { return options_; }
+  // CacheOptions::remote_fill, changed (for `fusejit prewarm --remote` on Default()).
+  void set_remote_fill(bool fill) { remote_fill_ = fill; }
+
+  // The remote tier, for `fusejit cache stats|verify --remote`. Without one: remote_configured()
+  // false, and the others fail with FailedPrecondition.
+  bool remote_configured() const { return remote_ != nullptr; }
+  std::string remote_description() const;  // "redis://host:6379/0 (read-only)", or "none"
+  absl::Status RemotePing();
+  absl::StatusOr<StoreUsage> RemoteUsage();
+  // Fleet-wide counters kept in the store (hits, misses, rejected, published).
+  absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> RemoteCounters();
+  // Re-checks every remote value (format, checksum, the key its name says); remove_bad deletes
+  // bad ones (not in read-only mode).
+  absl::StatusOr<VerifyReport> VerifyRemote(bool remove_bad);
 
  private:
   struct Flight;
@@ -228,6 +274,8 @@ class KernelCache {
                                    absl::FunctionRef<absl::StatusOr<std::string>()> compile,
                                    bool* disk_hit);
   absl::StatusOr<std::string> RunCompile(absl::FunctionRef<absl::StatusOr<std::string>()> compile);
+  // A remote hit: written to the disk cache when it is usable.
+  void KeepRemoteHit(const CacheKey& key, const std::string& name, std::string_view payload);
   // Reads name; counts and warns about rejected entries. Returns the payload on a hit.
   std::optional<std::string> ReadCounted(const CacheKey& key, const std::string& name,
                                          bool* refused, bool count_rejects);
@@ -236,6 +284,8 @@ class KernelCache {
   std::unique_ptr<Counters> counters_;
   std::unique_ptr<Warnings> warnings_;
   std::unique_ptr<CacheDir> dir_;
+  std::unique_ptr<RemoteTier> remote_;  // null: no remote tier
+  std::atomic<bool> remote_fill_;
   mutable absl::once_flag open_once_;
 
   absl::Mutex mu_;

@@ -1,7 +1,14 @@
 #include "cache/testing.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +18,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "fmt/format.h"
+
+extern char** environ;
 
 namespace fusejit::cache::testing {
 
@@ -296,6 +310,221 @@ absl::Status SlowEnv::TryLock(int fd) {
 absl::Status SlowEnv::TouchMtime(const std::string& path) {
   Pause();
   return base_->TouchMtime(path);
+}
+
+}  // namespace fusejit::cache::testing
+
+// ---- processes and redis-server ----
+
+namespace fusejit::cache::testing {
+
+Process SpawnProcess(const std::vector<std::string>& args, uid_t as_uid,
+                     const std::vector<std::string>& env) {
+  std::vector<std::string> argv_s = args;
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The child's environment, built before fork (setenv is not async-signal-safe).
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& o : env) replaced |= o.substr(0, o.find('=')) == name;
+    if (!replaced) env_s.emplace_back(entry);
+  }
+  env_s.insert(env_s.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    ::dup2(fds[1], 1);
+    if (as_uid != 0 &&
+        (::setgroups(0, nullptr) != 0 || ::setgid(as_uid) != 0 || ::setuid(as_uid) != 0)) {
+      ::_exit(126);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return {};
+  }
+  return {pid, fds[0]};
+}
+
+std::string ReadLine(Process& p) {
+  std::string line;
+  char c;
+  while (::read(p.out, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+Finished FinishProcess(Process& p) {
+  Finished f;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p.out, buf, sizeof(buf))) > 0) f.output.append(buf, static_cast<size_t>(n));
+  ::close(p.out);
+  int status = 0;
+  ::waitpid(p.pid, &status, 0);
+  f.killed = WIFSIGNALED(status);
+  f.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  for (absl::string_view line : absl::StrSplit(f.output, '\n')) {
+    if (!absl::ConsumePrefix(&line, "result ")) continue;
+    for (absl::string_view kv : absl::StrSplit(line, ' ')) {
+      std::pair<absl::string_view, absl::string_view> kvp = absl::StrSplit(kv, '=');
+      int64_t v = 0;
+      if (absl::SimpleAtoi(kvp.second, &v)) f.result[std::string(kvp.first)] = v;
+    }
+  }
+  return f;
+}
+
+namespace {
+
+// A port that was free a moment ago on 127.0.0.1 (the kernel picks it).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string ReplyToText(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+      return std::string(r->str, r->len);
+    case REDIS_REPLY_NIL:
+      return "(nil)";
+    case REDIS_REPLY_INTEGER:
+      return std::to_string(r->integer);
+    case REDIS_REPLY_ERROR:
+      return "(error) " + std::string(r->str, r->len);
+    case REDIS_REPLY_ARRAY: {
+      std::string out;
+      for (size_t i = 0; i < r->elements; ++i) {
+        if (i > 0) out += "\n";
+        out += ReplyToText(r->element[i]);
+      }
+      return out;
+    }
+    default:
+      return "(unknown reply)";
+  }
+}
+
+}  // namespace
+
+std::string RedisServer::Program() {
+  for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server",
+                        "/usr/sbin/redis-server"}) {
+    if (::access(p, X_OK) == 0) return p;
+  }
+  return "";
+}
+
+RedisServer::RedisServer(std::vector<std::string> extra_args)
+    : extra_args_(std::move(extra_args)) {
+  for (size_t i = 0; i + 1 < extra_args_.size(); ++i) {
+    if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
+  }
+  if (Program().empty()) {
+    error_ = "redis-server is not installed (scripts/install-deps.sh installs it)";
+    return;
+  }
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    port_ = FreePort();
+    if (port_ != 0 && Start()) return;
+  }
+}
+
+RedisServer::~RedisServer() { Kill(); }
+
+std::string RedisServer::url() const { return fmt::format("redis://127.0.0.1:{}", port_); }
+
+void RedisServer::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+bool RedisServer::Start() {
+  Kill();
+  error_.clear();
+  std::vector<std::string> args = {Program(),  "--port",       std::to_string(port_),
+                                   "--bind",   "127.0.0.1",    "--save",
+                                   "",         "--appendonly", "no",
+                                   "--dir",    dir_.path(),    "--logfile",
+                                   dir_.Sub("redis.log")};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  Process p = SpawnProcess(args);
+  if (p.pid <= 0) {
+    error_ = "cannot start redis-server";
+    return false;
+  }
+  ::close(p.out);
+  pid_ = p.pid;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      error_ = fmt::format("redis-server exited at start (port {}); see its log", port_);
+      return false;
+    }
+    const std::string pong = Command({"PING"});
+    if (pong == "PONG") return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  error_ = fmt::format("redis-server on port {} does not answer PING", port_);
+  Kill();
+  return false;
+}
+
+std::string RedisServer::Command(const std::vector<std::string>& args) const {
+  timeval tv{2, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+  if (c == nullptr) return "(failed) no context";
+  absl::Cleanup free_context = [c] { redisFree(c); };
+  if (c->err != 0) return fmt::format("(failed) {}", c->errstr);
+  if (redisSetTimeout(c, tv) != REDIS_OK) return "(failed) timeout";
+  auto run = [&](const std::vector<std::string>& a) -> std::string {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& s : a) {
+      argv.push_back(s.data());
+      lens.push_back(s.size());
+    }
+    void* raw = redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+    if (raw == nullptr) return fmt::format("(failed) {}", c->errstr);
+    auto* reply = static_cast<redisReply*>(raw);
+    std::string text = ReplyToText(reply);
+    freeReplyObject(reply);
+    return text;
+  };
+  if (!password_.empty()) {
+    const std::string auth = run({"AUTH", password_});
+    if (auth != "OK") return auth;
+  }
+  return run(args);
 }
 
 }  // namespace fusejit::cache::testing

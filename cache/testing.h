@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <sys/types.h>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -138,6 +139,64 @@ class SlowEnv : public Env {
   Env* const base_;
   const absl::Duration delay_;
   const size_t max_write_;
+};
+
+// Multi-process tests: a child process with its stdout on a pipe.
+struct Process {
+  pid_t pid = -1;
+  int out = -1;  // the child's stdout
+};
+
+struct Finished {
+  bool killed = false;  // by a signal
+  int exit_code = -1;
+  std::string output;
+  std::map<std::string, int64_t> result;  // the "result k=v ..." line
+};
+
+// fork + exec of argv[0] with argv; as_uid != 0: as that user (and group). env: NAME=VALUE
+// settings added to (or replacing those of) this process's environment.
+Process SpawnProcess(const std::vector<std::string>& argv, uid_t as_uid = 0,
+                     const std::vector<std::string>& env = {});
+// Reads the child's stdout up to the first newline.
+std::string ReadLine(Process& p);
+// Reads the rest of its stdout, waits for it, parses its "result k=v ..." line.
+Finished FinishProcess(Process& p);
+
+// A redis-server of a test's own: on 127.0.0.1 at a free port, in a temporary directory, without
+// persistence; stopped (SIGKILL) when destroyed. extra_args go to redis-server, e.g.
+// {"--maxmemory", "1mb"}; "--requirepass" X is remembered for Command().
+class RedisServer {
+ public:
+  explicit RedisServer(std::vector<std::string> extra_args = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  // The redis-server program, or "" when it is not installed.
+  static std::string Program();
+
+  // Whether it runs and answers; error() says why not.
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  int port() const { return port_; }
+  std::string url() const;  // "redis://127.0.0.1:PORT"
+
+  void Kill();   // SIGKILL, and wait for it
+  bool Start();  // again, on the same port (after Kill); false: error() says why
+
+  // One command on a fresh connection (AUTH first when the server has a password). The reply:
+  // a string's bytes, "(nil)", an integer in decimal, a status's text, "(error) TEXT", or an
+  // array's elements one per line; "(failed) WHY" when there was no reply.
+  std::string Command(const std::vector<std::string>& args) const;
+
+ private:
+  TempDir dir_;
+  std::vector<std::string> extra_args_;
+  std::string password_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  std::string error_;
 };
 
 }  // namespace fusejit::cache::testing

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what fusejit needs to build, from Debian's packages, when it is missing. Run as root.
+# redis-server is for the remote-cache tests (they start their own on a loopback port).
 # The CUDA toolkit (nvcc, NVRTC, cuda.h) is used from /usr/local/cuda when present, else from
 # Debian's nvidia-cuda-toolkit package.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libabsl-dev libfmt-dev libgtest-dev libxxhash-dev
+  libhiredis-dev redis-server
   # the Python package's tests: Debian's PyTorch (CPU) for /usr/bin/python3, pytest, pip
   python3-torch python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel)
 missing=()

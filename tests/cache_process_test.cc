@@ -39,73 +39,18 @@ std::string WorkerPath() {
   return p != nullptr && *p != '\0' ? p : FUSEJIT_CACHE_WORKER_PATH;
 }
 
-struct Worker {
-  pid_t pid = -1;
-  int out = -1;  // the worker's stdout
-};
-
-struct Finished {
-  bool killed = false;  // by a signal
-  int exit_code = -1;
-  std::string output;
-  std::map<std::string, int64_t> result;  // the "result k=v ..." line
-};
+using Worker = testing::Process;
+using testing::Finished;
 
 // fork + exec of the worker with stdout on a pipe; as_uid != 0: as that user (and group).
 Worker Spawn(const std::vector<std::string>& args, uid_t as_uid = 0) {
-  std::vector<std::string> argv_s = {WorkerPath()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
-  const pid_t pid = ::fork();
-  if (pid == 0) {  // only async-signal-safe calls until exec
-    ::dup2(fds[1], 1);
-    if (as_uid != 0 &&
-        (::setgroups(0, nullptr) != 0 || ::setgid(as_uid) != 0 || ::setuid(as_uid) != 0)) {
-      ::_exit(126);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  if (pid < 0) {
-    ::close(fds[0]);
-    return {};
-  }
-  return {pid, fds[0]};
+  std::vector<std::string> argv = {WorkerPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::SpawnProcess(argv, as_uid);
 }
 
-// Reads the worker's stdout up to the first newline.
-std::string ReadLine(Worker& w) {
-  std::string line;
-  char c;
-  while (::read(w.out, &c, 1) == 1 && c != '\n') line.push_back(c);
-  return line;
-}
-
-Finished Finish(Worker& w) {
-  Finished f;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(w.out, buf, sizeof(buf))) > 0) f.output.append(buf, static_cast<size_t>(n));
-  ::close(w.out);
-  int status = 0;
-  ::waitpid(w.pid, &status, 0);
-  f.killed = WIFSIGNALED(status);
-  f.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  for (absl::string_view line : absl::StrSplit(f.output, '\n')) {
-    if (!absl::ConsumePrefix(&line, "result ")) continue;
-    for (absl::string_view kv : absl::StrSplit(line, ' ')) {
-      std::pair<absl::string_view, absl::string_view> p = absl::StrSplit(kv, '=');
-      int64_t v = 0;
-      if (absl::SimpleAtoi(p.second, &v)) f.result[std::string(p.first)] = v;
-    }
-  }
-  return f;
-}
+using testing::ReadLine;
+Finished Finish(Worker& w) { return testing::FinishProcess(w); }
 
 Finished RunWorker(const std::vector<std::string>& args, uid_t as_uid = 0) {
   Worker w = Spawn(args, as_uid);

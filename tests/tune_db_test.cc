@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "cache/testing.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -294,6 +295,44 @@ TEST_F(TuningDbTest, ReadOnlyAndDisabled) {
   // No device: nothing to look up.
   TuningDb db(Options());
   EXPECT_FALSE(db.Find(TestChain(), Target(), DeviceKey{}).has_value());
+}
+
+// One machine's autotune serves the fleet: a record stored with a remote tier is found by a
+// machine with an empty tuning folder, checked as a local one is, and written to its disk.
+TEST(TuningDbRemote, ARecordStoredOnOneMachineIsFoundOnAnother) {
+  cache::testing::RedisServer redis;
+  if (cache::testing::RedisServer::Program().empty()) {
+    GTEST_SKIP() << "redis-server is not installed (scripts/install-deps.sh installs it)";
+  }
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir tmp;
+  auto options = [&](const std::string& dir, WarningLog* log) {
+    TuningDbOptions o;
+    o.dir = tmp.Sub(dir);
+    o.warn = log->Sink();
+    o.remote.emplace();
+    o.remote->address = *cache::ParseRedisUrl(redis.url());
+    o.remote->prefix += "tuning:";
+    return o;
+  };
+  WarningLog log1, log2, log3;
+  TuningDb machine1(options("m1", &log1));
+  ASSERT_TRUE(machine1.Store(Record()).ok());
+  const std::string key = cache::RemoteOptions::DefaultPrefix() + "tuning:" +
+                          Record().key.ToCacheKey().EntryName();
+  ASSERT_EQ(redis.Command({"EXISTS", key}), "1");
+  TuningDb machine2(options("m2", &log2));
+  std::optional<codegen::TuneConfig> found = machine2.Find(TestChain(), Target(), Device());
+  ASSERT_TRUE(found.has_value()) << absl::StrJoin(log2.Lines(), "\n");
+  EXPECT_EQ(*found, Tuned());
+  EXPECT_EQ(ListNames(tmp.Sub("m2")).size(), 1u) << "the remote record was not kept on disk";
+  // A stale record (another fusejit version) in Redis is validated as today: default, one warning.
+  TuningRecord stale = Record();
+  stale.fusejit_version = "fusejit-0.0.1";
+  ASSERT_TRUE(machine1.Store(stale).ok());
+  TuningDb machine3(options("m3", &log3));
+  EXPECT_FALSE(machine3.Find(TestChain(), Target(), Device()).has_value());
+  EXPECT_EQ(log3.Count("stale"), 1) << absl::StrJoin(log3.Lines(), "\n");
 }
 
 }  // namespace

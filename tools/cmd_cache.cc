@@ -1,6 +1,7 @@
 #include "tools/cmd_cache.h"
 
 #include <ctime>
+#include <map>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -14,13 +15,17 @@ constexpr char kUsage[] =
     "usage: fusejit cache <command> [--cache-dir DIR]\n"
     "\n"
     "commands:\n"
-    "  stats           directory, state, entries and bytes on disk, size limit\n"
+    "  stats           directory, state, entries and bytes on disk, size limit; the remote\n"
+    "                  tier: reachable, entries, the fleet's hits, misses, rejected values\n"
     "  list            every entry: name, size, last use, key fields, spec\n"
     "  verify [--fix]  re-check every entry's checksum and key; --fix deletes bad ones\n"
+    "  verify --remote [--fix]  the same for the remote tier's values\n"
     "  clear           delete every entry (and temp/lock files) from the directory\n"
     "\n"
     "The directory is --cache-dir, else $FUSEJIT_CACHE_DIR, else $XDG_CACHE_HOME/fusejit,\n"
-    "else ~/.cache/fusejit. FUSEJIT_CACHE_MAX_BYTES sets the limit (default 1G).\n";
+    "else ~/.cache/fusejit. FUSEJIT_CACHE_MAX_BYTES sets the limit (default 1G).\n"
+    "The remote tier is FUSEJIT_REMOTE_CACHE (redis://[[user]:password@]host[:port][/db] or\n"
+    "unix:///path/to/redis.sock).\n";
 
 std::string FormatTime(int64_t ns) {
   const std::time_t t = static_cast<std::time_t>(ns / 1000000000);
@@ -38,6 +43,32 @@ std::string FormatBytes(uint64_t bytes) {
   return fmt::format("{:.1f} GiB", bytes / 1073741824.0);
 }
 
+// The remote tier's part of `stats`; 1 when it is configured and does not answer.
+int RemoteStats(cache::KernelCache& c, std::ostream& out) {
+  if (!c.remote_configured()) {
+    out << "remote        none (FUSEJIT_REMOTE_CACHE shares kernels through Redis)\n";
+    return 0;
+  }
+  out << fmt::format("remote        {}\n", c.remote_description());
+  if (absl::Status s = c.RemotePing(); !s.ok()) {
+    out << fmt::format("reachable     no: {}\n", std::string(s.message()));
+    return 1;
+  }
+  out << "reachable     yes\n";
+  if (absl::StatusOr<cache::StoreUsage> u = c.RemoteUsage(); u.ok()) {
+    out << fmt::format("remote entries {} ({})\n", u->entries, FormatBytes(u->bytes));
+  }
+  // Fleet-wide: every process with this remote tier counts into it.
+  std::map<std::string, int64_t> counters;
+  if (auto fleet = c.RemoteCounters(); fleet.ok()) counters.insert(fleet->begin(), fleet->end());
+  out << fmt::format("remote hits   {}\n", counters["hits"]);
+  out << fmt::format("remote misses {}\n", counters["misses"]);
+  out << fmt::format("remote rejected {}\n", counters["rejected"]);
+  out << fmt::format("remote published {}\n", counters["published"]);
+  out << "(remote counters are the fleet's, since the Redis database was created)\n";
+  return 0;
+}
+
 int Stats(cache::KernelCache& c, std::ostream& out, std::ostream& err) {
   out << fmt::format("directory     {}\n", c.directory().empty() ? "(none)" : c.directory());
   out << fmt::format("state         {}\n", c.disk_status());
@@ -46,7 +77,10 @@ int Stats(cache::KernelCache& c, std::ostream& out, std::ostream& err) {
   } else {
     out << fmt::format("limit         {} ({} bytes)\n", FormatBytes(c.max_bytes()), c.max_bytes());
   }
-  if (!c.disk_usable() && c.disk_state() != cache::DiskState::kMissing) return 1;
+  if (!c.disk_usable() && c.disk_state() != cache::DiskState::kMissing) {
+    RemoteStats(c, out);
+    return 1;
+  }
   absl::StatusOr<cache::DiskUsage> usage = c.Usage();
   if (!usage.ok()) {
     err << "fusejit cache stats: " << usage.status().message() << "\n";
@@ -59,7 +93,7 @@ int Stats(cache::KernelCache& c, std::ostream& out, std::ostream& err) {
   out << fmt::format("temp files    {} ({} bytes)\n", usage->temp_files, usage->temp_bytes);
   out << fmt::format("lock files    {}\n", usage->lock_files);
   out << "(hit/miss counters are per process: see KernelCache::Stats)\n";
-  return 0;
+  return RemoteStats(c, out);
 }
 
 int List(cache::KernelCache& c, std::ostream& out, std::ostream& err) {
@@ -88,8 +122,8 @@ int List(cache::KernelCache& c, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-int Verify(cache::KernelCache& c, bool fix, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<cache::VerifyReport> report = c.Verify(fix);
+int Verify(cache::KernelCache& c, bool fix, bool remote, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<cache::VerifyReport> report = remote ? c.VerifyRemote(fix) : c.Verify(fix);
   if (!report.ok()) {
     err << "fusejit cache verify: " << report.status().message() << "\n";
     return 1;
@@ -97,8 +131,8 @@ int Verify(cache::KernelCache& c, bool fix, std::ostream& out, std::ostream& err
   for (const auto& [name, problem] : report->bad) {
     out << fmt::format("BAD {}: {}\n", name, problem);
   }
-  out << fmt::format("checked {} entries: {} ok, {} bad", report->checked, report->ok,
-                     report->bad.size());
+  out << fmt::format("checked {} {}entries: {} ok, {} bad", report->checked,
+                     remote ? "remote " : "", report->ok, report->bad.size());
   if (fix) out << fmt::format(", {} removed", report->removed);
   out << "\n";
   if (report->bad.empty()) return 0;
@@ -122,6 +156,7 @@ int RunCacheCommand(const std::vector<std::string>& args, std::ostream& out, std
   std::string command;
   std::optional<std::string> dir;
   bool fix = false;
+  bool remote = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h" || a == "help") {
@@ -137,6 +172,8 @@ int RunCacheCommand(const std::vector<std::string>& args, std::ostream& out, std
       dir = a.substr(sizeof("--cache-dir=") - 1);
     } else if (a == "--fix") {
       fix = true;
+    } else if (a == "--remote") {
+      remote = true;
     } else if (!a.empty() && a[0] == '-') {
       err << fmt::format("fusejit cache: unknown flag '{}'\n", a) << kUsage;
       return 2;
@@ -159,6 +196,10 @@ int RunCacheCommand(const std::vector<std::string>& args, std::ostream& out, std
     err << "fusejit cache: --fix only applies to verify\n";
     return 2;
   }
+  if (remote && command != "verify") {
+    err << "fusejit cache: --remote only applies to verify (stats always shows the remote tier)\n";
+    return 2;
+  }
   if (dir.has_value() && dir->empty()) {
     err << "fusejit cache: --cache-dir is empty\n";
     return 2;
@@ -171,7 +212,7 @@ int RunCacheCommand(const std::vector<std::string>& args, std::ostream& out, std
   cache::KernelCache c(options);
   if (command == "stats") return Stats(c, out, err);
   if (command == "list") return List(c, out, err);
-  if (command == "verify") return Verify(c, fix, out, err);
+  if (command == "verify") return Verify(c, fix, remote, out, err);
   return Clear(c, out, err);
 }
 

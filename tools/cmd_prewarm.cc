@@ -117,7 +117,7 @@ Summary Summarize(const PrewarmReport& report) {
 using Label = std::function<std::string(const PrewarmResult&)>;
 
 void PrintSummary(std::ostream& out, const PrewarmReport& report, const Summary& s,
-                  const Manifest& manifest, size_t workers, const Label& label) {
+                  const Manifest& manifest, size_t workers, const Label& label, bool remote) {
   const size_t pairs = report.results.size();
   const size_t failed = s.failed + manifest.invalid_specs;
   const double wall_s = report.wall_ms / 1000;
@@ -170,12 +170,27 @@ void PrintSummary(std::ostream& out, const PrewarmReport& report, const Summary&
                      delta.bytes_written / 1048576.0);
   if (delta.evictions > 0) out << fmt::format(", {} evicted", delta.evictions);
   out << "\n";
+  if (remote) {
+    out << fmt::format("  remote          {} already there, {} published ({:.1f} MiB)",
+                       delta.remote_hits, delta.remote_published,
+                       delta.remote_bytes_written / 1048576.0);
+    if (delta.remote_rejected > 0) {
+      out << fmt::format(", {} invalid values replaced", delta.remote_rejected);
+    }
+    if (delta.remote_errors > 0) out << fmt::format(", {} errors", delta.remote_errors);
+    out << "\n";
+  }
 }
 
 // Notes on what the cache did during the run; returns the problems among them.
 std::vector<std::string> CacheProblems(std::ostream& out, const cache::CacheStats& delta,
-                                       bool verify, uint64_t max_bytes) {
+                                       bool verify, uint64_t max_bytes, bool remote) {
   std::vector<std::string> problems;
+  if (remote && (delta.remote_write_failures > 0 || delta.remote_errors > 0)) {
+    problems.push_back(fmt::format("the remote cache: {} failed publishes, {} failed calls (see "
+                                   "the warnings above)",
+                                   delta.remote_write_failures, delta.remote_errors));
+  }
   // Every successful compile should have been published; a kernel too large for the limit, a
   // write failure, a refused entry or directory leave it unstored, which defeats the purpose.
   const uint64_t compiled_ok = delta.compiles - delta.compile_failures;
@@ -279,6 +294,9 @@ const CommandSpec& PrewarmSpec() {
                  "with one --arch: the GPU runs will use (its SM count, its tuned entries)"},
                 {"verify", "",
                  "then re-read each entry (checksum, key); on a GPU also load each module"},
+                {"remote", "",
+                 "fill the remote cache (FUSEJIT_REMOTE_CACHE) too: publish what it lacks, "
+                 "report what it had"},
                 {"list", "", "print the manifest's chains (canonical specs) and errors; compile "
                              "nothing"}},
   };
@@ -363,6 +381,22 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
 
   cache::KernelCache& cache = cache::KernelCache::Default();
+  const bool remote = parsed->Has("remote");
+  if (remote) {
+    if (!cache.remote_configured()) {
+      return Failure(err, spec, absl::StrCat("--remote: no remote cache; set FUSEJIT_REMOTE_CACHE ",
+                                             "to ", std::string(cache::kRemoteUrlForms)));
+    }
+    if (cache.options().remote->read_only) {
+      return Failure(err, spec, "--remote: FUSEJIT_REMOTE_CACHE_READONLY is set: nothing would "
+                                "be published");
+    }
+    if (absl::Status s = cache.RemotePing(); !s.ok()) {
+      return Failure(err, spec, absl::StrCat("--remote: ", cache.remote_description(),
+                                             " does not answer: ", s.message()));
+    }
+    cache.set_remote_fill(true);
+  }
   if (!cache.disk_usable()) {
     return Failure(err, spec,
                    absl::StrCat("the kernel cache is not usable (", cache.disk_status(),
@@ -406,6 +440,7 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
                        device.sm_count, device.driver_version);
   }
   out << fmt::format("cache:   {}\n", cache.directory());
+  if (remote) out << fmt::format("remote:  {}\n", cache.remote_description());
   out.flush();
   if (chains.empty() && manifest->errors.empty()) {
     return Failure(err, spec, absl::StrCat(manifest_path, " names no specs"));
@@ -434,9 +469,9 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
 
   const Summary summary = Summarize(report);
   const size_t failed = summary.failed + manifest->invalid_specs;
-  PrintSummary(out, report, summary, *manifest, workers, label);
+  PrintSummary(out, report, summary, *manifest, workers, label, remote);
   std::vector<std::string> problems = CacheProblems(out, report.cache_delta, verify,
-                                                    cache.max_bytes());
+                                                    cache.max_bytes(), remote);
   if (verify) {
     // Modules load on device 0: the one held for compiling without --arch, else one made now.
     std::optional<jit::ScopedPrimaryContext> context;

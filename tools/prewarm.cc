@@ -68,6 +68,15 @@ cache::CacheStats CacheStatsDelta(const cache::CacheStats& a, const cache::Cache
   d.read_failures = b.read_failures - a.read_failures;
   d.write_failures = b.write_failures - a.write_failures;
   d.lock_failures = b.lock_failures - a.lock_failures;
+  d.remote_hits = b.remote_hits - a.remote_hits;
+  d.remote_misses = b.remote_misses - a.remote_misses;
+  d.remote_rejected = b.remote_rejected - a.remote_rejected;
+  d.remote_published = b.remote_published - a.remote_published;
+  d.remote_write_failures = b.remote_write_failures - a.remote_write_failures;
+  d.remote_errors = b.remote_errors - a.remote_errors;
+  d.remote_lock_waits = b.remote_lock_waits - a.remote_lock_waits;
+  d.remote_bytes_read = b.remote_bytes_read - a.remote_bytes_read;
+  d.remote_bytes_written = b.remote_bytes_written - a.remote_bytes_written;
   return d;
 }
 

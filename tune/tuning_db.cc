@@ -37,6 +37,7 @@ std::string Reword(std::string_view line) {
                                "; tuned configurations are not used"}});
   s = absl::StrReplaceAll(s, {{"; recompiling", "; using the default configuration"},
                               {"cache entry", "tuning entry"},
+                              {"remote cache value", "remote tuning record"},
                               {"cache directory", "tuning directory"}});
   return s;
 }
@@ -178,6 +179,8 @@ TuningDb& TuningDb::Default() {
     TuningDbOptions options;
     std::optional<std::string> off = cache::PosixEnv()->GetVar("FUSEJIT_DISABLE_TUNING");
     options.enabled = !(off.has_value() && IsTrue(*off));
+    options.remote = cache::KernelCache::Default().options().remote;
+    if (options.remote.has_value()) options.remote->prefix += "tuning:";
     return new TuningDb(std::move(options));
   }();
   return *db;
@@ -198,6 +201,7 @@ cache::KernelCache& TuningDb::store() const {
     c.disk_enabled = options_.enabled && !dir.empty();
     c.read_only = options_.read_only;
     c.env = options_.env;
+    c.remote = options_.remote;
     c.warn = [sink = options_.warn](std::string_view line) { Emit(sink, Reword(line)); };
     store_ = std::make_unique<cache::KernelCache>(std::move(c));
   });

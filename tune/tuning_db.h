@@ -15,6 +15,11 @@
 // default is used and the entry is warned about once per process ("fusejit tuning: ...").
 // Re-running autotune replaces it.
 //
+// Shared by a fleet: with a remote tier (FUSEJIT_REMOTE_CACHE, cache/remote_config.h) records are
+// also published to it (under the prefix + "tuning:") and a record missing on disk is read from
+// it (and written to disk), so one machine's autotune serves every machine with that GPU. Remote
+// records are checked like local ones (entry checksum and key, then everything above).
+//
 // Thread-safe.
 #ifndef FUSEJIT_TUNE_TUNING_DB_H_
 #define FUSEJIT_TUNE_TUNING_DB_H_
@@ -82,6 +87,9 @@ struct TuningDbOptions {
   cache::Env* env = nullptr;
   // One line each, no newline; nullptr: stderr.
   std::function<void(std::string_view)> warn;
+  // The remote tier. Default(): the kernel cache's (KernelCache::Default()), its prefix
+  // followed by "tuning:".
+  std::optional<cache::RemoteOptions> remote;
 };
 
 class TuningDb {
