@@ -105,23 +105,27 @@ def _stream(device: int) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _launch(chain, x: torch.Tensor, pointers: List[int]) -> torch.Tensor:
+    """Allocates the output (and workspace) with PyTorch's caching allocator and enqueues `chain`
+    on the current stream. `pointers`: x's and the parameters', in signature order (extended)."""
+    device = x.device
+    shape = chain.signature[len(pointers)].shape
+    if _poison_outputs:  # tests: NaN before the run, so an unwritten element shows
+        y = torch.full(shape, float("nan"), dtype=x.dtype, device=device)
+    else:
+        y = _empty(shape, dtype=x.dtype, device=device)
+    pointers.append(y.data_ptr())
+    if chain.workspace_bytes:
+        ws = _empty(chain.workspace_bytes, dtype=torch.uint8, device=device)
+        pointers.append(ws.data_ptr())  # freed after the enqueue: stream-ordered reuse is safe
+    chain.run_pointers(pointers, _stream(chain.device))
+    return y
+
+
 def _run(spec: str, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
     """Runs the fused chain on x (CUDA, contiguous, aligned) and returns a new output tensor."""
     chain = _compiled_chain(spec, x.device.index)
-    pointers = [x.data_ptr()]
-    pointers.extend(p.data_ptr() for p in params)
-    sig = chain.signature
-    if _poison_outputs:  # tests: NaN before the run, so an unwritten element shows
-        y = torch.full(sig[len(pointers)].shape, float("nan"), dtype=x.dtype, device=x.device)
-    else:
-        y = torch.empty(sig[len(pointers)].shape, dtype=x.dtype, device=x.device)
-    pointers.append(y.data_ptr())
-    ws = None
-    if chain.workspace_bytes:
-        ws = torch.empty(chain.workspace_bytes, dtype=torch.uint8, device=x.device)
-        pointers.append(ws.data_ptr())
-    chain.run_pointers(pointers, _stream(x.device.index))
-    return y
+    return _launch(chain, x, [x.data_ptr()] + [p.data_ptr() for p in params])
 
 
 def _eager_backward(spec, x, params, grad, needs):
@@ -397,14 +401,10 @@ def _decide(self, st: _State, spec: str, x, params) -> str:
 class _Ready(object):
     """A (shape, dtype, device) whose calls were checked and decided: the fast path runs them
     while the parameters are still the tensors (data pointers) they were checked with."""
-    __slots__ = ("chain", "eager", "param_ptrs", "out_shape", "workspace", "device",
-                 "torch_device")
+    __slots__ = ("chain", "eager", "param_ptrs")
 
-    def __init__(self, chain, eager, param_ptrs, out_shape, device):
+    def __init__(self, chain, eager, param_ptrs):
         self.chain, self.eager, self.param_ptrs = chain, eager, param_ptrs
-        self.out_shape, self.device = out_shape, device
-        self.torch_device = torch.device("cuda", device)
-        self.workspace = chain.workspace_bytes if chain is not None else 0
 
 
 def _fused_forward(self, *args, **kwargs):
@@ -424,16 +424,8 @@ def _fused_forward(self, *args, **kwargs):
                     return st.original_forward(self, x)
                 if not (_is_grad_enabled() and
                         (x.requires_grad or any(p.requires_grad for p in params))):
-                    if _poison_outputs:
-                        return _run(ready.chain.spec, x, params)
-                    y = _empty(ready.out_shape, dtype=x.dtype, device=ready.torch_device)
                     ptrs.insert(0, xp)
-                    ptrs.append(y.data_ptr())
-                    if ready.workspace:
-                        ws = _empty(ready.workspace, dtype=torch.uint8, device=ready.torch_device)
-                        ptrs.append(ws.data_ptr())
-                    ready.chain.run_pointers(ptrs, _stream(ready.device))
-                    return y
+                    return _launch(ready.chain, x, ptrs)
     return _checked_forward(self, st, args, kwargs)
 
 
@@ -458,9 +450,8 @@ def _checked_forward(self, st, args, kwargs):
         return _fallback(self, st, str(e), args, kwargs)
     decision = _decide(self, st, spec, x, params)
     if st.policy != "auto" or (spec, x.device.index) in st.decided:  # final, not provisional
-        st.ready[(x.shape, x.dtype, x.device)] = _Ready(
-            chain, decision == "eager", [p.data_ptr() for p in params],
-            chain.tensor("y").shape, x.device.index)
+        st.ready[(x.shape, x.dtype, x.device)] = _Ready(chain, decision == "eager",
+                                                       [p.data_ptr() for p in params])
     if decision == "eager":
         return st.original_forward(self, x)
     if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
