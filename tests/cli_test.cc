@@ -1,6 +1,8 @@
 // Tests of the `fusejit` CLI: the argument parser in-process, and the built binary
 // (FUSEJIT_CLI_PATH) as a subprocess with its own HOME and kernel cache directory. All run without
 // a GPU; the few whose behavior differs on a machine with a driver skip there.
+#include <sys/stat.h>
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -440,7 +442,7 @@ TEST_F(CliTest, RunRefusesBadInputFilesBeforeTouchingTheGpu) {
   const fs::path f64 = dir_ / "x64.npy";
   WriteFloat64Npy(f64, {2, 3, 6, 6, 6});
   Result r = Run({"run", kSpec, "--input", f64.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);  // invalid input, like a bad spec
   EXPECT_THAT(r.err, HasSubstr("--input: " + f64.string()));
   EXPECT_THAT(r.err, HasSubstr("float64"));
   EXPECT_THAT(r.err, HasSubstr("float32"));
@@ -448,12 +450,22 @@ TEST_F(CliTest, RunRefusesBadInputFilesBeforeTouchingTheGpu) {
   const fs::path wrong = dir_ / "w.npy";
   ASSERT_TRUE(WriteNpy(wrong.string(), HostTensor{{8, 3, 3, 3}, std::vector<float>(216)}).ok());
   r = Run({"run", kSpec, "--param", "0.weight=" + wrong.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("has shape [8,3,3,3] but 0.weight must have shape [8,3,3,3,3]"));
 
   r = Run({"run", kSpec, "--input", (dir_ / "missing.npy").string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("missing.npy"));
+
+  // Only regular files are read: a folder, a FIFO (no writer: opening must not block) and a
+  // device are refused before anything is read, as input errors.
+  const fs::path fifo = dir_ / "fifo.npy";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& special : {dir_.string(), fifo.string(), std::string("/dev/zero")}) {
+    r = Run({"run", kSpec, "--param", "0.weight=" + special});
+    EXPECT_EQ(r.exit_code, 2) << special << r.err;
+    EXPECT_THAT(r.err, HasSubstr("not a regular file")) << special;
+  }
 
   r = Run({"run", kSpec, "--param", "1.weight=" + wrong.string()});
   EXPECT_EQ(r.exit_code, 2);
