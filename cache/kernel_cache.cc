@@ -295,9 +295,12 @@ absl::StatusOr<std::string> KernelCache::Lead(
   }
   counters_->misses++;
   absl::StatusOr<std::string> result = RunCompile(compile);
-  if (!result.ok()) return result;
+  if (!result.ok()) {
+    d.ReleaseKey(lock, name);  // no lock file is left behind
+    return result;
+  }
   const bool published = d.Publish(name, key, *result);
-  lock.Release();
+  d.ReleaseKey(lock, name);
   if (published) (void)d.Trim();  // faults are counted and warned about inside
   return result;
 }
