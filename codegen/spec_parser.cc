@@ -176,8 +176,11 @@ class Parser {
     size_t dtype_pos = pos_;
     std::string dtype = Identifier();
     if (!ParseDType(dtype, dtype_out)) {
-      return ErrorAt(dtype_pos, absl::StrCat("input type '", dtype,
-                                             "' is not a dtype; write f32, f16, bf16 or f64"));
+      return ErrorAt(dtype_pos,
+                     dtype.empty() ? std::string("expected the input dtype after 'x:'; write f32, "
+                                                 "f16, bf16 or f64")
+                                   : absl::StrCat("input type '", dtype,
+                                                  "' is not a dtype; write f32, f16, bf16 or f64"));
     }
     if (!Consume('[')) {
       return Error(absl::StrCat("expected '[' and the input shape after x:", dtype));

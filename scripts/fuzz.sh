@@ -19,10 +19,7 @@ seconds="${FUSEJIT_FUZZ_SECONDS:-50}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(spec manifest npy cache_entry tuning_record)
 
-if ! command -v clang++ >/dev/null; then
-  echo "fuzz: clang++ is missing (scripts/install-deps.sh installs it)" >&2
-  exit 1
-fi
+command -v clang++ >/dev/null || scripts/install-deps.sh --sanitizers
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 flags="-fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow"

@@ -19,10 +19,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 build="${FUSEJIT_ASAN_BUILD_DIR:-build-asan}"
 start=$(date +%s)
 
-if ! command -v clang++ >/dev/null; then
-  echo "test-sanitizers: clang++ is missing (scripts/install-deps.sh installs it)" >&2
-  exit 1
-fi
+command -v clang++ >/dev/null || scripts/install-deps.sh --sanitizers
 launcher=()
 if [ -n "${CXX_LAUNCHER:-}" ]; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$CXX_LAUNCHER")

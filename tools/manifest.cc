@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "codegen/spec_text.h"
 #include "reference/file_read.h"
 
 namespace fusejit::tools {
@@ -188,7 +189,7 @@ LineError LocateChainError(const Expanded& e, absl::string_view message, bool gr
     }
   }
   std::string out(text);
-  if (grid_line) absl::StrAppend(&out, " (in \"", trimmed, "\")");
+  if (grid_line) absl::StrAppend(&out, " (in \"", QuoteExcerpt(trimmed, pos), "\")");
   return {ColumnAt(e, pos), out};
 }
 
