@@ -203,7 +203,7 @@ TEST(PrewarmManifestTest, FileSizeLineLengthAndFileKindAreBounded) {
 
 TEST(PrewarmManifestTest, GridErrorsQuoteABoundedExcerpt) {
   std::string line = "x:f32[{1,2},4,4,4,4]";
-  for (int i = 0; i < 40; ++i) line += " | sigmoid";
+  for (int i = 0; i < 25; ++i) line += " | sigmoid";
   line += " | rleu";
   absl::StatusOr<Manifest> m = ParseManifest(line, "long.txt");
   ASSERT_TRUE(m.ok()) << m.status();
