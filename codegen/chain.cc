@@ -88,9 +88,10 @@ std::optional<int64_t> ConvOutExtent(const Op& op, int64_t in, int axis) {
     if (__builtin_sub_overflow(padded, reach, &span)) return std::nullopt;
     return span < 0 ? 0 : span / s + 1;
   }
-  // (in - 1) * s - 2 * p + dil * (k - 1) + output_padding + 1
-  if (!MulAdd(in - 1, s, reach + c.output_padding[axis], &out) ||
-      __builtin_sub_overflow(out, 2 * p, &out)) {
+  // (in - 1) * s - 2 * p + dil * (k - 1) + output_padding + 1; 2 * p fits (checked above).
+  int64_t tail = 0;
+  if (__builtin_add_overflow(reach, c.output_padding[axis], &tail) ||
+      !MulAdd(in - 1, s, tail, &out) || __builtin_sub_overflow(out, 2 * p, &out)) {
     return std::nullopt;
   }
   return out;

@@ -151,9 +151,14 @@ class Parser {
     double v = 0;
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
     if (ec == std::errc::result_out_of_range) {
-      // from_chars reports underflow and overflow alike: tell them apart by the exponent's sign.
-      const bool tiny = digits.find("e-") != std::string_view::npos ||
-                        digits.find("E-") != std::string_view::npos;
+      // from_chars reports underflow and overflow alike: tell them apart by the exponent's sign
+      // (or, without one, by a leading "0." / ".").
+      const size_t e = digits.find_first_of("eE");
+      const std::string_view unsigned_digits = digits.substr(digits[0] == '-' ? 1 : 0);
+      const bool tiny = e != std::string_view::npos
+                            ? e + 1 < digits.size() && digits[e + 1] == '-'
+                            : unsigned_digits.rfind("0.", 0) == 0 ||
+                                  unsigned_digits.rfind(".", 0) == 0;
       return ErrorAt(t.column, absl::StrCat(what, "=", std::string(t.text),
                                             tiny ? " is too small to be represented (it rounds "
                                                    "to 0 even in f64)"

@@ -333,6 +333,11 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
     }
   }
 
+  // A refused FUSEJIT_DUMP_DIR would fail every compile: refuse it once, as invalid input.
+  if (absl::StatusOr<std::string> dump = DumpDirFromFlags(*parsed); !dump.ok()) {
+    return InputError(err, spec, dump.status());
+  }
+
   const std::string& manifest_path = parsed->positional[0];
   absl::StatusOr<Manifest> manifest = ReadManifest(manifest_path);
   if (!manifest.ok()) return InputError(err, spec, manifest.status());
