@@ -211,7 +211,9 @@ std::string DescribeDtype(std::string_view descr) {
   const Kind* kind = std::find_if(std::begin(kKinds), std::end(kKinds),
                                   [&](const Kind& k) { return k.code == descr[1]; });
   if (kind == std::end(kKinds)) return "unknown dtype";
-  std::string name = kind->sized ? fmt::format("{}{}", kind->name, 8 * bytes) : kind->name;
+  // In 64 bits: a descr such as '<f666666664' must not overflow int (found by fuzz_npy).
+  std::string name =
+      kind->sized ? fmt::format("{}{}", kind->name, int64_t{8} * bytes) : kind->name;
   if (descr[0] == '>' && bytes > 1) name += " big-endian";
   if (descr[0] == '=' && bytes > 1) name += " in native byte order";
   return name;
