@@ -113,6 +113,9 @@ void CacheDir::Open() {
   }
   uid_ = env_->EffectiveUid();
   std::string dir = options_.dir;
+  // A folder that must exist already for the cache to be created below it: $HOME (or the parent
+  // of $XDG_CACHE_HOME), so that no cache is created under a home that does not exist.
+  std::string base;
   if (dir.empty()) {
     std::optional<std::string> v = env_->GetVar("FUSEJIT_CACHE_DIR");
     std::optional<std::string> xdg = env_->GetVar("XDG_CACHE_HOME");
@@ -121,14 +124,28 @@ void CacheDir::Open() {
       dir = *v;
     } else if (xdg.has_value() && absl::StartsWith(*xdg, "/")) {
       dir = absl::StrCat(*xdg, "/fusejit");
+      std::string x = *xdg;
+      while (x.size() > 1 && x.back() == '/') x.pop_back();
+      const size_t slash = x.rfind('/');
+      base = slash == 0 ? "/" : x.substr(0, slash);  // the parent of XDG_CACHE_HOME
     } else if (home.has_value() && absl::StartsWith(*home, "/")) {
       dir = absl::StrCat(*home, "/.cache/fusejit");
+      base = *home;
     }
   }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (dir.empty()) {
     Refuse(DiskState::kNoDirectory, "no-directory",
            "no cache directory: FUSEJIT_CACHE_DIR, XDG_CACHE_HOME and HOME are unset or relative");
+    return;
+  }
+  // Relative paths are refused, as XDG_CACHE_HOME and HOME are: processes started in different
+  // folders would each use (and create) a different cache. Tools absolutize their --cache-dir.
+  if (dir[0] != '/') {
+    Refuse(DiskState::kNoDirectory, "relative-directory",
+           fmt::format("refusing cache directory '{}': a relative path (FUSEJIT_CACHE_DIR must be "
+                       "absolute, like XDG_CACHE_HOME and HOME)",
+                       dir));
     return;
   }
   root_ = dir;
@@ -139,6 +156,17 @@ void CacheDir::Open() {
       state_ = DiskState::kMissing;
       status_text_ = absl::StrCat(root_, " does not exist");
       return;
+    }
+    if (!base.empty()) {
+      absl::StatusOr<FileInfo> home = env_->Lstat(base);
+      if (!home.ok() || (home->type != FileInfo::Type::kDirectory &&
+                         home->type != FileInfo::Type::kSymlink)) {
+        Refuse(DiskState::kNoDirectory, "home-missing",
+               fmt::format("no cache directory: {} does not exist (or is not a directory), so {} "
+                           "is not created below it",
+                           base, root_));
+        return;
+      }
     }
     absl::Status s = MakeParents(root_);
     if (s.ok()) {

@@ -70,6 +70,7 @@ class KeyLock {
   KeyLock& operator=(KeyLock&& other) noexcept;
   ~KeyLock() { Release(); }
   bool held() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
   void Release();
 
  private:
@@ -103,6 +104,12 @@ class CacheDir {
   // and warned about). *waited: whether another process held it.
   KeyLock LockKey(const std::string& name, absl::Time deadline, absl::FunctionRef<bool()> stop,
                   bool* waited);
+
+  // Deletes name's lock file while `lock` holds it (no other process can be using that file then:
+  // a waiter that opened it re-checks the path after locking and starts over), then releases it.
+  // Lock files thus last only while a key is being compiled. Failures only leave the file for
+  // Trim's sweep.
+  void ReleaseKey(KeyLock& lock, const std::string& name);
 
   // Writes the entry atomically. Faults are counted and warned about; returns whether the entry
   // was published.
@@ -144,6 +151,10 @@ class CacheDir {
   std::atomic<uint64_t> temp_serial_{0};
   absl::Mutex trim_mu_;  // one Trim at a time in this process
 };
+
+// A temp file whose writer (the pid in its name) no longer exists on this host and that is older
+// than this is deleted by the next Trim, instead of after temp_max_age.
+inline constexpr absl::Duration kOrphanTempAge = absl::Seconds(30);
 
 // File names the cache produces besides entries.
 std::string LockFileName(std::string_view entry_name);  // "<32 hex>.lock"

@@ -2,6 +2,11 @@
 // (List, Verify, Clear, Usage). Deletes only names the cache produces.
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <limits>
 
 #include <algorithm>
 #include <tuple>
@@ -12,6 +17,39 @@
 #include "fmt/format.h"
 
 namespace fusejit::cache {
+
+void CacheDir::ReleaseKey(KeyLock& lock, const std::string& name) {
+  if (lock.held() && writable()) {
+    const std::string path = PathOf(LockFileName(name));
+    absl::StatusOr<FileInfo> held = env_->Fstat(lock.fd());
+    absl::StatusOr<FileInfo> now = env_->Lstat(path);
+    if (held.ok() && now.ok() && held->dev == now->dev && held->ino == now->ino) {
+      (void)env_->Unlink(path);  // a failure leaves the file to Trim's sweep
+    }
+  }
+  lock.Release();
+}
+
+namespace {
+
+// Whether the temp file `name` ("<entry>.tmp.<pid>.<serial>") was left by a process that no
+// longer exists on this host (kill(pid, 0) fails with ESRCH). A pid of another host or pid
+// namespace may look gone: callers also require an age no write takes (kOrphanTempAge).
+bool WriterIsGone(std::string_view name) {
+  const size_t start = name.find(".tmp.");
+  if (start == std::string_view::npos) return false;
+  const std::string_view rest = name.substr(start + 5);
+  const std::string_view pid_text = rest.substr(0, rest.find('.'));
+  int64_t pid = 0;
+  auto [end, ec] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+  if (ec != std::errc() || end != pid_text.data() + pid_text.size() || pid <= 1 ||
+      pid == ::getpid() || pid > std::numeric_limits<pid_t>::max()) {
+    return false;
+  }
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
 
 bool CacheDir::RemoveLockIfIdle(const std::string& entry_name) {
   const std::string path = PathOf(LockFileName(entry_name));
@@ -60,11 +98,14 @@ absl::Status CacheDir::Trim() {
     absl::StatusOr<FileInfo> info = env_->Lstat(PathOf(name));
     if (!info.ok() || info->type != FileInfo::Type::kRegular) continue;
     const bool old = now - info->mtime_ns > max_age;
+    // Orphaned: its writer is gone (killed mid-write) and no write takes this long.
+    const bool orphan = temp && now - info->mtime_ns > absl::ToInt64Nanoseconds(kOrphanTempAge) &&
+                        WriterIsGone(name);
     if (entry) {
       entries.push_back({name, info->size, info->mtime_ns});
       live.insert(name);
       total += info->size;
-    } else if (temp && old) {
+    } else if (temp && (old || orphan)) {
       if (env_->Unlink(PathOf(name)).ok()) counters_->temp_files_swept++;
     } else if (temp) {
       total += info->size;

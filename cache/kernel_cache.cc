@@ -358,11 +358,15 @@ absl::StatusOr<std::string> KernelCache::Lead(
     counters_->uncached++;
   }
   absl::StatusOr<std::string> result = RunCompile(compile);
-  if (!result.ok()) return result;
+  if (!result.ok()) {
+    remote_lock.Release();
+    d.ReleaseKey(lock, name);  // no lock file is left behind
+    return result;
+  }
   const bool published = use_disk && d.Publish(name, key, *result);
   if (remote_ != nullptr) remote_->Publish(key, name, *result, /*replace=*/remote_bad);
   remote_lock.Release();
-  lock.Release();
+  d.ReleaseKey(lock, name);
   if (published) (void)d.Trim();  // faults are counted and warned about inside
   return result;
 }

@@ -63,7 +63,9 @@ namespace fusejit::cache {
 
 struct CacheOptions {
   // Cache directory. Empty: $FUSEJIT_CACHE_DIR, else $XDG_CACHE_HOME/fusejit, else
-  // $HOME/.cache/fusejit (relative XDG_CACHE_HOME/HOME are ignored); none: uncached.
+  // $HOME/.cache/fusejit (relative XDG_CACHE_HOME/HOME are ignored); none: uncached. A relative
+  // directory (here or in FUSEJIT_CACHE_DIR) is refused: uncached, warned. Below XDG_CACHE_HOME or
+  // HOME, the cache is created only when HOME (the parent of XDG_CACHE_HOME) exists.
   std::string dir;
   // Limit on the total size of entry files (and young temp files) in bytes; 0: no limit.
   uint64_t max_bytes = uint64_t{1} << 30;
@@ -137,7 +139,7 @@ struct CacheStats {
 enum class DiskState {
   kUsable,
   kDisabled,     // disk_enabled = false
-  kNoDirectory,  // no FUSEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME
+  kNoDirectory,  // no FUSEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME; a relative one; HOME missing
   kMissing,      // directory absent and create_directory = false
   kRefused,      // symlink, not a directory, foreign owner, group/other-writable
   kFailed,       // could not be created or examined

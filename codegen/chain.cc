@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,7 +14,14 @@ namespace fusejit {
 namespace {
 
 // Largest element count of any tensor fusejit accepts: kernels index with 32-bit integers.
-constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxElements = ChainLimits::kMaxElements;
+static_assert(kMaxElements == std::numeric_limits<int32_t>::max());
+
+// a * b + c and friends without overflow: false when the result does not fit int64_t.
+bool MulAdd(int64_t a, int64_t b, int64_t c, int64_t* out) {
+  int64_t p = 0;
+  return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);
+}
 
 std::string Dims3Text(const Dims3& d) {
   if (d[0] == d[1] && d[1] == d[2]) return absl::StrCat(d[0]);
@@ -67,21 +75,31 @@ bool CheckedCount(const Shape& shape, int64_t* count) {
   return true;
 }
 
-// Output spatial extent of a conv along one axis (PyTorch's formulas).
-int64_t ConvOutExtent(const Op& op, int64_t in, int axis) {
+// Output spatial extent of a conv along one axis (PyTorch's formulas), in overflow-checked
+// arithmetic; nullopt when an intermediate does not fit int64_t (only for values beyond
+// ChainLimits, which ValidateChain refuses first).
+std::optional<int64_t> ConvOutExtent(const Op& op, int64_t in, int axis) {
   const ConvAttrs& c = op.conv;
   const int64_t k = c.kernel[axis], s = c.stride[axis], p = c.padding[axis],
                 dil = c.dilation[axis];
+  int64_t span = 0, reach = 0, padded = 0, out = 0;
+  if (!MulAdd(dil, k - 1, 1, &reach) || !MulAdd(2, p, in, &padded)) return std::nullopt;
   if (op.kind == OpKind::kConv3d) {
-    const int64_t span = in + 2 * p - dil * (k - 1) - 1;
+    if (__builtin_sub_overflow(padded, reach, &span)) return std::nullopt;
     return span < 0 ? 0 : span / s + 1;
   }
-  return (in - 1) * s - 2 * p + dil * (k - 1) + c.output_padding[axis] + 1;
+  // (in - 1) * s - 2 * p + dil * (k - 1) + output_padding + 1; 2 * p fits (checked above).
+  int64_t tail = 0;
+  if (__builtin_add_overflow(reach, c.output_padding[axis], &tail) ||
+      !MulAdd(in - 1, s, tail, &out) || __builtin_sub_overflow(out, 2 * p, &out)) {
+    return std::nullopt;
+  }
+  return out;
 }
 
 Shape ProducerShape(const Op& op, const Shape& in) {
   Shape out = {in[0], op.conv.out_channels, 0, 0, 0};
-  for (int a = 0; a < 3; ++a) out[2 + a] = ConvOutExtent(op, in[2 + a], a);
+  for (int a = 0; a < 3; ++a) out[2 + a] = ConvOutExtent(op, in[2 + a], a).value_or(-1);
   return out;
 }
 
@@ -97,7 +115,29 @@ absl::Status ValidateConv(size_t i, const Op& op, const Shape& in) {
     return absl::InvalidArgumentError(
         absl::StrCat(ctx, "out=", c.out_channels, " must be a positive channel count"));
   }
+  if (c.out_channels > ChainLimits::kMaxSize) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx, "out=", c.out_channels,
+                                                   " is over the limit of ",
+                                                   ChainLimits::kMaxSize, " channels"));
+  }
   static constexpr const char* kAxis[3] = {"d", "h", "w"};
+  // Limits first, so that all arithmetic below is on small numbers.
+  for (int a = 0; a < 3; ++a) {
+    struct Limit {
+      const char* name;
+      int64_t value, max;
+    };
+    for (const Limit& l : {Limit{"k", c.kernel[a], ChainLimits::kMaxKernel},
+                           Limit{"stride", c.stride[a], ChainLimits::kMaxStride},
+                           Limit{"padding", c.padding[a], ChainLimits::kMaxPadding},
+                           Limit{"dilation", c.dilation[a], ChainLimits::kMaxStride},
+                           Limit{"output_padding", c.output_padding[a], ChainLimits::kMaxStride}}) {
+      if (l.value > l.max) {
+        return absl::InvalidArgumentError(absl::StrCat(ctx, l.name, " (", kAxis[a], ") is ",
+                                                       l.value, "; the limit is ", l.max));
+      }
+    }
+  }
   for (int a = 0; a < 3; ++a) {
     if (c.kernel[a] <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(ctx, "k (", kAxis[a], ") is ", c.kernel[a],
@@ -128,7 +168,17 @@ absl::Status ValidateConv(size_t i, const Op& op, const Shape& in) {
             ") or dilation (", c.dilation[a], ")"));
       }
     }
-    const int64_t ext = ConvOutExtent(op, in[2 + a], a);
+    const std::optional<int64_t> extent = ConvOutExtent(op, in[2 + a], a);
+    if (!extent.has_value()) {  // unreachable within the limits above; kept for safety
+      return absl::InvalidArgumentError(absl::StrCat(
+          ctx, "output size along ", kAxis[a], " overflows 64-bit arithmetic"));
+    }
+    const int64_t ext = *extent;
+    if (ext > ChainLimits::kMaxSize) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx, "output size along ", kAxis[a], " is ",
+                                                     ext, "; the limit is ",
+                                                     ChainLimits::kMaxSize));
+    }
     if (ext <= 0) {
       if (!transposed) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -140,6 +190,73 @@ absl::Status ValidateConv(size_t i, const Op& op, const Shape& in) {
           ctx, "output size along ", kAxis[a], " would be ", ext,
           "; padding is too large for this input, kernel and stride"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// The range of a dtype's finite values: largest magnitude and smallest positive (subnormal).
+struct RealRange {
+  double max, min_positive;
+};
+RealRange RangeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return {65504.0, 5.9604644775390625e-08};
+    case DType::kBF16: return {3.3895313892515355e38, 9.183549615799121e-41};
+    case DType::kF64:
+      return {std::numeric_limits<double>::max(), std::numeric_limits<double>::denorm_min()};
+    case DType::kF32: break;
+  }
+  return {std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()};
+}
+
+// A real argument must be finite and within the dtype's range; `nonzero`: it must not round to
+// 0 in the dtype either (a value below half the smallest positive one does). Only comparisons
+// of doubles: nothing is converted before it is known to fit.
+absl::Status CheckReal(const std::string& ctx, const char* name, double v, DType dtype,
+                       bool nonzero) {
+  if (!std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx, name, " must be a finite number"));
+  }
+  const RealRange range = RangeOf(dtype);
+  const std::string dt(DTypeName(dtype));
+  if (std::fabs(v) > range.max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx, name, "=", FormatDouble(v), " is beyond the range of ", dt, " (largest magnitude ",
+        FormatDouble(range.max), ")"));
+  }
+  if (nonzero && std::fabs(v) <= range.min_positive / 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx, name, "=", FormatDouble(v), " rounds to 0 in ", dt, " (its smallest positive value is ",
+        FormatDouble(range.min_positive), "); ", name, " must not be 0"));
+  }
+  return absl::OkStatus();
+}
+
+// The work of one convolution, refused before NVRTC or the GPU spend minutes on it: the
+// reduction behind each output (input channels x kernel volume) and the multiply-adds in all.
+absl::Status CheckConvWork(const std::string& ctx, const Op& op, const Shape& in,
+                           const Shape& out) {
+  const ConvAttrs& c = op.conv;
+  int64_t kvol = c.kernel[0] * c.kernel[1] * c.kernel[2];  // <= 32^3: within limits
+  int64_t reduction = 0, macs = 0;
+  // conv3d: every output sums Cin x kvol products. conv_transpose3d: every input element is
+  // scattered to Cout x kvol outputs (each output sums about Cin x kvol / stride^3).
+  const bool transposed = op.kind == OpKind::kConvTranspose3d;
+  const bool overflow =
+      __builtin_mul_overflow(in[1], kvol, &reduction) ||
+      (transposed ? __builtin_mul_overflow(NumElements(in), c.out_channels * kvol, &macs)
+                  : __builtin_mul_overflow(reduction, NumElements(out), &macs));
+  if (overflow || reduction > ChainLimits::kMaxReduction) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx, "each output sums ", in[1], " channels x ", kvol, " kernel taps = ",
+        overflow ? std::string("too many") : absl::StrCat(reduction),
+        " products; the limit is ", ChainLimits::kMaxReduction));
+  }
+  if (macs > ChainLimits::kMaxConvMacs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx, "the convolution needs ", macs, " multiply-adds (input ", FormatShape(in),
+        ", output ", FormatShape(out), "); the limit for one kernel is ",
+        ChainLimits::kMaxConvMacs));
   }
   return absl::OkStatus();
 }
@@ -236,6 +353,11 @@ absl::Status ValidateChain(const Chain& chain) {
       return absl::InvalidArgumentError(absl::StrCat("input x", FormatShape(chain.input),
                                                      ": every size must be >= 1"));
     }
+    if (d > ChainLimits::kMaxSize) {
+      return absl::InvalidArgumentError(absl::StrCat("input x", FormatShape(chain.input), ": size ",
+                                                     d, " is over the limit of ",
+                                                     ChainLimits::kMaxSize));
+    }
   }
   if (!CheckedCount(chain.input, &count)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -245,6 +367,10 @@ absl::Status ValidateChain(const Chain& chain) {
   if (chain.ops.empty()) {
     return absl::InvalidArgumentError(
         "the chain has no ops; write at least one, e.g. 'x:f32[1,3,8,8,8] | relu'");
+  }
+  if (chain.ops.size() > ChainLimits::kMaxOps) {
+    return absl::InvalidArgumentError(absl::StrCat("the chain has ", chain.ops.size(),
+                                                   " ops; the limit is ", ChainLimits::kMaxOps));
   }
   Shape shape = chain.input;
   int group_norms = 0;
@@ -266,16 +392,20 @@ absl::Status ValidateChain(const Chain& chain) {
       if (!CheckedCount(ChainParams(Chain{chain.input, {op}})[0].shape, &wcount)) {
         return absl::InvalidArgumentError(absl::StrCat(ctx, "weight is too large"));
       }
+      if (absl::Status s = CheckConvWork(ctx, op, chain.input, shape); !s.ok()) return s;
       continue;
     }
     switch (op.kind) {
       case OpKind::kLeakyRelu:
-        if (!std::isfinite(op.slope)) {
-          return absl::InvalidArgumentError(absl::StrCat(ctx, "slope must be a finite number"));
+        if (absl::Status s = CheckReal(ctx, "slope", op.slope, chain.dtype, false); !s.ok()) {
+          return s;
         }
         break;
       case OpKind::kClamp:
-        if (!std::isfinite(op.min) || !std::isfinite(op.max) || op.min > op.max) {
+        for (auto [name, v] : {std::pair{"min", op.min}, std::pair{"max", op.max}}) {
+          if (absl::Status s = CheckReal(ctx, name, v, chain.dtype, false); !s.ok()) return s;
+        }
+        if (op.min > op.max) {
           return absl::InvalidArgumentError(
               absl::StrCat(ctx, "min and max must be finite with min <= max"));
         }
@@ -298,6 +428,7 @@ absl::Status ValidateChain(const Chain& chain) {
           return absl::InvalidArgumentError(
               absl::StrCat(ctx, "eps must be a positive finite number"));
         }
+        if (absl::Status s = CheckReal(ctx, "eps", op.eps, chain.dtype, true); !s.ok()) return s;
         break;
       case OpKind::kMean:
         if (i + 1 != chain.ops.size()) {
@@ -394,7 +525,7 @@ bool ParseDType(std::string_view name, DType* dtype) {
 }
 
 std::string FormatChain(const Chain& chain) {
-  std::string s = absl::StrCat("x:", DTypeName(chain.dtype), FormatShape(chain.input));
+  std::string s = absl::StrCat("x:", std::string(DTypeName(chain.dtype)), FormatShape(chain.input));
   for (const Op& op : chain.ops) absl::StrAppend(&s, " | ", OpText(op));
   return s;
 }

@@ -26,7 +26,7 @@ absl::Status CheckDTypeHasPlans(DType dtype) {
   // Every strategy's kernels are float32 today; the dtype issue adds the others here.
   if (dtype == DType::kF32) return absl::OkStatus();
   return absl::UnimplementedError(
-      absl::StrCat("chains of dtype ", DTypeName(dtype),
+      absl::StrCat("chains of dtype ", std::string(DTypeName(dtype)),
                    " have no plans yet; dtypes with plans: f32 (write x:f32[...])"));
 }
 

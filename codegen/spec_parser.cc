@@ -5,20 +5,32 @@
 //   arg    := name '=' value
 //   value  := number | 'true' | 'false' | '[' number (',' number)* ']'
 // Errors give the column (1-based) and say what would be valid there.
+// Numbers are kept as text until their use is known: sizes are parsed as integers (never through
+// a floating-point cast) with range checks; reals must be finite. ValidateChain then checks every
+// value against ChainLimits and the chain's dtype.
 #include <charconv>
 #include <cctype>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/spec_text.h"
 #include "fusejit/chain.h"
 
 namespace fusejit {
 namespace {
 
+// A number as written, and where.
+struct Token {
+  std::string_view text;
+  size_t column = 0;
+};
+
 struct Value {
-  std::vector<double> numbers;  // one for a scalar; several for a list
+  std::vector<Token> numbers;  // one for a scalar; several for a list
   bool is_list = false;
   std::optional<bool> boolean;
   size_t column = 0;
@@ -31,11 +43,20 @@ class Parser {
 
   absl::StatusOr<Chain> Parse() {
     Chain chain;
+    if (text_.size() > ChainLimits::kMaxSpecBytes) {
+      return ErrorAt(ChainLimits::kMaxSpecBytes,
+                     absl::StrCat("the spec is ", text_.size(), " bytes long; the limit is ",
+                                  ChainLimits::kMaxSpecBytes, " bytes"));
+    }
     if (absl::Status s = ParseInput(&chain.input, &chain.dtype); !s.ok()) return s;
     while (true) {
       SkipSpace();
       if (pos_ == text_.size()) break;
       if (!Consume('|')) return Error("expected '|' between ops");
+      if (chain.ops.size() == ChainLimits::kMaxOps) {
+        return Error(absl::StrCat("more than ", ChainLimits::kMaxOps,
+                                  " ops; the limit is ", ChainLimits::kMaxOps, " ops per chain"));
+      }
       Op op;
       if (absl::Status s = ParseOp(chain.ops.size(), &op); !s.ok()) return s;
       chain.ops.push_back(std::move(op));
@@ -45,9 +66,15 @@ class Parser {
 
  private:
   absl::Status Error(std::string_view what) const { return ErrorAt(pos_, what); }
+  // "spec column N: what (in "excerpt")"; a character outside printable ASCII at N is named.
   absl::Status ErrorAt(size_t pos, std::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec column ", pos + 1, ": ", std::string(what), " (in \"", std::string(text_), "\")"));
+    std::string message(what);
+    if (IsUnusualCharAt(text_, pos) && message.find("U+") == std::string::npos &&
+        message.find("byte 0x") == std::string::npos) {
+      absl::StrAppend(&message, "; found ", DescribeCharAt(text_, pos));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("spec column ", pos + 1, ": ", message,
+                                                   " (in \"", QuoteExcerpt(text_, pos), "\")"));
   }
 
   void SkipSpace() {
@@ -71,7 +98,8 @@ class Parser {
     return std::string(text_.substr(start, pos_ - start));
   }
 
-  absl::StatusOr<double> Number() {
+  // A number's text: [+-] digits, '.', exponent, or inf/nan words (refused where they are used).
+  absl::StatusOr<Token> Number() {
     SkipSpace();
     size_t start = pos_;
     while (pos_ < text_.size() &&
@@ -80,11 +108,66 @@ class Parser {
       ++pos_;
     }
     std::string_view tok = text_.substr(start, pos_ - start);
-    if (!tok.empty() && tok[0] == '+') tok.remove_prefix(1);
+    if (tok.empty()) {
+      return ErrorAt(start, absl::StrCat("expected a number, found ", DescribeCharAt(text_, start)));
+    }
     double v = 0;
-    auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-    if (tok.empty() || ec != std::errc() || end != tok.data() + tok.size()) {
+    std::string_view digits = tok[0] == '+' ? tok.substr(1) : tok;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (end != digits.data() + digits.size() || digits.empty() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range)) {
       return ErrorAt(start, absl::StrCat("expected a number, found '", std::string(tok), "'"));
+    }
+    return Token{tok, start};
+  }
+
+  // The token as an integer in [min, max]; `what` names it in errors ("k", "input size"), after
+  // the context `ctx` ("op 0 conv3d: ").
+  absl::StatusOr<int64_t> Integer(const Token& t, const std::string& ctx, const std::string& what,
+                                  int64_t min, int64_t max) const {
+    std::string_view digits = t.text[0] == '+' ? t.text.substr(1) : t.text;
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (digits.empty() || end != digits.data() + digits.size() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+      return ErrorAt(t.column, absl::StrCat(ctx, what, "=", std::string(t.text),
+                                            " must be a whole number"));
+    }
+    if (ec == std::errc::result_out_of_range) {
+      return ErrorAt(t.column, absl::StrCat(ctx, what, "=", std::string(t.text),
+                                            " is out of range (beyond 64-bit integers)"));
+    }
+    if (v < min || v > max) {
+      return ErrorAt(t.column, absl::StrCat(ctx, what, "=", std::string(t.text),
+                                            " is out of range; ", what, " must be in [", min,
+                                            ", ", max, "]"));
+    }
+    return v;
+  }
+
+  // The token as a finite real number.
+  absl::StatusOr<double> Real(const Token& t, const std::string& what) const {
+    std::string_view digits = t.text[0] == '+' ? t.text.substr(1) : t.text;
+    double v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec == std::errc::result_out_of_range) {
+      // from_chars reports underflow and overflow alike: tell them apart by the exponent's sign
+      // (or, without one, by a leading "0." / ".").
+      const size_t e = digits.find_first_of("eE");
+      const std::string_view unsigned_digits = digits.substr(digits[0] == '-' ? 1 : 0);
+      const bool tiny = e != std::string_view::npos
+                            ? e + 1 < digits.size() && digits[e + 1] == '-'
+                            : unsigned_digits.rfind("0.", 0) == 0 ||
+                                  unsigned_digits.rfind(".", 0) == 0;
+      return ErrorAt(t.column, absl::StrCat(what, "=", std::string(t.text),
+                                            tiny ? " is too small to be represented (it rounds "
+                                                   "to 0 even in f64)"
+                                                 : " is too large to be represented (beyond "
+                                                   "f64's range)"));
+    }
+    if (ec != std::errc() || !std::isfinite(v)) {
+      return ErrorAt(t.column, absl::StrCat(what, "=", std::string(t.text),
+                                            " must be a finite number"));
     }
     return v;
   }
@@ -98,21 +181,26 @@ class Parser {
     size_t dtype_pos = pos_;
     std::string dtype = Identifier();
     if (!ParseDType(dtype, dtype_out)) {
-      return ErrorAt(dtype_pos, absl::StrCat("input type '", dtype,
-                                             "' is not a dtype; write f32, f16, bf16 or f64"));
+      return ErrorAt(dtype_pos,
+                     dtype.empty() ? std::string("expected the input dtype after 'x:'; write f32, "
+                                                 "f16, bf16 or f64")
+                                   : absl::StrCat("input type '", dtype,
+                                                  "' is not a dtype; write f32, f16, bf16 or f64"));
     }
     if (!Consume('[')) {
       return Error(absl::StrCat("expected '[' and the input shape after x:", dtype));
     }
     do {
-      SkipSpace();
-      size_t at = pos_;
-      absl::StatusOr<double> v = Number();
-      if (!v.ok()) return v.status();
-      if (*v != static_cast<double>(static_cast<int64_t>(*v)) || *v > 9e18) {
-        return ErrorAt(at, "input sizes must be whole numbers");
+      if (shape->size() == 5) {
+        return Error(absl::StrCat("more than 5 input sizes; fusejit takes 5-D NCDHW input such "
+                                  "as x:", dtype, "[8,3,16,32,32]"));
       }
-      shape->push_back(static_cast<int64_t>(*v));
+      absl::StatusOr<Token> t = Number();
+      if (!t.ok()) return t.status();
+      absl::StatusOr<int64_t> v = Integer(*t, "", "input size", std::numeric_limits<int64_t>::min(),
+                                         std::numeric_limits<int64_t>::max());
+      if (!v.ok()) return v.status();
+      shape->push_back(*v);
     } while (Consume(','));
     if (!Consume(']')) return Error("expected ']' closing the input shape");
     return absl::OkStatus();
@@ -125,7 +213,8 @@ class Parser {
     if (Consume('[')) {
       v->is_list = true;
       do {
-        absl::StatusOr<double> n = Number();
+        if (v->numbers.size() == 8) return Error("a list has at most 8 values");
+        absl::StatusOr<Token> n = Number();
         if (!n.ok()) return n.status();
         v->numbers.push_back(*n);
       } while (Consume(','));
@@ -142,7 +231,7 @@ class Parser {
                                            word, "'"));
       }
     } else {
-      absl::StatusOr<double> n = Number();
+      absl::StatusOr<Token> n = Number();
       if (!n.ok()) return n.status();
       v->numbers.push_back(*n);
     }
@@ -165,7 +254,8 @@ class Parser {
     auto it = kKinds.find(name);
     if (it == kKinds.end()) {
       return ErrorAt(name_pos,
-                     absl::StrCat(name.empty() ? std::string("missing op") : "unknown op '" + name + "'",
+                     absl::StrCat(name.empty() ? "missing op, found " + DescribeCharAt(text_, name_pos)
+                                               : "unknown op '" + name + "'",
                                   "; ops are conv3d, conv_transpose3d, relu, leaky_relu, sigmoid, "
                                   "tanh, swish (silu), hardswish, gelu, clamp, group_norm, mean"));
     }
@@ -202,11 +292,13 @@ class Parser {
       auto it = args.find(key);
       return it == args.end() ? nullptr : &it->second;
     };
-    auto integer = [&](const Value& v, const char* key, double x, int64_t* out) -> absl::Status {
-      if (x != static_cast<double>(static_cast<int64_t>(x)) || x > 1e15 || x < -1e15) {
-        return ErrorAt(v.column, absl::StrCat(ctx, key, "=", v.text, " must be a whole number"));
-      }
-      *out = static_cast<int64_t>(x);
+    // Sizes are range-checked by ValidateChain (against ChainLimits, naming the limit); here only
+    // that they are integers that fit the field (int64_t).
+    auto integer = [&](const Token& t, const char* key, int64_t* out) -> absl::Status {
+      absl::StatusOr<int64_t> v = Integer(t, ctx, key, std::numeric_limits<int64_t>::min(),
+                                          std::numeric_limits<int64_t>::max());
+      if (!v.ok()) return v.status();
+      *out = *v;
       return absl::OkStatus();
     };
     auto scalar_int = [&](const char* key, int64_t* out, bool required) -> absl::Status {
@@ -219,7 +311,7 @@ class Parser {
       if (v->is_list || v->boolean) {
         return ErrorAt(v->column, absl::StrCat(ctx, key, " takes one whole number"));
       }
-      return integer(*v, key, v->numbers[0], out);
+      return integer(v->numbers[0], key, out);
     };
     auto triple = [&](const char* key, Dims3* out, bool required) -> absl::Status {
       Value* v = take(key);
@@ -232,10 +324,17 @@ class Parser {
         return ErrorAt(v->column, absl::StrCat(ctx, key, " takes a whole number or [d,h,w]"));
       }
       for (int a = 0; a < 3; ++a) {
-        double x = v->is_list ? v->numbers[a] : v->numbers[0];
-        if (absl::Status s = integer(*v, key, x, &(*out)[a]); !s.ok()) return s;
+        const Token& t = v->is_list ? v->numbers[a] : v->numbers[0];
+        if (absl::Status s = integer(t, key, &(*out)[a]); !s.ok()) return s;
       }
       return absl::OkStatus();
+    };
+    // Two spellings of one argument may not both be given.
+    auto conflict = [&](const char* a, const char* b) -> absl::Status {
+      Value* second = take(b);
+      if (take(a) == nullptr || second == nullptr) return absl::OkStatus();
+      return ErrorAt(second->column, absl::StrCat(ctx, "'", a, "' and '", b, "' are the same argument "
+                                                  "(aliases); give only one"));
     };
     auto real = [&](const char* key, double* out, bool required) -> absl::Status {
       Value* v = take(key);
@@ -245,7 +344,9 @@ class Parser {
                         : absl::OkStatus();
       }
       if (v->is_list || v->boolean) return ErrorAt(v->column, absl::StrCat(ctx, key, " takes a number"));
-      *out = v->numbers[0];
+      absl::StatusOr<double> x = Real(v->numbers[0], absl::StrCat(ctx, key));
+      if (!x.ok()) return x.status();
+      *out = *x;
       return absl::OkStatus();
     };
 
@@ -274,6 +375,7 @@ class Parser {
       }
       case OpKind::kLeakyRelu:
         known = {"slope", "negative_slope"};
+        if (s = conflict("slope", "negative_slope"); !s.ok()) return s;
         if (s = real("slope", &op->slope, false); !s.ok()) return s;
         if (s = real("negative_slope", &op->slope, false); !s.ok()) return s;
         break;
@@ -289,16 +391,19 @@ class Parser {
         break;
       case OpKind::kMean: {
         known = {"dims", "dim"};
+        if (s = conflict("dims", "dim"); !s.ok()) return s;
         Value* v = take("dims");
         if (!v) v = take("dim");
         if (!v) {
           return ErrorAt(name_pos, absl::StrCat(ctx, "missing required argument 'dims' ([2,3,4] "
                                                      "or [1,2,3,4])"));
         }
-        for (double x : v->numbers) {
-          int64_t d = 0;
-          if (s = integer(*v, "dims", x, &d); !s.ok()) return s;
-          op->dims.push_back(static_cast<int>(d));
+        if (v->boolean) return ErrorAt(v->column, absl::StrCat(ctx, "dims takes a list such as [2,3,4]"));
+        for (const Token& t : v->numbers) {
+          // Range-checked here, before the narrowing to int: [2,3,4] or [1,2,3,4] only.
+          absl::StatusOr<int64_t> d = Integer(t, ctx, "dims", 0, 4);
+          if (!d.ok()) return d.status();
+          op->dims.push_back(static_cast<int>(*d));
         }
         break;
       }

@@ -1,8 +1,6 @@
 // fusejit::Compile: chain -> plan -> source -> cubin (NVRTC or the kernel cache) -> CompiledChain.
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <filesystem>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,6 +14,7 @@
 #include "jit/compiled_chain.h"
 #include "jit/device.h"
 #include "jit/driver.h"
+#include "jit/dump.h"
 #include "jit/nvrtc.h"
 #include "tune/tuning_db.h"
 
@@ -27,42 +26,30 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 }
 
 // Writes the generated source (and templates, so `nvcc -I DIR/templates FILE` compiles it) below
-// `dir`. Returns the path of the main file. Best effort: an error is returned, never thrown.
+// `dir`, through jit/dump.h: the folder must be the user's own and not writable by others, files
+// are published by rename and never written through a link. Returns the path of the main file.
+// Best effort: an error is returned, never thrown.
 absl::StatusOr<std::string> DumpSource(const std::string& dir, const codegen::GeneratedSource& src,
                                        const std::string& hash, const std::string& ptx) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(fs::path(dir) / "templates", ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  auto write = [](const fs::path& path, const std::string& text) -> absl::Status {
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
-    return absl::OkStatus();
-  };
+  const std::string templates = dir + "/templates";
+  if (absl::Status s = jit::PrepareDumpDir(dir); !s.ok()) return s;
+  if (absl::Status s = jit::PrepareDumpDir(templates); !s.ok()) return s;
   for (const auto& [name, text] : src.headers) {
-    if (absl::Status s = write(fs::path(dir) / "templates" / name, text); !s.ok()) return s;
+    if (absl::Status s = jit::WriteDumpFile(templates, name, text); !s.ok()) return s;
   }
   const std::string stem = absl::StrCat(src.name.substr(0, src.name.size() - 3), "_",
                                         hash.substr(0, 12));
-  const fs::path main = fs::path(dir) / (stem + ".cu");
-  if (absl::Status s = write(main, src.main); !s.ok()) return s;
+  if (absl::Status s = jit::WriteDumpFile(dir, stem + ".cu", src.main); !s.ok()) return s;
   if (!ptx.empty()) {
-    if (absl::Status s = write(fs::path(dir) / (stem + ".ptx"), ptx); !s.ok()) return s;
+    if (absl::Status s = jit::WriteDumpFile(dir, stem + ".ptx", ptx); !s.ok()) return s;
   }
-  return main.string();
+  return absl::StrCat(dir, "/", stem, ".cu");
 }
 
 std::string DumpDir(const CompileOptions& options) {
   if (!options.dump_dir.empty()) return options.dump_dir;
   const char* env = std::getenv("FUSEJIT_DUMP_DIR");
   return env ? env : "";
-}
-
-// Where a failing source goes when no dump directory was asked for.
-std::string FailureDumpDir() {
-  return (std::filesystem::temp_directory_path() / "fusejit-failed").string();
 }
 
 // Everything a compiled chain depends on besides the generator itself.
@@ -224,8 +211,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   auto compile = [&]() -> absl::StatusOr<std::string> {
     absl::StatusOr<jit::NvrtcResult> result = jit::CompileCuda(request);
     if (!result.ok()) {
-      const std::string dir = dump_dir.empty() ? FailureDumpDir() : dump_dir;
-      absl::StatusOr<std::string> path = DumpSource(dir, source, key.source_hash, "");
+      // Where the failing source goes when no dump folder was asked for: a new private folder
+      // (jit/dump.h), the newest few kept.
+      absl::StatusOr<std::string> dir =
+          dump_dir.empty() ? jit::NewPrivateDumpDir("failed") : absl::StatusOr<std::string>(dump_dir);
+      absl::StatusOr<std::string> path =
+          dir.ok() ? DumpSource(*dir, source, key.source_hash, "") : dir.status();
       return absl::Status(result.status().code(),
                           absl::StrCat("compiling ", spec, " (plan ", plan->strategy, "): ",
                                        result.status().message(), "\ngenerated source: ",

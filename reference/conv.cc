@@ -131,9 +131,10 @@ SampleTensor ZeroOutput(int64_t channels, const Dims3& dhw) {
 SampleTensor Conv3d(const SampleTensor& in, const ConvAttrs& a, const float* weight,
                     const float* bias, const Dims3& out_dhw, int threads) {
   const int64_t cin = in.channels, cout = a.out_channels;
-  const auto [D, H, W] = in.dhw;
-  const auto [OD, OH, OW] = out_dhw;
-  const auto [KD, KH, KW] = a.kernel;
+  // Not structured bindings: lambdas capture these (clang 14 cannot capture bindings).
+  const int64_t D = in.dhw[0], H = in.dhw[1], W = in.dhw[2];
+  const int64_t OD = out_dhw[0], OH = out_dhw[1], OW = out_dhw[2];
+  const int64_t KD = a.kernel[0], KH = a.kernel[1], KW = a.kernel[2];
   SampleTensor out = ZeroOutput(cout, out_dhw);
 
   // For tap kw, output ow reads input column ow * s + kw * dil - p.
@@ -179,9 +180,10 @@ SampleTensor Conv3d(const SampleTensor& in, const ConvAttrs& a, const float* wei
 SampleTensor ConvTranspose3d(const SampleTensor& in, const ConvAttrs& a, const float* weight,
                              const float* bias, const Dims3& out_dhw, int threads) {
   const int64_t cin = in.channels, cout = a.out_channels;
-  const auto [D, H, W] = in.dhw;
-  const auto [OD, OH, OW] = out_dhw;
-  const auto [KD, KH, KW] = a.kernel;
+  // Not structured bindings: lambdas capture these (clang 14 cannot capture bindings).
+  const int64_t D = in.dhw[0], H = in.dhw[1], W = in.dhw[2];
+  const int64_t OD = out_dhw[0], OH = out_dhw[1], OW = out_dhw[2];
+  const int64_t KD = a.kernel[0], KH = a.kernel[1], KW = a.kernel[2];
   SampleTensor out = ZeroOutput(cout, out_dhw);
 
   // With stride 1 along w, output ow reads input column ow + p - kw * dil (a gather); otherwise

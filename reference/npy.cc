@@ -6,6 +6,8 @@
 // and ended by '\n' -- then the raw data.
 #include "reference/npy.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +32,8 @@ static_assert(std::endian::native == std::endian::little,
 constexpr std::string_view kMagic = "\x93NUMPY";
 constexpr size_t kMaxHeaderBytes = 10000;  // numpy's own default limit (max_header_size)
 constexpr int64_t kMaxElements = int64_t{1} << 40;
+// The largest .npy file read: a tensor of ChainLimits::kMaxElements float32 values and a header.
+constexpr uint64_t kMaxFileBytes = uint64_t{4} * 2147483647 + 16 + kMaxHeaderBytes;
 
 std::string ErrnoText() { return std::strerror(errno); }
 
@@ -207,7 +211,9 @@ std::string DescribeDtype(std::string_view descr) {
   const Kind* kind = std::find_if(std::begin(kKinds), std::end(kKinds),
                                   [&](const Kind& k) { return k.code == descr[1]; });
   if (kind == std::end(kKinds)) return "unknown dtype";
-  std::string name = kind->sized ? fmt::format("{}{}", kind->name, 8 * bytes) : kind->name;
+  // In 64 bits: a descr such as '<f666666664' must not overflow int (found by fuzz_npy).
+  std::string name =
+      kind->sized ? fmt::format("{}{}", kind->name, int64_t{8} * bytes) : kind->name;
   if (descr[0] == '>' && bytes > 1) name += " big-endian";
   if (descr[0] == '=' && bytes > 1) name += " in native byte order";
   return name;
@@ -326,78 +332,137 @@ std::string EncodeHeader(const Shape& shape) {
   return out + dict;
 }
 
-}  // namespace
+// Where the data of a .npy file starts and what it holds, from the file's first bytes (`prefix`:
+// at least the whole header when the file has one) and its size. Every error is a complete
+// message naming `path`.
+struct NpyLayout {
+  NpyHeader header;
+  uint64_t data_offset = 0;
+};
 
-absl::StatusOr<HostTensor> ReadNpy(const std::string& path) {
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) {
-    return absl::NotFoundError(fmt::format("{}: cannot open for reading: {}", path, ErrnoText()));
-  }
-  std::string preamble(kMagic.size() + 2, '\0');
-  const size_t got = std::fread(preamble.data(), 1, preamble.size(), f.get());
-  if (got < kMagic.size() || std::string_view(preamble).substr(0, kMagic.size()) != kMagic) {
+absl::StatusOr<NpyLayout> ParseLayout(std::string_view prefix, uint64_t file_size,
+                                      const std::string& path) {
+  const size_t preamble = kMagic.size() + 2;
+  const std::string_view magic = prefix.substr(0, kMagic.size());
+  if (magic != kMagic) {
     return absl::InvalidArgumentError(
         fmt::format("{}: not a .npy file: it starts with \"{}\", not the magic \"\\x93NUMPY\"",
-                    path, Escaped(std::string_view(preamble).substr(0, got))));
+                    path, Escaped(magic)));
   }
-  if (got < preamble.size()) {
-    return absl::DataLossError(
+  if (prefix.size() < preamble) {
+    return absl::InvalidArgumentError(
         fmt::format("{}: truncated: the file ends inside the version", path));
   }
-  const int major = static_cast<unsigned char>(preamble[6]);
-  const int minor = static_cast<unsigned char>(preamble[7]);
+  const int major = static_cast<unsigned char>(prefix[6]);
+  const int minor = static_cast<unsigned char>(prefix[7]);
   if ((major != 1 && major != 2 && major != 3) || minor != 0) {
     return absl::InvalidArgumentError(fmt::format(
         "{}: .npy format version {}.{} is not supported; fusejit reads 1.0, 2.0 and 3.0", path,
         major, minor));
   }
-
   // Header length: uint16 (1.0) or uint32 (2.0, 3.0), little-endian.
-  unsigned char len_bytes[4] = {0, 0, 0, 0};
   const size_t len_size = major == 1 ? 2 : 4;
-  if (absl::Status s = ReadExactly(f.get(), len_bytes, len_size, path, "header length"); !s.ok()) {
-    return s;
+  if (prefix.size() < preamble + len_size) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: truncated header length: expected {} bytes, the file has {}", path, len_size,
+        prefix.size() - preamble));
   }
-  const uint64_t header_len = len_bytes[0] | (len_bytes[1] << 8) | (uint64_t{len_bytes[2]} << 16) |
-                              (uint64_t{len_bytes[3]} << 24);
+  uint64_t header_len = 0;
+  for (size_t i = 0; i < len_size; ++i) {
+    header_len |= uint64_t{static_cast<unsigned char>(prefix[preamble + i])} << (8 * i);
+  }
   if (header_len > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(fmt::format(
         "{}: .npy header of {} bytes is longer than the {} bytes fusejit accepts (numpy's own "
         "limit); the file is corrupt or not a float32 tensor",
         path, header_len, kMaxHeaderBytes));
   }
-  std::string header_text(header_len, '\0');
-  if (absl::Status s = ReadExactly(f.get(), header_text.data(), header_len, path, "header");
-      !s.ok()) {
-    return s;
+  const uint64_t header_start = preamble + len_size;
+  if (prefix.size() < header_start + header_len) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: truncated header: expected {} bytes, the file has {}", path, header_len,
+        prefix.size() - header_start));
   }
-  absl::StatusOr<NpyHeader> header = CheckHeader(path, header_text);
+  absl::StatusOr<NpyHeader> header =
+      CheckHeader(path, prefix.substr(header_start, header_len));
   if (!header.ok()) return header.status();
-
   // The data must be exactly elements * 4 bytes: no fewer (truncated), no more (wrong shape).
-  const long data_start = std::ftell(f.get());
-  if (data_start < 0 || std::fseek(f.get(), 0, SEEK_END) != 0) {
-    return absl::DataLossError(fmt::format("{}: cannot seek: {}", path, ErrnoText()));
-  }
-  const long file_end = std::ftell(f.get());
-  if (file_end < 0 || std::fseek(f.get(), data_start, SEEK_SET) != 0) {
-    return absl::DataLossError(fmt::format("{}: cannot seek: {}", path, ErrnoText()));
-  }
-  const int64_t have = file_end - data_start;
-  const int64_t need = header->elements * static_cast<int64_t>(sizeof(float));
+  const uint64_t data_start = header_start + header_len;
+  const uint64_t have = file_size - data_start;
+  const uint64_t need = static_cast<uint64_t>(header->elements) * sizeof(float);
   if (have != need) {
-    return absl::DataLossError(fmt::format(
+    return absl::InvalidArgumentError(fmt::format(
         "{}: {}shape {} of float32 needs {} data bytes, but the file has {} after its {}-byte "
         "header",
         path, have < need ? "truncated data: " : "trailing bytes: ", FormatShape(header->shape),
         need, have, data_start));
   }
+  return NpyLayout{*std::move(header), data_start};
+}
 
+}  // namespace
+
+absl::StatusOr<HostTensor> ParseNpy(std::string_view bytes, const std::string& name) {
+  absl::StatusOr<NpyLayout> layout = ParseLayout(bytes, bytes.size(), name);
+  if (!layout.ok()) return layout.status();
   HostTensor t;
-  t.shape = header->shape;
-  t.data.resize(static_cast<size_t>(header->elements));
-  if (need > 0) {
-    absl::Status s = ReadExactly(f.get(), t.data.data(), static_cast<size_t>(need), path, "data");
+  t.shape = layout->header.shape;
+  t.data.resize(static_cast<size_t>(layout->header.elements));
+  if (!t.data.empty()) {
+    std::memcpy(t.data.data(), bytes.data() + layout->data_offset, t.data.size() * sizeof(float));
+  }
+  return t;
+}
+
+absl::StatusOr<HostTensor> ReadNpy(const std::string& path) {
+  // O_NONBLOCK: a FIFO cannot block the open; it is refused below, as is anything but a regular
+  // file, before a byte is read.
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::ErrnoToStatus(err, fmt::format("{}: cannot open for reading: {}", path,
+                                                std::strerror(err)));
+  }
+  File f(::fdopen(fd, "rb"));
+  if (!f) {
+    ::close(fd);
+    return absl::InternalError(fmt::format("{}: fdopen: {}", path, ErrnoText()));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return absl::InternalError(fmt::format("{}: cannot examine: {}", path, ErrnoText()));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: not a regular file ({}); a .npy tensor must be a regular file", path,
+        S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket"));
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size > kMaxFileBytes) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: {} bytes is more than the {} bytes fusejit reads from a .npy file", path, file_size,
+        kMaxFileBytes));
+  }
+  // The header: at most magic, version, a 4-byte length and kMaxHeaderBytes.
+  std::string prefix(std::min<uint64_t>(file_size, kMagic.size() + 2 + 4 + kMaxHeaderBytes), '\0');
+  if (absl::Status s = ReadExactly(f.get(), prefix.data(), prefix.size(), path, "header");
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<NpyLayout> layout = ParseLayout(prefix, file_size, path);
+  if (!layout.ok()) return layout.status();
+  if (std::fseek(f.get(), static_cast<long>(layout->data_offset), SEEK_SET) != 0) {
+    return absl::InternalError(fmt::format("{}: cannot seek: {}", path, ErrnoText()));
+  }
+  HostTensor t;
+  t.shape = layout->header.shape;
+  t.data.resize(static_cast<size_t>(layout->header.elements));
+  if (!t.data.empty()) {
+    absl::Status s =
+        ReadExactly(f.get(), t.data.data(), t.data.size() * sizeof(float), path, "data");
     if (!s.ok()) return s;
   }
   return t;

@@ -12,6 +12,7 @@
 #define FUSEJIT_REFERENCE_NPY_H_
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,7 +24,14 @@ namespace fusejit {
 // Errors: unreadable file, bad magic, unsupported version, malformed or overlong (> 10000 bytes,
 // numpy's own limit) header, dtype other than '<f4', fortran_order True, negative dimensions, and
 // data bytes that do not match the shape (truncated or trailing).
+// Only a regular file is read (FIFOs, devices and folders are refused before any byte is read),
+// of at most 4 * 2^31 data bytes plus the header. Errors: NotFound/PermissionDenied (cannot
+// open), InvalidArgument (anything wrong with the file or its content), Internal/DataLoss (a read
+// error, a file that shrank while read).
 absl::StatusOr<HostTensor> ReadNpy(const std::string& path);
+
+// The same checks on the bytes of a whole .npy file held in memory; `name` is used in messages.
+absl::StatusOr<HostTensor> ParseNpy(std::string_view bytes, const std::string& name);
 
 // Writes a .npy file of format version 1.0. The file is written under a temporary name in the same
 // folder and renamed over `path`, so readers never see a partial file; every write, close and

@@ -53,7 +53,8 @@ absl::StatusOr<std::vector<OpParams>> CheckParams(const Chain& chain, const Host
     const bool is_bias = spec.name.ends_with(".bias");
     (is_bias ? params[spec.op_index].bias : params[spec.op_index].weight) = it->second.data.data();
   }
-  for (const auto& [name, tensor] : inputs.params) {
+  for (const auto& entry : inputs.params) {
+    const std::string& name = entry.first;  // not a structured binding: the lambda captures it
     const bool known =
         std::any_of(specs.begin(), specs.end(), [&](const ParamSpec& p) { return p.name == name; });
     if (!known) {

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -121,12 +122,40 @@ TEST_F(CacheCli, VerifyFindsCorruptEntriesAndFixRemovesThem) {
   EXPECT_TRUE(std::filesystem::exists(EntryPath(0)));
 }
 
+TEST_F(CacheCli, ZeroMaxBytesIsReportedAsNoLimit) {
+  Populate(2);
+  const char* old = std::getenv("FUSEJIT_CACHE_MAX_BYTES");
+  const std::string saved = old ? old : "";
+  ::setenv("FUSEJIT_CACHE_MAX_BYTES", "0", 1);
+  Output stats = RunCli({"stats", "--cache-dir", root_});
+  if (old) {
+    ::setenv("FUSEJIT_CACHE_MAX_BYTES", saved.c_str(), 1);
+  } else {
+    ::unsetenv("FUSEJIT_CACHE_MAX_BYTES");
+  }
+  EXPECT_EQ(stats.code, 0) << stats.err;
+  EXPECT_NE(stats.out.find("limit         none"), std::string::npos) << stats.out;
+  EXPECT_NE(stats.out.find("bytes, no limit)"), std::string::npos) << stats.out;
+  EXPECT_EQ(stats.out.find("% of the limit"), std::string::npos) << stats.out;
+}
+
+TEST_F(CacheCli, RelativeCacheDirIsTheWorkingDirectorysNotRefused) {
+  Populate(1);
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(tmp_.path());
+  Output list = RunCli({"list", "--cache-dir", "cache"});
+  std::filesystem::current_path(cwd);
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find("1 entries"), std::string::npos) << list.out;
+}
+
 TEST_F(CacheCli, ClearRemovesCacheFilesOnly) {
   Populate(3);
   WriteFileOrDie(root_ + "/notes.txt", "not the cache's");
   Output clear = RunCli({"clear", "--cache-dir", root_});
   EXPECT_EQ(clear.code, 0) << clear.err;
-  EXPECT_NE(clear.out.find("removed 6 files"), std::string::npos) << clear.out;  // entries+locks
+  // 3 entries; no lock files: they are deleted when their compile ends.
+  EXPECT_NE(clear.out.find("removed 3 files"), std::string::npos) << clear.out;
   EXPECT_EQ(ListNames(root_), std::vector<std::string>{"notes.txt"});
   Output list = RunCli({"list", "--cache-dir", root_});
   EXPECT_NE(list.out.find("0 entries"), std::string::npos);

@@ -3,6 +3,7 @@
 // counts, one compile per key across threads, LRU eviction to the limit, sweeping.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cache/entry_format.h"
@@ -267,27 +269,45 @@ TEST_F(KernelCacheTest, EvictsLeastRecentlyUsedToTheLimit) {
 TEST_F(KernelCacheTest, OldTempAndLockFilesAreSweptOthersKept) {
   KernelCache cache(Options());
   Get(cache, 1);
+  const std::string lock1 = root_ + "/" + TestKey(1).EntryName().substr(0, 32) + ".lock";
+  EXPECT_FALSE(std::filesystem::exists(lock1)) << "a lock file outlived its compile";
   const std::string name2 = TestKey(2).EntryName();
+  // A pid that no longer exists: a child that has exited and been reaped.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
   const std::string old_temp = root_ + "/" + name2 + ".tmp.99999.1";
   const std::string young_temp = root_ + "/" + name2 + ".tmp.99999.2";
+  const std::string orphan_temp = absl::StrCat(root_, "/", name2, ".tmp.", gone, ".3");
+  const std::string live_temp = absl::StrCat(root_, "/", name2, ".tmp.", ::getppid(), ".4");
+  const std::string young_orphan = absl::StrCat(root_, "/", name2, ".tmp.", gone, ".5");
   const std::string old_lock = root_ + "/" + name2.substr(0, 32) + ".lock";
-  const std::string lock1 = root_ + "/" + TestKey(1).EntryName().substr(0, 32) + ".lock";
   const std::string foreign = root_ + "/notes.txt";
-  WriteFileOrDie(old_temp, "partial");
-  WriteFileOrDie(young_temp, "partial");
+  for (const std::string& f : {old_temp, young_temp, orphan_temp, live_temp, young_orphan}) {
+    WriteFileOrDie(f, "partial");
+  }
   WriteFileOrDie(old_lock, "");
+  WriteFileOrDie(lock1, "");
   WriteFileOrDie(foreign, "mine");
   SetMtime(old_temp, 3600);
+  SetMtime(orphan_temp, 60);  // its writer is gone and no write takes a minute: swept now
+  SetMtime(live_temp, 60);    // its writer runs: kept until temp_max_age
   SetMtime(old_lock, 3600);
   SetMtime(lock1, 3600);
   SetMtime(foreign, 3600);
   Get(cache, 3);  // a publish sweeps
   EXPECT_FALSE(std::filesystem::exists(old_temp));
+  EXPECT_FALSE(std::filesystem::exists(orphan_temp));
   EXPECT_TRUE(std::filesystem::exists(young_temp));
+  EXPECT_TRUE(std::filesystem::exists(young_orphan)) << "too young to be known orphaned";
+  EXPECT_TRUE(std::filesystem::exists(live_temp));
   EXPECT_FALSE(std::filesystem::exists(old_lock));
   EXPECT_TRUE(std::filesystem::exists(lock1)) << "lock of an existing entry";
   EXPECT_TRUE(std::filesystem::exists(foreign)) << "files the cache did not make are never deleted";
-  EXPECT_EQ(cache.Stats().temp_files_swept, 1u);
+  EXPECT_EQ(cache.Stats().temp_files_swept, 2u);
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/" + TestKey(3).EntryName().substr(0, 32) +
+                                       ".lock"));
 }
 
 TEST_F(KernelCacheTest, ZeroLimitMeansNoLimit) {
@@ -359,6 +379,7 @@ TEST(KernelCacheOptions, DirectoryResolutionOrder) {
   o.env = &env;
   EXPECT_EQ(KernelCache(o).directory(), tmp.Sub("xdg") + "/fusejit");
   env.SetVar("XDG_CACHE_HOME", "relative/ignored");
+  ASSERT_EQ(::mkdir(tmp.Sub("home").c_str(), 0700), 0);  // HOME must exist (see below)
   KernelCache home(o);
   EXPECT_EQ(home.directory(), tmp.Sub("home") + "/.cache/fusejit");
   ASSERT_TRUE(home.disk_usable()) << home.disk_status();
@@ -367,6 +388,41 @@ TEST(KernelCacheOptions, DirectoryResolutionOrder) {
   EXPECT_EQ(st.st_mode & 0777, 0700u) << "created parents are private too";
   env.SetVar("FUSEJIT_CACHE_DIR", tmp.Sub("explicit/"));
   EXPECT_EQ(KernelCache(o).directory(), tmp.Sub("explicit"));
+}
+
+TEST(KernelCacheOptions, NoCacheUnderAMissingHomeAndNoRelativeDirectory) {
+  TempDir tmp;
+  FaultInjectionEnv env;
+  std::vector<std::string> warnings;
+  CacheOptions o;
+  o.env = &env;
+  o.warn = [&](std::string_view w) { warnings.emplace_back(w); };
+  env.SetVar("FUSEJIT_CACHE_DIR", std::nullopt);
+  env.SetVar("XDG_CACHE_HOME", std::nullopt);
+  env.SetVar("HOME", tmp.Sub("no-such-home"));
+  {
+    KernelCache cache(o);
+    EXPECT_FALSE(cache.disk_usable());
+    EXPECT_EQ(cache.disk_state(), DiskState::kNoDirectory);
+    EXPECT_NE(cache.disk_status().find(tmp.Sub("no-such-home") + " does not exist"),
+              std::string::npos)
+        << cache.disk_status();
+    EXPECT_FALSE(std::filesystem::exists(tmp.Sub("no-such-home"))) << "created a home";
+    EXPECT_TRUE(cache.GetOrCompile(TestKey(1), [] {
+                       return absl::StatusOr<std::string>(TestPayload(1, 10));
+                     }).ok());  // runs uncached
+  }
+  env.SetVar("XDG_CACHE_HOME", tmp.Sub("gone/xdg"));  // its parent does not exist either
+  EXPECT_FALSE(KernelCache(o).disk_usable());
+  EXPECT_FALSE(std::filesystem::exists(tmp.Sub("gone")));
+  // A relative FUSEJIT_CACHE_DIR is refused like a relative HOME or XDG_CACHE_HOME, not resolved
+  // against each process's working directory.
+  env.SetVar("FUSEJIT_CACHE_DIR", "relative/cache");
+  KernelCache relative(o);
+  EXPECT_EQ(relative.disk_state(), DiskState::kNoDirectory);
+  EXPECT_NE(relative.disk_status().find("a relative path"), std::string::npos)
+      << relative.disk_status();
+  EXPECT_FALSE(std::filesystem::exists("relative"));
 }
 
 TEST(KernelCacheDefault, IsOneInstanceAcrossThreads) {

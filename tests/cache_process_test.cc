@@ -34,9 +34,29 @@ using testing::TempDir;
 using testing::TestKey;
 using testing::TestPayload;
 
+// Set by a test that runs the worker from a copy (see ReadOnlyDirectory... below).
+std::string& WorkerOverride() {
+  static std::string* path = new std::string();
+  return *path;
+}
+
 std::string WorkerPath() {
+  if (!WorkerOverride().empty()) return WorkerOverride();
   const char* p = std::getenv("FUSEJIT_CACHE_WORKER");
   return p != nullptr && *p != '\0' ? p : FUSEJIT_CACHE_WORKER_PATH;
+}
+
+// Whether `user` may execute `path` (every folder on the way searchable by it, the file
+// executable): asked of the kernel by a child process that becomes that user.
+bool UserCanExecute(uid_t user, const std::string& path) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(user) != 0 || ::setuid(user) != 0) ::_exit(2);
+    ::_exit(::access(path.c_str(), X_OK) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 using Worker = testing::Process;
@@ -254,6 +274,32 @@ TEST(CacheProcesses, ReadOnlyDirectoryServesHitsAndWritesNothing) {
   const uid_t user = ::geteuid() == 0 ? 12345 : 0;  // 0: run the worker as ourselves
   TempDir tmp;
   ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  // The other user must reach the worker: a build tree below a folder it cannot search (e.g.
+  // ~/.cache of root, mode 0700) would make exec fail with 127 and say nothing. Then run a copy
+  // from this test's folder, or skip saying why.
+  struct ResetOverride {
+    ~ResetOverride() { WorkerOverride().clear(); }
+  } reset_override;
+  if (user != 0 && !UserCanExecute(user, WorkerPath())) {
+    const std::string copy = tmp.Sub("fusejit_cache_worker");
+    std::error_code ec;
+    std::filesystem::copy_file(WorkerPath(), copy, ec);
+    if (!ec) {
+      std::filesystem::permissions(copy, std::filesystem::perms::owner_all |
+                                             std::filesystem::perms::group_read |
+                                             std::filesystem::perms::group_exec |
+                                             std::filesystem::perms::others_read |
+                                             std::filesystem::perms::others_exec,
+                                   ec);
+    }
+    if (ec || !UserCanExecute(user, copy)) {
+      GTEST_SKIP() << "uid " << user << " cannot execute the worker " << WorkerPath()
+                   << " (a folder on its path is not searchable by other users) nor a copy at "
+                   << copy << (ec ? " (" + ec.message() + ")" : std::string())
+                   << "; build in a folder others can traverse, or set FUSEJIT_CACHE_WORKER";
+    }
+    WorkerOverride() = copy;
+  }
   const std::string root = tmp.Sub("cache");
   {
     CacheOptions o;

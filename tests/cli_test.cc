@@ -1,10 +1,13 @@
 // Tests of the `fusejit` CLI: the argument parser in-process, and the built binary
 // (FUSEJIT_CLI_PATH) as a subprocess with its own HOME and kernel cache directory. All run without
 // a GPU; the few whose behavior differs on a machine with a driver skip there.
+#include <sys/stat.h>
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -248,16 +251,21 @@ class CliTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  // Runs the fusejit binary with `args`, HOME and FUSEJIT_CACHE_DIR inside this test's folder.
-  Result Run(const std::vector<std::string>& args) {
+  // Runs the fusejit binary with `args`, HOME and FUSEJIT_CACHE_DIR inside this test's folder, and
+  // the NAME=VALUE variables of `extra_env` (replacing those of the same name).
+  Result Run(const std::vector<std::string>& args,
+             const std::vector<std::string>& extra_env = {}) {
     const fs::path out_path = dir_ / "stdout", err_path = dir_ / "stderr";
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string var = *e;
       const std::string name = var.substr(0, var.find('='));
       if (name == "HOME" || name == "XDG_CACHE_HOME" || name.rfind("FUSEJIT_", 0) == 0) continue;
-      env.push_back(var);
+      bool replaced = false;
+      for (const std::string& e : extra_env) replaced |= e.rfind(name + "=", 0) == 0;
+      if (!replaced) env.push_back(var);
     }
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
     env.push_back("HOME=" + (dir_ / "home").string());
     env.push_back("FUSEJIT_CACHE_DIR=" + (dir_ / "cache").string());
     std::vector<std::string> argv_s = {FUSEJIT_CLI_PATH};
@@ -404,6 +412,113 @@ TEST_F(CliTest, ExplainPrintsKernelsAndWritesTheSource) {
   EXPECT_THAT(ReadFile(path), HasSubstr("conv3d(out=8,k=3)"));
 }
 
+// The source path `explain` printed (the last word ending in .cu).
+std::string PrintedSourcePath(const std::string& out) {
+  std::string path;
+  std::istringstream words(out);
+  for (std::string w; words >> w;) {
+    if (w.size() > 3 && w.compare(w.size() - 3, 3, ".cu") == 0) path = w;
+  }
+  return path;
+}
+
+TEST_F(CliTest, ExplainWritesIntoANewPrivateFolderAndKeepsOnlyTheNewest) {
+  const fs::path tmp = dir_ / "tmp";
+  fs::create_directories(tmp);
+  // Older dumps of this user (private folders), more than are kept, and someone else's look-alike
+  // (not private: never touched).
+  for (int i = 0; i < 12; ++i) {
+    const fs::path old = tmp / ("fusejit-explain.old" + std::string(1, static_cast<char>('a' + i)) + "zz");
+    ASSERT_EQ(::mkdir(old.c_str(), 0700), 0);
+    fs::last_write_time(old, fs::file_time_type::clock::now() - std::chrono::hours(24 + i));
+  }
+  const fs::path shared = tmp / "fusejit-explain.shared";
+  ASSERT_EQ(::mkdir(shared.c_str(), 0755), 0);
+  fs::last_write_time(shared, fs::file_time_type::clock::now() - std::chrono::hours(48));
+
+  Result r = Run({"explain", kSpec, "--arch", "sm_90"}, {"TMPDIR=" + tmp.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string path = PrintedSourcePath(r.out);
+  const std::string prefix = (tmp / "fusejit-explain.").string();
+  ASSERT_EQ(path.rfind(prefix, 0), 0u) << r.out;
+  const fs::path folder = fs::path(path).parent_path();
+  struct stat st;
+  ASSERT_EQ(::lstat(folder.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "the dump folder is private";
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  EXPECT_THAT(ReadFile(path), HasSubstr("conv3d(out=8,k=3)"));
+  int ours = 0;
+  for (const auto& e : fs::directory_iterator(tmp)) {
+    ours += e.path().filename().string().rfind("fusejit-explain.", 0) == 0 &&
+            e.path() != shared;
+  }
+  EXPECT_EQ(ours, 10) << "the newest 10 private dump folders are kept, the rest deleted";
+  EXPECT_TRUE(fs::exists(folder));
+  EXPECT_TRUE(fs::exists(shared)) << "a folder that is not private is never deleted";
+  EXPECT_FALSE(fs::exists(tmp / "fusejit-explain.oldlzz")) << "the oldest was kept";
+
+  // A second run: another new folder, not the first one reused.
+  r = Run({"explain", kSpec, "--arch", "sm_90"}, {"TMPDIR=" + tmp.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(fs::path(PrintedSourcePath(r.out)).parent_path(), folder);
+}
+
+TEST_F(CliTest, DumpsNeverFollowLinksAndRefuseSharedOrLinkedFolders) {
+  // The attack of a fixed /tmp folder: a link where a dump file goes, to a file the victim can
+  // write. The dump replaces the link; the file it pointed to is untouched.
+  const fs::path dump = dir_ / "dump";
+  const fs::path victim = dir_ / "victim.txt";
+  fs::create_directories(dump / "templates");
+  fs::permissions(dump, fs::perms::owner_all, fs::perm_options::replace);
+  { std::ofstream(victim) << "precious"; }
+  fs::create_symlink(victim, dump / "templates" / "common.cuh");
+  Result r = Run({"explain", kSpec, "--arch", "sm_90", "--dump", dump.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadFile(victim), "precious");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dump / "templates" / "common.cuh")));
+
+  // A folder others can write (like /tmp), a folder that is a link, and the same through
+  // FUSEJIT_DUMP_DIR: refused as invalid input (exit 2), nothing written.
+  const fs::path shared = dir_ / "shared";
+  fs::create_directories(shared);
+  fs::permissions(shared, fs::perms::all, fs::perm_options::replace);
+  const fs::path link = dir_ / "link";
+  fs::create_symlink(dump, link);
+  r = Run({"explain", kSpec, "--arch", "sm_90", "--dump", shared.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("writable by group or others (mode 0777)"));
+  r = Run({"compile", kSpec, "--arch", "sm_90", "--dump", link.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is a symbolic link"));
+  r = Run({"compile", kSpec, "--arch", "sm_90"}, {"FUSEJIT_DUMP_DIR=" + shared.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("FUSEJIT_DUMP_DIR: refusing dump folder"));
+  r = Run({"explain", kSpec, "--arch", "sm_90", "--dump="});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(fs::is_empty(shared));
+}
+
+TEST_F(CliTest, ArchAndStrategyErrorsAreAlwaysUsageErrors) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"--arch", ""}, {"--arch="}, {"--arch", "sm_10"}, {"--arch", "sm_9"},
+           {"--arch", "compute_90"}, {"--arch", "sm_90x"}, {"--strategy="},
+           {"--strategy", "nope"}}) {
+    std::vector<std::string> args = {"compile", kSpec};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Result r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(flags) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--")) << ::testing::PrintToString(flags);
+  }
+  // A dtype without plans and a strategy that does not apply are refused before any compile.
+  Result r = Run({"compile", "x:f16[2,3,6,6,6] | relu", "--arch", "sm_90"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("have no plans yet"));
+  r = Run({"compile", "x:f32[2,3,6,6,6] | relu", "--arch", "sm_90", "--strategy",
+           "igemm-store-normalize"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
 TEST_F(CliTest, SeedsWithoutGpuCompilesForSm90) {
   if (jit::DriverAvailable()) GTEST_SKIP() << "a CUDA driver is present: seeds would run on it";
   Result r = Run({"seeds"});
@@ -440,7 +555,7 @@ TEST_F(CliTest, RunRefusesBadInputFilesBeforeTouchingTheGpu) {
   const fs::path f64 = dir_ / "x64.npy";
   WriteFloat64Npy(f64, {2, 3, 6, 6, 6});
   Result r = Run({"run", kSpec, "--input", f64.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);  // invalid input, like a bad spec
   EXPECT_THAT(r.err, HasSubstr("--input: " + f64.string()));
   EXPECT_THAT(r.err, HasSubstr("float64"));
   EXPECT_THAT(r.err, HasSubstr("float32"));
@@ -448,12 +563,22 @@ TEST_F(CliTest, RunRefusesBadInputFilesBeforeTouchingTheGpu) {
   const fs::path wrong = dir_ / "w.npy";
   ASSERT_TRUE(WriteNpy(wrong.string(), HostTensor{{8, 3, 3, 3}, std::vector<float>(216)}).ok());
   r = Run({"run", kSpec, "--param", "0.weight=" + wrong.string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("has shape [8,3,3,3] but 0.weight must have shape [8,3,3,3,3]"));
 
   r = Run({"run", kSpec, "--input", (dir_ / "missing.npy").string()});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("missing.npy"));
+
+  // Only regular files are read: a folder, a FIFO (no writer: opening must not block) and a
+  // device are refused before anything is read, as input errors.
+  const fs::path fifo = dir_ / "fifo.npy";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& special : {dir_.string(), fifo.string(), std::string("/dev/zero")}) {
+    r = Run({"run", kSpec, "--param", "0.weight=" + special});
+    EXPECT_EQ(r.exit_code, 2) << special << r.err;
+    EXPECT_THAT(r.err, HasSubstr("not a regular file")) << special;
+  }
 
   r = Run({"run", kSpec, "--param", "1.weight=" + wrong.string()});
   EXPECT_EQ(r.exit_code, 2);

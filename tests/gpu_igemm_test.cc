@@ -64,7 +64,10 @@ const codegen::Strategy& Moments() { return ByName(kMoments); }
 void CompileInParallel(const std::vector<std::pair<Chain, Precision>>& list,
                        const std::string& strategy) {
   std::vector<std::future<std::string>> results;
-  for (const auto& [chain, precision] : list) {
+  for (const auto& job : list) {
+    // Not a structured binding: the lambda captures them (clang 14 cannot capture bindings).
+    const Chain& chain = job.first;
+    const Precision precision = job.second;
     results.push_back(std::async(std::launch::async, [&chain, precision, &strategy] {
       absl::StatusOr<jit::ScopedPrimaryContext> ctx = jit::ScopedPrimaryContext::Create(0);
       if (!ctx.ok()) return ctx.status().ToString();

@@ -512,7 +512,10 @@ TEST(IgemmMoments, PlansCompileForSm90aWithoutSpills) {
        Precision::kFp32},
   };
   std::vector<std::future<std::string>> results;
-  for (const auto& [spec, precision] : jobs) {
+  for (const auto& job : jobs) {
+    // Not a structured binding: the lambda captures them (clang 14 cannot capture bindings).
+    const auto spec = job.first;
+    const Precision precision = job.second;
     results.push_back(std::async(std::launch::async, [spec, precision] {
       const Chain chain = Parse(spec);
       absl::StatusOr<codegen::Plan> plan =

@@ -236,5 +236,35 @@ TEST_F(NpyTest, ReadAndWriteErrorsNameTheFile) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
+TEST(NpyHardening, ParseNpyChecksBytesInMemoryAndHugeItemSizesDoNotOverflow) {
+  // Found by tests/fuzz (fuzz_npy): an item size whose bit count overflows int.
+  std::string header = "{'descr': '<f666666664', 'fortran_order': False, 'shape': (2, 1), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header + std::string(8, '\0');
+  absl::StatusOr<HostTensor> t = ParseNpy(bytes, "huge.npy");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("float5333333312) is not supported"),
+            std::string::npos)
+      << t.status();
+  // And a valid one, from memory.
+  header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  const float data[2] = {1.5f, -2.0f};
+  bytes += header + std::string(reinterpret_cast<const char*>(data), sizeof(data));
+  t = ParseNpy(bytes, "ok.npy");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->shape, (Shape{2}));
+  EXPECT_EQ(t->data, (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_FALSE(ParseNpy(bytes.substr(0, bytes.size() - 1), "short.npy").ok());
+}
+
 }  // namespace
 }  // namespace fusejit

@@ -195,23 +195,27 @@ TEST_F(PrewarmCliTest, TwoArchitecturesThenFreshProcessesFindEveryEntryCached) {
   EXPECT_EQ(Entries(cache_).size(), 6u);
 }
 
-TEST_F(PrewarmCliTest, BadSpecsAndRejectedArchitecturesFailAloneAndExitOne) {
+TEST_F(PrewarmCliTest, BadSpecsFailAloneAndExitTwoRejectedArchitecturesCompileNothing) {
   WriteFile(manifest_,
             "x:f32[1,4,4,4,4] | relu\n"
             "x:f32[1,{4,6},4,4,4] | group_norm(groups=4)   # 6 channels: not divisible\n"
             "x:f32[1,4,4,4,4] | tanh\n");
-  // sm_10: a well-formed name that NVRTC refuses.
+  // sm_10: a well-formed name that NVRTC does not support: refused up front, like a bad spec
+  // (exit 2), before anything is compiled.
   Result r = Prewarm({"--arch", "sm_90,sm_10", "--jobs", "2"});
-  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  EXPECT_EQ(Count(r.out, "compiled"), 3) << r.out;  // every sm_90 pair
-  EXPECT_EQ(Count(r.out, "failed"), 4) << r.out;    // the bad spec, and 3 pairs for sm_10
-  EXPECT_THAT(r.out, HasSubstr("(1 invalid in the manifest, 3 compiles)"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--arch: sm_10 is not supported by NVRTC"));
+  EXPECT_THAT(r.err, HasSubstr("sm_90"));  // the supported ones are listed
+  EXPECT_FALSE(fs::exists(cache_));
+  // The valid specs are compiled; the invalid one is input error: exit 2 at the end.
+  r = Prewarm({"--arch", "sm_90", "--jobs", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(Count(r.out, "compiled"), 3) << r.out;  // every valid pair
+  EXPECT_THAT(r.out, HasSubstr("(1 invalid in the manifest"));
   EXPECT_THAT(r.out, HasSubstr(manifest_.string() +
                                ":2:24: op 0 group_norm(groups=4,eps=1e-5): 6 channels are not "
                                "divisible by 4 groups"));
-  EXPECT_THAT(r.out, HasSubstr("sm_10 x:f32[1,4,4,4,4] | tanh (" + manifest_.string() + ":3): "));
-  EXPECT_THAT(r.err, HasSubstr("failed: sm_10 x:f32[1,4,4,4,4] | relu"));  // as it happens
-  EXPECT_THAT(r.err, HasSubstr("fusejit prewarm: error: 1 invalid specs, 3 of 6 compiles failed"));
+  EXPECT_THAT(r.err, HasSubstr("fusejit prewarm: error: 1 invalid specs"));
   EXPECT_EQ(Entries(cache_).size(), 3u);
 }
 
@@ -359,20 +363,31 @@ TEST_F(PrewarmCliTest, UsageAndSetupErrors) {
   r = Run({"prewarm", manifest_.string(), "--jobs", "0"});
   EXPECT_EQ(r.exit_code, 2);
   r = Run({"prewarm", (dir_ / "missing.txt").string(), "--arch", "sm_90"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);  // a missing input file is invalid input
   EXPECT_THAT(r.err, HasSubstr("cannot read manifest"));
+  r = Run({"prewarm", "/dev/zero", "--arch", "sm_90"});  // not read: no unbounded memory
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("manifest /dev/zero is a character device; expected a regular file"));
+  r = Run({"prewarm", dir_.string(), "--arch", "sm_90"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("is a directory; expected a regular file"));
+  r = Run({"prewarm", manifest_.string(), "--arch", ""});
+  EXPECT_EQ(r.exit_code, 2);
+  r = Run({"prewarm", manifest_.string(), "--arch", "sm_10"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not supported by NVRTC"));
   r = Run({"prewarm", manifest_.string(), "--arch", "sm_90"}, {"FUSEJIT_DISABLE_CACHE=1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("the kernel cache is not usable"));
   WriteFile(manifest_, "# nothing\n\n");
   r = Run({"prewarm", manifest_.string(), "--arch", "sm_90"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("names no specs"));
   std::string big = "x:f32[1,4,4,4,4]";
   for (int i = 0; i < 6; ++i) big += " | {relu,sigmoid,tanh,gelu,hardswish,swish,silu}";
   WriteFile(manifest_, "\n" + big + "\n");
   r = Run({"prewarm", manifest_.string(), "--arch", "sm_90"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr(manifest_.string() +
                                ":2:20: this line expands to 117649 specs (7 x 7 x 7 x 7 x 7 "
                                "x 7); with the 0 specs before it the manifest would exceed its "
@@ -380,7 +395,7 @@ TEST_F(PrewarmCliTest, UsageAndSetupErrors) {
   WriteFile(manifest_, "x:f32[{1,2},4,4,4,4] | relu\nx:f32[1,4,4,4,4] | rleu\n");
   cache_ = dir_ / "untouched_cache";
   r = Run({"prewarm", manifest_.string(), "--list"});  // compiles nothing, touches no cache
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "x:f32[1,4,4,4,4] | relu\nx:f32[2,4,4,4,4] | relu\n# " + manifest_.string() +
                        ": 3 specs, 2 chains, 0 duplicates, 1 invalid\n");
   EXPECT_THAT(r.err, HasSubstr(manifest_.string() + ":2:20: "));

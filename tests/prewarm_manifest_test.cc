@@ -2,6 +2,7 @@
 // limit, canonical deduplication, and errors located as FILE:LINE:COLUMN in the original line.
 // In-process, no NVRTC.
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,47 @@ TEST(PrewarmManifestTest, ReadManifestNamesAMissingFile) {
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(std::string(m.status().message()),
               HasSubstr("cannot read manifest " + path + ": No such file or directory"));
+}
+
+TEST(PrewarmManifestTest, FileSizeLineLengthAndFileKindAreBounded) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "manifest_limits_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "m.txt").string();
+  { std::ofstream(path) << "x:f32[1,4,4,4,4] | relu\n# " << std::string(100, 'c') << "\n"; }
+  ManifestOptions options;
+  options.max_bytes = 64;
+  absl::StatusOr<Manifest> m = ReadManifest(path, options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("manifest " + path + " is 127 bytes; the limit for a manifest is 64 bytes"));
+  options = ManifestOptions();
+  options.max_line_bytes = 50;
+  m = ReadManifest(path, options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr(path + ":2:51: the line is 102 bytes long; the limit is 50 bytes per line"));
+  EXPECT_TRUE(ReadManifest(path).ok());
+  for (const std::string& special : {dir.string(), std::string("/dev/null")}) {
+    m = ReadManifest(special);
+    ASSERT_FALSE(m.ok()) << special;
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << special;
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("expected a regular file"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrewarmManifestTest, GridErrorsQuoteABoundedExcerpt) {
+  std::string line = "x:f32[{1,2},4,4,4,4]";
+  for (int i = 0; i < 25; ++i) line += " | sigmoid";
+  line += " | rleu";
+  absl::StatusOr<Manifest> m = ParseManifest(line, "long.txt");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->errors.size(), 2u);
+  EXPECT_LT(m->errors[0].size(), 400u) << m->errors[0];
+  EXPECT_THAT(m->errors[0], HasSubstr("unknown op 'rleu'"));
+  EXPECT_THAT(m->errors[0], HasSubstr("| rleu\")"));
 }
 
 }  // namespace

@@ -185,6 +185,124 @@ TEST(Spec, ErrorsNameTheProblemAndTheFix) {
   }
 }
 
+TEST(SpecHardening, IntegersAreParsedAsIntegersWithRangeChecks) {
+  // Not [2,3,4] through a cast to int: refused before any narrowing.
+  std::string e = ErrorOf("x:f32[2,4,8,8,8] | mean(dims=[4294967298,4294967299,4294967300])");
+  EXPECT_NE(e.find("dims=4294967298 is out of range"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=3,padding=99999999999999999999)");
+  EXPECT_NE(e.find("beyond 64-bit integers"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=3.0)");
+  EXPECT_NE(e.find("k=3.0 must be a whole number"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=1e1)");
+  EXPECT_NE(e.find("whole number"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8e0,8,8] | relu");
+  EXPECT_NE(e.find("whole number"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=3,stride=nan)");
+  EXPECT_NE(e.find("'nan'"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | mean(dims=[2,3,-4])");
+  EXPECT_NE(e.find("dims=-4 is out of range"), std::string::npos) << e;
+  EXPECT_EQ(Canonical("x:f32[+2,4,8,8,8] | conv3d(out=+4,k=3)"),
+            "x:f32[2,4,8,8,8] | conv3d(out=4,k=3)");
+}
+
+TEST(SpecHardening, RealsMustBeFiniteAndRepresentableInTheChainsDType) {
+  std::string e = ErrorOf("x:f32[2,4,8,8,8] | leaky_relu(slope=1e39)");
+  EXPECT_NE(e.find("slope=1e39 is beyond the range of f32"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | group_norm(groups=2,eps=1e39)");
+  EXPECT_NE(e.find("eps=1e39 is beyond the range of f32"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | group_norm(groups=2,eps=1e-46)");
+  EXPECT_NE(e.find("eps=1e-46 rounds to 0 in f32"), std::string::npos) << e;
+  e = ErrorOf("x:f16[2,4,8,8,8] | leaky_relu(slope=70000)");
+  EXPECT_NE(e.find("beyond the range of f16 (largest magnitude 65504)"), std::string::npos) << e;
+  e = ErrorOf("x:f16[2,4,8,8,8] | group_norm(groups=2,eps=1e-8)");
+  EXPECT_NE(e.find("rounds to 0 in f16"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | clamp(min=-inf,max=1)");
+  EXPECT_NE(e.find("must be a finite number"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | clamp(min=-1e400,max=1)");
+  EXPECT_NE(e.find("too large to be represented"), std::string::npos) << e;
+  e = ErrorOf("x:f64[2,4,8,8,8] | group_norm(groups=2,eps=1e-400)");
+  EXPECT_NE(e.find("too small to be represented"), std::string::npos) << e;
+  // Within each dtype's range: accepted (tiny non-zero slopes may round to 0: not invalid).
+  EXPECT_EQ(Canonical("x:f64[2,4,8,8,8] | leaky_relu(slope=1e39)"),
+            "x:f64[2,4,8,8,8] | leaky_relu(slope=1e39)");
+  EXPECT_EQ(Canonical("x:f32[2,4,8,8,8] | group_norm(groups=2,eps=1e-45)"),
+            "x:f32[2,4,8,8,8] | group_norm(groups=2,eps=1e-45)");
+  EXPECT_EQ(Canonical("x:f32[2,4,8,8,8] | leaky_relu(slope=1e-50)"),
+            "x:f32[2,4,8,8,8] | leaky_relu(slope=1e-50)");
+  // The same checks for chains built in C++.
+  Chain c{{2, 4, 8, 8, 8}, {LeakyRelu(3.5e38)}, DType::kF32};
+  EXPECT_NE(std::string(ValidateChain(c).message()).find("beyond the range of f32"),
+            std::string::npos);
+  c.ops = {GroupNorm(2, 1e-300)};
+  EXPECT_NE(std::string(ValidateChain(c).message()).find("rounds to 0 in f32"), std::string::npos);
+}
+
+TEST(SpecHardening, ConflictingAliasesAreRefused) {
+  std::string e = ErrorOf("x:f32[2,4,8,8,8] | leaky_relu(slope=0.1,negative_slope=0.2)");
+  EXPECT_NE(e.find("'slope' and 'negative_slope' are the same argument"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | mean(dims=[2,3,4],dim=[2,3,4])");
+  EXPECT_NE(e.find("'dims' and 'dim' are the same argument"), std::string::npos) << e;
+  EXPECT_EQ(Canonical("x:f32[2,4,8,8,8] | leaky_relu(negative_slope=0.2)"),
+            "x:f32[2,4,8,8,8] | leaky_relu(slope=0.2)");
+}
+
+TEST(SpecHardening, LimitsAreNamedAndOutputSizesNeverOverflow) {
+  std::string e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=3,padding=4611686018427387904)");
+  EXPECT_NE(e.find("padding (d) is 4611686018427387904; the limit is 1024"), std::string::npos)
+      << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | conv_transpose3d(out=4,k=3,dilation=9223372036854775807)");
+  EXPECT_NE(e.find("the limit is 64"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=33)");
+  EXPECT_NE(e.find("k (d) is 33; the limit is 32"), std::string::npos) << e;
+  e = ErrorOf("x:f32[2,4,8,8,2000000] | relu");
+  EXPECT_NE(e.find("over the limit of 1048576"), std::string::npos) << e;
+  e = ErrorOf("x:f32[1,1,1,1,20000] | conv_transpose3d(out=1,k=32,stride=64)");
+  EXPECT_NE(e.find("output size along w is 1279968; the limit is 1048576"), std::string::npos)
+      << e;
+  // C++ chains with values no parser would produce: errors, never signed overflow (UBSan).
+  Chain c{{2, 4, 8, 8, 8}, {ConvTranspose3d(4, {3, 3, 3}, {1, 1, 1}, {INT64_MAX, 0, 0})},
+          DType::kF32};
+  EXPECT_NE(std::string(ValidateChain(c).message()).find("the limit is 1024"), std::string::npos);
+  c.ops = {Conv3d(4, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, {INT64_MIN, 1, 1})};
+  EXPECT_NE(std::string(ValidateChain(c).message()).find("dilation must be >= 1"),
+            std::string::npos);
+  // Total work of one kernel, and the reduction behind one output.
+  e = ErrorOf("x:f32[1,512,128,128,128] | conv3d(out=64,k=7,padding=3)");
+  EXPECT_NE(e.find("multiply-adds"), std::string::npos) << e;
+  EXPECT_NE(e.find("the limit for one kernel is 17592186044416"), std::string::npos) << e;
+  e = ErrorOf("x:f32[1,4096,32,32,32] | conv3d(out=4,k=32)");
+  EXPECT_NE(e.find("the limit is 1048576"), std::string::npos) << e;
+  // Ops and spec length.
+  std::string many = "x:f32[1,4,4,4,4]";
+  for (size_t i = 0; i < ChainLimits::kMaxOps; ++i) many += " | relu";
+  EXPECT_TRUE(ParseChain(many).ok());
+  e = ErrorOf(many + " | relu");
+  EXPECT_NE(e.find("the limit is 32 ops"), std::string::npos) << e;
+  std::string long_spec = "x:f32[1,4,4,4,4] | relu" + std::string(5000, ' ');
+  e = ErrorOf(long_spec);
+  EXPECT_NE(e.find("the spec is 5023 bytes long; the limit is 4096 bytes"), std::string::npos);
+}
+
+TEST(SpecHardening, ErrorsQuoteABoundedExcerptAndNameNonAsciiCharacters) {
+  std::string spec = "x:f32[1,4,4,4,4]";
+  for (int i = 0; i < 30; ++i) spec += " | sigmoid";
+  spec += " | rleu";
+  std::string e = ErrorOf(spec);
+  EXPECT_LT(e.size(), 300u) << e;
+  EXPECT_NE(e.find("unknown op 'rleu'"), std::string::npos) << e;
+  EXPECT_NE(e.find("(in \"...oid | sigmoid"), std::string::npos) << e;  // cut, marked
+  EXPECT_NE(e.find("| sigmoid | rleu\")"), std::string::npos) << e;
+  e = ErrorOf("x:f32[1,4,4,4,4] \u2013 relu");  // an en dash for '|'
+  EXPECT_NE(e.find("U+2013 (UTF-8 e2 80 93, looks like '-'"), std::string::npos) << e;
+  e = ErrorOf("x:f32[1,4,4,4,4] | conv3d(out=4,k=\uff13)");  // fullwidth 3
+  EXPECT_NE(e.find("U+FF13 (UTF-8 ef bc 93, looks like '3'"), std::string::npos) << e;
+  e = ErrorOf("x:f32[1,4,4,4,4] |\u00a0relu");  // a no-break space
+  EXPECT_NE(e.find("U+00A0"), std::string::npos) << e;
+  e = ErrorOf("x:f32[1,4,4,4,4] | \xff");
+  EXPECT_NE(e.find("byte 0xff (not UTF-8)"), std::string::npos) << e;
+  EXPECT_EQ(e.find("''"), std::string::npos) << e;  // never an empty quote
+}
+
 TEST(Spec, ParamsAreNamedLikeNnSequential) {
   absl::StatusOr<Chain> chain = ParseChain(SeedWorkloads()[0].spec);
   ASSERT_TRUE(chain.ok());

@@ -112,6 +112,7 @@ int AutotuneCommand(const std::vector<std::string>& args, std::ostream& out, std
     return kExitOk;
   }
   std::vector<Job> jobs;
+  size_t invalid_specs = 0;  // in manifests: reported, the others tuned, exit 2 at the end
   for (size_t i = 0; i < parsed->positional.size(); ++i) {
     absl::StatusOr<Chain> chain = ParseChain(parsed->positional[i]);
     if (!chain.ok()) {
@@ -121,8 +122,9 @@ int AutotuneCommand(const std::vector<std::string>& args, std::ostream& out, std
   }
   for (const std::string& path : parsed->GetAll("manifest")) {
     absl::StatusOr<Manifest> manifest = ReadManifest(path);
-    if (!manifest.ok()) return Failure(err, spec, manifest.status().message());
+    if (!manifest.ok()) return InputError(err, spec, manifest.status());
     for (const std::string& e : manifest->errors) err << e << "\n";
+    invalid_specs += manifest->invalid_specs;
     for (const ManifestEntry& e : manifest->entries) jobs.push_back({e.chain, e.spec, e.location});
   }
   if (jobs.empty()) return UsageError(err, spec, "no chains: give SPECs or --manifest FILE");
@@ -238,6 +240,11 @@ int AutotuneCommand(const std::vector<std::string>& args, std::ostream& out, std
   }
   progress.Finish();
   PrintTable(out, rows);
+  if (invalid_specs > 0) {
+    err << fmt::format("{}: {} invalid specs in the manifests (listed above)\n", spec.name,
+                       invalid_specs);
+    return kExitUsage;
+  }
   return all_ok ? kExitOk : kExitFailure;
 }
 

@@ -127,9 +127,12 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   absl::StatusOr<TensorFiles> files = ParseTensorFlags(*parsed, *chain);
   if (!files.ok()) return UsageError(err, spec, files.status().message());
+  if (absl::Status s = CheckPlannable(*chain, "", options.strategy); !s.ok()) {
+    return UsageError(err, spec, s.message());
+  }
   HostInputs given;
   if (absl::Status s = ReadTensorFiles(*files, *chain, given); !s.ok()) {
-    return Failure(err, spec, s.message());
+    return InputError(err, spec, s);  // 2 for a bad file, 1 for an I/O error
   }
 
   absl::StatusOr<jit::ScopedPrimaryContext> context = jit::ScopedPrimaryContext::Create(0);

@@ -1,6 +1,8 @@
 #include "tools/cmd_cache.h"
 
 #include <ctime>
+#include <filesystem>
+#include <system_error>
 #include <map>
 #include <optional>
 
@@ -87,9 +89,14 @@ int Stats(cache::KernelCache& c, std::ostream& out, std::ostream& err) {
     return 1;
   }
   out << fmt::format("entries       {}\n", usage->entries);
-  out << fmt::format("entry bytes   {} ({} bytes, {:.1f}% of the limit)\n",
-                     FormatBytes(usage->entry_bytes), usage->entry_bytes,
-                     c.max_bytes() ? 100.0 * usage->entry_bytes / c.max_bytes() : 0.0);
+  if (c.max_bytes() == 0) {  // FUSEJIT_CACHE_MAX_BYTES=0: no limit, so no share of one
+    out << fmt::format("entry bytes   {} ({} bytes, no limit)\n", FormatBytes(usage->entry_bytes),
+                       usage->entry_bytes);
+  } else {
+    out << fmt::format("entry bytes   {} ({} bytes, {:.1f}% of the limit)\n",
+                       FormatBytes(usage->entry_bytes), usage->entry_bytes,
+                       100.0 * usage->entry_bytes / c.max_bytes());
+  }
   out << fmt::format("temp files    {} ({} bytes)\n", usage->temp_files, usage->temp_bytes);
   out << fmt::format("lock files    {}\n", usage->lock_files);
   out << "(hit/miss counters are per process: see KernelCache::Stats)\n";
@@ -203,6 +210,17 @@ int RunCacheCommand(const std::vector<std::string>& args, std::ostream& out, std
   if (dir.has_value() && dir->empty()) {
     err << "fusejit cache: --cache-dir is empty\n";
     return 2;
+  }
+  if (dir.has_value() && (*dir)[0] != '/') {
+    // A command-line path is relative to the working directory; the cache itself only takes
+    // absolute paths (a relative FUSEJIT_CACHE_DIR is refused: it would differ per process).
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(*dir, ec);
+    if (ec) {
+      err << fmt::format("fusejit cache: --cache-dir {}: {}\n", *dir, ec.message());
+      return 2;
+    }
+    dir = absolute.string();
   }
   cache::CacheOptions options = cache::CacheOptionsFromEnvironment();
   options.disk_enabled = true;  // FUSEJIT_DISABLE_CACHE turns off use, not management

@@ -51,7 +51,12 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
-  options.dump_dir = parsed->Get("dump").value_or("");
+  if (absl::Status s = CheckPlannable(*chain, arch, options.strategy); !s.ok()) {
+    return UsageError(err, spec, s.message());
+  }
+  absl::StatusOr<std::string> dump_dir = DumpDirFromFlags(*parsed);
+  if (!dump_dir.ok()) return InputError(err, spec, dump_dir.status());
+  options.dump_dir = *dump_dir;
   options.use_cache = !parsed->Has("no-cache");
 
   int64_t hits = 0;

@@ -1,25 +1,14 @@
 // fusejit explain SPEC: the plan (kernels, launch dimensions, workspace) and the generated source,
-// which explain always writes to disk so it can be read.
-#include <filesystem>
-#include <system_error>
-
+// which explain always writes to disk so it can be read: below --dump DIR (a folder of the user's
+// own), else in a new private folder (jit/dump.h).
 #include "fmt/format.h"
 #include "fusejit/chain.h"
 #include "fusejit/fusejit.h"
+#include "jit/dump.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
 namespace fusejit::tools {
-namespace {
-
-std::string DefaultDumpDir() {
-  std::error_code ec;
-  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
-  if (ec) tmp = "/tmp";
-  return (tmp / "fusejit-explain").string();
-}
-
-}  // namespace
 
 const CommandSpec& ExplainSpec() {
   static const auto* spec = new CommandSpec{
@@ -31,8 +20,10 @@ const CommandSpec& ExplainSpec() {
       .description = fmt::format(
           "Compiles SPEC (no GPU needed) and prints the plan the planner chose, every kernel\n"
           "with its launch dimensions and the workspace layout. The generated source (and its\n"
-          "PTX) is always written: below --dump DIR, default {}.\n",
-          DefaultDumpDir()),
+          "PTX) is always written: below --dump DIR (created 0700 when missing; it must be your\n"
+          "own folder, not a symbolic link, not writable by others), else in a new private\n"
+          "folder $TMPDIR/fusejit-explain.XXXXXX (the newest {} such folders are kept).\n",
+          jit::kKeepDumps),
       .flags = {ArchFlag(), StrategyFlag(), DumpFlag()},
   };
   return *spec;
@@ -56,11 +47,21 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
-  options.dump_dir = parsed->Get("dump").value_or(DefaultDumpDir());
+  if (absl::Status s = CheckPlannable(*chain, arch, options.strategy); !s.ok()) {
+    return UsageError(err, spec, s.message());
+  }
+  absl::StatusOr<std::string> dump_dir = DumpDirFromFlags(*parsed);
+  if (!dump_dir.ok()) return InputError(err, spec, dump_dir.status());
+  options.dump_dir = *dump_dir;  // "": a new private folder, made below
 
   CompileTarget target = ChooseCompileTarget(arch);
   if (!target.note.empty()) out << target.note << "\n";
   options.arch = target.arch;
+  if (options.dump_dir.empty()) {
+    absl::StatusOr<std::string> dir = jit::NewPrivateDumpDir("explain");
+    if (!dir.ok()) return Failure(err, spec, dir.status().message());
+    options.dump_dir = *dir;
+  }
 
   absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, options);
   if (!compiled.ok()) return Failure(err, spec, compiled.status().message());

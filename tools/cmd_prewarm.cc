@@ -351,16 +351,21 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
     }
   }
 
+  // A refused FUSEJIT_DUMP_DIR would fail every compile: refuse it once, as invalid input.
+  if (absl::StatusOr<std::string> dump = DumpDirFromFlags(*parsed); !dump.ok()) {
+    return InputError(err, spec, dump.status());
+  }
+
   const std::string& manifest_path = parsed->positional[0];
   absl::StatusOr<Manifest> manifest = ReadManifest(manifest_path);
-  if (!manifest.ok()) return Failure(err, spec, manifest.status().message());
+  if (!manifest.ok()) return InputError(err, spec, manifest.status());
   if (parsed->Has("list")) {
     for (const ManifestEntry& e : manifest->entries) out << e.spec << "\n";
     for (const std::string& e : manifest->errors) err << e << "\n";
     out << fmt::format("# {}: {} specs, {} chains, {} duplicates, {} invalid\n", manifest_path,
                        manifest->specs, manifest->entries.size(), manifest->duplicates,
                        manifest->invalid_specs);
-    return manifest->errors.empty() ? kExitOk : kExitFailure;
+    return manifest->errors.empty() ? kExitOk : kExitUsage;
   }
 
   // Targets. Without --arch: the device (its context is held on this thread for --verify's
@@ -443,7 +448,7 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (remote) out << fmt::format("remote:  {}\n", cache.remote_description());
   out.flush();
   if (chains.empty() && manifest->errors.empty()) {
-    return Failure(err, spec, absl::StrCat(manifest_path, " names no specs"));
+    return UsageError(err, spec, absl::StrCat(manifest_path, " names no specs"));
   }
   if (!manifest->errors.empty()) {
     err << fmt::format("prewarm: {} specs of {} have errors (listed at the end); compiling the "
@@ -503,7 +508,8 @@ int PrewarmCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   if (!problems.empty()) what.push_back(fmt::format("{} problems", problems.size()));
   err << fmt::format("{}: error: {} (see the summary)\n", spec.name, absl::StrJoin(what, ", "));
-  return kExitFailure;
+  // Invalid specs are invalid input (2) even when every valid one compiled; else a failure (1).
+  return manifest->invalid_specs > 0 ? kExitUsage : kExitFailure;
 }
 
 }  // namespace fusejit::tools

@@ -63,7 +63,9 @@ absl::Status ParseRunFlags(const ParsedArgs& parsed, RunFlags& flags) {
   absl::StatusOr<std::string> strategy = StrategyFromFlags(parsed);
   if (!strategy.ok()) return strategy.status();
   flags.compile_options.strategy = *strategy;
-  flags.compile_options.dump_dir = parsed.Get("dump").value_or("");
+  absl::StatusOr<std::string> dump_dir = DumpDirFromFlags(parsed);
+  if (!dump_dir.ok()) return dump_dir.status();
+  flags.compile_options.dump_dir = *dump_dir;
   return absl::OkStatus();
 }
 
@@ -120,14 +122,17 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   // Everything the command line can get wrong is checked before any file or device is touched.
   RunFlags flags;
   if (absl::Status s = ParseRunFlags(*parsed, flags); !s.ok()) {
-    return UsageError(err, spec, s.message());
+    return InputError(err, spec, s);
   }
   absl::StatusOr<TensorFiles> files = ParseTensorFlags(*parsed, *chain);
   if (!files.ok()) return UsageError(err, spec, files.status().message());
+  if (absl::Status s = CheckPlannable(*chain, "", flags.compile_options.strategy); !s.ok()) {
+    return UsageError(err, spec, s.message());
+  }
 
   HostInputs given;
   if (absl::Status s = ReadTensorFiles(*files, *chain, given); !s.ok()) {
-    return Failure(err, spec, s.message());
+    return InputError(err, spec, s);  // 2 for a bad file, 1 for an I/O error
   }
   if (auto path = parsed->Get("output")) {
     // Refuse an output nobody can write before spending the run on it.

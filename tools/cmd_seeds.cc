@@ -136,12 +136,14 @@ const CommandSpec& SeedsSpec() {
           "against the float64 CPU reference on --check-samples samples (first and last\n"
           "included) and prints one row per chain; exit 1 if any fails (relative L2 error\n"
           "above 1e-5, max abs error above 1e-4, or unwritten outputs).\n"
-          "Without a GPU: compiles each chain for sm_90 and prints the compile times.\n",
+          "Without a GPU: compiles each chain for sm_90 and prints the compile times.\n"
+          "--list prints the seed specs (canonical), one per line, and does nothing else.\n",
       .flags =
           {
               {"check-samples", "K", "samples compared with the reference (default 2)"},
               {"reps", "N", "timed runs per chain (default 10)"},
               NoCacheFlag(),
+              {"list", "", "print the seed specs, one per line; run nothing"},
           },
   };
   return *spec;
@@ -158,6 +160,14 @@ int SeedsCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   SeedsFlags flags;
   if (absl::Status s = ParseSeedsFlags(*parsed, flags); !s.ok()) {
     return UsageError(err, spec, s.message());
+  }
+  if (parsed->Has("list")) {  // for scripts (scripts/gpu-sanitize.sh)
+    for (const Workload& w : SeedWorkloads()) {
+      absl::StatusOr<Chain> chain = ParseChain(w.spec);
+      if (!chain.ok()) return Failure(err, spec, chain.status().message());
+      out << FormatChain(*chain) << "\n";
+    }
+    return kExitOk;
   }
 
   absl::StatusOr<const jit::DriverApi*> driver = jit::Driver();

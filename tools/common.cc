@@ -1,11 +1,17 @@
 #include "tools/common.h"
 
+#include <cstdlib>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/planner.h"
 #include "jit/compiled_chain.h"
 #include "jit/driver.h"
+#include "jit/dump.h"
+#include "jit/nvrtc.h"
 
 namespace fusejit::tools {
 
@@ -39,15 +45,31 @@ std::string StrategyNames() {
 }
 
 absl::Status ValidateArch(const std::string& arch) {
-  // "sm_" then at least two digits, then at most one lowercase letter ("sm_90a").
+  if (arch.empty()) {
+    return absl::InvalidArgumentError(
+        "--arch: the architecture is empty; expected sm_XX, e.g. sm_80, sm_90, sm_90a (omit "
+        "--arch to use the GPU's, or sm_90 without one)");
+  }
+  // "sm_" then two or three digits, then at most one of 'a' / 'f' ("sm_90a"), as NVRTC takes them.
   const std::string rest = absl::StartsWith(arch, "sm_") ? arch.substr(3) : "";
   size_t digits = 0;
   while (digits < rest.size() && absl::ascii_isdigit(rest[digits])) ++digits;
-  const bool ok = digits >= 2 && (digits == rest.size() ||
-                                  (digits + 1 == rest.size() && absl::ascii_islower(rest[digits])));
+  const bool ok = digits >= 2 && digits <= 3 &&
+                  (digits == rest.size() ||
+                   (digits + 1 == rest.size() && (rest[digits] == 'a' || rest[digits] == 'f')));
+  const std::vector<std::string> supported = jit::SupportedArchs();
+  const std::string choices =
+      supported.empty() ? "" : absl::StrCat("; this NVRTC supports ", absl::StrJoin(supported, ", "));
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--arch: '", arch, "' is not an architecture; expected sm_XX, e.g. sm_80, sm_90, sm_90a"));
+    return absl::InvalidArgumentError(absl::StrCat("--arch: '", absl::CHexEscape(arch),
+                                                   "' is not an architecture; expected sm_XX, e.g. "
+                                                   "sm_80, sm_90, sm_90a",
+                                                   choices));
+  }
+  const std::string base = absl::StrCat("sm_", rest.substr(0, digits));
+  if (!supported.empty() && std::find(supported.begin(), supported.end(), base) == supported.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("--arch: ", arch, " is not supported by NVRTC ",
+                                                   jit::NvrtcVersion(), choices));
   }
   return absl::OkStatus();
 }
@@ -96,19 +118,69 @@ CompiledInfo Inspect(const CompiledChain& compiled) {
 }
 
 absl::StatusOr<std::string> ArchFromFlags(const ParsedArgs& parsed) {
-  std::string arch = parsed.Get("arch").value_or("");
-  if (!arch.empty()) {
-    if (absl::Status s = ValidateArch(arch); !s.ok()) return s;
-  }
+  if (!parsed.Has("arch")) return std::string();
+  const std::vector<std::string> values = parsed.GetAll("arch");
+  const std::string arch = values.empty() ? "" : values.back();
+  if (absl::Status s = ValidateArch(arch); !s.ok()) return s;  // "" included: refused
   return arch;
 }
 
 absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed) {
-  std::string strategy = parsed.Get("strategy").value_or("");
-  if (!strategy.empty()) {
-    if (absl::Status s = ValidateStrategy(strategy); !s.ok()) return s;
-  }
+  if (!parsed.Has("strategy")) return std::string();
+  const std::vector<std::string> values = parsed.GetAll("strategy");
+  const std::string strategy = values.empty() ? "" : values.back();
+  if (absl::Status s = ValidateStrategy(strategy); !s.ok()) return s;  // "" included: refused
   return strategy;
+}
+
+absl::Status CheckPlannable(const Chain& chain, const std::string& arch,
+                            const std::string& strategy) {
+  if (absl::Status s = codegen::CheckDTypeHasPlans(chain.dtype); !s.ok()) return s;
+  if (strategy.empty() || arch.empty()) return absl::OkStatus();
+  codegen::PlanTarget target;
+  target.arch = arch;
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target, strategy);
+  if (!plan.ok()) return plan.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DumpDirFromFlags(const ParsedArgs& parsed) {
+  std::string dir;
+  std::string from = "--dump";
+  if (parsed.Has("dump")) {
+    dir = parsed.GetAll("dump").back();
+    if (dir.empty()) return absl::InvalidArgumentError("--dump: the folder name is empty");
+  } else if (const char* env = std::getenv("FUSEJIT_DUMP_DIR"); env != nullptr && *env != '\0') {
+    dir = env;
+    from = "FUSEJIT_DUMP_DIR";
+  }
+  if (dir.empty()) return dir;
+  if (absl::Status s = jit::PrepareDumpDir(dir); !s.ok()) {
+    // A folder refused (shared, another user's, a link) is invalid input; an I/O error is not.
+    const absl::StatusCode code = s.code() == absl::StatusCode::kFailedPrecondition
+                                      ? absl::StatusCode::kInvalidArgument
+                                      : s.code();
+    return absl::Status(code, absl::StrCat(from, ": ", s.message()));
+  }
+  return dir;
+}
+
+int ExitCodeForInput(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+int InputError(std::ostream& err, const CommandSpec& spec, const absl::Status& status) {
+  if (ExitCodeForInput(status) == kExitUsage) return UsageError(err, spec, status.message());
+  return Failure(err, spec, status.message());
 }
 
 }  // namespace fusejit::tools

@@ -20,10 +20,15 @@
 
 namespace fusejit::tools {
 
-// Process exit statuses of every command.
+// Process exit statuses of every command, one per class of error:
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // the command could not do its job (or a check failed)
-inline constexpr int kExitUsage = 2;    // the command line is wrong (flags, spec, names)
+// A failure while doing valid work: NVRTC, the driver or the GPU failed, a check failed, an I/O
+// error, no usable kernel cache.
+inline constexpr int kExitFailure = 1;
+// Usage or invalid input: flags, spec, architecture, strategy, and the files and environment the
+// command reads (a manifest or .npy file that is missing, malformed, too large or not a regular
+// file; invalid specs in a manifest).
+inline constexpr int kExitUsage = 2;
 
 // The signature of every command: args are the words after the command's name.
 using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out,
@@ -49,9 +54,27 @@ absl::Status ValidateArch(const std::string& arch);
 // OK if `name` is a known strategy; otherwise an error listing them.
 absl::Status ValidateStrategy(const std::string& name);
 
-// The value of --arch / --strategy, validated as above; "" when the flag is absent.
+// The value of --arch / --strategy, validated as above; "" when the flag is absent (an empty value
+// is refused).
 absl::StatusOr<std::string> ArchFromFlags(const ParsedArgs& parsed);
 absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed);
+
+// OK when the chain can be planned: its dtype has plans and, when both are given, `strategy`
+// applies to it on `arch`. Errors are input errors (exit 2), so a command refuses what it cannot
+// plan before compiling anything.
+absl::Status CheckPlannable(const Chain& chain, const std::string& arch,
+                            const std::string& strategy);
+
+// The dump folder asked for by --dump DIR, else FUSEJIT_DUMP_DIR; "" when neither. The folder is
+// checked (and created) with jit::PrepareDumpDir: a folder refused (a symbolic link, another
+// user's, writable by others) is InvalidArgument, as is an empty --dump.
+absl::StatusOr<std::string> DumpDirFromFlags(const ParsedArgs& parsed);
+
+// The exit status for an error in reading or checking input (a file, a value): kExitUsage for
+// InvalidArgument, NotFound, PermissionDenied, OutOfRange, Unimplemented; kExitFailure otherwise
+// (an I/O error). InputError prints it like UsageError or Failure and returns it.
+int ExitCodeForInput(const absl::Status& status);
+int InputError(std::ostream& err, const CommandSpec& spec, const absl::Status& status);
 
 // Where to compile. With --arch: that architecture, no context. Without: device 0 when a driver
 // and a device exist (its primary context is held, so Compile sees the real device, SM count

@@ -5,9 +5,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
@@ -15,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "codegen/spec_text.h"
+#include "reference/file_read.h"
 
 namespace fusejit::tools {
 namespace {
@@ -174,7 +174,12 @@ LineError LocateChainError(const Expanded& e, absl::string_view message, bool gr
       pos = *col - 1;
       text.remove_prefix(n);
       absl::ConsumePrefix(&text, ": ");
-      absl::ConsumeSuffix(&text, absl::StrCat(" (in \"", e.text, "\")"));
+      // ParseChain ends with ` (in "<excerpt>")` (an excerpt has no unescaped '"'): the line is
+      // quoted by the location instead.
+      if (const size_t in = text.rfind(" (in \""); in != absl::string_view::npos &&
+                                                   absl::EndsWith(text, "\")")) {
+        text = text.substr(0, in);
+      }
     } else {
       text = message;
     }
@@ -184,7 +189,7 @@ LineError LocateChainError(const Expanded& e, absl::string_view message, bool gr
     }
   }
   std::string out(text);
-  if (grid_line) absl::StrAppend(&out, " (in \"", trimmed, "\")");
+  if (grid_line) absl::StrAppend(&out, " (in \"", QuoteExcerpt(trimmed, pos), "\")");
   return {ColumnAt(e, pos), out};
 }
 
@@ -208,6 +213,12 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view manifest_text,
     absl::string_view line = text.substr(0, eol);
     text.remove_prefix(eol == absl::string_view::npos ? text.size() : eol + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > options.max_line_bytes) {
+      return absl::InvalidArgumentError(Locate(
+          file_name, line_number, static_cast<int>(options.max_line_bytes) + 1,
+          absl::StrCat("the line is ", line.size(), " bytes long; the limit is ",
+                       options.max_line_bytes, " bytes per line")));
+    }
     if (const size_t hash = line.find('#'); hash != absl::string_view::npos) {
       line = line.substr(0, hash);
     }
@@ -283,15 +294,9 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view manifest_text,
 }
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& path, const ManifestOptions& options) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read manifest ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << f.rdbuf();
-  if (f.bad()) return absl::DataLossError(absl::StrCat("error reading manifest ", path));
-  return ParseManifest(text.str(), path, options);
+  absl::StatusOr<std::string> text = ReadRegularFile(path, options.max_bytes, "manifest");
+  if (!text.ok()) return text.status();
+  return ParseManifest(*text, path, options);
 }
 
 }  // namespace fusejit::tools

@@ -23,6 +23,7 @@
 #define FUSEJIT_TOOLS_MANIFEST_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,9 @@ namespace fusejit::tools {
 struct ManifestOptions {
   // The most specs (after grid expansion, duplicates included) a manifest may name in all.
   size_t max_specs = 100000;
+  // The largest manifest file ReadManifest reads, and the longest line (without its newline).
+  uint64_t max_bytes = uint64_t{16} << 20;
+  size_t max_line_bytes = 16384;
 };
 
 struct ManifestEntry {
@@ -55,12 +59,15 @@ struct Manifest {
 
 // Parses manifest text; `file_name` is used in locations only.
 // Errors (the manifest as a whole is refused): InvalidArgument when the specs would exceed
-// options.max_specs, located at the first grid of the line that crosses the limit.
+// options.max_specs, located at the first grid of the line that crosses the limit, or when a line
+// is longer than options.max_line_bytes.
 absl::StatusOr<Manifest> ParseManifest(std::string_view text, std::string_view file_name,
                                        const ManifestOptions& options = {});
 
-// Reads and parses the file at `path` (locations name it as given).
-// Errors: the file cannot be read (naming it and why); those of ParseManifest.
+// Reads and parses the file at `path` (locations name it as given). Only a regular file of at
+// most options.max_bytes is read (reference/file_read.h).
+// Errors: the file cannot be opened (NotFound, PermissionDenied), is not a regular file or is too
+// large (InvalidArgument), a read error (Internal); those of ParseManifest.
 absl::StatusOr<Manifest> ReadManifest(const std::string& path,
                                       const ManifestOptions& options = {});
 

@@ -104,6 +104,24 @@ struct Chain {
   }
 };
 
+// What fusejit accepts, checked by ParseChain and ValidateChain before any arithmetic on the
+// values; each error names the limit it exceeded. Sizes beyond these are far outside what the
+// plans are built for, and would make NVRTC (or the kernel) run for minutes.
+struct ChainLimits {
+  static constexpr size_t kMaxSpecBytes = 4096;    // length of a spec's text
+  static constexpr size_t kMaxOps = 32;            // ops in one chain
+  static constexpr int64_t kMaxSize = 1 << 20;     // each input size (N, C, D, H, W), out, groups
+  static constexpr int64_t kMaxElements = 2147483647;  // of any tensor: 32-bit indexing
+  static constexpr int64_t kMaxKernel = 32;        // each kernel size (k)
+  static constexpr int64_t kMaxStride = 64;        // each stride, dilation, output_padding
+  static constexpr int64_t kMaxPadding = 1024;     // each padding
+  // Multiply-adds of one convolution: output elements x (input channels x kernel volume).
+  static constexpr int64_t kMaxConvMacs = int64_t{1} << 44;
+  // Input channels x kernel volume: the reduction behind one convolution output (the unrolled
+  // loop NVRTC compiles).
+  static constexpr int64_t kMaxReduction = int64_t{1} << 20;
+};
+
 // Builders for chains written in C++ (the alternative to ParseChain).
 Op Conv3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1}, Dims3 padding = {0, 0, 0},
           Dims3 dilation = {1, 1, 1}, bool bias = true);
@@ -120,7 +138,8 @@ Op Mean(std::vector<int> dims);
 // "op 3 group_norm(groups=5): 16 channels are not divisible by 5 groups".
 absl::StatusOr<Chain> ParseChain(std::string_view spec);
 
-// Checks a chain built in C++ against the grammar and shape rules (ParseChain calls this).
+// Checks a chain built in C++ against the grammar, the shape rules and ChainLimits, and that every
+// number is finite and representable in the chain's dtype (ParseChain calls this).
 absl::Status ValidateChain(const Chain& chain);
 
 // The canonical spec text. REQUIRES: chain is valid.
