@@ -22,7 +22,8 @@
 #                             keeps each seed's own batch
 #   FUSEJIT_SANITIZE_TIMEOUT  seconds per step (default 240); a step that runs out is reported
 #                             as TIMEOUT and counts as a failure
-#   FUSEJIT_GTEST_FILTER      the gtest filter of the suite step (default 'Gpu*')
+#   FUSEJIT_GTEST_FILTER      the gtest filter of the suite step (default 'Gpu*' less
+#                             GpuJit.ErrorsAreStatusesNotCrashes, whose driver errors are the test)
 #   COMPUTE_SANITIZER         the tool's path (default: PATH, else /usr/local/cuda/bin)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 batch="${FUSEJIT_SANITIZE_BATCH:-2}"
 limit="${FUSEJIT_SANITIZE_TIMEOUT:-240}"
-filter="${FUSEJIT_GTEST_FILTER:-Gpu*}"
+filter="${FUSEJIT_GTEST_FILTER:-Gpu*:-GpuJit.ErrorsAreStatusesNotCrashes}"
 run=.gpu/run
 [ -x "$run" ] || { echo "gpu-sanitize: $run is missing: bundle the programs first (see above)" >&2; exit 2; }
 sanitizer="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
