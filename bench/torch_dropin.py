@@ -29,30 +29,10 @@ import torch.nn as nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 import fusejit.torch as fj  # noqa: E402
+from compare_pytorch import time_cuda  # noqa: E402  (L2 flushed, CUDA events, median)
 from seed_models import SEEDS  # noqa: E402
-
-FLUSH = None
-
-
-def time_cuda(fn, reps, warmup=3):
-    """Median ms of fn() over reps, CUDA events, L2 flushed before each run."""
-    global FLUSH
-    if FLUSH is None:
-        FLUSH = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
-    times = []
-    for i in range(warmup + reps):
-        FLUSH.fill_(1.0)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
-
 
 def randomized(model, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -106,14 +106,8 @@ absl::StatusOr<std::string> CurrentArch() {
 
 namespace {
 
-// Device `ordinal`'s primary context, retained once for the life of the process (so it stays
-// alive for every thread that makes it current here).
-absl::StatusOr<CUcontext> RetainedPrimaryContext(const DriverApi& api, int ordinal) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* retained = new absl::flat_hash_map<int, CUcontext>();
-  absl::MutexLock lock(&mu);
-  auto it = retained->find(ordinal);
-  if (it != retained->end()) return it->second;
+// The device of ordinal `ordinal`; InvalidArgument (naming how many there are) when none.
+absl::StatusOr<CUdevice> DeviceOf(const DriverApi& api, int ordinal) {
   int count = 0;
   FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
   if (ordinal < 0 || ordinal >= count) {
@@ -124,8 +118,21 @@ absl::StatusOr<CUcontext> RetainedPrimaryContext(const DriverApi& api, int ordin
   CUdevice device = 0;
   FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&device, ordinal),
                              absl::StrCat("cuDeviceGet(", ordinal, ")"));
+  return device;
+}
+
+// Device `ordinal`'s primary context, retained once for the life of the process (so it stays
+// alive for every thread that makes it current here).
+absl::StatusOr<CUcontext> RetainedPrimaryContext(const DriverApi& api, int ordinal) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* retained = new absl::flat_hash_map<int, CUcontext>();
+  absl::MutexLock lock(&mu);
+  auto it = retained->find(ordinal);
+  if (it != retained->end()) return it->second;
+  absl::StatusOr<CUdevice> device = DeviceOf(api, ordinal);
+  if (!device.ok()) return device.status();
   CUcontext context = nullptr;
-  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, device),
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, *device),
                              absl::StrCat("cuDevicePrimaryCtxRetain(device ", ordinal, ")"));
   retained->emplace(ordinal, context);
   return context;
@@ -154,11 +161,11 @@ absl::StatusOr<DeviceContextGuard> DeviceContextGuard::Enter(int ordinal) {
   CUcontext current = nullptr;
   FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
   if (current) {
-    CUdevice have = 0, want = 0;
+    CUdevice have = 0;
     FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetDevice(&have), "cuCtxGetDevice");
-    FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&want, ordinal),
-                               absl::StrCat("cuDeviceGet(", ordinal, ")"));
-    if (have == want) return guard;
+    absl::StatusOr<CUdevice> want = DeviceOf(api, ordinal);
+    if (!want.ok()) return want.status();
+    if (have == *want) return guard;
   }
   absl::StatusOr<CUcontext> primary = RetainedPrimaryContext(api, ordinal);
   if (!primary.ok()) return primary.status();
@@ -180,23 +187,15 @@ absl::StatusOr<ScopedPrimaryContext> ScopedPrimaryContext::Create(int ordinal) {
   absl::StatusOr<const DriverApi*> loaded = Driver();
   if (!loaded.ok()) return loaded.status();
   const DriverApi& api = **loaded;
-  int count = 0;
-  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
-  if (ordinal < 0 || ordinal >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ordinal ", ordinal,
-                                                   " does not exist: there are ", count,
-                                                   " device(s), 0..", count - 1));
-  }
-  CUdevice device = 0;
-  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDeviceGet(&device, ordinal),
-                             absl::StrCat("cuDeviceGet(", ordinal, ")"));
+  absl::StatusOr<CUdevice> device = DeviceOf(api, ordinal);
+  if (!device.ok()) return device.status();
   CUcontext previous = nullptr;
   FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxGetCurrent(&previous), "cuCtxGetCurrent");
   CUcontext context = nullptr;
-  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, device),
+  FUSEJIT_CU_RETURN_IF_ERROR(api.cuDevicePrimaryCtxRetain(&context, *device),
                              absl::StrCat("cuDevicePrimaryCtxRetain(device ", ordinal, ")"));
   // From here the retained context is owned; release it if making it current fails.
-  ScopedPrimaryContext scoped(ordinal, device, context, previous);
+  ScopedPrimaryContext scoped(ordinal, *device, context, previous);
   FUSEJIT_CU_RETURN_IF_ERROR(api.cuCtxSetCurrent(context), "cuCtxSetCurrent(primary context)");
   return scoped;
 }
