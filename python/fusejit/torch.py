@@ -20,7 +20,10 @@ How a call runs:
   database for other processes on that kind of GPU (fusejit._policy). "fused" / "eager" force one.
 - Gradients: when x or a parameter requires grad, backward differentiates PyTorch's own
   evaluation of the chain (strict fp32, no TF32) recomputed from the saved input and parameters;
-  a fused backward will replace it.
+  a fused backward will replace it. Until it does, policy="auto" runs calls that need gradients on
+  a module in training mode (`.train()`, the default) with the original forward, since fused
+  forward + recomputed backward would be the slower training step; in eval mode, under
+  torch.no_grad() / inference_mode, and with policy="fused" the fused forward runs.
 - Registered as the custom op torch.ops.fusejit.chain (torch >= 2.4) with a fake implementation,
   so torch.compile keeps it in its graph.
 """
@@ -442,8 +445,13 @@ def _checked_forward(self, st, args, kwargs):
     reason = _why_not(x, named)
     if reason is not None:
         return _fallback(self, st, reason, args, kwargs)
-    spec = _spec(st, x)
     params = [p for _, p in named]
+    needs_grad = _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+    if needs_grad and st.policy == "auto" and self.training:
+        # A training step: until the fused backward exists, the original forward with autograd
+        # is the faster step (the fused forward would add its time to eager's recompute).
+        return st.original_forward(self, x)
+    spec = _spec(st, x)
     try:
         chain = _compiled_chain(spec, x.device.index)
     except _lib.FusejitError as e:
@@ -454,7 +462,7 @@ def _checked_forward(self, st, args, kwargs):
                                                        [p.data_ptr() for p in params])
     if decision == "eager":
         return st.original_forward(self, x)
-    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+    if needs_grad:
         return _call_op(spec, x, params)
     return _run(spec, x, params)
 

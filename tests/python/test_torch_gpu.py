@@ -240,3 +240,20 @@ def test_parameter_changes_are_seen_by_later_calls():
     y = fast(x)  # with grad after no-grad calls: the autograd path
     y.sum().backward()
     assert model.conv.weight.grad is not None and x.grad is None
+
+
+def test_auto_policy_trains_with_the_original_forward():
+    """Until the fused backward exists, a training step is fastest as eager's own."""
+    cls, init, _, _, small = SEEDS["W4"]
+    model = randomized(cls(*init)).cuda()
+    fast = fj.fuse(model)  # policy auto, training mode
+    x = torch.randn(*small, device="cuda")
+    y = fast(x)  # grad mode on, parameters require grad: the original forward
+    assert "ChainFunction" not in type(y.grad_fn).__name__
+    assert not fast.__dict__["_fusejit"].ready
+    fast.eval()
+    y = fast(x)  # eval mode: fused, with the recompute backward
+    assert "ChainFunction" in type(y.grad_fn).__name__
+    with torch.no_grad():
+        fast.train()
+        assert fast(x).grad_fn is None and fast.__dict__["_fusejit"].ready
