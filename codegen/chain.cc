@@ -1,6 +1,8 @@
 // Chain builders, validation, shape inference, parameter listing and canonical printing.
 #include "fusejit/chain.h"
 
+#include "codegen/op_table.h"
+
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -315,31 +317,11 @@ Op Mean(std::vector<int> dims) {
   return op;
 }
 
-std::string_view OpName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kConv3d: return "conv3d";
-    case OpKind::kConvTranspose3d: return "conv_transpose3d";
-    case OpKind::kRelu: return "relu";
-    case OpKind::kLeakyRelu: return "leaky_relu";
-    case OpKind::kSigmoid: return "sigmoid";
-    case OpKind::kTanh: return "tanh";
-    case OpKind::kSwish: return "swish";
-    case OpKind::kHardswish: return "hardswish";
-    case OpKind::kGelu: return "gelu";
-    case OpKind::kClamp: return "clamp";
-    case OpKind::kGroupNorm: return "group_norm";
-    case OpKind::kMean: return "mean";
-  }
-  return "?";
-}
+std::string_view OpName(OpKind kind) { return Describe(kind).name; }
 
-bool IsProducer(OpKind kind) {
-  return kind == OpKind::kConv3d || kind == OpKind::kConvTranspose3d;
-}
+bool IsProducer(OpKind kind) { return Describe(kind).role == OpRole::kProducer; }
 
-bool IsElementwise(OpKind kind) {
-  return !IsProducer(kind) && kind != OpKind::kGroupNorm && kind != OpKind::kMean;
-}
+bool IsElementwise(OpKind kind) { return Describe(kind).role == OpRole::kElementwise; }
 
 absl::Status ValidateChain(const Chain& chain) {
   if (chain.input.size() != 5) {

@@ -5,36 +5,19 @@
 #include "absl/strings/str_split.h"
 #include "codegen/chain_info.h"
 #include "codegen/format_number.h"
+#include "codegen/op_table.h"
 #include "fusejit/fusejit.h"
 #include "templates/embedded.h"
 
 namespace fusejit::codegen {
 namespace {
 
-// The device expression applying one elementwise op to `v`.
-std::string OpStatement(const Op& op) {
-  switch (op.kind) {
-    case OpKind::kRelu: return "v = fj::relu(v);";
-    case OpKind::kLeakyRelu:
-      return absl::StrCat("v = fj::leaky_relu(v, ", FloatLiteral(op.slope), ");");
-    case OpKind::kSigmoid: return "v = fj::sigmoid(v);";
-    case OpKind::kTanh: return "v = fj::tanh_(v);";
-    case OpKind::kSwish: return "v = fj::swish(v);";
-    case OpKind::kHardswish: return "v = fj::hardswish(v);";
-    case OpKind::kGelu: return "v = fj::gelu(v);";
-    case OpKind::kClamp:
-      return absl::StrCat("v = fj::clamp(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
-                          ");");
-    default: return "";
-  }
-}
-
 std::string OpsFunction(const char* name, const std::vector<const Op*>& ops) {
   std::vector<std::string> names;
   std::string body;
   for (const Op* op : ops) {
     names.emplace_back(OpName(op->kind));
-    absl::StrAppend(&body, " ", OpStatement(*op));
+    absl::StrAppend(&body, " ", Describe(op->kind).device(*op));
   }
   return absl::StrCat("  // ", names.empty() ? "(none)" : absl::StrJoin(names, ", "), "\n",
                       "  __device__ static float ", name, "(float v) {", body,

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "codegen/spec_text.h"
 #include "fusejit/chain.h"
+#include "codegen/op_table.h"
 
 namespace fusejit {
 namespace {
@@ -243,23 +244,14 @@ class Parser {
     SkipSpace();
     size_t name_pos = pos_;
     std::string name = Identifier();
-    static const std::map<std::string, OpKind> kKinds = {
-        {"conv3d", OpKind::kConv3d},       {"conv_transpose3d", OpKind::kConvTranspose3d},
-        {"relu", OpKind::kRelu},           {"leaky_relu", OpKind::kLeakyRelu},
-        {"sigmoid", OpKind::kSigmoid},     {"tanh", OpKind::kTanh},
-        {"swish", OpKind::kSwish},         {"silu", OpKind::kSwish},
-        {"hardswish", OpKind::kHardswish}, {"gelu", OpKind::kGelu},
-        {"clamp", OpKind::kClamp},         {"group_norm", OpKind::kGroupNorm},
-        {"mean", OpKind::kMean}};
-    auto it = kKinds.find(name);
-    if (it == kKinds.end()) {
+    const OpDesc* desc = FindOp(name);
+    if (desc == nullptr) {
       return ErrorAt(name_pos,
                      absl::StrCat(name.empty() ? "missing op, found " + DescribeCharAt(text_, name_pos)
                                                : "unknown op '" + name + "'",
-                                  "; ops are conv3d, conv_transpose3d, relu, leaky_relu, sigmoid, "
-                                  "tanh, swish (silu), hardswish, gelu, clamp, group_norm, mean"));
+                                  "; ops are ", OpNamesText()));
     }
-    op->kind = it->second;
+    op->kind = desc->kind;
     std::map<std::string, Value> args;
     std::vector<std::string> order;
     if (Consume('(')) {
@@ -350,14 +342,21 @@ class Parser {
       return absl::OkStatus();
     };
 
+    // The names (and aliases) the op takes, from the op table; an alias and its name may not both
+    // be given.
     std::vector<std::string> known;
     absl::Status s;
+    for (const OpArgDesc& a : Describe(op->kind).args) {
+      known.push_back(a.name);
+      if (a.alias != nullptr) {
+        known.push_back(a.alias);
+        if (s = conflict(a.name, a.alias); !s.ok()) return s;
+      }
+    }
     switch (op->kind) {
       case OpKind::kConv3d:
       case OpKind::kConvTranspose3d: {
         const bool transposed = op->kind == OpKind::kConvTranspose3d;
-        known = {"out", "k", "stride", "padding", "dilation", "bias"};
-        if (transposed) known.push_back("output_padding");
         ConvAttrs& c = op->conv;
         if (s = scalar_int("out", &c.out_channels, true); !s.ok()) return s;
         if (s = triple("k", &c.kernel, true); !s.ok()) return s;
@@ -374,24 +373,18 @@ class Parser {
         break;
       }
       case OpKind::kLeakyRelu:
-        known = {"slope", "negative_slope"};
-        if (s = conflict("slope", "negative_slope"); !s.ok()) return s;
         if (s = real("slope", &op->slope, false); !s.ok()) return s;
         if (s = real("negative_slope", &op->slope, false); !s.ok()) return s;
         break;
       case OpKind::kClamp:
-        known = {"min", "max"};
         if (s = real("min", &op->min, true); !s.ok()) return s;
         if (s = real("max", &op->max, true); !s.ok()) return s;
         break;
       case OpKind::kGroupNorm:
-        known = {"groups", "eps"};
         if (s = scalar_int("groups", &op->groups, true); !s.ok()) return s;
         if (s = real("eps", &op->eps, false); !s.ok()) return s;
         break;
       case OpKind::kMean: {
-        known = {"dims", "dim"};
-        if (s = conflict("dims", "dim"); !s.ok()) return s;
         Value* v = take("dims");
         if (!v) v = take("dim");
         if (!v) {

@@ -6,6 +6,8 @@
 #include <system_error>
 #include <thread>
 
+#include "codegen/op_table.h"
+
 namespace fusejit::reference_internal {
 
 void ParallelFor(int64_t count, int threads, const std::function<void(int64_t, int64_t)>& fn) {
@@ -32,27 +34,8 @@ void ParallelFor(int64_t count, int threads, const std::function<void(int64_t, i
 }
 
 double Elementwise(const Op& op, double x) {
-  switch (op.kind) {
-    case OpKind::kRelu:
-      return x < 0 ? 0.0 : x;  // NaN stays NaN, as in PyTorch
-    case OpKind::kLeakyRelu:
-      return x < 0 ? op.slope * x : x;
-    case OpKind::kSigmoid:
-      return 1.0 / (1.0 + std::exp(-x));
-    case OpKind::kTanh:
-      return std::tanh(x);
-    case OpKind::kSwish:
-      return x * (1.0 / (1.0 + std::exp(-x)));
-    case OpKind::kHardswish:
-      return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
-    case OpKind::kGelu:
-      return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
-    case OpKind::kClamp:
-      // min first, then max: PyTorch's result when min > max is max everywhere.
-      return std::min(std::max(x, op.min), op.max);
-    default:
-      return x;  // not elementwise; validated chains never get here
-  }
+  const OpDesc& d = Describe(op.kind);
+  return d.value != nullptr ? d.value(op, x) : x;  // not elementwise: validated chains never ask
 }
 
 void ElementwiseInPlace(const Op& op, SampleTensor& t) {

@@ -1,0 +1,102 @@
+#include "codegen/op_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/format_number.h"
+
+namespace fusejit {
+namespace {
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// The elementwise rows' three functions. Kinks follow PyTorch's backward formulas:
+// relu'(0) = 0 (threshold_backward: x > 0); leaky_relu'(0) = slope (x > 0 ? 1 : slope);
+// clamp'(x) = 1 on [min, max] including the bounds (x >= min && x <= max);
+// hardswish'(x) = 0 below -3, x/3 + 1/2 on [-3, 3], 1 above 3.
+const std::vector<OpDesc>& Rows() {
+  static const auto* rows = new std::vector<OpDesc>{
+      {OpKind::kConv3d, "conv3d", nullptr, OpRole::kProducer,
+       {{"out", nullptr}, {"k", nullptr}, {"stride", nullptr}, {"padding", nullptr},
+        {"dilation", nullptr}, {"bias", nullptr}},
+       nullptr, nullptr, nullptr},
+      {OpKind::kConvTranspose3d, "conv_transpose3d", nullptr, OpRole::kProducer,
+       {{"out", nullptr}, {"k", nullptr}, {"stride", nullptr}, {"padding", nullptr},
+        {"output_padding", nullptr}, {"dilation", nullptr}, {"bias", nullptr}},
+       nullptr, nullptr, nullptr},
+      {OpKind::kRelu, "relu", nullptr, OpRole::kElementwise, {},
+       [](const Op&) -> std::string { return "v = fj::relu(v);"; },
+       [](const Op&, double x) { return x < 0 ? 0.0 : x; },  // NaN stays NaN, as in PyTorch
+       [](const Op&, double x) { return x > 0 ? 1.0 : 0.0; }},
+      {OpKind::kLeakyRelu, "leaky_relu", nullptr, OpRole::kElementwise,
+       {{"slope", "negative_slope"}},
+       [](const Op& op) { return absl::StrCat("v = fj::leaky_relu(v, ", FloatLiteral(op.slope), ");"); },
+       [](const Op& op, double x) { return x < 0 ? op.slope * x : x; },
+       [](const Op& op, double x) { return x > 0 ? 1.0 : op.slope; }},
+      {OpKind::kSigmoid, "sigmoid", nullptr, OpRole::kElementwise, {},
+       [](const Op&) -> std::string { return "v = fj::sigmoid(v);"; },
+       [](const Op&, double x) { return Sigmoid(x); },
+       [](const Op&, double x) { return Sigmoid(x) * (1.0 - Sigmoid(x)); }},
+      {OpKind::kTanh, "tanh", nullptr, OpRole::kElementwise, {},
+       [](const Op&) -> std::string { return "v = fj::tanh_(v);"; },
+       [](const Op&, double x) { return std::tanh(x); },
+       [](const Op&, double x) { return 1.0 - std::tanh(x) * std::tanh(x); }},
+      {OpKind::kSwish, "swish", "silu", OpRole::kElementwise, {},
+       [](const Op&) -> std::string { return "v = fj::swish(v);"; },
+       [](const Op&, double x) { return x * Sigmoid(x); },
+       [](const Op&, double x) { return Sigmoid(x) * (1.0 + x * (1.0 - Sigmoid(x))); }},
+      {OpKind::kHardswish, "hardswish", nullptr, OpRole::kElementwise, {},
+       [](const Op&) -> std::string { return "v = fj::hardswish(v);"; },
+       [](const Op&, double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; },
+       [](const Op&, double x) { return x < -3.0 ? 0.0 : x <= 3.0 ? x / 3.0 + 0.5 : 1.0; }},
+      {OpKind::kGelu, "gelu", nullptr, OpRole::kElementwise, {},  // the erf form
+       [](const Op&) -> std::string { return "v = fj::gelu(v);"; },
+       [](const Op&, double x) { return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2)); },
+       [](const Op&, double x) {
+         return 0.5 * (1.0 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
+       }},
+      {OpKind::kClamp, "clamp", nullptr, OpRole::kElementwise, {{"min", nullptr}, {"max", nullptr}},
+       [](const Op& op) {
+         return absl::StrCat("v = fj::clamp(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
+                             ");");
+       },
+       // min first, then max: PyTorch's result when min > max is max everywhere.
+       [](const Op& op, double x) { return std::min(std::max(x, op.min), op.max); },
+       [](const Op& op, double x) { return x >= op.min && x <= op.max ? 1.0 : 0.0; }},
+      {OpKind::kGroupNorm, "group_norm", nullptr, OpRole::kGroupNorm,
+       {{"groups", nullptr}, {"eps", nullptr}}, nullptr, nullptr, nullptr},
+      {OpKind::kMean, "mean", nullptr, OpRole::kMean, {{"dims", "dim"}}, nullptr, nullptr, nullptr},
+  };
+  return *rows;
+}
+
+}  // namespace
+
+const std::vector<OpDesc>& OpTable() { return Rows(); }
+
+const OpDesc& Describe(OpKind kind) {
+  const std::vector<OpDesc>& rows = Rows();
+  for (const OpDesc& d : rows) {
+    if (d.kind == kind) return d;
+  }
+  return rows.front();  // unreachable for a valid OpKind (OpTableTest checks every kind has a row)
+}
+
+const OpDesc* FindOp(std::string_view name) {
+  for (const OpDesc& d : Rows()) {
+    if (name == d.name || (d.alias != nullptr && name == d.alias)) return &d;
+  }
+  return nullptr;
+}
+
+std::string OpNamesText() {
+  std::string s;
+  for (const OpDesc& d : Rows()) {
+    absl::StrAppend(&s, s.empty() ? "" : ", ", d.name);
+    if (d.alias != nullptr) absl::StrAppend(&s, " (", d.alias, ")");
+  }
+  return s;
+}
+
+}  // namespace fusejit

@@ -1,0 +1,80 @@
+// codegen/op_table.h: one row per op, read by the parser, printer, emitter and reference; the
+// elementwise derivatives against finite differences and PyTorch's conventions at the kinks.
+#include "codegen/op_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fusejit/chain.h"
+
+namespace fusejit {
+namespace {
+
+constexpr OpKind kAllKinds[] = {OpKind::kConv3d,    OpKind::kConvTranspose3d, OpKind::kRelu,
+                                OpKind::kLeakyRelu, OpKind::kSigmoid,         OpKind::kTanh,
+                                OpKind::kSwish,     OpKind::kHardswish,       OpKind::kGelu,
+                                OpKind::kClamp,     OpKind::kGroupNorm,       OpKind::kMean};
+
+TEST(OpTable, EveryKindHasOneRowFoundByNameAndAlias) {
+  EXPECT_EQ(OpTable().size(), std::size(kAllKinds));
+  for (OpKind kind : kAllKinds) {
+    const OpDesc& d = Describe(kind);
+    EXPECT_EQ(d.kind, kind);
+    EXPECT_EQ(OpName(kind), d.name);
+    ASSERT_NE(FindOp(d.name), nullptr);
+    EXPECT_EQ(FindOp(d.name)->kind, kind);
+    const bool elementwise = d.role == OpRole::kElementwise;
+    EXPECT_EQ(IsElementwise(kind), elementwise);
+    EXPECT_EQ(d.device != nullptr, elementwise) << d.name;
+    EXPECT_EQ(d.value != nullptr, elementwise) << d.name;
+    EXPECT_EQ(d.derivative != nullptr, elementwise) << d.name;
+  }
+  EXPECT_EQ(FindOp("silu")->kind, OpKind::kSwish);
+  EXPECT_EQ(FindOp("hardtanh"), nullptr);
+  EXPECT_NE(OpNamesText().find("swish (silu)"), std::string::npos);
+}
+
+TEST(OpTable, AliasesParseAndPrintAsTheName) {
+  absl::StatusOr<Chain> a = ParseChain("x:f32[1,2,3,3,3] | silu | leaky_relu(negative_slope=0.2) | "
+                                       "mean(dim=[2,3,4])");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(FormatChain(*a),
+            "x:f32[1,2,3,3,3] | swish | leaky_relu(slope=0.2) | mean(dims=[2,3,4])");
+}
+
+Op Sample(OpKind kind) {
+  if (kind == OpKind::kLeakyRelu) return LeakyRelu(0.2);
+  if (kind == OpKind::kClamp) return Clamp(-0.75, 1.5);
+  return Elementwise(kind);
+}
+
+TEST(OpTable, DerivativesMatchFiniteDifferences) {
+  for (OpKind kind : kAllKinds) {
+    const OpDesc& d = Describe(kind);
+    if (d.role != OpRole::kElementwise) continue;
+    const Op op = Sample(kind);
+    for (double x = -5.013; x <= 5.0; x += 0.0371) {  // steps that miss every kink
+      const double h = 1e-6;
+      const double numeric = (d.value(op, x + h) - d.value(op, x - h)) / (2 * h);
+      EXPECT_NEAR(d.derivative(op, x), numeric, 1e-6 * (1 + std::abs(numeric)))
+          << d.name << " at " << x;
+    }
+  }
+}
+
+TEST(OpTable, KinksFollowPyTorch) {
+  auto grad = [](const Op& op, double x) { return Describe(op.kind).derivative(op, x); };
+  EXPECT_EQ(grad(Elementwise(OpKind::kRelu), 0.0), 0.0);         // threshold_backward: x > 0
+  EXPECT_EQ(grad(LeakyRelu(0.2), 0.0), 0.2);                      // x > 0 ? 1 : slope
+  EXPECT_EQ(grad(Clamp(-1, 1), -1.0), 1.0);                       // bounds included
+  EXPECT_EQ(grad(Clamp(-1, 1), 1.0), 1.0);
+  EXPECT_EQ(grad(Clamp(-1, 1), 1.5), 0.0);
+  EXPECT_EQ(grad(Elementwise(OpKind::kHardswish), -3.0), -0.5);  // x/3 + 1/2 on [-3, 3]
+  EXPECT_EQ(grad(Elementwise(OpKind::kHardswish), 3.0), 1.5);
+  EXPECT_EQ(grad(Elementwise(OpKind::kHardswish), -3.5), 0.0);
+  EXPECT_EQ(grad(Elementwise(OpKind::kHardswish), 3.5), 1.0);
+}
+
+}  // namespace
+}  // namespace fusejit
