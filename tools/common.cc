@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/planner.h"
-#include "jit/compiled_chain.h"
 #include "jit/driver.h"
 #include "jit/dump.h"
 #include "jit/nvrtc.h"
@@ -110,10 +109,8 @@ CompileTarget ChooseCompileTarget(const std::string& arch_flag) {
 
 CompiledInfo Inspect(const CompiledChain& compiled) {
   CompiledInfo info;
-  if (const auto* impl = dynamic_cast<const jit::CompiledChainImpl*>(&compiled)) {
-    info.strategy = impl->plan().strategy;
-    info.cubin_bytes = impl->cubin().size();
-  }
+  info.strategy = compiled.strategy();
+  info.cubin_bytes = compiled.cubin_bytes();
   return info;
 }
 

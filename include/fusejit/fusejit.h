@@ -30,6 +30,13 @@ typedef CUdeviceptr_v2 CUdeviceptr;
 
 namespace fusejit {
 
+namespace cache {
+class KernelCache;  // cache/kernel_cache.h
+}  // namespace cache
+namespace tune {
+class TuningDb;  // tune/tuning_db.h
+}  // namespace tune
+
 // Numeric precision a caller may ask for by name; never chosen silently.
 enum class Precision {
   kFp32,  // default: fp32 arithmetic, accurate to ~1e-6 relative against a float64 reference
@@ -73,6 +80,10 @@ struct CompileOptions {
   // With an explicit arch: the device to plan for (its SM count) and whose tuned entries to use,
   // e.g. to prewarm for a GPU this machine lacks. Ignored when arch is empty.
   DeviceKey tuning_device;
+  // The kernel cache and tuning database to use; nullptr: the process's defaults
+  // (KernelCache::Default(), TuningDb::Default(), configured from the environment).
+  cache::KernelCache* kernel_cache = nullptr;
+  tune::TuningDb* tuning_db = nullptr;
 };
 
 // Device buffers for one run by signature name ("x", "y", "0.weight", ..., "workspace"; see
@@ -111,6 +122,8 @@ class CompiledChain {
   virtual const std::string& arch() const = 0;
   // The plan's strategy ("mma-moments-mean", "elementwise", ...; see `fusejit explain`).
   virtual const std::string& strategy() const = 0;
+  // Size of the compiled module (cubin) in bytes.
+  virtual size_t cubin_bytes() const = 0;
   virtual Shape output_shape() const = 0;
   // Every tensor a run binds (fusejit/signature.h): x, the parameters, y, the workspace.
   virtual const std::vector<TensorSpec>& signature() const = 0;

@@ -1,4 +1,4 @@
-#include "jit/compiled_chain.h"
+#include "runtime/compiled_chain.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,7 +13,7 @@ NamedBindings Bindings::Named() const {
   return named;
 }
 
-namespace jit {
+namespace runtime {
 
 namespace {
 
@@ -83,7 +83,7 @@ std::string CompiledChainImpl::Explain() const {
 }
 
 absl::StatusOr<const CompiledChainImpl::Loaded*> CompiledChainImpl::LoadedForCurrentContext() {
-  absl::StatusOr<const DriverApi*> driver = Driver();
+  absl::StatusOr<const jit::DriverApi*> driver = jit::Driver();
   if (!driver.ok()) return driver.status();
   CUcontext ctx = nullptr;
   FUSEJIT_CU_RETURN_IF_ERROR((*driver)->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
@@ -97,7 +97,7 @@ absl::StatusOr<const CompiledChainImpl::Loaded*> CompiledChainImpl::LoadedForCur
   if (it != loaded_.end()) return it->second.get();
 
   auto loaded = std::make_unique<Loaded>();
-  absl::StatusOr<std::unique_ptr<LoadedModule>> module = LoadedModule::Load(cubin_);
+  absl::StatusOr<std::unique_ptr<jit::LoadedModule>> module = jit::LoadedModule::Load(cubin_);
   if (!module.ok()) {
     return absl::Status(module.status().code(),
                         absl::StrCat("loading the ", arch_, " module of ", FormatChain(chain_),
@@ -195,7 +195,7 @@ absl::Status CompiledChainImpl::Enqueue(const CUdeviceptr* tensors, CUstream str
                                         size_t count) {
   absl::StatusOr<const Loaded*> loaded = LoadedForCurrentContext();
   if (!loaded.ok()) return loaded.status();
-  const DriverApi* driver = *Driver();
+  const jit::DriverApi* driver = *jit::Driver();
 
   for (size_t i = 0; i < plan_.constant_copies.size(); ++i) {
     const codegen::ConstantCopy& c = plan_.constant_copies[i];
@@ -224,5 +224,5 @@ absl::Status CompiledChainImpl::Enqueue(const CUdeviceptr* tensors, CUstream str
   return absl::OkStatus();
 }
 
-}  // namespace jit
+}  // namespace runtime
 }  // namespace fusejit

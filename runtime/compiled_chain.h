@@ -1,7 +1,7 @@
-// jit/compiled_chain.h: the loaded, launchable form of a compiled chain (the implementation
-// behind fusejit::CompiledChain).
-#ifndef FUSEJIT_JIT_COMPILED_CHAIN_H_
-#define FUSEJIT_JIT_COMPILED_CHAIN_H_
+// runtime/compiled_chain.h: the loaded, launchable form of a compiled chain (the implementation
+// behind fusejit::CompiledChain; made by runtime::MakeCompiled, runtime/stages.h).
+#ifndef FUSEJIT_RUNTIME_COMPILED_CHAIN_H_
+#define FUSEJIT_RUNTIME_COMPILED_CHAIN_H_
 
 #include <memory>
 #include <string>
@@ -14,7 +14,7 @@
 #include "jit/driver.h"
 #include "jit/module.h"
 
-namespace fusejit::jit {
+namespace fusejit::runtime {
 
 class CompiledChainImpl final : public CompiledChain {
  public:
@@ -25,6 +25,7 @@ class CompiledChainImpl final : public CompiledChain {
   const Chain& chain() const override { return chain_; }
   const std::string& arch() const override { return arch_; }
   const std::string& strategy() const override { return plan_.strategy; }
+  size_t cubin_bytes() const override { return cubin_.size(); }
   Shape output_shape() const override { return OutputShape(chain_); }
   const std::vector<TensorSpec>& signature() const override { return signature_; }
   std::vector<ParamSpec> params() const override { return ChainParams(chain_); }
@@ -50,7 +51,7 @@ class CompiledChainImpl final : public CompiledChain {
  private:
   // The module and resolved symbols in one CUDA context.
   struct Loaded {
-    std::unique_ptr<LoadedModule> module;
+    std::unique_ptr<jit::LoadedModule> module;
     std::vector<CUfunction> functions;  // one per plan kernel
     std::vector<CUdeviceptr> constants;  // one per plan constant copy
   };
@@ -83,6 +84,6 @@ class CompiledChainImpl final : public CompiledChain {
   absl::flat_hash_map<CUcontext, std::unique_ptr<Loaded>> loaded_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace fusejit::jit
+}  // namespace fusejit::runtime
 
-#endif  // FUSEJIT_JIT_COMPILED_CHAIN_H_
+#endif  // FUSEJIT_RUNTIME_COMPILED_CHAIN_H_

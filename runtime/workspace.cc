@@ -1,4 +1,4 @@
-// jit/workspace.cc: fusejit::Workspace (include/fusejit/fusejit.h) over the run-time-loaded driver.
+// runtime/workspace.cc: fusejit::Workspace (include/fusejit/fusejit.h) over the run-time-loaded driver.
 #include <utility>
 
 #include "absl/strings/str_cat.h"

@@ -1,24 +1,19 @@
-// fusejit::Compile: chain -> plan -> source -> cubin (NVRTC or the kernel cache) -> CompiledChain.
+// runtime/stages.cc: the compile pipeline's stages (runtime/stages.h).
+#include "runtime/stages.h"
+
 #include <chrono>
-#include <cstdlib>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "cache/kernel_cache.h"
-#include "codegen/emit.h"
-#include "codegen/planner.h"
-#include "fusejit/fusejit.h"
-#include "jit/compiled_chain.h"
 #include "jit/device.h"
 #include "jit/driver.h"
 #include "jit/dump.h"
-#include "jit/nvrtc.h"
-#include "tune/tuning_db.h"
+#include "runtime/compiled_chain.h"
 
-namespace fusejit {
+namespace fusejit::runtime {
 namespace {
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
@@ -46,53 +41,13 @@ absl::StatusOr<std::string> DumpSource(const std::string& dir, const codegen::Ge
   return absl::StrCat(dir, "/", stem, ".cu");
 }
 
-std::string DumpDir(const CompileOptions& options) {
-  if (!options.dump_dir.empty()) return options.dump_dir;
-  const char* env = std::getenv("FUSEJIT_DUMP_DIR");
-  return env ? env : "";
-}
-
-// Everything a compiled chain depends on besides the generator itself.
-struct MemoryKey {
-  Chain chain;
-  std::string arch;
-  int sm_count = 0;
-  Precision precision = Precision::kFp32;
-  std::string strategy;
-  std::string dump_dir;
-  // The launch configuration is decided on a miss (given, tuned or default) from these.
-  std::string tune_config;
-  bool use_tuning = true;
-  std::string device;  // DeviceKey name and driver version; "" without a device
-  int driver_version = 0;
-  bool operator==(const MemoryKey&) const = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const MemoryKey& k) {
-    return H::combine(std::move(h), k.chain, k.arch, k.sm_count, k.precision, k.strategy,
-                      k.dump_dir, k.tune_config, k.use_tuning, k.device, k.driver_version);
-  }
-};
-
-struct MemoryCache {
-  absl::Mutex mu;
-  absl::flat_hash_map<MemoryKey, std::shared_ptr<CompiledChain>> entries ABSL_GUARDED_BY(mu);
-};
-
-MemoryCache& Memory() {
-  static auto* cache = new MemoryCache();
-  return *cache;
-}
-
-struct Resolved {
-  codegen::PlanTarget target;
-  DeviceKey device;  // whose tuned entries apply; empty: none
-};
+}  // namespace
 
 // The arch and SM count to plan for, and the device: the options' arch (and tuning_device), else
 // the current context's device (queried once per context).
-absl::StatusOr<Resolved> ResolveTarget(const CompileOptions& options) {
-  Resolved r;
-  codegen::PlanTarget& target = r.target;
+absl::StatusOr<Target> ResolveTarget(const CompileOptions& options) {
+  Target r;
+  codegen::PlanTarget& target = r.plan_target;
   target.precision = options.precision;
   target.arch = options.arch;
   if (!target.arch.empty()) {
@@ -126,34 +81,12 @@ absl::StatusOr<Resolved> ResolveTarget(const CompileOptions& options) {
                                    "GPU)"));
 }
 
-}  // namespace
-
-const char* GeneratorVersion() { return "fusejit-0.1.0"; }
-
-absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
-                                                       const CompileOptions& options) {
-  absl::StatusOr<Resolved> resolved = ResolveTarget(options);
-  if (!resolved.ok()) return resolved.status();
-  const codegen::PlanTarget& target = resolved->target;
-  const DeviceKey& device = resolved->device;
-  const std::string dump_dir = DumpDir(options);
-  MemoryKey memory_key{chain,    target.arch, target.sm_count, options.precision, options.strategy,
-                       dump_dir, options.tune_config, options.use_tuning, device.name,
-                       device.driver_version};
-  if (options.use_cache) {  // a hit was validated when it was stored
-    MemoryCache& memory = Memory();
-    absl::MutexLock lock(&memory.mu);
-    auto it = memory.entries.find(memory_key);
-    if (it != memory.entries.end()) {
-      cache::KernelCache::Default().RecordMemoryHit();
-      return it->second;
-    }
-  }
+absl::StatusOr<PlannedChain> PlanChain(const Chain& chain, const Target& target,
+                                       const CompileOptions& options, tune::TuningDb& tuning_db) {
   if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
-  const std::string spec = FormatChain(chain);
-
-  CompileStats stats;
-  auto t0 = std::chrono::steady_clock::now();
+  PlannedChain planned{chain, target, {}, {}};
+  CompileStats& stats = planned.stats;
+  const auto t0 = std::chrono::steady_clock::now();
   // The launch configuration: given, else tuned for this device (tune/tuning_db.h), else the
   // strategy's default.
   std::optional<codegen::TuneConfig> config;
@@ -169,87 +102,96 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     }
     config = *std::move(given);
     stats.tune_origin = "given";
-  } else if (options.use_tuning && !device.empty()) {
-    config = tune::TuningDb::Default().Find(chain, target, device);
+  } else if (options.use_tuning && !target.device.empty()) {
+    config = tuning_db.Find(chain, target.plan_target, target.device);
     if (config.has_value() && !options.strategy.empty() && config->strategy != options.strategy) {
       config.reset();
     }
     if (config.has_value()) stats.tune_origin = "tuned";
   }
-  absl::StatusOr<codegen::Plan> plan = config.has_value()
-                                           ? codegen::MakePlan(chain, target, *config)
-                                           : codegen::MakePlan(chain, target, options.strategy);
+  absl::StatusOr<codegen::Plan> plan =
+      config.has_value() ? codegen::MakePlan(chain, target.plan_target, *config)
+                         : codegen::MakePlan(chain, target.plan_target, options.strategy);
   if (!plan.ok()) return plan.status();
+  planned.plan = *std::move(plan);
   stats.plan_ms = MsSince(t0);
+  return planned;
+}
 
-  t0 = std::chrono::steady_clock::now();
-  codegen::GeneratedSource source = codegen::EmitSource(chain, *plan);
+EmittedChain EmitChain(PlannedChain* planned, bool want_ptx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EmittedChain e;
+  e.source = codegen::EmitSource(planned->chain, planned->plan);
   std::vector<std::string_view> header_texts;
-  for (const auto& h : source.headers) header_texts.push_back(h.second);
-  stats.codegen_ms = MsSince(t0);
+  for (const auto& h : e.source.headers) header_texts.push_back(h.second);
 
   // A plan may need an architecture-specific build of the target's arch (sm_90a for wgmma); the
   // compiled chain still reports the target's arch (the device it runs on).
-  const std::string arch = plan->arch_override.empty() ? target.arch : plan->arch_override;
-  jit::NvrtcRequest request;
-  request.name = source.name;
-  request.source = source.main;
-  request.headers = source.headers;
-  request.arch = arch;
-  request.options = source.nvrtc_options;
-  request.want_ptx = !dump_dir.empty();
+  const std::string arch = planned->plan.arch_override.empty() ? planned->target.plan_target.arch
+                                                               : planned->plan.arch_override;
+  e.request.name = e.source.name;
+  e.request.source = e.source.main;
+  e.request.headers = e.source.headers;
+  e.request.arch = arch;
+  e.request.options = e.source.nvrtc_options;
+  e.request.want_ptx = want_ptx;
 
-  cache::CacheKey key;
-  key.source_hash = cache::HashSource(source.main, header_texts);
-  key.generator_version = GeneratorVersion();
-  key.nvrtc_version = jit::NvrtcVersion();
-  key.options = absl::StrJoin(request.options, " ");
-  key.arch = arch;
-  key.spec = spec;
+  e.key.source_hash = cache::HashSource(e.source.main, header_texts);
+  e.key.generator_version = GeneratorVersion();
+  e.key.nvrtc_version = jit::NvrtcVersion();
+  e.key.options = absl::StrJoin(e.request.options, " ");
+  e.key.arch = arch;
+  e.key.spec = FormatChain(planned->chain);
+  planned->stats.codegen_ms = MsSince(t0);
+  return e;
+}
 
+absl::StatusOr<std::string> BuildCubin(const PlannedChain& planned, const EmittedChain& emitted,
+                                       cache::KernelCache* cache, const std::string& dump_dir,
+                                       CompileStats* stats) {
   std::string ptx;
   auto compile = [&]() -> absl::StatusOr<std::string> {
-    absl::StatusOr<jit::NvrtcResult> result = jit::CompileCuda(request);
+    absl::StatusOr<jit::NvrtcResult> result = jit::CompileCuda(emitted.request);
     if (!result.ok()) {
       // Where the failing source goes when no dump folder was asked for: a new private folder
       // (jit/dump.h), the newest few kept.
       absl::StatusOr<std::string> dir =
           dump_dir.empty() ? jit::NewPrivateDumpDir("failed") : absl::StatusOr<std::string>(dump_dir);
       absl::StatusOr<std::string> path =
-          dir.ok() ? DumpSource(*dir, source, key.source_hash, "") : dir.status();
+          dir.ok() ? DumpSource(*dir, emitted.source, emitted.key.source_hash, "") : dir.status();
       return absl::Status(result.status().code(),
-                          absl::StrCat("compiling ", spec, " (plan ", plan->strategy, "): ",
-                                       result.status().message(), "\ngenerated source: ",
+                          absl::StrCat("compiling ", emitted.key.spec, " (plan ",
+                                       planned.plan.strategy, "): ", result.status().message(),
+                                       "\ngenerated source: ",
                                        path.ok() ? *path : path.status().ToString()));
     }
-    stats.nvrtc_ms = result->compile_ms;
+    stats->nvrtc_ms = result->compile_ms;
     ptx = std::move(result->ptx);
     return std::move(result->cubin);
   };
   absl::StatusOr<std::string> cubin;
-  if (options.use_cache && dump_dir.empty()) {
+  if (cache != nullptr) {
     bool hit = false;
-    cubin = cache::KernelCache::Default().GetOrCompile(key, compile, &hit);
-    stats.cache_hit = hit;
+    cubin = cache->GetOrCompile(emitted.key, compile, &hit);
+    stats->cache_hit = hit;
   } else {
     cubin = compile();
   }
   if (!cubin.ok()) return cubin.status();
   if (!dump_dir.empty()) {
-    absl::StatusOr<std::string> path = DumpSource(dump_dir, source, key.source_hash, ptx);
+    absl::StatusOr<std::string> path =
+        DumpSource(dump_dir, emitted.source, emitted.key.source_hash, ptx);
     if (!path.ok()) return path.status();
-    stats.source_path = *path;
+    stats->source_path = *path;
   }
-
-  auto compiled = std::make_shared<jit::CompiledChainImpl>(
-      chain, *std::move(plan), target.arch, std::move(source.main), *std::move(cubin), stats);
-  if (options.use_cache) {
-    MemoryCache& memory = Memory();
-    absl::MutexLock lock(&memory.mu);
-    auto [it, inserted] = memory.entries.emplace(std::move(memory_key), compiled);
-    return it->second;  // a concurrent compile of the same key may have won; use its instance
-  }
-  return std::shared_ptr<CompiledChain>(std::move(compiled));
+  return cubin;
 }
 
-}  // namespace fusejit
+std::shared_ptr<CompiledChain> MakeCompiled(PlannedChain planned, EmittedChain emitted,
+                                            std::string cubin) {
+  return std::make_shared<CompiledChainImpl>(
+      std::move(planned.chain), std::move(planned.plan), planned.target.plan_target.arch,
+      std::move(emitted.source.main), std::move(cubin), std::move(planned.stats));
+}
+
+}  // namespace fusejit::runtime

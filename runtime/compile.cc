@@ -1,0 +1,99 @@
+// fusejit::Compile: the stages of runtime/stages.h with the in-memory cache around them.
+#include <cstdlib>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "cache/kernel_cache.h"
+#include "fusejit/fusejit.h"
+#include "runtime/stages.h"
+#include "tune/tuning_db.h"
+
+namespace fusejit {
+namespace {
+
+std::string DumpDir(const CompileOptions& options) {
+  if (!options.dump_dir.empty()) return options.dump_dir;
+  const char* env = std::getenv("FUSEJIT_DUMP_DIR");
+  return env ? env : "";
+}
+
+// Everything a compiled chain depends on besides the generator itself.
+struct MemoryKey {
+  Chain chain;
+  std::string arch;
+  int sm_count = 0;
+  Precision precision = Precision::kFp32;
+  std::string strategy;
+  std::string dump_dir;
+  // The launch configuration is decided on a miss (given, tuned or default) from these.
+  std::string tune_config;
+  bool use_tuning = true;
+  std::string device;  // DeviceKey name and driver version; "" without a device
+  int driver_version = 0;
+  const tune::TuningDb* tuning_db = nullptr;  // whose entries the plan may use
+  bool operator==(const MemoryKey&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const MemoryKey& k) {
+    return H::combine(std::move(h), k.chain, k.arch, k.sm_count, k.precision, k.strategy,
+                      k.dump_dir, k.tune_config, k.use_tuning, k.device, k.driver_version,
+                      k.tuning_db);
+  }
+};
+
+struct MemoryCache {
+  absl::Mutex mu;
+  absl::flat_hash_map<MemoryKey, std::shared_ptr<CompiledChain>> entries ABSL_GUARDED_BY(mu);
+};
+
+MemoryCache& Memory() {
+  static auto* cache = new MemoryCache();
+  return *cache;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
+                                                       const CompileOptions& options) {
+  absl::StatusOr<runtime::Target> target = runtime::ResolveTarget(options);
+  if (!target.ok()) return target.status();
+  cache::KernelCache& kernel_cache =
+      options.kernel_cache != nullptr ? *options.kernel_cache : cache::KernelCache::Default();
+  tune::TuningDb& tuning_db =
+      options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
+  const std::string dump_dir = DumpDir(options);
+  const codegen::PlanTarget& t = target->plan_target;
+  MemoryKey memory_key{chain,        t.arch,           t.sm_count,          options.precision,
+                       options.strategy, dump_dir,     options.tune_config, options.use_tuning,
+                       target->device.name, target->device.driver_version, &tuning_db};
+  if (options.use_cache) {  // a hit was validated when it was stored
+    MemoryCache& memory = Memory();
+    absl::MutexLock lock(&memory.mu);
+    auto it = memory.entries.find(memory_key);
+    if (it != memory.entries.end()) {
+      kernel_cache.RecordMemoryHit();
+      return it->second;
+    }
+  }
+
+  absl::StatusOr<runtime::PlannedChain> planned =
+      runtime::PlanChain(chain, *target, options, tuning_db);
+  if (!planned.ok()) return planned.status();
+  runtime::EmittedChain emitted = runtime::EmitChain(&*planned, /*want_ptx=*/!dump_dir.empty());
+  CompileStats& stats = planned->stats;
+  absl::StatusOr<std::string> cubin = runtime::BuildCubin(
+      *planned, emitted, options.use_cache && dump_dir.empty() ? &kernel_cache : nullptr,
+      dump_dir, &stats);
+  if (!cubin.ok()) return cubin.status();
+
+  std::shared_ptr<CompiledChain> compiled =
+      runtime::MakeCompiled(*std::move(planned), std::move(emitted), *std::move(cubin));
+  if (options.use_cache) {
+    MemoryCache& memory = Memory();
+    absl::MutexLock lock(&memory.mu);
+    auto [it, inserted] = memory.entries.emplace(std::move(memory_key), compiled);
+    return it->second;  // a concurrent compile of the same key may have won; use its instance
+  }
+  return compiled;
+}
+
+}  // namespace fusejit
