@@ -5,9 +5,11 @@
 # (float-cast-overflow), and ASan aborts on the first error. CI runs this (.ci/run, through
 # scripts/test.sh with FUSEJIT_CI=1); run it alone as `bash scripts/test-sanitizers.sh [ctest args]`.
 #
-# Only unit_tests and what it runs (the fusejit CLI, the cache worker) are built. GPU tests (Gpu*)
-# are excluded: they skip without a driver anyway, and compute-sanitizer is their tool
-# (scripts/gpu-sanitize.sh). Every other test runs, the NVRTC compile sweeps included (NVRTC itself
+# Only unit_tests and what it runs (the fusejit CLI, the cache worker) and the C ABI's capi_tests
+# (with libfusejit.so) are built. GPU tests (Gpu*) are excluded: they skip without a driver
+# anyway, and compute-sanitizer is their tool (scripts/gpu-sanitize.sh). python_tests is excluded:
+# an instrumented libfusejit.so does not load into an uninstrumented Python (the plain build's
+# ctest runs them). Every other test runs, the NVRTC compile sweeps included (NVRTC itself
 # is not instrumented, so they cost about what they cost unsanitized). Budget on CI's 2 cores:
 # about 12 minutes to build from scratch, 4 to run.
 #
@@ -30,10 +32,10 @@ fi
 sanitize="-fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined"
 sanitize+=" -fno-omit-frame-pointer"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
+  -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" -DFUSEJIT_SANITIZE=ON \
   -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-cmake --build "$build" --parallel "$(nproc)" --target unit_tests fusejit_cli fusejit_cache_worker
+cmake --build "$build" --parallel "$(nproc)" --target unit_tests fusejit_cli fusejit_cache_worker capi_tests
 built=$(date +%s)
 echo "test-sanitizers: built in $((built - start)) s"
 
@@ -45,5 +47,5 @@ export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizer-suppressions.txt:print_
 # The kernel cache of the tests stays out of the user's home.
 export FUSEJIT_CACHE_DIR="${FUSEJIT_CACHE_DIR:-$(mktemp -d)/fusejit-cache}"
 cd "$build"
-ctest --output-on-failure --parallel "$(nproc)" -E '^Gpu' "$@"
+ctest --output-on-failure --parallel "$(nproc)" -E '^Gpu|^python_tests$' "$@"
 echo "test-sanitizers: passed; build $((built - start)) s, tests $(( $(date +%s) - built )) s"
