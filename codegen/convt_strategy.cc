@@ -138,6 +138,7 @@ class ConvTStrategy : public Strategy {
     return store_ ? "convt-store-normalize" : "convt-recompute-normalize";
   }
   bool Applies(const Chain& chain, const PlanTarget& target) const override {
+    if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync
     const ChainInfo info = AnalyzeChain(chain);
     if (!info.producer || info.producer->kind != OpKind::kConvTranspose3d ||
         !info.producer->conv.bias || !info.group_norm || info.mean != MeanMode::kNone ||

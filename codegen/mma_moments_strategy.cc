@@ -182,6 +182,7 @@ class MmaMomentsMeanStrategy : public Strategy {
  public:
   std::string_view name() const override { return "mma-moments-mean"; }
   bool Applies(const Chain& chain, const PlanTarget& target) const override {
+    if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync
     const ChainInfo info = AnalyzeChain(chain);
     if (!info.producer || info.producer->kind != OpKind::kConv3d || !info.producer->conv.bias ||
         !info.group_norm || info.mean == MeanMode::kNone || !info.post_ops.empty()) {

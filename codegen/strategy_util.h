@@ -29,6 +29,18 @@ inline int64_t SharedOptInLimit(const std::string& arch) {
   return 48 * 1024;
 }
 
+// Whether `arch` ("sm_80", "sm_90a", ...) has cp.async and the mma.sync shapes the fast
+// strategies' templates use: compute capability 8.0 or later. Their Applies() require it, so an
+// older target (sm_75) gets the generic plans instead of a template NVRTC rejects.
+inline bool HasAmpereFeatures(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return false;
+  int cc = 0;
+  for (size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) {
+    cc = cc * 10 + (arch[i] - '0');
+  }
+  return cc >= 80;
+}
+
 inline int64_t Round4(int64_t v) { return (v + 3) / 4 * 4; }
 
 inline KernelArg Arg(Kind kind, std::string type, std::string name, std::string param = "",

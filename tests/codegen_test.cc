@@ -188,6 +188,16 @@ TEST(Compile, SeedChainsCompileForSm80AndSm90WithEveryApplicableStrategy) {
   }
 }
 
+TEST(Compile, SeedAndRandomChainsCompileForSm75WithTheGenericPlans) {
+  // sm_75 (T4) lacks cp.async and the mma.sync shapes of the fast templates: the planner must
+  // pick plans NVRTC accepts there.
+  std::vector<Chain> chains;
+  for (const Workload& w : SeedWorkloads()) chains.push_back(Parse(w.spec));
+  Rng rng(75);
+  for (int i = 0; i < 8; ++i) chains.push_back(RandomChain(rng));
+  ExpectChainsCompile(chains, "", {"sm_75"});
+}
+
 TEST(Compile, RandomChainsCompileForSm80AndSm90) {
   Rng rng(2026);
   std::vector<Chain> chains;
