@@ -68,7 +68,7 @@ step() {  # step TOOL NAME COMMAND...
     --target-processes all --error-exitcode 99 --print-limit 50 "$@" >"$log" 2>&1
   local rc=$?
   local errors
-  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1)
+  errors=$(grep -Eo '(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards?)' "$log" | tail -1)
   [ -n "$errors" ] || errors="no ERROR SUMMARY"
   local verdict=ok
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then verdict=TIMEOUT
