@@ -63,6 +63,7 @@ class Unsupported(Exception):
 
 # ---- compiled chains, per (spec, device) -----------------------------------------------------
 
+_REFUSALS = (3, 12)  # FJ_INVALID_ARGUMENT, FJ_UNIMPLEMENTED: the chain has no plan here
 _compiled_lock = threading.Lock()
 _compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a FusejitError
 _ops_cache = {}  # type: Dict[str, list]
@@ -76,8 +77,9 @@ def _ops(spec: str):
 
 
 def _compiled_chain(spec: str, device: int):
-    """The compiled chain of `spec` for CUDA device `device`, loaded there. Raises FusejitError
-    (remembered, so a chain without a plan is not recompiled on every call)."""
+    """The compiled chain of `spec` for CUDA device `device`, loaded there. Raises FusejitError;
+    refusals of the chain itself (invalid, no plan) are remembered, so they are not recompiled on
+    every call, other failures (driver, I/O) are tried again on the next call."""
     key = (spec, device)
     c = _compiled.get(key)
     if c is None:
@@ -89,6 +91,8 @@ def _compiled_chain(spec: str, device: int):
                         c = _lib.Chain(spec, device=device)
                         c.load()
                 except _lib.FusejitError as e:
+                    if e.code not in _REFUSALS:
+                        raise
                     c = e
                 _compiled[key] = c
     if isinstance(c, Exception):
