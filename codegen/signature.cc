@@ -41,7 +41,7 @@ std::string FormatSignature(const std::vector<TensorSpec>& signature) {
   std::string s;
   for (const TensorSpec& t : signature) {
     if (t.role == TensorRole::kWorkspace) {
-      absl::StrAppend(&s, t.name, " ", t.bytes(), " bytes, ", t.alignment, "-byte aligned\n");
+      absl::StrAppend(&s, t.name, " ", t.bytes(), " bytes (", t.alignment, "-byte aligned)\n");
     } else {
       absl::StrAppend(&s, t.name, " ", DTypeName(t.dtype), FormatShape(t.shape), " ",
                       TensorRoleName(t.role), "\n");

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace fusejit {
 
@@ -73,6 +74,10 @@ std::string CompiledChainImpl::Explain() const {
     if (t.role == TensorRole::kParam) params.push_back(t.name + FormatShape(t.shape));
   }
   absl::StrAppend(&s, "parameters: ", params.empty() ? "(none)" : absl::StrJoin(params, " "), "\n");
+  absl::StrAppend(&s, "tensors (bound by name):\n");
+  for (absl::string_view line : absl::StrSplit(FormatSignature(signature_), '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&s, "  ", line, "\n");
+  }
   absl::StrAppend(&s, codegen::ExplainPlan(plan_));
   absl::StrAppend(&s, "source: ",
                   stats_.source_path.empty()
