@@ -81,6 +81,19 @@ std::string_view ReplyText(const redisReply* r) {
   return r->str == nullptr ? std::string_view() : std::string_view(r->str, r->len);
 }
 
+// One command, binary-safe, with SIGPIPE blocked (a Redis gone mid-write must not kill the
+// process). hiredis's reply (nullptr on an I/O error: ctx->errstr says why).
+void* CommandArgv(redisContext* ctx, const std::vector<std::string_view>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (std::string_view a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  SigpipeGuard guard;
+  return redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data());
+}
+
 }  // namespace
 
 void RedisStore::ReplyDeleter::operator()(redisReply* r) const { freeReplyObject(r); }
@@ -165,14 +178,7 @@ absl::Status RedisStore::ConnectLocked() {
   }
   ctx_ = c;
   auto run = [&](std::vector<std::string_view> args) -> absl::StatusOr<Reply> {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (std::string_view s : args) {
-      argv.push_back(s.data());
-      lens.push_back(s.size());
-    }
-    SigpipeGuard guard;
-    void* raw = redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data());
+    void* raw = CommandArgv(ctx_, args);
     if (raw == nullptr) {
       return TripLocked(absl::UnavailableError(
           fmt::format("{} failed: {}", args[0], ctx_->errstr)));
@@ -221,14 +227,7 @@ absl::StatusOr<RedisStore::Reply> RedisStore::Command(const std::vector<std::str
     }
     if (absl::Status s = ConnectLocked(); !s.ok()) return s;
   }
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (std::string_view s : args) {
-    argv.push_back(s.data());
-    lens.push_back(s.size());
-  }
-  SigpipeGuard guard;
-  void* raw = redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data());
+  void* raw = CommandArgv(ctx_, args);
   if (raw == nullptr) {
     const std::string why = ctx_->errstr;
     return TripLocked(absl::UnavailableError(fmt::format(
