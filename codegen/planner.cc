@@ -8,6 +8,7 @@
 #include "codegen/fast_strategies.h"
 #include "codegen/generic_strategies.h"
 #include "codegen/igemm_strategy.h"
+#include "codegen/tc_conv_strategy.h"
 
 namespace fusejit::codegen {
 
@@ -16,6 +17,7 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies() {
     auto* list = new std::vector<std::unique_ptr<Strategy>>();
     AddFastStrategies(list);
     AddIgemmStrategies(list);
+    AddTcConvStrategies(list);
     AddGenericStrategies(list);
     return list;
   }();

@@ -124,7 +124,15 @@ absl::Status Launch(CUfunction f, std::array<unsigned, 3> grid, std::array<unsig
   if (!api.ok()) return api.status();
   if (f == nullptr) return absl::InvalidArgumentError("launch: the CUfunction is null");
   if (absl::Status s = CheckLaunchDims(grid, block); !s.ok()) return s;
-  if (shared_bytes > kDefaultSharedLimit) {
+  // The 48 KiB default covers static plus dynamic shared memory: opt in when the two together
+  // exceed it (the static size is the function's; asked only when dynamic memory is large).
+  int static_bytes = 0;
+  if (shared_bytes > kDefaultSharedLimit / 2) {
+    FUSEJIT_CU_RETURN_IF_ERROR(
+        (*api)->cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f),
+        "cuFuncGetAttribute(SHARED_SIZE_BYTES)");
+  }
+  if (shared_bytes + static_cast<unsigned>(static_bytes) > kDefaultSharedLimit) {
     FUSEJIT_CU_RETURN_IF_ERROR(
         (*api)->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    static_cast<int>(shared_bytes)),

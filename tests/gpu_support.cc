@@ -82,11 +82,18 @@ absl::StatusOr<std::vector<std::vector<float>>> RunOnGpu(CompiledChain& compiled
 void CheckChain(const Chain& chain, uint64_t seed, const std::vector<int64_t>& samples,
                 const std::string& strategy, Tolerance tol, Precision precision,
                 int timing_reps) {
-  SCOPED_TRACE(FormatChain(chain) + (strategy.empty() ? "" : " strategy " + strategy) +
-               (precision == Precision::kTf32 ? " tf32" : ""));
   CompileOptions options;
   options.strategy = strategy;
   options.precision = precision;
+  CheckChainWithOptions(chain, seed, options, samples, tol, timing_reps);
+}
+
+void CheckChainWithOptions(const Chain& chain, uint64_t seed, const CompileOptions& options,
+                           const std::vector<int64_t>& samples, Tolerance tol, int timing_reps) {
+  const Precision precision = options.precision;
+  SCOPED_TRACE(FormatChain(chain) + (options.strategy.empty() ? "" : " strategy " + options.strategy) +
+               (options.tune_config.empty() ? "" : " config " + options.tune_config) +
+               (precision == Precision::kTf32 ? " tf32" : ""));
   absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(chain, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const HostInputs inputs = RandomInputs(chain, seed);

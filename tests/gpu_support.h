@@ -42,6 +42,11 @@ void CheckChain(const Chain& chain, uint64_t seed, const std::vector<int64_t>& s
                 const std::string& strategy = "", Tolerance tol = {},
                 Precision precision = Precision::kFp32, int timing_reps = 0);
 
+// CheckChain with every compile option given (a tune config, the cache off, ...).
+void CheckChainWithOptions(const Chain& chain, uint64_t seed, const CompileOptions& options,
+                           const std::vector<int64_t>& samples = {}, Tolerance tol = {},
+                           int timing_reps = 0);
+
 }  // namespace fusejit::testing
 
 #endif  // FUSEJIT_TESTS_GPU_SUPPORT_H_

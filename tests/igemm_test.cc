@@ -208,13 +208,18 @@ TEST(Igemm, AppliesOnlyToHopper) {
     EXPECT_FALSE(s.Applies(W3(), Target(arch))) << arch;
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(W3(), Target(arch));
     ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->strategy, "store-normalize") << arch;
+    // Elsewhere W3 gets the portable tensor-core engine (mma.sync, sm_80 and later).
+    EXPECT_EQ(plan->strategy, "tc-conv") << arch;
     EXPECT_EQ(plan->arch_override, "") << arch;
   }
-  // TF32 is permission: on a target without a TF32 plan the fp32 plans run.
+  absl::StatusOr<codegen::Plan> older = codegen::MakePlan(W3(), Target("sm_75"));
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ(older->strategy, "store-normalize");
+  // TF32 on sm_80: the engine's one-product TF32 plan.
   absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(W3(), Target("sm_80", Precision::kTf32));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->strategy, "store-normalize");
+  EXPECT_EQ(plan->strategy, "tc-conv");
+  EXPECT_NE(plan->description.find("TF32 (asked for)"), std::string::npos);
   CompileOptions options;
   options.arch = "sm_80";
   options.use_cache = false;

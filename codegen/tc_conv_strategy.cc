@@ -1,0 +1,493 @@
+// tc-conv: the tensor-core convolution engine for every conv3d / conv_transpose3d chain of the
+// grammar (templates/tc_conv.cuh + tc_moments.cuh, gn_apply.cuh). One implicit GEMM on mma.sync
+// (sm_80 and later; transposed convolutions split into output phases), the pre-norm ops in its
+// epilogue, then the tail the chain needs:
+//   no group_norm, no mean      GEMM stores y                               (2 kernels)
+//   no group_norm, mean         GEMM -> tile channel moments -> means       (4)
+//   group_norm, no mean         GEMM stores pre-norm y + tile moments -> group stats -> y
+//                               normalized in place with the post-ops       (5)
+//   group_norm | mean (no post) GEMM -> tile channel moments -> mean from moments (4)
+//   group_norm | ops | mean     GEMM stores pre-norm values in a workspace -> group stats ->
+//                               per-row mean of post(normalized)            (5-6)
+// Channels are padded to the tiles (input channels to kBK, output channels to kBN): any counts.
+// Precision: kFp32 runs 3xTF32 (big/small TF32 split of both operands, three products; fp32
+// accurate), kTf32 one TF32 product.
+// Tunable: bm (64, 128 output points per tile), bn (16..128 channels), bk (8, 16, 32 input
+// channels per k-step), stages (cp.async pipeline depth).
+#include "codegen/tc_conv_strategy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/chain_info.h"
+#include "codegen/strategy_util.h"
+#include "codegen/tune_config.h"
+
+namespace fusejit::codegen {
+namespace {
+
+// Values match fj::TcPrec and fj::TcOut (templates/tc_conv.cuh).
+enum TcPrec { kPrecTF32 = 0, kPrec3xTF32 = 1 };
+enum TcOut { kStoreFinal = 0, kStorePreNorm = 1, kMomentsOnly = 2 };
+constexpr int64_t kMomentsBytes = 24;  // fj::TcChannelMoments
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct TcTune {
+  int64_t bm = 128, bn = 64, bk = 32, stages = 3;
+};
+constexpr TuneField<TcTune> kTcFields[] = {
+    {"bm", "kBM", &TcTune::bm},
+    {"bn", "kBN", &TcTune::bn},
+    {"bk", "kBK", &TcTune::bk},
+    {"stages", "kStages", &TcTune::stages},
+};
+std::span<const TuneField<TcTune>> Fields() { return kTcFields; }
+
+// The tail after the GEMM: what the chain needs (see the file comment).
+struct TcPipeline {
+  TcOut out = kStoreFinal;
+  bool stats = false;     // group statistics for an in-place normalize or a row mean
+  bool apply = false;     // gn_apply normalizes y in place
+  bool row_mean = false;  // pre-norm values to a workspace, then tc_row_mean
+  bool moments_mean = false;  // the mean follows from the channel moments (tc_finalize writes y)
+};
+TcPipeline PipelineOf(const ChainInfo& info) {
+  TcPipeline p;
+  const bool mean = info.mean != MeanMode::kNone;
+  if (!info.group_norm) {
+    p.out = mean ? kMomentsOnly : kStoreFinal;
+    p.moments_mean = mean;
+  } else if (!mean) {
+    p.out = kStorePreNorm;
+    p.stats = p.apply = true;
+  } else if (info.post_ops.empty()) {
+    p.out = kMomentsOnly;
+    p.moments_mean = true;
+  } else {
+    p.out = kStorePreNorm;
+    p.stats = p.row_mean = true;
+  }
+  return p;
+}
+
+// The template's derived sizes (fj::TcShape), computed the same way.
+struct TcGeometry {
+  int64_t warps_m = 0, warps_n = 0, threads = 0, cin_pad = 0, c_pad = 0, smem = 0;
+  int64_t taps = 0, tiles = 0, prep_blocks = 0;
+  double padded_macs = 0;  // multiply-adds the GEMM runs per sample (padding included)
+};
+
+// Output points of phase p along a dimension (TcDim::extent).
+int64_t Extent(bool transposed, int64_t out, int64_t stride, int64_t p) {
+  if (!transposed) return out;
+  return p < out ? (out - p + stride - 1) / stride : 0;
+}
+// Taps of a dimension reaching phase p (TcDim::reaches).
+int64_t TapsReaching(bool transposed, int64_t k, int64_t stride, int64_t pad, int64_t dil,
+                     int64_t p) {
+  if (!transposed) return k;
+  int64_t n = 0;
+  for (int64_t kk = 0; kk < k; ++kk) n += (((p + pad - kk * dil) % stride) + stride) % stride == 0;
+  return n;
+}
+
+TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, TcPrec prec) {
+  const ConvAttrs& conv = info.producer->conv;
+  const bool tr = info.producer->kind == OpKind::kConvTranspose3d;
+  const Shape& x = chain.input;
+  const Shape& p = info.producer_shape;
+  TcGeometry g;
+  g.warps_m = t.bm / 32;
+  g.warps_n = std::clamp<int64_t>(t.bn / 32, 1, 4);
+  g.threads = 32 * g.warps_m * g.warps_n;
+  g.cin_pad = CeilDiv(x[1], t.bk) * t.bk;
+  g.c_pad = CeilDiv(p[1], t.bn) * t.bn;
+  const int64_t b_tiles = prec == kPrec3xTF32 ? 2 : 1;  // weight big (and small) parts
+  const int64_t stage_floats = (t.bm + b_tiles * t.bn) * (t.bk + 4);
+  g.smem = 4 * std::max(t.stages * stage_floats, 2 * g.warps_m * t.bn + t.bn);
+  g.taps = conv.kernel[0] * conv.kernel[1] * conv.kernel[2];
+  const int64_t phd = tr ? conv.stride[0] : 1, phh = tr ? conv.stride[1] : 1,
+                phw = tr ? conv.stride[2] : 1;
+  for (int64_t pd = 0; pd < phd; ++pd) {
+    for (int64_t ph = 0; ph < phh; ++ph) {
+      for (int64_t pw = 0; pw < phw; ++pw) {
+        const int64_t points = Extent(tr, p[2], conv.stride[0], pd) *
+                               Extent(tr, p[3], conv.stride[1], ph) *
+                               Extent(tr, p[4], conv.stride[2], pw);
+        const int64_t taps =
+            TapsReaching(tr, conv.kernel[0], conv.stride[0], conv.padding[0], conv.dilation[0], pd) *
+            TapsReaching(tr, conv.kernel[1], conv.stride[1], conv.padding[1], conv.dilation[1], ph) *
+            TapsReaching(tr, conv.kernel[2], conv.stride[2], conv.padding[2], conv.dilation[2], pw);
+        const int64_t tiles = CeilDiv(points, t.bm);
+        g.tiles += tiles;
+        g.padded_macs += static_cast<double>(tiles * t.bm) * static_cast<double>(taps * g.cin_pad) *
+                         static_cast<double>(g.c_pad);
+      }
+    }
+  }
+  const int64_t sin = x[2] * x[3] * x[4];
+  const int64_t weight_elems = g.taps * g.c_pad * g.cin_pad;
+  g.prep_blocks = x[0] * CeilDiv(sin, 32) * CeilDiv(g.cin_pad, 32) +
+                  std::min<int64_t>(CeilDiv(weight_elems, 256), 1024);
+  return g;
+}
+
+TcPrec PrecOf(const PlanTarget& target) {
+  return target.precision == Precision::kTf32 ? kPrecTF32 : kPrec3xTF32;
+}
+
+// What the templates support, independent of the tuning.
+bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
+  if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync tf32
+  if (!info.producer) return false;
+  const ConvAttrs& conv = info.producer->conv;
+  for (int i = 0; i < 3; ++i) {
+    if (conv.kernel[i] > 8) return false;  // the per-dim tap lists
+  }
+  const Shape& x = chain.input;
+  const Shape& p = info.producer_shape;
+  const int64_t sin = x[2] * x[3] * x[4], s = p[2] * p[3] * p[4];
+  if (x[0] > 65535) return false;                       // grid.z
+  if (sin * Round4(x[1]) * 4 >= (int64_t{1} << 31)) return false;  // int offsets in a sample
+  if (s >= (int64_t{1} << 31) / 2) return false;        // int output offsets
+  const TcPipeline pipe = PipelineOf(info);
+  if (pipe.apply && p[0] * p[1] > 65535) return false;  // gn_apply's grid.y
+  if (pipe.row_mean && p[0] * p[1] > (int64_t{1} << 31) - 1) return false;
+  return true;
+}
+
+absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
+                       const TcTune& t, const TuneConfig& c) {
+  if (t.bm != 64 && t.bm != 128) return Invalid(c, absl::StrCat("bm ", t.bm, " is 64 or 128"));
+  if (t.bn != 16 && t.bn != 32 && t.bn != 64 && t.bn != 128) {
+    return Invalid(c, absl::StrCat("bn ", t.bn, " is 16, 32, 64 or 128"));
+  }
+  if (t.bk != 8 && t.bk != 16 && t.bk != 32) {
+    return Invalid(c, absl::StrCat("bk ", t.bk, " is 8, 16 or 32"));
+  }
+  if (t.stages < 2 || t.stages > 6) {
+    return Invalid(c, absl::StrCat("stages ", t.stages, " is not in [2, 6]"));
+  }
+  const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
+  if ((t.bm * t.bk / 4) % g.threads != 0 || t.bm * t.bk / 4 < g.threads) {
+    return Invalid(c, absl::StrCat("the ", t.bm, "x", t.bk, " input tile's 16-byte segments do "
+                                   "not divide among ", g.threads, " threads (larger bk or bm)"));
+  }
+  const int64_t limit = SharedOptInLimit(target.arch);
+  if (g.smem > limit) {
+    return Invalid(c, absl::StrCat("needs ", g.smem, " bytes of shared memory, at most ", limit,
+                                   " on ", target.arch));
+  }
+  if (g.tiles < 1 || g.tiles > (int64_t{1} << 31) - 1) {
+    return Invalid(c, absl::StrCat(g.tiles, " tiles per sample do not fit grid.x"));
+  }
+  if (g.c_pad / t.bn > 65535) return Invalid(c, "too many channel tiles for grid.y");
+  if (g.prep_blocks > (int64_t{1} << 31) - 1) return Invalid(c, "prep grid too large");
+  return absl::OkStatus();
+}
+
+// Estimated GEMM time (arbitrary units): the padded multiply-adds in waves of CTAs over the SMs,
+// plus a per-k-step overhead (barrier, address arithmetic) that favors larger bk.
+double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, const PlanTarget& target) {
+  const int64_t n = chain.input[0];
+  const int64_t ctas = g.tiles * (g.c_pad / t.bn) * n;
+  const int64_t per_sm = std::max<int64_t>(
+      1, std::min({(228 * 1024) / (g.smem + 1024), 2048 / g.threads, int64_t{8}}));
+  const double waves =
+      std::ceil(static_cast<double>(ctas) / static_cast<double>(target.sm_count * per_sm));
+  const double fill = static_cast<double>(ctas) / (waves * target.sm_count * per_sm);
+  // Latency hiding: resident warps per SM and pipeline depth.
+  const double warps = static_cast<double>(per_sm * g.threads / 32);
+  const double work = g.padded_macs * static_cast<double>(n) * (1.0 + 6.0 / t.bk) *
+                      (1.0 + 16.0 / t.bn) * (1.0 + 16.0 / t.bm) * (1.0 + 4.0 / warps) *
+                      (1.0 + 0.5 / t.stages);
+  return work / std::max(0.05, fill);
+}
+
+TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
+  TcTune best;
+  double best_cost = 0;
+  bool found = false;
+  for (int64_t bm : {128, 64}) {
+    for (int64_t bn : {128, 64, 32, 16}) {
+      for (int64_t bk : {32, 16, 8}) {
+        for (int64_t stages : {4, 3, 2}) {
+          const TcTune t{bm, bn, bk, stages};
+          if (!CheckTune(chain, info, target, t, TuneConfig{}).ok()) continue;
+          const double cost =
+              EstimateGemm(Geometry(chain, info, t, PrecOf(target)), t, chain, target);
+          if (!found || cost < best_cost * (1 - 1e-9)) {
+            best = t;
+            best_cost = cost;
+            found = true;
+          }
+        }
+      }
+    }
+  }
+  return best;
+}
+
+class TcConvStrategy : public Strategy {
+ public:
+  std::string_view name() const override { return "tc-conv"; }
+  bool Applies(const Chain& chain, const PlanTarget& target) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    if (!ChainSupported(chain, info, target)) return false;
+    const TcTune t = DefaultTune(chain, info, target);
+    return CheckTune(chain, info, target, t, ToConfig(name(), t, Fields())).ok();
+  }
+  double Cost(const Chain& chain, const PlanTarget& target) const override {
+    // In the planner's units (GenericCost: bytes / 3 + 2 * flops / 15 per point): the padded
+    // products on the tensor cores (3xTF32 about 3x the FFMA plans' rate, TF32 about 8x), the
+    // channels-last copy of x, and the full-size traffic of the tail.
+    const ChainInfo info = AnalyzeChain(chain);
+    const TcTune t = DefaultTune(chain, info, target);
+    const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
+    const TcPipeline pipe = PipelineOf(info);
+    const double rate = PrecOf(target) == kPrec3xTF32 ? 150.0 : 400.0;
+    const double gemm = 2.0 * EstimateGemm(g, t, chain, target) / rate;
+    double bytes_per_point = pipe.out == kMomentsOnly ? 0.2 : 4.0;
+    if (pipe.apply) bytes_per_point += 8.0;
+    if (pipe.row_mean) bytes_per_point += 4.0;
+    const double in_bytes = static_cast<double>(NumElements(chain.input)) *
+                            (4.0 + 8.0 * g.cin_pad / chain.input[1]);
+    // A fixed cost per launch (5 kernels at most), ~2 us each in these units.
+    return static_cast<double>(info.elements) * bytes_per_point / 3.0 + in_bytes / 3.0 + gemm +
+           5 * 2e3;
+  }
+  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
+    return ToConfig(name(), DefaultTune(chain, AnalyzeChain(chain), target), Fields());
+  }
+  std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
+    return {{"bm", {64, 128}}, {"bn", {16, 32, 64, 128}}, {"bk", {8, 16, 32}},
+            {"stages", {2, 3, 4, 5}}};
+  }
+  absl::Status Validate(const Chain& chain, const PlanTarget& target,
+                        const TuneConfig& config) const override {
+    absl::StatusOr<TcTune> t = Parse(config);
+    if (!t.ok()) return t.status();
+    return CheckTune(chain, AnalyzeChain(chain), target, *t, config);
+  }
+  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
+    if (!Applies(chain, target)) {
+      return absl::FailedPreconditionError("tc-conv does not apply to this chain");
+    }
+    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
+  }
+  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                     const TuneConfig& config) const override;
+
+ private:
+  absl::StatusOr<TcTune> Parse(const TuneConfig& config) const {
+    if (config.strategy != name()) return Invalid(config, "not a tc-conv config");
+    return FromConfig(config, Fields());
+  }
+};
+
+absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                                   const TuneConfig& config) const {
+  if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
+  const ChainInfo info = AnalyzeChain(chain);
+  const TcTune t = *Parse(config);
+  const TcPrec prec = PrecOf(target);
+  const TcGeometry g = Geometry(chain, info, t, prec);
+  const TcPipeline pipe = PipelineOf(info);
+  const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
+  const int64_t groups = info.group_norm ? info.group_norm->groups : 0;
+  const int64_t sin = chain.input[2] * chain.input[3] * chain.input[4];
+  const int64_t s = info.producer_shape[2] * info.producer_shape[3] * info.producer_shape[4];
+  const bool transposed = info.producer->kind == OpKind::kConvTranspose3d;
+
+  Plan plan;
+  plan.strategy = std::string(name());
+  plan.description = absl::StrCat(
+      "implicit GEMM on the tensor cores (mma.sync, cp.async ", t.stages, "-stage pipeline), ",
+      t.bm, " output points x ", t.bn, " channels per tile, ", t.bk, " input channels per k-step",
+      transposed ? ", the transposed convolution split into output phases (only the taps that "
+                   "reach a phase)"
+                 : "",
+      "; input channels padded ", chain.input[1], " -> ", g.cin_pad, ", output channels ", c,
+      " -> ", g.c_pad, " (", static_cast<int64_t>(100.0 * info.macs_per_point * c * s * n /
+                                                   std::max(1.0, g.padded_macs * n)),
+      "% of the products useful). ",
+      prec == kPrec3xTF32 ? "fp32-accurate: 3xTF32 (big/small TF32 splits, three products, "
+                            "short runs added to the accumulator every 2 k8 steps)"
+                          : "TF32 (asked for): one TF32 product per term",
+      ". Then: ",
+      pipe.apply          ? "pre-norm values stored into y with tile moments -> group statistics "
+                            "-> y normalized in place"
+      : pipe.row_mean     ? "pre-norm values stored into a workspace with tile moments -> group "
+                            "statistics -> per-row mean of the normalized, post-op values"
+      : pipe.moments_mean ? "tile channel moments only (nothing full-size) -> the mean"
+                          : "the ops' results stored into y");
+  plan.includes = {"tc_conv.cuh", "tc_moments.cuh"};
+  if (pipe.apply) plan.includes.push_back("gn_apply.cuh");
+  // TcFixed first: the last tune struct is the tunable one (its fields are the config's).
+  plan.tunes.push_back({"TcFixed",
+                        {{"int", "kPrec", absl::StrCat(prec)},
+                         {"int", "kOut", absl::StrCat(pipe.out)},
+                         {"int", "kWarpsM", absl::StrCat(g.warps_m)},
+                         {"int", "kWarpsN", absl::StrCat(g.warps_n)}}});
+  plan.tunes.push_back(ToTuneStruct("TcTune", t, Fields()));
+  const std::string tpl = "<Cfg, TcFixed, TcTune>";
+
+  const size_t xcl = plan.AddWorkspace("x channels-last [n][d][h][w][ci padded]",
+                                       static_cast<size_t>(n * sin * g.cin_pad) * 4);
+  const size_t weight_bytes = static_cast<size_t>(g.taps * g.c_pad * g.cin_pad) * 4;
+  const bool split = prec == kPrec3xTF32;
+  const size_t wt = plan.AddWorkspace(
+      split ? "weights [tap][co padded][ci padded], TF32 big parts"
+            : "weights [tap][co padded][ci padded], TF32-rounded",
+      weight_bytes);
+  const size_t wts =
+      split ? plan.AddWorkspace("weights, TF32 small parts (w - big)", weight_bytes) : 0;
+  size_t cpart = 0, chm = 0, stats = 0, z = 0, rows = 0;
+  if (pipe.out != kStoreFinal) {
+    cpart = plan.AddWorkspace("per-tile channel moments (count, mean, M2 as doubles) x N*tiles*C",
+                              static_cast<size_t>(n * g.tiles * c * kMomentsBytes));
+    chm = plan.AddWorkspace("channel moments x N*C", static_cast<size_t>(n * c * kMomentsBytes));
+  }
+  if (pipe.stats) {
+    stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
+                              static_cast<size_t>(n * groups) * 8);
+  }
+  if (pipe.row_mean) {
+    z = plan.AddWorkspace("pre-norm values [N][C][D][H][W]", static_cast<size_t>(info.elements) * 4);
+    if (info.mean == MeanMode::kAll) {
+      rows = plan.AddWorkspace("per-(n, c) means (double)", static_cast<size_t>(n * c) * 8);
+    }
+  }
+  const KernelArg cpart_arg =
+      Arg(Kind::kWorkspace, "fj::TcChannelMoments* __restrict__", "cpart", "", cpart);
+
+  KernelLaunch prep;
+  prep.symbol = "fj_tc_prep";
+  prep.body = absl::StrCat("fj::tc_prep_body", tpl);
+  prep.purpose = "x -> channels-last (channels zero-padded), weights -> [tap][co][ci]";
+  prep.grid = {static_cast<unsigned>(g.prep_blocks), 1, 1};
+  prep.block = {256, 1, 1};
+  prep.args = {Arg(Kind::kInput, "const float* __restrict__", "x"),
+               Arg(Kind::kParam, "const float* __restrict__", "weight", info.weight_param),
+               Arg(Kind::kWorkspace, "float* __restrict__", "xcl", "", xcl),
+               Arg(Kind::kWorkspace, "float* __restrict__", "wt", "", wt),
+               split ? Arg(Kind::kWorkspace, "float* __restrict__", "wts", "", wts)
+                     : Arg(Kind::kParam, "float* __restrict__", "wts", "")};
+  plan.kernels.push_back(prep);
+
+  KernelLaunch gemm;
+  gemm.symbol = "fj_tc_conv";
+  gemm.body = absl::StrCat("fj::tc_conv_body", tpl);
+  gemm.purpose = absl::StrCat("implicit GEMM ", t.bm, "x", t.bn, " tiles (mma.sync) + bias + ",
+                              info.group_norm ? "pre-norm ops" : "ops",
+                              pipe.out == kStoreFinal     ? ", y stored"
+                              : pipe.out == kMomentsOnly ? ", per-tile channel moments"
+                                                          : ", stored with per-tile channel moments");
+  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(g.c_pad / t.bn),
+               static_cast<unsigned>(n)};
+  gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
+  gemm.shared_bytes = static_cast<unsigned>(g.smem);
+  gemm.args = {Arg(Kind::kWorkspace, "const float* __restrict__", "xcl", "", xcl),
+               Arg(Kind::kWorkspace, "const float* __restrict__", "wt", "", wt),
+               split ? Arg(Kind::kWorkspace, "const float* __restrict__", "wts", "", wts)
+                     : Arg(Kind::kParam, "const float* __restrict__", "wts", ""),
+               Arg(Kind::kParam, "const float* __restrict__", "bias", info.bias_param)};
+  if (pipe.row_mean) {
+    gemm.args.push_back(Arg(Kind::kWorkspace, "float* __restrict__", "dst", "", z));
+  } else if (pipe.out == kMomentsOnly) {
+    gemm.args.push_back(Arg(Kind::kParam, "float* __restrict__", "dst", ""));  // null
+  } else {
+    gemm.args.push_back(Arg(Kind::kOutput, "float* __restrict__", "dst"));
+  }
+  gemm.args.push_back(pipe.out == kStoreFinal
+                          ? Arg(Kind::kParam, "fj::TcChannelMoments* __restrict__", "cpart", "")
+                          : cpart_arg);
+  plan.kernels.push_back(gemm);
+  if (pipe.out == kStoreFinal) return plan;
+
+  KernelLaunch merge;
+  merge.symbol = "fj_tc_channel_merge";
+  merge.body = absl::StrCat("fj::tc_channel_merge_body<Cfg, ", g.tiles, ">");
+  merge.purpose = "merge each channel's tile moments in tile order (double)";
+  merge.grid = {static_cast<unsigned>(CeilDiv(c, 8)), static_cast<unsigned>(n), 1};
+  merge.block = {256, 1, 1};
+  merge.args = {Arg(Kind::kWorkspace, "const fj::TcChannelMoments* __restrict__", "cpart", "", cpart),
+                Arg(Kind::kWorkspace, "fj::TcChannelMoments* __restrict__", "chm", "", chm)};
+  plan.kernels.push_back(merge);
+
+  KernelLaunch fin;
+  fin.symbol = "fj_tc_finalize";
+  fin.body = "fj::tc_finalize_body<Cfg>";
+  fin.purpose = pipe.moments_mean
+                    ? (info.group_norm ? "channel moments -> group mean/rstd -> mean of the "
+                                         "group_norm output"
+                                       : "channel moments -> mean")
+                    : "channel moments merged per group in channel order -> mean, rstd";
+  fin.grid = {static_cast<unsigned>(n), 1, 1};
+  fin.block = {256, 1, 1};
+  fin.args = {Arg(Kind::kWorkspace, "const fj::TcChannelMoments* __restrict__", "chm", "", chm),
+              Arg(Kind::kParam, "const float* __restrict__", "gamma", info.gamma_param),
+              Arg(Kind::kParam, "const float* __restrict__", "beta", info.beta_param),
+              pipe.stats ? Arg(Kind::kWorkspace, "float* __restrict__", "stats", "", stats)
+                         : Arg(Kind::kParam, "float* __restrict__", "stats", ""),
+              pipe.moments_mean ? Arg(Kind::kOutput, "float* __restrict__", "y")
+                                : Arg(Kind::kParam, "float* __restrict__", "y", "")};
+  plan.kernels.push_back(fin);
+
+  if (pipe.apply) {
+    KernelLaunch apply;
+    apply.symbol = "fj_gn_apply";
+    apply.body = "fj::gn_apply_body<Cfg>";
+    apply.purpose = "normalize y in place, affine, post-ops";
+    const int64_t per_block = s % 4 == 0 ? 128 * 4 * 4 : 128 * 4;  // gn_apply.cuh GnApply
+    apply.grid = {static_cast<unsigned>(CeilDiv(s, per_block)), static_cast<unsigned>(n * c), 1};
+    apply.block = {128, 1, 1};
+    apply.args = {Arg(Kind::kParam, "const float* __restrict__", "gamma", info.gamma_param),
+                  Arg(Kind::kParam, "const float* __restrict__", "beta", info.beta_param),
+                  Arg(Kind::kWorkspace, "const float* __restrict__", "stats", "", stats),
+                  Arg(Kind::kOutput, "float* __restrict__", "y")};
+    plan.kernels.push_back(apply);
+  }
+  if (pipe.row_mean) {
+    const bool all = info.mean == MeanMode::kAll;
+    KernelLaunch rm;
+    rm.symbol = "fj_tc_row_mean";
+    rm.body = "fj::tc_row_mean_body<Cfg>";
+    rm.purpose = "mean over space of post(group_norm(pre-norm values)) per (n, c), in double";
+    rm.grid = {static_cast<unsigned>(n * c), 1, 1};
+    rm.block = {256, 1, 1};
+    rm.args = {Arg(Kind::kWorkspace, "const float* __restrict__", "z", "", z),
+               Arg(Kind::kParam, "const float* __restrict__", "gamma", info.gamma_param),
+               Arg(Kind::kParam, "const float* __restrict__", "beta", info.beta_param),
+               Arg(Kind::kWorkspace, "const float* __restrict__", "stats", "", stats),
+               all ? Arg(Kind::kParam, "float* __restrict__", "y", "")
+                   : Arg(Kind::kOutput, "float* __restrict__", "y"),
+               all ? Arg(Kind::kWorkspace, "double* __restrict__", "rows", "", rows)
+                   : Arg(Kind::kParam, "double* __restrict__", "rows", "")};
+    plan.kernels.push_back(rm);
+    if (all) {
+      KernelLaunch ma;
+      ma.symbol = "fj_tc_mean_all";
+      ma.body = "fj::tc_mean_all_body<Cfg>";
+      ma.purpose = "y[n] = the channel means summed in a fixed order / C";
+      ma.grid = {static_cast<unsigned>(n), 1, 1};
+      ma.block = {256, 1, 1};
+      ma.args = {Arg(Kind::kWorkspace, "const double* __restrict__", "rows", "", rows),
+                 Arg(Kind::kOutput, "float* __restrict__", "y")};
+      plan.kernels.push_back(ma);
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+void AddTcConvStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
+  out->push_back(std::make_unique<TcConvStrategy>());
+}
+
+}  // namespace fusejit::codegen

@@ -1,0 +1,532 @@
+// templates/tc_conv.cuh: the tensor-core convolution engine (strategy family "tc-*",
+// codegen/tc_conv_strategy.cc): an implicit GEMM on mma.sync (sm_80 and later) for conv3d and
+// conv_transpose3d of any channel counts, kernel, stride, padding, dilation and output_padding,
+// with the chain's pre-norm ops fused into its epilogue.
+//
+// The GEMM: rows = output points of one sample, columns = output channels, k = (tap, input
+// channel). A transposed convolution is split into output phases (o % stride per dim): within a
+// phase every output point uses the same taps, so each phase is a dense GEMM over only the taps
+// that reach it (no multiply by a structural zero). One description serves both producers: for
+// phase point q (per dim) and tap k,
+//     input coordinate  i = q * kMul + off(k)      (conv: kMul = stride, off = k*dil - pad;
+//                                                   transposed: kMul = 1,
+//                                                   off = (p + pad - k*dil) / stride, taps with
+//                                                   (p + pad - k*dil) % stride == 0 only)
+//     output coordinate o = q * kOStride + p        (conv: kOStride = 1, p = 0;
+//                                                   transposed: kOStride = stride)
+// Precision: Fixed::kPrec == kTcPrec3xTF32 (fp32-accurate) splits both operands into TF32
+// big + small parts and runs three products (small*big + big*small + big*big); kTcPrecTF32 runs
+// one TF32 product.
+//
+// ---- host-side contract -------------------------------------------------------------------
+// Template parameters: Cfg (the chain), Fixed {kPrec, kOut, kWarpsM, kWarpsN}, Tune {kBM, kBN,
+// kBK, kStages}. TcShape<Cfg, Fixed, Tune> holds every derived size; static_asserts below
+// list what must hold (the strategy checks each before compiling).
+// Kernel bodies, in launch order:
+//   tc_prep_body: grid TcShape::kPrepBlocks, block 256, no dynamic smem.
+//       x [N][Cin][Sin] -> xcl [N][Sin][kCinPad] (channels-last, zero-padded channels);
+//       weight -> wt [kTaps][kCPad][kCinPad] (zero-padded).
+//   tc_conv_body: grid (TcShape::kTiles, kCPad / kBN, kN), block kThreads, dynamic smem
+//       TcShape::kSmemBytes. Tile t of a sample covers min(kBM, M_p - m0) points of one phase.
+//       Epilogue: v = pre(acc + bias[c]); then by Fixed::kOut
+//         kTcStoreFinal    dst[n][c][o] = v                        (the chain's y)
+//         kTcStorePreNorm  dst[n][c][o] = v, cpart = tile moments  (y or a workspace)
+//         kTcMomentsOnly   cpart = tile moments (nothing full-size)
+//       cpart: TcChannelMoments [kN][kTiles][kC] (count, mean, m2 of v over the tile's points).
+// -----------------------------------------------------------------------------------------
+#ifndef FUSEJIT_TEMPLATES_TC_CONV_CUH_
+#define FUSEJIT_TEMPLATES_TC_CONV_CUH_
+
+#include "common.cuh"
+#include "default_config.cuh"
+
+namespace fj {
+
+enum TcPrec { kTcPrecTF32 = 0, kTcPrec3xTF32 = 1 };
+enum TcOut { kTcStoreFinal = 0, kTcStorePreNorm = 1, kTcMomentsOnly = 2 };
+
+struct TcChannelMoments {
+  double count, mean, m2;
+};
+
+// Per-dimension geometry of the GEMM (see the file comment).
+struct TcDim {
+  int in, out, k, stride, pad, dil;
+  bool transposed;
+  __host__ __device__ constexpr int phases() const { return transposed ? stride : 1; }
+  // Output points of phase p: o in [0, out) with o % stride == p.
+  __host__ __device__ constexpr int extent(int p) const {
+    return transposed ? (p < out ? (out - p + stride - 1) / stride : 0) : out;
+  }
+  __host__ __device__ constexpr int mul() const { return transposed ? 1 : stride; }
+  __host__ __device__ constexpr int ostride() const { return transposed ? stride : 1; }
+  // Whether tap k reaches phase p, and its input offset.
+  __host__ __device__ constexpr bool reaches(int p, int kk) const {
+    return transposed ? (((p + pad - kk * dil) % stride) + stride) % stride == 0 : true;
+  }
+  __host__ __device__ constexpr int offset(int p, int kk) const {
+    return transposed ? (p + pad - kk * dil) / stride : kk * dil - pad;
+  }
+};
+
+template <class Cfg, class Fixed, class Tune>
+struct TcShape {
+  static constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
+  __host__ __device__ static constexpr TcDim DimD() {
+    return {Cfg::kDin, Cfg::kD, Cfg::kKD, Cfg::kSD, Cfg::kPD, Cfg::kDilD, kTransposed};
+  }
+  __host__ __device__ static constexpr TcDim DimH() {
+    return {Cfg::kHin, Cfg::kH, Cfg::kKH, Cfg::kSH, Cfg::kPH, Cfg::kDilH, kTransposed};
+  }
+  __host__ __device__ static constexpr TcDim DimW() {
+    return {Cfg::kWin, Cfg::kW, Cfg::kKW, Cfg::kSW, Cfg::kPW, Cfg::kDilW, kTransposed};
+  }
+  static constexpr int kBM = Tune::kBM, kBN = Tune::kBN, kBK = Tune::kBK;
+  static constexpr int kWarpsM = Fixed::kWarpsM, kWarpsN = Fixed::kWarpsN, kStages = Tune::kStages;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
+  static constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8;
+  static constexpr int kCinPad = (Cfg::kCin + kBK - 1) / kBK * kBK;
+  static constexpr int kCPad = (Cfg::kC + kBN - 1) / kBN * kBN;
+  static constexpr int kChunks = kCinPad / kBK;  // k-steps per tap
+  static constexpr int kPitch = kBK + 4;         // floats per shared row (conflict-free frags)
+  static constexpr bool kSplit = Fixed::kPrec == kTcPrec3xTF32;
+  static constexpr int kBTiles = kSplit ? 2 : 1;  // weight tiles per stage: big (and small)
+  static constexpr int kStageFloats = (kBM + kBTiles * kBN) * kPitch;
+  // 3xTF32: products accumulate in a short run, added to the accumulator every kFlush k8 steps
+  // (the tensor cores' accumulation truncates; short runs keep its bias below fp32 rounding).
+  static constexpr int kFlush = kBK / 8 < 2 ? kBK / 8 : 2;
+  static constexpr int kEpilogueFloats = 2 * kWarpsM * kBN + kBN;
+  static constexpr int kSmemBytes =
+      4 * (kStages * kStageFloats > kEpilogueFloats ? kStages * kStageFloats : kEpilogueFloats);
+  static constexpr int kTaps = Cfg::kKD * Cfg::kKH * Cfg::kKW;
+  static constexpr int kSin = Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  static constexpr int kS = Cfg::kD * Cfg::kH * Cfg::kW;
+  static constexpr int kPhases = DimD().phases() * DimH().phases() * DimW().phases();
+  static constexpr int kSegsPerRow = kBK / 4;  // 16-byte segments per shared row
+  static constexpr int kALoads = kBM * kSegsPerRow / kThreads;
+  __host__ __device__ static constexpr int points(int phase) {
+    const int pw = phase % DimW().phases(), ph = phase / DimW().phases() % DimH().phases(),
+              pd = phase / (DimW().phases() * DimH().phases());
+    return DimD().extent(pd) * DimH().extent(ph) * DimW().extent(pw);
+  }
+  __host__ __device__ static constexpr int tiles_before(int phase) {
+    int t = 0;
+    for (int p = 0; p < phase; ++p) t += (points(p) + kBM - 1) / kBM;
+    return t;
+  }
+  static constexpr int kTiles = tiles_before(kPhases);  // per sample, over every phase
+  // Prep: x tiles of 32 points x 32 channels, then weight blocks (grid-stride).
+  static constexpr int kPrepXBlocks =
+      Cfg::kN * ((kSin + 31) / 32) * ((kCinPad + 31) / 32);
+  static constexpr long long kWeightElems = (long long)kTaps * kCPad * kCinPad;
+  static constexpr int kPrepWBlocks =
+      (int)((kWeightElems + 255) / 256 < 1024 ? (kWeightElems + 255) / 256 : 1024);
+  static constexpr int kPrepBlocks = kPrepXBlocks + kPrepWBlocks;
+
+  static_assert(Cfg::kProducer == kConv3d || Cfg::kProducer == kConvTranspose3d,
+                "tc_conv: the chain needs a convolution");
+  static_assert(kBK == 8 || kBK == 16 || kBK == 32, "tc_conv: kBK is 8, 16 or 32");
+  static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0 && kMI >= 1 && kNI >= 1,
+                "tc_conv: warp tiles are multiples of 16 x 8");
+  static_assert((kBM * kSegsPerRow) % kThreads == 0 && kALoads >= 1,
+                "tc_conv: A tile segments divide among the threads");
+  static_assert(kStages >= 2, "tc_conv: at least two stages");
+  static_assert(kNI % 2 == 0, "tc_conv: B fragments load two n8 tiles at a time");
+  static_assert(DimD().k <= 8 && DimH().k <= 8 && DimW().k <= 8, "tc_conv: kernel <= 8 per dim");
+  static_assert(kTaps <= 512, "tc_conv: tap table");
+  static_assert(Fixed::kOut == kTcStoreFinal || Cfg::kC <= 1 << 20, "tc_conv: channels");
+};
+
+__device__ __forceinline__ unsigned tc_tf32(float v) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+
+// c += a * b (m16n8k8, TF32 operands, fp32 accumulators).
+__device__ __forceinline__ void tc_mma(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// d = a * b.
+__device__ __forceinline__ void tc_mma_zero(float* d, const unsigned* a, const unsigned* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
+}
+// Four 8x4 tf32 (8 x 16-byte) matrices from shared memory; lane i gives the row address of
+// matrix i / 8, row i % 8, and receives word (lane / 4, lane % 4) of each.
+__device__ __forceinline__ void tc_ldsm_x4(unsigned* r, const float* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// 16-byte cp.async; fills zeros when !valid (src must still be a mapped address).
+__device__ __forceinline__ void tc_cp_async16(float* dst, const float* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void tc_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// TF32 rounding (round to nearest, ties away) of v, as a float.
+__device__ __forceinline__ float tc_round_tf32(float v) { return __uint_as_float(tc_tf32(v)); }
+
+// REQUIRES (3xTF32): wts points at kWeightElems floats; null otherwise.
+template <class Cfg, class Fixed, class Tune>
+__device__ __forceinline__ void tc_prep_body(const float* __restrict__ x,
+                                             const float* __restrict__ w,
+                                             float* __restrict__ xcl, float* __restrict__ wt,
+                                             float* __restrict__ wts) {
+  using Sh = TcShape<Cfg, Fixed, Tune>;
+  __shared__ float tile[32][33];
+  if (blockIdx.x < Sh::kPrepXBlocks) {
+    constexpr int kSBlocks = (Sh::kSin + 31) / 32, kCBlocks = (Sh::kCinPad + 31) / 32;
+    const int b = blockIdx.x;
+    const int cb = b % kCBlocks, sb = b / kCBlocks % kSBlocks, n = b / (kCBlocks * kSBlocks);
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;  // 32 x 8
+    const int s0 = sb * 32, c0 = cb * 32;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = c0 + ty + 8 * j, s = s0 + tx;
+      tile[ty + 8 * j][tx] =
+          c < Cfg::kCin && s < Sh::kSin ? x[((long long)n * Cfg::kCin + c) * Sh::kSin + s] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int s = s0 + ty + 8 * j, c = c0 + tx;
+      if (s < Sh::kSin && c < Sh::kCinPad) {
+        // TF32: rounded here once (the GEMM feeds the bits as they are); 3xTF32: split there.
+        const float v = tile[tx][ty + 8 * j];
+        xcl[((long long)n * Sh::kSin + s) * Sh::kCinPad + c] = Sh::kSplit ? v : tc_round_tf32(v);
+      }
+    }
+    return;
+  }
+  const long long stride = (long long)Sh::kPrepWBlocks * blockDim.x;
+  for (long long i = (long long)(blockIdx.x - Sh::kPrepXBlocks) * blockDim.x + threadIdx.x;
+       i < Sh::kWeightElems; i += stride) {
+    const int ci = (int)(i % Sh::kCinPad);
+    const int co = (int)(i / Sh::kCinPad % Sh::kCPad);
+    const int tap = (int)(i / ((long long)Sh::kCinPad * Sh::kCPad));
+    float v = 0.f;
+    if (ci < Cfg::kCin && co < Cfg::kC) {
+      v = Sh::kTransposed ? w[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
+                          : w[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap];
+    }
+    const float big = tc_round_tf32(v);
+    wt[i] = big;
+    if (Sh::kSplit) wts[i] = tc_round_tf32(v - big);
+  }
+}
+
+template <class Cfg, class Fixed, class Tune>
+__device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
+                                             const float* __restrict__ wt,
+                                             const float* __restrict__ wts,
+                                             const float* __restrict__ bias,
+                                             float* __restrict__ dst,
+                                             TcChannelMoments* __restrict__ cpart) {
+  using Sh = TcShape<Cfg, Fixed, Tune>;
+  constexpr int BM = Sh::kBM, BN = Sh::kBN, BK = Sh::kBK, P = Sh::kPitch, MI = Sh::kMI,
+                NI = Sh::kNI;
+  extern __shared__ __align__(16) float smem[];
+  __shared__ int4 s_tap[Sh::kTaps];  // (off d, off h, off w, weight tap) of the phase's taps
+  __shared__ int s_list[3][9];       // per dim: count, then the reaching taps' k
+  const int n = blockIdx.z, nb = blockIdx.y;
+  // The phase of this tile and the tile's first point within it.
+  int phase = 0, first = 0;
+  for (; phase < Sh::kPhases - 1; ++phase) {
+    const int t = (Sh::points(phase) + BM - 1) / BM;
+    if ((int)blockIdx.x < first + t) break;
+    first += t;
+  }
+  const int pw = phase % Sh::DimW().phases(), ph = phase / Sh::DimW().phases() % Sh::DimH().phases(),
+            pd = phase / (Sh::DimW().phases() * Sh::DimH().phases());
+  const int qd_n = Sh::DimD().extent(pd), qh_n = Sh::DimH().extent(ph), qw_n = Sh::DimW().extent(pw);
+  const int m_count = qd_n * qh_n * qw_n;
+  const int m0 = ((int)blockIdx.x - first) * BM;
+  if (threadIdx.x < 3) {
+    const TcDim dim = threadIdx.x == 0 ? Sh::DimD() : threadIdx.x == 1 ? Sh::DimH() : Sh::DimW();
+    const int p = threadIdx.x == 0 ? pd : threadIdx.x == 1 ? ph : pw;
+    int cnt = 0;
+    for (int kk = 0; kk < dim.k; ++kk) {
+      if (dim.reaches(p, kk)) s_list[threadIdx.x][1 + cnt++] = kk;
+    }
+    s_list[threadIdx.x][0] = cnt;
+  }
+  __syncthreads();
+  const int td = s_list[0][0], th = s_list[1][0], tw = s_list[2][0];
+  const int taps = td * th * tw;
+  for (int j = threadIdx.x; j < taps; j += blockDim.x) {
+    const int jw = j % tw, jh = j / tw % th, jd = j / (tw * th);
+    const int kd = s_list[0][1 + jd], kh = s_list[1][1 + jh], kw = s_list[2][1 + jw];
+    s_tap[j] = make_int4(Sh::DimD().offset(pd, kd), Sh::DimH().offset(ph, kh),
+                         Sh::DimW().offset(pw, kw), (kd * Cfg::kKH + kh) * Cfg::kKW + kw);
+  }
+  __syncthreads();
+
+  // This thread's A-tile rows (input base coordinates; out of range rows never load).
+  const int seg = threadIdx.x % Sh::kSegsPerRow;
+  int bd[Sh::kALoads], bh[Sh::kALoads], bw[Sh::kALoads];
+#pragma unroll
+  for (int i = 0; i < Sh::kALoads; ++i) {
+    const int m = m0 + (int)(threadIdx.x + i * Sh::kThreads) / Sh::kSegsPerRow;
+    if (m < m_count) {
+      const int qw = m % qw_n, qh = m / qw_n % qh_n, qd = m / (qw_n * qh_n);
+      bd[i] = qd * Sh::DimD().mul();
+      bh[i] = qh * Sh::DimH().mul();
+      bw[i] = qw * Sh::DimW().mul();
+    } else {
+      bd[i] = -(1 << 28);  // fails every bounds check
+      bh[i] = 0;
+      bw[i] = 0;
+    }
+  }
+  const float* x_n = xcl + (long long)n * Sh::kSin * Sh::kCinPad;
+  const int ksteps = taps * Sh::kChunks;
+
+  auto load_stage = [&](int stage, int ks) {
+    float* as = smem + stage * Sh::kStageFloats;
+    float* bs = as + BM * P;
+    const int j = ks / Sh::kChunks, ci0 = (ks % Sh::kChunks) * BK;
+    const int4 tap = s_tap[j];
+#pragma unroll
+    for (int i = 0; i < Sh::kALoads; ++i) {
+      const int row = (int)(threadIdx.x + i * Sh::kThreads) / Sh::kSegsPerRow;
+      const int id = bd[i] + tap.x, ih = bh[i] + tap.y, iw = bw[i] + tap.z;
+      const bool ok = (unsigned)id < (unsigned)Cfg::kDin && (unsigned)ih < (unsigned)Cfg::kHin &&
+                      (unsigned)iw < (unsigned)Cfg::kWin;
+      const float* src =
+          ok ? x_n + (long long)((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kCinPad + ci0 +
+                   seg * 4
+             : xcl;
+      tc_cp_async16(as + row * P + seg * 4, src, ok);
+    }
+    const long long woff = ((long long)tap.w * Sh::kCPad + nb * BN) * Sh::kCinPad + ci0;
+    for (int s = threadIdx.x; s < Sh::kBTiles * BN * Sh::kSegsPerRow; s += Sh::kThreads) {
+      const int tile = s / (BN * Sh::kSegsPerRow), r = s % (BN * Sh::kSegsPerRow);
+      const int row = r / Sh::kSegsPerRow, sg = r % Sh::kSegsPerRow;
+      const float* src = (tile == 0 ? wt : wts) + woff + (long long)row * Sh::kCinPad + sg * 4;
+      tc_cp_async16(bs + (tile * BN + row) * P + sg * 4, src, true);
+    }
+  };
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm = warp % Sh::kWarpsM, wn = warp / Sh::kWarpsM;
+  const int g = lane >> 2, t = lane & 3;
+  float acc[MI][NI][4];
+  float run[Sh::kSplit ? MI : 1][Sh::kSplit ? NI : 1][4];  // 3xTF32's short run
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
+  // ldmatrix row addresses (see tc_ldsm_x4): A 16x8 fragments, B two n8 x k8 fragments.
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 4;
+  const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 4;
+
+#pragma unroll
+  for (int s = 0; s < Sh::kStages - 1; ++s) {
+    if (s < ksteps) load_stage(s, s);
+    tc_cp_commit();
+  }
+  for (int ks = 0; ks < ksteps; ++ks) {
+    tc_cp_wait<Sh::kStages - 2>();
+    __syncthreads();
+    const int next = ks + Sh::kStages - 1;
+    if (next < ksteps) load_stage(next % Sh::kStages, next);
+    tc_cp_commit();
+    const float* stage = smem + (ks % Sh::kStages) * Sh::kStageFloats;
+    const float* as = stage + (wm * Sh::kWarpM + a_row) * P + a_col;
+    const float* bs = stage + (BM + wn * Sh::kWarpN + b_row) * P + b_col;
+#pragma unroll
+    for (int k8 = 0; k8 < BK; k8 += 8) {
+      unsigned a[MI][4], b[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) tc_ldsm_x4(a[mi], as + mi * 16 * P + k8);
+#pragma unroll
+      for (int nj = 0; nj < NI / 2; ++nj) {
+        unsigned r[4];
+        tc_ldsm_x4(r, bs + nj * 16 * P + k8);
+        b[2 * nj][0] = r[0];
+        b[2 * nj][1] = r[1];
+        b[2 * nj + 1][0] = r[2];
+        b[2 * nj + 1][1] = r[3];
+      }
+      if constexpr (!Sh::kSplit) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) tc_mma(acc[mi][ni], a[mi], b[ni]);
+      } else {
+        unsigned bsm[NI][2], asm_[MI][4];
+#pragma unroll
+        for (int nj = 0; nj < NI / 2; ++nj) {
+          unsigned r[4];
+          tc_ldsm_x4(r, bs + (BN + nj * 16) * P + k8);
+          bsm[2 * nj][0] = r[0];
+          bsm[2 * nj][1] = r[1];
+          bsm[2 * nj + 1][0] = r[2];
+          bsm[2 * nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const float v = __uint_as_float(a[mi][r]);
+            a[mi][r] = tc_tf32(v);
+            asm_[mi][r] = tc_tf32(v - __uint_as_float(a[mi][r]));
+          }
+        const bool first = (k8 / 8) % Sh::kFlush == 0;
+        const bool last = (k8 / 8) % Sh::kFlush == Sh::kFlush - 1;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            if (first) {
+              tc_mma_zero(run[mi][ni], asm_[mi], b[ni]);
+            } else {
+              tc_mma(run[mi][ni], asm_[mi], b[ni]);
+            }
+            tc_mma(run[mi][ni], a[mi], bsm[ni]);
+            tc_mma(run[mi][ni], a[mi], b[ni]);
+            if (last) {
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[mi][ni][r] += run[mi][ni][r];
+            }
+          }
+      }
+    }
+  }
+  tc_cp_wait<0>();
+  __syncthreads();  // shared memory is reused by the epilogue
+
+  // ---- epilogue: bias + pre-ops, store and/or tile moments -----------------------------------
+  // Output offsets of this thread's rows (-1: past the phase's points).
+  int out_row[MI][2];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m0 + wm * Sh::kWarpM + mi * 16 + g + 8 * h;
+      if (m < m_count) {
+        const int qw = m % qw_n, qh = m / qw_n % qh_n, qd = m / (qw_n * qh_n);
+        const int od = qd * Sh::DimD().ostride() + pd, oh = qh * Sh::DimH().ostride() + ph,
+                  ow = qw * Sh::DimW().ostride() + pw;
+        out_row[mi][h] = (od * Cfg::kH + oh) * Cfg::kW + ow;
+      } else {
+        out_row[mi][h] = -1;
+      }
+    }
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int co = nb * BN + wn * Sh::kWarpN + ni * 8 + 2 * t + e;
+      const float b = Cfg::kBias && co < Cfg::kC ? bias[co] : 0.f;
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& v = acc[mi][ni][2 * h + e];
+          v = Cfg::pre(v + b);
+          if (Fixed::kOut != kTcMomentsOnly && co < Cfg::kC && out_row[mi][h] >= 0) {
+            dst[((long long)n * Cfg::kC + co) * Sh::kS + out_row[mi][h]] = v;
+          }
+        }
+    }
+  if constexpr (Fixed::kOut != kTcStoreFinal) {
+    // Per-channel moments over the tile's valid rows: sums in a fixed order (thread rows, lanes
+    // of one column by xor-shuffle, warps by index), then the mean, then squared deviations.
+    float* red = smem;                        // [kWarpsM][BN]
+    float* tile_mean = smem + Sh::kWarpsM * BN;  // [BN]
+    float* red2 = tile_mean + BN;             // [kWarpsM][BN]
+    const int valid = m_count - m0 < BM ? m_count - m0 : BM;
+    for (int pass = 0; pass < 2; ++pass) {
+      float* r = pass == 0 ? red : red2;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = wn * Sh::kWarpN + ni * 8 + 2 * t + e;
+          const float mu = pass == 0 ? 0.f : tile_mean[col];
+          float s = 0.f;
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (out_row[mi][h] >= 0) {
+                const float d = acc[mi][ni][2 * h + e] - mu;
+                s += pass == 0 ? d : d * d;
+              }
+            }
+          s += __shfl_xor_sync(0xffffffffu, s, 4);
+          s += __shfl_xor_sync(0xffffffffu, s, 8);
+          s += __shfl_xor_sync(0xffffffffu, s, 16);
+          if (g == 0) r[wm * BN + col] = s;
+        }
+      __syncthreads();
+      for (int col = threadIdx.x; col < BN; col += Sh::kThreads) {
+        float s = 0.f;
+        for (int i = 0; i < Sh::kWarpsM; ++i) s += r[i * BN + col];
+        if (pass == 0) {
+          tile_mean[col] = s / (float)valid;
+        } else {
+          const int co = nb * BN + col;
+          if (co < Cfg::kC) {
+            TcChannelMoments mom;
+            mom.count = valid;
+            mom.mean = tile_mean[col];
+            mom.m2 = s;
+            cpart[((long long)n * Sh::kTiles + blockIdx.x) * Cfg::kC + co] = mom;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): the kernels with the default configuration.
+namespace fj_selftest {
+struct TcFixed {
+  static constexpr int kPrec = fj::kTcPrec3xTF32, kOut = fj::kTcStorePreNorm;
+  static constexpr int kWarpsM = 4, kWarpsN = 1;
+};
+struct TcTune {
+  static constexpr int kBM = 128, kBN = 32, kBK = 8, kStages = 3;
+};
+using Sh = fj::TcShape<fj::DefaultConfig, TcFixed, TcTune>;
+}  // namespace fj_selftest
+extern "C" __global__ void __launch_bounds__(256)
+    tc_prep_selftest(const float* x, const float* w, float* xcl, float* wt, float* wts) {
+  fj::tc_prep_body<fj::DefaultConfig, fj_selftest::TcFixed, fj_selftest::TcTune>(x, w, xcl, wt,
+                                                                                 wts);
+}
+extern "C" __global__ void __launch_bounds__(fj_selftest::Sh::kThreads)
+    tc_conv_selftest(const float* xcl, const float* wt, const float* wts, const float* bias,
+                     float* y, fj::TcChannelMoments* cpart) {
+  fj::tc_conv_body<fj::DefaultConfig, fj_selftest::TcFixed, fj_selftest::TcTune>(
+      xcl, wt, wts, bias, y, cpart);
+}
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_TC_CONV_CUH_
