@@ -156,8 +156,13 @@ class ConvTStrategy : public Strategy {
     return CheckConvT(chain, info, target, t, ToConfig(name(), t, Fields()), store_).ok();
   }
   double Cost(const Chain& chain, const PlanTarget&) const override {
+    // The FFMA loops reach ~50 TFLOP/s only with a few input channels (W1: Cin 3): measured on
+    // the H100 (2026-11-23, bench/conv_engine_sweep.py T7, T10, B3) 2.5x to 7x slower than this
+    // estimate above 4 input channels, growing with Cin, hence the factor.
     const ChainInfo info = AnalyzeChain(chain);
-    return static_cast<double>(info.elements) *
+    const double cin_factor =
+        chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(chain.input[1]) / 6.0;
+    return cin_factor * static_cast<double>(info.elements) *
            (store_ ? 12.0 / 3.0 + 2.0 * info.macs_per_point / 50.0
                    : 4.0 / 3.0 + 4.0 * info.macs_per_point / 50.0);
   }

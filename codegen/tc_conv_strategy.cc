@@ -208,7 +208,42 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
   return work / std::max(0.05, fill);
 }
 
+// The heuristic tuning, fitted to `fusejit autotune` on the lent H100 (2026-11-23, 8 sweep chains
+// x both precisions, bench/notes/tc_conv_tuning.md): 128-point tiles (64 only when the device
+// would not be half full); 32 or 64 channels a tile, whichever pads C less (64 on a tie when it
+// still gives two CTAs an SM; 16 for C <= 16); the k-step that wastes the least on padding, where
+// k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and 3xTF32's 32-wide k-steps
+// (twice the weight tiles in shared memory) ~15% more below 128 input channels; 3 stages for
+// 3xTF32, 4 for TF32. Falls back to the valid configuration of least EstimateGemm().
 TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
+  const bool split = PrecOf(target) == kPrec3xTF32;
+  const int64_t cin = chain.input[1], c = info.producer_shape[1], n = chain.input[0];
+  TcTune t;
+  t.stages = split ? 3 : 4;
+  double best_bk = 0;
+  for (int64_t bk : {32, 16, 8}) {
+    const double eff = bk == 8 ? 0.7 : bk == 16 ? 0.9 : (split && cin < 128 ? 0.85 : 1.0);
+    const double useful = static_cast<double>(cin) / static_cast<double>(CeilDiv(cin, bk) * bk);
+    if (useful * eff > best_bk * (1 + 1e-9)) {
+      best_bk = useful * eff;
+      t.bk = bk;
+    }
+  }
+  auto ctas = [&](const TcTune& v) {
+    const TcGeometry g = Geometry(chain, info, v, PrecOf(target));
+    return g.tiles * (g.c_pad / v.bn) * n;
+  };
+  if (c <= 16) {
+    t.bn = 16;
+  } else {
+    const int64_t pad32 = CeilDiv(c, 32) * 32, pad64 = CeilDiv(c, 64) * 64;
+    TcTune wide = t;
+    wide.bn = 64;
+    t.bn = pad64 < pad32 || (pad64 == pad32 && ctas(wide) >= 2 * target.sm_count) ? 64 : 32;
+  }
+  t.bm = 128;
+  if (ctas(t) * 2 < target.sm_count) t.bm = 64;
+  if (CheckTune(chain, info, target, t, TuneConfig{}).ok()) return t;
   TcTune best;
   double best_cost = 0;
   bool found = false;
@@ -216,12 +251,12 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     for (int64_t bn : {128, 64, 32, 16}) {
       for (int64_t bk : {32, 16, 8}) {
         for (int64_t stages : {4, 3, 2}) {
-          const TcTune t{bm, bn, bk, stages};
-          if (!CheckTune(chain, info, target, t, TuneConfig{}).ok()) continue;
+          const TcTune v{bm, bn, bk, stages};
+          if (!CheckTune(chain, info, target, v, TuneConfig{}).ok()) continue;
           const double cost =
-              EstimateGemm(Geometry(chain, info, t, PrecOf(target)), t, chain, target);
+              EstimateGemm(Geometry(chain, info, v, PrecOf(target)), v, chain, target);
           if (!found || cost < best_cost * (1 - 1e-9)) {
-            best = t;
+            best = v;
             best_cost = cost;
             found = true;
           }
@@ -242,23 +277,27 @@ class TcConvStrategy : public Strategy {
     return CheckTune(chain, info, target, t, ToConfig(name(), t, Fields())).ok();
   }
   double Cost(const Chain& chain, const PlanTarget& target) const override {
-    // In the planner's units (GenericCost: bytes / 3 + 2 * flops / 15 per point): the padded
-    // products on the tensor cores (3xTF32 about 3x the FFMA plans' rate, TF32 about 8x), the
-    // channels-last copy of x, and the full-size traffic of the tail.
+    // In the planner's units (picoseconds on the H100: GenericCost's bytes / 3 is 3 TB/s): the
+    // GEMM's padded multiply-adds at the measured rate of large, full-device tiles (2026-11-23,
+    // bench/conv_engine_sweep.py S2: 3xTF32 0.045 ps, TF32 0.020 ps a multiply-add), slower with
+    // fewer CTAs; the channels-last copy of x; the tail's full-size traffic; and
+    // ~3 us of launches.
     const ChainInfo info = AnalyzeChain(chain);
     const TcTune t = DefaultTune(chain, info, target);
     const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
     const TcPipeline pipe = PipelineOf(info);
-    const double rate = PrecOf(target) == kPrec3xTF32 ? 150.0 : 400.0;
-    const double gemm = 2.0 * EstimateGemm(g, t, chain, target) / rate;
+    const double ps_per_mac = PrecOf(target) == kPrec3xTF32 ? 0.045 : 0.020;
+    const double ctas = static_cast<double>(g.tiles * (g.c_pad / t.bn) * chain.input[0]);
+    // Fewer CTAs than two an SM: measured slower by about fill^-0.75 (S8, K9: 0.42 -> 1.9x).
+    const double fill = std::pow(std::min(1.0, ctas / (2.0 * target.sm_count)), 0.75);
+    const double gemm = g.padded_macs * static_cast<double>(chain.input[0]) * ps_per_mac / fill;
     double bytes_per_point = pipe.out == kMomentsOnly ? 0.2 : 4.0;
     if (pipe.apply) bytes_per_point += 8.0;
     if (pipe.row_mean) bytes_per_point += 4.0;
     const double in_bytes = static_cast<double>(NumElements(chain.input)) *
-                            (4.0 + 8.0 * g.cin_pad / chain.input[1]);
-    // A fixed cost per launch (5 kernels at most), ~2 us each in these units.
+                            (4.0 + 8.0 * static_cast<double>(g.cin_pad) / chain.input[1]);
     return static_cast<double>(info.elements) * bytes_per_point / 3.0 + in_bytes / 3.0 + gemm +
-           5 * 2e3;
+           3e6;
   }
   TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
     return ToConfig(name(), DefaultTune(chain, AnalyzeChain(chain), target), Fields());

@@ -89,7 +89,10 @@ TEST(GpuTcConv, RandomChainsBothPrecisions) {
   for (int tries = 0; tries < 100000 && checked < 40; ++tries) {
     const Chain chain = RandomChain(rng, options);
     if (!tc->Applies(chain, target)) continue;
-    CheckChain(chain, /*seed=*/50 + checked, {}, "tc-conv");
+    // fp32: 2e-5 rather than 1e-5: a group_norm after saturating ops (sigmoid | sigmoid, one
+    // group) amplifies the few-ulp intrinsics of the ops, as in every strategy (the generic
+    // store-normalize plan of such a chain is off by the same 1.03e-5).
+    CheckChain(chain, /*seed=*/50 + checked, {}, "tc-conv", {2e-5, 1e-4});
     // TF32 (asked for): one TF32 product, ~1e-3 relative.
     CheckChain(chain, /*seed=*/50 + checked, {}, "tc-conv", {2e-3, 5e-2}, Precision::kTf32);
     ++checked;

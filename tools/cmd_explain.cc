@@ -24,7 +24,10 @@ const CommandSpec& ExplainSpec() {
           "own folder, not a symbolic link, not writable by others), else in a new private\n"
           "folder $TMPDIR/fusejit-explain.XXXXXX (the newest {} such folders are kept).\n",
           jit::kKeepDumps),
-      .flags = {ArchFlag(), StrategyFlag(), DumpFlag()},
+      .flags = {ArchFlag(),
+                StrategyFlag(),
+                {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"},
+                DumpFlag()},
   };
   return *spec;
 }
@@ -47,6 +50,12 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
+  const std::string precision = parsed->Get("precision").value_or("fp32");
+  if (precision == "tf32") {
+    options.precision = Precision::kTf32;
+  } else if (precision != "fp32") {
+    return UsageError(err, spec, "--precision " + precision + ": expected fp32 or tf32");
+  }
   if (absl::Status s = CheckPlannable(*chain, arch, options.strategy); !s.ok()) {
     return UsageError(err, spec, s.message());
   }

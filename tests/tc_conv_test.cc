@@ -1,0 +1,118 @@
+// The tensor-core convolution engine (strategy tc-conv) on the CPU: where it applies, that its
+// plans compile for sm_80 and sm_90 in both precisions for every tail of the pipeline, and that
+// configurations it cannot run are refused with the reason before anything is compiled.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "codegen/planner.h"
+#include "fusejit/fusejit.h"
+
+namespace fusejit {
+namespace {
+
+Chain Parse(const std::string& spec) {
+  absl::StatusOr<Chain> c = ParseChain(spec);
+  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
+  return c.ok() ? *c : Chain{};
+}
+
+const codegen::Strategy& Tc() {
+  const codegen::Strategy* s = codegen::FindStrategy("tc-conv");
+  EXPECT_NE(s, nullptr);
+  return *s;
+}
+
+codegen::PlanTarget Target(const std::string& arch, Precision p = Precision::kFp32) {
+  return {arch, 132, p};
+}
+
+TEST(TcConv, AppliesToEveryConvolutionFromAmpereOn) {
+  const Chain conv = Parse("x:f32[2,13,9,10,11] | conv3d(out=21,k=3,padding=1) | swish");
+  const Chain convt = Parse(
+      "x:f32[2,9,5,5,5] | conv_transpose3d(out=17,k=[2,3,4],stride=[2,3,1],padding=[0,1,2]) | tanh");
+  const Chain none = Parse("x:f32[2,8,5,5,5] | group_norm(groups=2) | relu");
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100"}) {
+    EXPECT_TRUE(Tc().Applies(conv, Target(arch))) << arch;
+    EXPECT_TRUE(Tc().Applies(convt, Target(arch))) << arch;
+    EXPECT_FALSE(Tc().Applies(none, Target(arch))) << arch;
+  }
+  EXPECT_FALSE(Tc().Applies(conv, Target("sm_75")));  // no cp.async / tf32 mma.sync
+}
+
+TEST(TcConv, EveryTailCompilesForSm80AndSm90InBothPrecisions) {
+  const char* const specs[] = {
+      "x:f32[3,13,9,10,11] | conv3d(out=21,k=3,padding=1) | swish",
+      "x:f32[3,13,9,10,11] | conv3d(out=21,k=3,padding=1) | gelu | mean(dims=[2,3,4])",
+      "x:f32[3,13,9,10,11] | conv3d(out=24,k=3,padding=1) | relu | group_norm(groups=6) | tanh",
+      "x:f32[3,13,9,10,11] | conv3d(out=24,k=3,padding=1) | group_norm(groups=3) | "
+      "mean(dims=[1,2,3,4])",
+      "x:f32[3,13,9,10,11] | conv3d(out=24,k=3,padding=1) | group_norm(groups=8) | swish | "
+      "mean(dims=[1,2,3,4])",
+      "x:f32[2,12,5,6,7] | conv_transpose3d(out=20,k=3,stride=2,padding=1,output_padding=1) | "
+      "swish | group_norm(groups=4) | mean(dims=[2,3,4])",
+  };
+  for (const char* spec : specs) {
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+        CompileOptions options;
+        options.arch = arch;
+        options.precision = p;
+        options.strategy = "tc-conv";
+        options.use_cache = false;
+        absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(spec), options);
+        ASSERT_TRUE(c.ok()) << spec << " " << arch << ": " << c.status();
+        EXPECT_EQ((*c)->strategy(), "tc-conv");
+      }
+    }
+  }
+}
+
+TEST(TcConv, PlanSaysWhatItPadsAndHowItSplitsTransposedConvolutions) {
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(
+      Parse("x:f32[2,12,5,6,7] | conv_transpose3d(out=20,k=3,stride=2,padding=1) | swish"),
+      Target("sm_80"), "tc-conv");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->description.find("output phases"), std::string::npos) << plan->description;
+  EXPECT_NE(plan->description.find("input channels padded 12 -> 16"), std::string::npos)
+      << plan->description;
+  EXPECT_NE(plan->description.find("3xTF32"), std::string::npos) << plan->description;
+  // 3xTF32 keeps a second (small-part) weight copy; TF32 does not.
+  absl::StatusOr<codegen::Plan> tf32 = codegen::MakePlan(
+      Parse("x:f32[2,12,5,6,7] | conv_transpose3d(out=20,k=3,stride=2,padding=1) | swish"),
+      Target("sm_80", Precision::kTf32), "tc-conv");
+  ASSERT_TRUE(tf32.ok()) << tf32.status();
+  EXPECT_EQ(plan->workspace.size(), tf32->workspace.size() + 1);
+}
+
+TEST(TcConv, RefusesConfigurationsItCannotRun) {
+  const Chain chain = Parse("x:f32[2,20,7,9,11] | conv3d(out=36,k=3,padding=1) | swish");
+  struct Case {
+    const char* config;
+    const char* why;
+  } cases[] = {
+      {"tc-conv:bm=96,bn=64,bk=32,stages=3", "bm 96 is 64 or 128"},
+      {"tc-conv:bm=128,bn=48,bk=32,stages=3", "bn 48 is 16, 32, 64 or 128"},
+      {"tc-conv:bm=128,bn=64,bk=4,stages=3", "bk 4 is 8, 16 or 32"},
+      {"tc-conv:bm=128,bn=64,bk=32,stages=9", "stages 9 is not in [2, 6]"},
+      {"tc-conv:bm=64,bn=128,bk=8,stages=3", "do not divide among 256 threads"},
+      {"tc-conv:bm=128,bn=64", "bm,bn,bk,stages"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);
+    ASSERT_TRUE(config.ok()) << c.config;
+    absl::Status s = Tc().Validate(chain, Target("sm_90"), *config);
+    EXPECT_FALSE(s.ok()) << c.config;
+    EXPECT_NE(s.message().find(c.why), std::string::npos) << c.config << ": " << s;
+  }
+  // Shared memory differs by architecture: 6 deep stages of 128 x 128 fit sm_90, not sm_86.
+  absl::StatusOr<codegen::TuneConfig> deep =
+      codegen::TuneConfig::Parse("tc-conv:bm=128,bn=128,bk=32,stages=5");
+  ASSERT_TRUE(deep.ok());
+  EXPECT_TRUE(Tc().Validate(chain, Target("sm_90", Precision::kTf32), *deep).ok());
+  absl::Status s = Tc().Validate(chain, Target("sm_86", Precision::kTf32), *deep);
+  EXPECT_NE(s.message().find("bytes of shared memory"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace fusejit
