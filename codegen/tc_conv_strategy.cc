@@ -9,11 +9,12 @@
 //   group_norm | mean (no post) GEMM -> tile channel moments -> mean from moments (4)
 //   group_norm | ops | mean     GEMM stores pre-norm values in a workspace -> group stats ->
 //                               per-row mean of post(normalized)            (5-6)
-// Channels are padded to the tiles (input channels to kBK, output channels to kBN): any counts.
+// Channels are padded, not refused: input channels to a multiple of 4 (k-steps run across taps),
+// output channels to the tile width kBN.
 // Precision: kFp32 runs 3xTF32 (big/small TF32 split of both operands, three products; fp32
 // accurate), kTf32 one TF32 product.
-// Tunable: bm (64, 128 output points per tile), bn (16..128 channels), bk (8, 16, 32 input
-// channels per k-step), stages (cp.async pipeline depth).
+// Tunable: bm (64, 128 output points per tile), bn (16..128 channels), bk (8, 16, 32: the GEMM's
+// k per pipeline step, over (tap, input channel)), stages (cp.async pipeline depth).
 #include "codegen/tc_conv_strategy.h"
 
 #include <algorithm>
@@ -37,13 +38,14 @@ constexpr int64_t kMomentsBytes = 24;  // fj::TcChannelMoments
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct TcTune {
-  int64_t bm = 128, bn = 64, bk = 32, stages = 3;
+  int64_t bm = 128, bn = 64, bk = 32, stages = 3, split = 1;
 };
 constexpr TuneField<TcTune> kTcFields[] = {
     {"bm", "kBM", &TcTune::bm},
     {"bn", "kBN", &TcTune::bn},
     {"bk", "kBK", &TcTune::bk},
     {"stages", "kStages", &TcTune::stages},
+    {"split", "kSplit", &TcTune::split},
 };
 std::span<const TuneField<TcTune>> Fields() { return kTcFields; }
 
@@ -104,7 +106,7 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
   g.warps_m = t.bm / 32;
   g.warps_n = std::clamp<int64_t>(t.bn / 32, 1, 4);
   g.threads = 32 * g.warps_m * g.warps_n;
-  g.cin_pad = CeilDiv(x[1], t.bk) * t.bk;
+  g.cin_pad = Round4(x[1]);  // whole 16-byte segments; k-steps run across taps
   g.c_pad = CeilDiv(p[1], t.bn) * t.bn;
   const int64_t b_tiles = prec == kPrec3xTF32 ? 2 : 1;  // weight big (and small) parts
   const int64_t stage_floats = (t.bm + b_tiles * t.bn) * (t.bk + 4);
@@ -124,7 +126,8 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
             TapsReaching(tr, conv.kernel[2], conv.stride[2], conv.padding[2], conv.dilation[2], pw);
         const int64_t tiles = CeilDiv(points, t.bm);
         g.tiles += tiles;
-        g.padded_macs += static_cast<double>(tiles * t.bm) * static_cast<double>(taps * g.cin_pad) *
+        g.padded_macs += static_cast<double>(tiles * t.bm) *
+                         static_cast<double>(CeilDiv(taps * g.cin_pad, t.bk) * t.bk) *
                          static_cast<double>(g.c_pad);
       }
     }
@@ -172,6 +175,9 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (t.stages < 2 || t.stages > 6) {
     return Invalid(c, absl::StrCat("stages ", t.stages, " is not in [2, 6]"));
   }
+  if (t.split < 1 || t.split > 16) {
+    return Invalid(c, absl::StrCat("split ", t.split, " is not in [1, 16]"));
+  }
   const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
   if ((t.bm * t.bk / 4) % g.threads != 0 || t.bm * t.bk / 4 < g.threads) {
     return Invalid(c, absl::StrCat("the ", t.bm, "x", t.bk, " input tile's 16-byte segments do "
@@ -185,7 +191,7 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (g.tiles < 1 || g.tiles > (int64_t{1} << 31) - 1) {
     return Invalid(c, absl::StrCat(g.tiles, " tiles per sample do not fit grid.x"));
   }
-  if (g.c_pad / t.bn > 65535) return Invalid(c, "too many channel tiles for grid.y");
+  if (g.c_pad / t.bn * t.split > 65535) return Invalid(c, "too many channel tiles for grid.y");
   if (g.prep_blocks > (int64_t{1} << 31) - 1) return Invalid(c, "prep grid too large");
   return absl::OkStatus();
 }
@@ -194,7 +200,7 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
 // plus a per-k-step overhead (barrier, address arithmetic) that favors larger bk.
 double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, const PlanTarget& target) {
   const int64_t n = chain.input[0];
-  const int64_t ctas = g.tiles * (g.c_pad / t.bn) * n;
+  const int64_t ctas = g.tiles * (g.c_pad / t.bn) * n * t.split;
   const int64_t per_sm = std::max<int64_t>(
       1, std::min({(228 * 1024) / (g.smem + 1024), 2048 / g.threads, int64_t{8}}));
   const double waves =
@@ -221,9 +227,15 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   TcTune t;
   t.stages = split ? 3 : 4;
   double best_bk = 0;
+  const ConvAttrs& conv = info.producer->conv;
+  const bool tr = info.producer->kind == OpKind::kConvTranspose3d;
+  const int64_t phases = tr ? conv.stride[0] * conv.stride[1] * conv.stride[2] : 1;
+  const int64_t taps = std::max<int64_t>(
+      1, conv.kernel[0] * conv.kernel[1] * conv.kernel[2] / phases);  // a phase's, about
   for (int64_t bk : {32, 16, 8}) {
     const double eff = bk == 8 ? 0.7 : bk == 16 ? 0.9 : (split && cin < 128 ? 0.85 : 1.0);
-    const double useful = static_cast<double>(cin) / static_cast<double>(CeilDiv(cin, bk) * bk);
+    const double useful = static_cast<double>(taps * cin) /
+                          static_cast<double>(CeilDiv(taps * Round4(cin), bk) * bk);
     if (useful * eff > best_bk * (1 + 1e-9)) {
       best_bk = useful * eff;
       t.bk = bk;
@@ -243,6 +255,14 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   }
   t.bm = 128;
   if (ctas(t) * 2 < target.sm_count) t.bm = 64;
+  // Split-K when the tiles do not fill the device: up to two CTAs an SM, each split keeping at
+  // least 8 k-steps.
+  const int64_t ksteps = CeilDiv(taps * Round4(cin), t.bk);
+  const int64_t tiles = ctas(t);
+  if (tiles < target.sm_count) {
+    t.split = std::clamp<int64_t>(2 * target.sm_count / std::max<int64_t>(1, tiles), 1,
+                                  std::min<int64_t>(8, std::max<int64_t>(1, ksteps / 8)));
+  }
   if (CheckTune(chain, info, target, t, TuneConfig{}).ok()) return t;
   TcTune best;
   double best_cost = 0;
@@ -251,7 +271,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     for (int64_t bn : {128, 64, 32, 16}) {
       for (int64_t bk : {32, 16, 8}) {
         for (int64_t stages : {4, 3, 2}) {
-          const TcTune v{bm, bn, bk, stages};
+          const TcTune v{bm, bn, bk, stages, 1};
           if (!CheckTune(chain, info, target, v, TuneConfig{}).ok()) continue;
           const double cost =
               EstimateGemm(Geometry(chain, info, v, PrecOf(target)), v, chain, target);
@@ -287,7 +307,8 @@ class TcConvStrategy : public Strategy {
     const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
     const TcPipeline pipe = PipelineOf(info);
     const double ps_per_mac = PrecOf(target) == kPrec3xTF32 ? 0.045 : 0.020;
-    const double ctas = static_cast<double>(g.tiles * (g.c_pad / t.bn) * chain.input[0]);
+    const double ctas =
+        static_cast<double>(g.tiles * (g.c_pad / t.bn) * chain.input[0] * t.split);
     // Fewer CTAs than two an SM: measured slower by about fill^-0.75 (S8, K9: 0.42 -> 1.9x).
     const double fill = std::pow(std::min(1.0, ctas / (2.0 * target.sm_count)), 0.75);
     const double gemm = g.padded_macs * static_cast<double>(chain.input[0]) * ps_per_mac / fill;
@@ -304,7 +325,7 @@ class TcConvStrategy : public Strategy {
   }
   std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
     return {{"bm", {64, 128}}, {"bn", {16, 32, 64, 128}}, {"bk", {8, 16, 32}},
-            {"stages", {2, 3, 4, 5}}};
+            {"stages", {2, 3, 4, 5}}, {"split", {1, 2, 4, 8}}};
   }
   absl::Status Validate(const Chain& chain, const PlanTarget& target,
                         const TuneConfig& config) const override {
@@ -350,8 +371,12 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
       transposed ? ", the transposed convolution split into output phases (only the taps that "
                    "reach a phase)"
                  : "",
-      "; input channels padded ", chain.input[1], " -> ", g.cin_pad, ", output channels ", c,
-      " -> ", g.c_pad, " (", static_cast<int64_t>(100.0 * info.macs_per_point * c * s * n /
+      t.split > 1 ? absl::StrCat(", split-K over ", t.split,
+                                 " CTAs a tile (partials summed in split order by the tile's "
+                                 "last CTA: deterministic)")
+                  : "",
+      "; input channels padded ", chain.input[1], " -> ", g.cin_pad,
+      " (k-steps run across taps), output channels ", c, " -> ", g.c_pad, " (", static_cast<int64_t>(100.0 * info.macs_per_point * c * s * n /
                                                    std::max(1.0, g.padded_macs * n)),
       "% of the products useful). ",
       prec == kPrec3xTF32 ? "fp32-accurate: 3xTF32 (big/small TF32 splits, three products, "
@@ -401,6 +426,18 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
       rows = plan.AddWorkspace("per-(n, c) means (double)", static_cast<size_t>(n * c) * 8);
     }
   }
+  size_t kpart = 0, counters = 0;
+  const int64_t c_tiles = g.c_pad / t.bn;
+  if (t.split > 1) {
+    kpart = plan.AddWorkspace(
+        absl::StrCat("split-K partial tiles (", t.split, " per tile) x N*tiles*C tiles"),
+        static_cast<size_t>(n * g.tiles * c_tiles * t.split * t.bm * t.bn) * 4);
+    counters = plan.AddWorkspace("split-K tile counters (zeroed by the prep kernel)",
+                                 static_cast<size_t>(n * g.tiles * c_tiles) * 4);
+  }
+  const KernelArg counters_arg =
+      t.split > 1 ? Arg(Kind::kWorkspace, "int* __restrict__", "counters", "", counters)
+                  : Arg(Kind::kParam, "int* __restrict__", "counters", "");
   const KernelArg cpart_arg =
       Arg(Kind::kWorkspace, "fj::TcChannelMoments* __restrict__", "cpart", "", cpart);
 
@@ -415,7 +452,8 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                Arg(Kind::kWorkspace, "float* __restrict__", "xcl", "", xcl),
                Arg(Kind::kWorkspace, "float* __restrict__", "wt", "", wt),
                split ? Arg(Kind::kWorkspace, "float* __restrict__", "wts", "", wts)
-                     : Arg(Kind::kParam, "float* __restrict__", "wts", "")};
+                     : Arg(Kind::kParam, "float* __restrict__", "wts", ""),
+               counters_arg};
   plan.kernels.push_back(prep);
 
   KernelLaunch gemm;
@@ -426,7 +464,7 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                               pipe.out == kStoreFinal     ? ", y stored"
                               : pipe.out == kMomentsOnly ? ", per-tile channel moments"
                                                           : ", stored with per-tile channel moments");
-  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(g.c_pad / t.bn),
+  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(c_tiles * t.split),
                static_cast<unsigned>(n)};
   gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
   gemm.shared_bytes = static_cast<unsigned>(g.smem);
@@ -445,6 +483,10 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
   gemm.args.push_back(pipe.out == kStoreFinal
                           ? Arg(Kind::kParam, "fj::TcChannelMoments* __restrict__", "cpart", "")
                           : cpart_arg);
+  gemm.args.push_back(t.split > 1
+                          ? Arg(Kind::kWorkspace, "float* __restrict__", "kpart", "", kpart)
+                          : Arg(Kind::kParam, "float* __restrict__", "kpart", ""));
+  gemm.args.push_back(counters_arg);
   plan.kernels.push_back(gemm);
   if (pipe.out == kStoreFinal) return plan;
 

@@ -25,8 +25,10 @@
 // Kernel bodies, in launch order:
 //   tc_prep_body: grid TcShape::kPrepBlocks, block 256, no dynamic smem.
 //       x [N][Cin][Sin] -> xcl [N][Sin][kCinPad] (channels-last, zero-padded channels);
-//       weight -> wt [kTaps][kCPad][kCinPad] (zero-padded).
-//   tc_conv_body: grid (TcShape::kTiles, kCPad / kBN, kN), block kThreads, dynamic smem
+//       weight -> wt [kTaps][kCPad][kCinPad] (zero-padded; 3xTF32: big parts, wts the small);
+//       zeroes the kCounters split-K tile counters.
+//   Split-K (kSplit > 1): kpart holds kN*kTiles*kCTiles*kSplit*kBM*kBN floats.
+//   tc_conv_body: grid (TcShape::kTiles, kCTiles * kSplit, kN), block kThreads, dynamic smem
 //       TcShape::kSmemBytes. Tile t of a sample covers min(kBM, M_p - m0) points of one phase.
 //       Epilogue: v = pre(acc + bias[c]); then by Fixed::kOut
 //         kTcStoreFinal    dst[n][c][o] = v                        (the chain's y)
@@ -86,9 +88,11 @@ struct TcShape {
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
   static constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8;
-  static constexpr int kCinPad = (Cfg::kCin + kBK - 1) / kBK * kBK;
+  // Input channels padded to whole 16-byte segments only: k = tap * kCinPad + ci runs over the
+  // phase's taps back to back, a k-step (kBK wide) may span several taps, and only the last
+  // k-step of a tile is partly zero (the taps' end).
+  static constexpr int kCinPad = (Cfg::kCin + 3) / 4 * 4;
   static constexpr int kCPad = (Cfg::kC + kBN - 1) / kBN * kBN;
-  static constexpr int kChunks = kCinPad / kBK;  // k-steps per tap
   static constexpr int kPitch = kBK + 4;         // floats per shared row (conflict-free frags)
   static constexpr bool kSplit = Fixed::kPrec == kTcPrec3xTF32;
   static constexpr int kBTiles = kSplit ? 2 : 1;  // weight tiles per stage: big (and small)
@@ -123,6 +127,13 @@ struct TcShape {
   static constexpr int kPrepWBlocks =
       (int)((kWeightElems + 255) / 256 < 1024 ? (kWeightElems + 255) / 256 : 1024);
   static constexpr int kPrepBlocks = kPrepXBlocks + kPrepWBlocks;
+  // Split-K: Tune::kSplit CTAs share a tile's k-steps; each stores its partial accumulators, and
+  // the last to finish (an integer counter per tile) sums them in split order and runs the
+  // epilogue, so the result does not depend on which finished last.
+  static constexpr int kSplitK = Tune::kSplit;
+  static constexpr int kCTiles = kCPad / kBN;
+  static constexpr int kCounters = kSplitK > 1 ? Cfg::kN * kTiles * kCTiles : 0;
+  static constexpr int kAccPerThread = kMI * kNI * 4;
 
   static_assert(Cfg::kProducer == kConv3d || Cfg::kProducer == kConvTranspose3d,
                 "tc_conv: the chain needs a convolution");
@@ -189,7 +200,8 @@ template <class Cfg, class Fixed, class Tune>
 __device__ __forceinline__ void tc_prep_body(const float* __restrict__ x,
                                              const float* __restrict__ w,
                                              float* __restrict__ xcl, float* __restrict__ wt,
-                                             float* __restrict__ wts) {
+                                             float* __restrict__ wts,
+                                             int* __restrict__ counters) {
   using Sh = TcShape<Cfg, Fixed, Tune>;
   __shared__ float tile[32][33];
   if (blockIdx.x < Sh::kPrepXBlocks) {
@@ -217,8 +229,12 @@ __device__ __forceinline__ void tc_prep_body(const float* __restrict__ x,
     return;
   }
   const long long stride = (long long)Sh::kPrepWBlocks * blockDim.x;
+  constexpr long long kEnd =
+      Sh::kWeightElems > Sh::kCounters ? Sh::kWeightElems : (long long)Sh::kCounters;
   for (long long i = (long long)(blockIdx.x - Sh::kPrepXBlocks) * blockDim.x + threadIdx.x;
-       i < Sh::kWeightElems; i += stride) {
+       i < kEnd; i += stride) {
+    if (i < Sh::kCounters) counters[i] = 0;  // split-K tile counters, every run
+    if (i >= Sh::kWeightElems) continue;
     const int ci = (int)(i % Sh::kCinPad);
     const int co = (int)(i / Sh::kCinPad % Sh::kCPad);
     const int tap = (int)(i / ((long long)Sh::kCinPad * Sh::kCPad));
@@ -239,14 +255,16 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
                                              const float* __restrict__ wts,
                                              const float* __restrict__ bias,
                                              float* __restrict__ dst,
-                                             TcChannelMoments* __restrict__ cpart) {
+                                             TcChannelMoments* __restrict__ cpart,
+                                             float* __restrict__ kpart,
+                                             int* __restrict__ counters) {
   using Sh = TcShape<Cfg, Fixed, Tune>;
   constexpr int BM = Sh::kBM, BN = Sh::kBN, BK = Sh::kBK, P = Sh::kPitch, MI = Sh::kMI,
                 NI = Sh::kNI;
   extern __shared__ __align__(16) float smem[];
   __shared__ int4 s_tap[Sh::kTaps];  // (off d, off h, off w, weight tap) of the phase's taps
   __shared__ int s_list[3][9];       // per dim: count, then the reaching taps' k
-  const int n = blockIdx.z, nb = blockIdx.y;
+  const int n = blockIdx.z, nb = blockIdx.y % Sh::kCTiles, split = blockIdx.y / Sh::kCTiles;
   // The phase of this tile and the tile's first point within it.
   int phase = 0, first = 0;
   for (; phase < Sh::kPhases - 1; ++phase) {
@@ -297,31 +315,45 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
     }
   }
   const float* x_n = xcl + (long long)n * Sh::kSin * Sh::kCinPad;
-  const int ksteps = taps * Sh::kChunks;
+  const int ksteps = (taps * Sh::kCinPad + BK - 1) / BK;
+  const int k_per = (ksteps + Sh::kSplitK - 1) / Sh::kSplitK;
+  const int k_begin = split * k_per < ksteps ? split * k_per : ksteps;
+  const int k_end = k_begin + k_per < ksteps ? k_begin + k_per : ksteps;
+  const int kcount = k_end - k_begin;
 
+  // Stage k-step ks: every 16-byte segment finds its own tap (k / kCinPad) and channel; past the
+  // phase's taps it is zero-filled.
   auto load_stage = [&](int stage, int ks) {
     float* as = smem + stage * Sh::kStageFloats;
     float* bs = as + BM * P;
-    const int j = ks / Sh::kChunks, ci0 = (ks % Sh::kChunks) * BK;
-    const int4 tap = s_tap[j];
+    {
+      const int kk = ks * BK + seg * 4;
+      const int j = kk / Sh::kCinPad, ci = kk - j * Sh::kCinPad;
+      const bool kvalid = j < taps;
+      const int4 tap = s_tap[kvalid ? j : 0];
 #pragma unroll
-    for (int i = 0; i < Sh::kALoads; ++i) {
-      const int row = (int)(threadIdx.x + i * Sh::kThreads) / Sh::kSegsPerRow;
-      const int id = bd[i] + tap.x, ih = bh[i] + tap.y, iw = bw[i] + tap.z;
-      const bool ok = (unsigned)id < (unsigned)Cfg::kDin && (unsigned)ih < (unsigned)Cfg::kHin &&
-                      (unsigned)iw < (unsigned)Cfg::kWin;
-      const float* src =
-          ok ? x_n + (long long)((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kCinPad + ci0 +
-                   seg * 4
-             : xcl;
-      tc_cp_async16(as + row * P + seg * 4, src, ok);
+      for (int i = 0; i < Sh::kALoads; ++i) {
+        const int row = (int)(threadIdx.x + i * Sh::kThreads) / Sh::kSegsPerRow;
+        const int id = bd[i] + tap.x, ih = bh[i] + tap.y, iw = bw[i] + tap.z;
+        const bool ok = kvalid && (unsigned)id < (unsigned)Cfg::kDin &&
+                        (unsigned)ih < (unsigned)Cfg::kHin && (unsigned)iw < (unsigned)Cfg::kWin;
+        const float* src =
+            ok ? x_n + (long long)((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kCinPad + ci
+               : xcl;
+        tc_cp_async16(as + row * P + seg * 4, src, ok);
+      }
     }
-    const long long woff = ((long long)tap.w * Sh::kCPad + nb * BN) * Sh::kCinPad + ci0;
     for (int s = threadIdx.x; s < Sh::kBTiles * BN * Sh::kSegsPerRow; s += Sh::kThreads) {
       const int tile = s / (BN * Sh::kSegsPerRow), r = s % (BN * Sh::kSegsPerRow);
       const int row = r / Sh::kSegsPerRow, sg = r % Sh::kSegsPerRow;
-      const float* src = (tile == 0 ? wt : wts) + woff + (long long)row * Sh::kCinPad + sg * 4;
-      tc_cp_async16(bs + (tile * BN + row) * P + sg * 4, src, true);
+      const int kk = ks * BK + sg * 4;
+      const int j = kk / Sh::kCinPad, ci = kk - j * Sh::kCinPad;
+      const bool kvalid = j < taps;
+      const float* src =
+          kvalid ? (tile == 0 ? wt : wts) +
+                       ((long long)s_tap[j].w * Sh::kCPad + nb * BN + row) * Sh::kCinPad + ci
+                 : wt;
+      tc_cp_async16(bs + (tile * BN + row) * P + sg * 4, src, kvalid);
     }
   };
 
@@ -342,14 +374,14 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
 
 #pragma unroll
   for (int s = 0; s < Sh::kStages - 1; ++s) {
-    if (s < ksteps) load_stage(s, s);
+    if (s < kcount) load_stage(s, k_begin + s);
     tc_cp_commit();
   }
-  for (int ks = 0; ks < ksteps; ++ks) {
+  for (int ks = 0; ks < kcount; ++ks) {
     tc_cp_wait<Sh::kStages - 2>();
     __syncthreads();
     const int next = ks + Sh::kStages - 1;
-    if (next < ksteps) load_stage(next % Sh::kStages, next);
+    if (next < kcount) load_stage(next % Sh::kStages, k_begin + next);
     tc_cp_commit();
     const float* stage = smem + (ks % Sh::kStages) * Sh::kStageFloats;
     const float* as = stage + (wm * Sh::kWarpM + a_row) * P + a_col;
@@ -415,6 +447,42 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
   }
   tc_cp_wait<0>();
   __syncthreads();  // shared memory is reused by the epilogue
+
+  if constexpr (Sh::kSplitK > 1) {
+    // Store this split's partial tile (fragment order: coalesced), count it; the last CTA of the
+    // tile sums every split's partial in split order.
+    __shared__ int s_last;
+    const long long tile_id = ((long long)n * Sh::kTiles + blockIdx.x) * Sh::kCTiles + nb;
+    float* mine = kpart + ((tile_id * Sh::kSplitK + split) * Sh::kAccPerThread) * Sh::kThreads;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          mine[((mi * NI + ni) * 4 + r) * Sh::kThreads + threadIdx.x] = acc[mi][ni][r];
+        }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(counters + tile_id, 1) == Sh::kSplitK - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const float* all = kpart + (tile_id * Sh::kSplitK * Sh::kAccPerThread) * Sh::kThreads;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = ((mi * NI + ni) * 4 + r) * Sh::kThreads + threadIdx.x;
+          float sum = 0.f;
+          for (int sp = 0; sp < Sh::kSplitK; ++sp) {
+            sum += __ldcg(all + (long long)sp * Sh::kAccPerThread * Sh::kThreads + e);
+          }
+          acc[mi][ni][r] = sum;
+        }
+  }
 
   // ---- epilogue: bias + pre-ops, store and/or tile moments -----------------------------------
   // Output offsets of this thread's rows (-1: past the phase's points).
@@ -512,20 +580,21 @@ struct TcFixed {
   static constexpr int kWarpsM = 4, kWarpsN = 1;
 };
 struct TcTune {
-  static constexpr int kBM = 128, kBN = 32, kBK = 8, kStages = 3;
+  static constexpr int kBM = 128, kBN = 32, kBK = 8, kStages = 3, kSplit = 2;
 };
 using Sh = fj::TcShape<fj::DefaultConfig, TcFixed, TcTune>;
 }  // namespace fj_selftest
 extern "C" __global__ void __launch_bounds__(256)
-    tc_prep_selftest(const float* x, const float* w, float* xcl, float* wt, float* wts) {
+    tc_prep_selftest(const float* x, const float* w, float* xcl, float* wt, float* wts,
+                     int* counters) {
   fj::tc_prep_body<fj::DefaultConfig, fj_selftest::TcFixed, fj_selftest::TcTune>(x, w, xcl, wt,
-                                                                                 wts);
+                                                                                 wts, counters);
 }
 extern "C" __global__ void __launch_bounds__(fj_selftest::Sh::kThreads)
     tc_conv_selftest(const float* xcl, const float* wt, const float* wts, const float* bias,
-                     float* y, fj::TcChannelMoments* cpart) {
+                     float* y, fj::TcChannelMoments* cpart, float* kpart, int* counters) {
   fj::tc_conv_body<fj::DefaultConfig, fj_selftest::TcFixed, fj_selftest::TcTune>(
-      xcl, wt, wts, bias, y, cpart);
+      xcl, wt, wts, bias, y, cpart, kpart, counters);
 }
 #endif  // FJ_GENERATED
 

@@ -118,5 +118,27 @@ TEST(GpuTcConv, EveryTileShape) {
   EXPECT_GE(checked, 20);
 }
 
+// Split-K: several CTAs a tile, the last one summing the partials in split order (every tail,
+// both producers; CheckChain also requires two runs to be bitwise identical).
+TEST(GpuTcConv, SplitK) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,64,6,6,6] | conv3d(out=40,k=3,padding=1) | gelu",
+      "x:f32[2,64,6,6,6] | conv3d(out=40,k=3,padding=1) | relu | group_norm(groups=5)",
+      "x:f32[2,48,5,5,5] | conv_transpose3d(out=24,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | mean(dims=[2,3,4])",
+      "x:f32[2,48,5,5,5] | conv_transpose3d(out=24,k=3,stride=2) | group_norm(groups=4) | tanh | "
+      "mean(dims=[1,2,3,4])",
+  };
+  for (const char* spec : specs) {
+    for (int split : {2, 3, 8}) {
+      CompileOptions options;
+      options.use_cache = false;
+      options.tune_config = "tc-conv:bm=128,bn=32,bk=16,stages=3,split=" + std::to_string(split);
+      testing::CheckChainWithOptions(Parse(spec), /*seed=*/21, options);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fusejit

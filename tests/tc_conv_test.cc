@@ -74,7 +74,7 @@ TEST(TcConv, PlanSaysWhatItPadsAndHowItSplitsTransposedConvolutions) {
       Target("sm_80"), "tc-conv");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_NE(plan->description.find("output phases"), std::string::npos) << plan->description;
-  EXPECT_NE(plan->description.find("input channels padded 12 -> 16"), std::string::npos)
+  EXPECT_NE(plan->description.find("input channels padded 12 -> 12"), std::string::npos)
       << plan->description;
   EXPECT_NE(plan->description.find("3xTF32"), std::string::npos) << plan->description;
   // 3xTF32 keeps a second (small-part) weight copy; TF32 does not.
@@ -91,12 +91,13 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
     const char* config;
     const char* why;
   } cases[] = {
-      {"tc-conv:bm=96,bn=64,bk=32,stages=3", "bm 96 is 64 or 128"},
-      {"tc-conv:bm=128,bn=48,bk=32,stages=3", "bn 48 is 16, 32, 64 or 128"},
-      {"tc-conv:bm=128,bn=64,bk=4,stages=3", "bk 4 is 8, 16 or 32"},
-      {"tc-conv:bm=128,bn=64,bk=32,stages=9", "stages 9 is not in [2, 6]"},
-      {"tc-conv:bm=64,bn=128,bk=8,stages=3", "do not divide among 256 threads"},
-      {"tc-conv:bm=128,bn=64", "bm,bn,bk,stages"},
+      {"tc-conv:bm=96,bn=64,bk=32,stages=3,split=1", "bm 96 is 64 or 128"},
+      {"tc-conv:bm=128,bn=48,bk=32,stages=3,split=1", "bn 48 is 16, 32, 64 or 128"},
+      {"tc-conv:bm=128,bn=64,bk=4,stages=3,split=1", "bk 4 is 8, 16 or 32"},
+      {"tc-conv:bm=128,bn=64,bk=32,stages=9,split=1", "stages 9 is not in [2, 6]"},
+      {"tc-conv:bm=64,bn=128,bk=8,stages=3,split=1", "do not divide among 256 threads"},
+      {"tc-conv:bm=128,bn=64", "bm,bn,bk,stages,split"},
+      {"tc-conv:bm=128,bn=64,bk=32,stages=3,split=32", "split 32 is not in [1, 16]"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);
@@ -107,7 +108,7 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
   }
   // Shared memory differs by architecture: 6 deep stages of 128 x 128 fit sm_90, not sm_86.
   absl::StatusOr<codegen::TuneConfig> deep =
-      codegen::TuneConfig::Parse("tc-conv:bm=128,bn=128,bk=32,stages=5");
+      codegen::TuneConfig::Parse("tc-conv:bm=128,bn=128,bk=32,stages=5,split=1");
   ASSERT_TRUE(deep.ok());
   EXPECT_TRUE(Tc().Validate(chain, Target("sm_90", Precision::kTf32), *deep).ok());
   absl::Status s = Tc().Validate(chain, Target("sm_86", Precision::kTf32), *deep);
