@@ -39,6 +39,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct TcTune {
   int64_t bm = 128, bn = 64, bk = 32, stages = 3, split = 1;
+  int64_t wm = 32;  // rows of a warp's tile (32 or 64: fewer shared-memory reads a product)
 };
 constexpr TuneField<TcTune> kTcFields[] = {
     {"bm", "kBM", &TcTune::bm},
@@ -46,6 +47,7 @@ constexpr TuneField<TcTune> kTcFields[] = {
     {"bk", "kBK", &TcTune::bk},
     {"stages", "kStages", &TcTune::stages},
     {"split", "kSplit", &TcTune::split},
+    {"wm", "kWarpRows", &TcTune::wm},
 };
 std::span<const TuneField<TcTune>> Fields() { return kTcFields; }
 
@@ -103,7 +105,7 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   TcGeometry g;
-  g.warps_m = t.bm / 32;
+  g.warps_m = std::max<int64_t>(1, t.bm / t.wm);
   g.warps_n = std::clamp<int64_t>(t.bn / 32, 1, 4);
   g.threads = 32 * g.warps_m * g.warps_n;
   g.cin_pad = Round4(x[1]);  // whole 16-byte segments; k-steps run across taps
@@ -175,6 +177,12 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (t.stages < 2 || t.stages > 6) {
     return Invalid(c, absl::StrCat("stages ", t.stages, " is not in [2, 6]"));
   }
+  if (t.wm != 32 && t.wm != 64) return Invalid(c, absl::StrCat("wm ", t.wm, " is 32 or 64"));
+  if (t.wm > t.bm) return Invalid(c, absl::StrCat("wm ", t.wm, " exceeds bm ", t.bm));
+  if (t.wm == 64 && PrecOf(target) == kPrec3xTF32 && t.bn / std::clamp<int64_t>(t.bn / 32, 1, 4) > 16) {
+    return Invalid(c, absl::StrCat("wm 64 with 3xTF32 needs warp tiles at most 16 channels wide "
+                                   "(accumulators and short runs: 2 x 64 registers)"));
+  }
   if (t.split < 1 || t.split > 16) {
     return Invalid(c, absl::StrCat("split ", t.split, " is not in [1, 16]"));
   }
@@ -217,7 +225,8 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 // The heuristic tuning, fitted to `fusejit autotune` on the lent H100 (2026-11-23, 8 sweep chains
 // x both precisions, bench/notes/tc_conv_tuning.md): 128-point tiles (64 only when the device
 // would not be half full); 32 or 64 channels a tile, whichever pads C less (64 on a tie when it
-// still gives two CTAs an SM; 16 for C <= 16); the k-step that wastes the least on padding, where
+// still gives a CTA an SM; 16 for C <= 16); split-K (2-8, at least 8 k-steps each) while the
+// tiles give fewer than two CTAs an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the least on padding, where
 // k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and 3xTF32's 32-wide k-steps
 // (twice the weight tiles in shared memory) ~15% more below 128 input channels; 3 stages for
 // 3xTF32, 4 for TF32. Falls back to the valid configuration of least EstimateGemm().
@@ -251,7 +260,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     const int64_t pad32 = CeilDiv(c, 32) * 32, pad64 = CeilDiv(c, 64) * 64;
     TcTune wide = t;
     wide.bn = 64;
-    t.bn = pad64 < pad32 || (pad64 == pad32 && ctas(wide) >= 2 * target.sm_count) ? 64 : 32;
+    t.bn = pad64 < pad32 || (pad64 == pad32 && ctas(wide) >= target.sm_count) ? 64 : 32;
   }
   t.bm = 128;
   if (ctas(t) * 2 < target.sm_count) t.bm = 64;
@@ -259,8 +268,8 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   // least 8 k-steps.
   const int64_t ksteps = CeilDiv(taps * Round4(cin), t.bk);
   const int64_t tiles = ctas(t);
-  if (tiles < target.sm_count) {
-    t.split = std::clamp<int64_t>(2 * target.sm_count / std::max<int64_t>(1, tiles), 1,
+  if (tiles < 2 * target.sm_count) {
+    t.split = std::clamp<int64_t>(CeilDiv(2 * target.sm_count, std::max<int64_t>(1, tiles)), 1,
                                   std::min<int64_t>(8, std::max<int64_t>(1, ksteps / 8)));
   }
   if (CheckTune(chain, info, target, t, TuneConfig{}).ok()) return t;
@@ -271,7 +280,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     for (int64_t bn : {128, 64, 32, 16}) {
       for (int64_t bk : {32, 16, 8}) {
         for (int64_t stages : {4, 3, 2}) {
-          const TcTune v{bm, bn, bk, stages, 1};
+          const TcTune v{bm, bn, bk, stages, 1, 32};
           if (!CheckTune(chain, info, target, v, TuneConfig{}).ok()) continue;
           const double cost =
               EstimateGemm(Geometry(chain, info, v, PrecOf(target)), v, chain, target);
@@ -325,7 +334,7 @@ class TcConvStrategy : public Strategy {
   }
   std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
     return {{"bm", {64, 128}}, {"bn", {16, 32, 64, 128}}, {"bk", {8, 16, 32}},
-            {"stages", {2, 3, 4, 5}}, {"split", {1, 2, 4, 8}}};
+            {"stages", {2, 3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"wm", {32, 64}}};
   }
   absl::Status Validate(const Chain& chain, const PlanTarget& target,
                         const TuneConfig& config) const override {

@@ -143,6 +143,7 @@ struct TcShape {
   static_assert((kBM * kSegsPerRow) % kThreads == 0 && kALoads >= 1,
                 "tc_conv: A tile segments divide among the threads");
   static_assert(kStages >= 2, "tc_conv: at least two stages");
+  static_assert(kWarpM == Tune::kWarpRows, "tc_conv: Fixed::kWarpsM must be kBM / kWarpRows");
   static_assert(kNI % 2 == 0, "tc_conv: B fragments load two n8 tiles at a time");
   static_assert(DimD().k <= 8 && DimH().k <= 8 && DimW().k <= 8, "tc_conv: kernel <= 8 per dim");
   static_assert(kTaps <= 512, "tc_conv: tap table");
@@ -580,7 +581,7 @@ struct TcFixed {
   static constexpr int kWarpsM = 4, kWarpsN = 1;
 };
 struct TcTune {
-  static constexpr int kBM = 128, kBN = 32, kBK = 8, kStages = 3, kSplit = 2;
+  static constexpr int kBM = 128, kBN = 32, kBK = 8, kStages = 3, kSplit = 2, kWarpRows = 32;
 };
 using Sh = fj::TcShape<fj::DefaultConfig, TcFixed, TcTune>;
 }  // namespace fj_selftest

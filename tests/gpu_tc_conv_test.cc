@@ -120,6 +120,30 @@ TEST(GpuTcConv, EveryTileShape) {
   EXPECT_GE(checked, 20);
 }
 
+// Warp tiles of 64 rows (TF32, and 3xTF32 with 16-channel warp tiles).
+TEST(GpuTcConv, WideWarpTiles) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,24,9,10,11] | conv3d(out=40,k=3,padding=1) | swish | group_norm(groups=4)",
+      "x:f32[2,16,6,6,6] | conv_transpose3d(out=20,k=3,stride=2,padding=1) | relu | "
+      "mean(dims=[2,3,4])",
+  };
+  for (const char* spec : specs) {
+    for (const char* config : {"tc-conv:bm=128,bn=64,bk=32,stages=4,split=1,wm=64",
+                               "tc-conv:bm=64,bn=32,bk=16,stages=3,split=2,wm=64"}) {
+      CompileOptions options;
+      options.use_cache = false;
+      options.precision = Precision::kTf32;
+      options.tune_config = config;
+      testing::CheckChainWithOptions(Parse(spec), /*seed=*/4, options, {}, {2e-3, 5e-2});
+    }
+    CompileOptions options;
+    options.use_cache = false;
+    options.tune_config = "tc-conv:bm=128,bn=16,bk=16,stages=3,split=1,wm=64";
+    testing::CheckChainWithOptions(Parse(spec), /*seed=*/4, options);
+  }
+}
+
 // Split-K: several CTAs a tile, the last one summing the partials in split order (every tail,
 // both producers; CheckChain also requires two runs to be bitwise identical).
 TEST(GpuTcConv, SplitK) {
@@ -136,7 +160,7 @@ TEST(GpuTcConv, SplitK) {
     for (int split : {2, 3, 8}) {
       CompileOptions options;
       options.use_cache = false;
-      options.tune_config = "tc-conv:bm=128,bn=32,bk=16,stages=3,split=" + std::to_string(split);
+      options.tune_config = "tc-conv:bm=128,bn=32,bk=16,stages=3,split=" + std::to_string(split) + ",wm=32";
       testing::CheckChainWithOptions(Parse(spec), /*seed=*/21, options);
     }
   }
