@@ -88,9 +88,18 @@ std::string QuoteExcerpt(std::string_view text, size_t pos) {
     begin = pos > kMaxQuotedBytes / 2 ? pos - kMaxQuotedBytes / 2 : 0;
     end = std::min(text.size(), begin + kMaxQuotedBytes);
     if (end - begin < kMaxQuotedBytes) begin = end - kMaxQuotedBytes;
-    // Never cut a UTF-8 sequence: move past continuation bytes.
-    while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xc0) == 0x80) --begin;
-    while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) ++end;
+    // Never cut a UTF-8 sequence: move past continuation bytes, at most 3 (a sequence's longest
+    // tail; a longer run of stray continuation bytes is not UTF-8 and is escaped byte by byte).
+    for (int k = 0; k < 3 && begin > 0 &&
+                    (static_cast<unsigned char>(text[begin]) & 0xc0) == 0x80;
+         ++k) {
+      --begin;
+    }
+    for (int k = 0; k < 3 && end < text.size() &&
+                    (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80;
+         ++k) {
+      ++end;
+    }
   }
   std::string out = begin > 0 ? "..." : "";
   for (size_t i = begin; i < end;) {

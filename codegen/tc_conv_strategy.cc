@@ -225,8 +225,8 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 // The heuristic tuning, fitted to `fusejit autotune` on the lent H100 (2026-11-23, 8 sweep chains
 // x both precisions, bench/notes/tc_conv_tuning.md): 128-point tiles (64 only when the device
 // would not be half full); 32 or 64 channels a tile, whichever pads C less (64 on a tie when it
-// still gives a CTA an SM; 16 for C <= 16); split-K (2-8, at least 8 k-steps each) while the
-// tiles give fewer than two CTAs an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the least on padding, where
+// still gives a CTA an SM; 16 for C <= 16); split-K (2-8, at least 8 k-steps each, up to two
+// CTAs an SM) while the tiles give fewer than one CTA an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the least on padding, where
 // k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and 3xTF32's 32-wide k-steps
 // (twice the weight tiles in shared memory) ~15% more below 128 input channels; 3 stages for
 // 3xTF32, 4 for TF32. Falls back to the valid configuration of least EstimateGemm().
@@ -268,8 +268,8 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   // least 8 k-steps.
   const int64_t ksteps = CeilDiv(taps * Round4(cin), t.bk);
   const int64_t tiles = ctas(t);
-  if (tiles < 2 * target.sm_count) {
-    t.split = std::clamp<int64_t>(CeilDiv(2 * target.sm_count, std::max<int64_t>(1, tiles)), 1,
+  if (tiles < target.sm_count) {
+    t.split = std::clamp<int64_t>(2 * target.sm_count / std::max<int64_t>(1, tiles), 1,
                                   std::min<int64_t>(8, std::max<int64_t>(1, ksteps / 8)));
   }
   if (CheckTune(chain, info, target, t, TuneConfig{}).ok()) return t;

@@ -301,6 +301,11 @@ TEST(SpecHardening, ErrorsQuoteABoundedExcerptAndNameNonAsciiCharacters) {
   e = ErrorOf("x:f32[1,4,4,4,4] | \xff");
   EXPECT_NE(e.find("byte 0xff (not UTF-8)"), std::string::npos) << e;
   EXPECT_EQ(e.find("''"), std::string::npos) << e;  // never an empty quote
+  // A long run of stray UTF-8 continuation bytes (found by the spec fuzzer): the excerpt stays
+  // bounded (each byte is escaped as \x8e, four characters).
+  e = ErrorOf("x:f32[1,4,4,4,4]\x80 r" + std::string(600, '\x8e'));
+  EXPECT_LT(e.size(), 600u) << e.size();
+  EXPECT_NE(e.find("byte 0x80 (not UTF-8)"), std::string::npos) << e;
 }
 
 TEST(Spec, ParamsAreNamedLikeNnSequential) {
