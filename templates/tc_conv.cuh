@@ -181,11 +181,17 @@ __device__ __forceinline__ void tc_ldsm_x4(unsigned* r, const float* p) {
                : "r"(a));
 }
 
-// 16-byte cp.async; fills zeros when !valid (src must still be a mapped address).
+// 16-byte cp.async; fills zeros when !valid (src must still be a mapped address). kL1: through
+// the L1 cache (.ca: the input, re-read by the next taps), else L2 only (.cg: the weights).
+template <bool kL1 = false>
 __device__ __forceinline__ void tc_cp_async16(float* dst, const float* src, bool valid) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+  if constexpr (kL1) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+  }
 }
 __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -341,7 +347,7 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
         const float* src =
             ok ? x_n + (long long)((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kCinPad + ci
                : xcl;
-        tc_cp_async16(as + row * P + seg * 4, src, ok);
+        tc_cp_async16<Tune::kInputL1>(as + row * P + seg * 4, src, ok);
       }
     }
     for (int s = threadIdx.x; s < Sh::kBTiles * BN * Sh::kSegsPerRow; s += Sh::kThreads) {
@@ -582,6 +588,7 @@ struct TcFixed {
 };
 struct TcTune {
   static constexpr int kBM = 128, kBN = 32, kBK = 8, kStages = 3, kSplit = 2, kWarpRows = 32;
+  static constexpr bool kInputL1 = true;
 };
 using Sh = fj::TcShape<fj::DefaultConfig, TcFixed, TcTune>;
 }  // namespace fj_selftest

@@ -129,8 +129,8 @@ TEST(GpuTcConv, WideWarpTiles) {
       "mean(dims=[2,3,4])",
   };
   for (const char* spec : specs) {
-    for (const char* config : {"tc-conv:bm=128,bn=64,bk=32,stages=4,split=1,wm=64",
-                               "tc-conv:bm=64,bn=32,bk=16,stages=3,split=2,wm=64"}) {
+    for (const char* config : {"tc-conv:bm=128,bn=64,bk=32,stages=4,split=1,wm=64,l1=0",
+                               "tc-conv:bm=64,bn=32,bk=16,stages=3,split=2,wm=64,l1=1"}) {
       CompileOptions options;
       options.use_cache = false;
       options.precision = Precision::kTf32;
@@ -139,7 +139,7 @@ TEST(GpuTcConv, WideWarpTiles) {
     }
     CompileOptions options;
     options.use_cache = false;
-    options.tune_config = "tc-conv:bm=128,bn=16,bk=16,stages=3,split=1,wm=64";
+    options.tune_config = "tc-conv:bm=128,bn=16,bk=16,stages=3,split=1,wm=64,l1=0";
     testing::CheckChainWithOptions(Parse(spec), /*seed=*/4, options);
   }
 }
@@ -160,7 +160,7 @@ TEST(GpuTcConv, SplitK) {
     for (int split : {2, 3, 8}) {
       CompileOptions options;
       options.use_cache = false;
-      options.tune_config = "tc-conv:bm=128,bn=32,bk=16,stages=3,split=" + std::to_string(split) + ",wm=32";
+      options.tune_config = "tc-conv:bm=128,bn=32,bk=16,stages=3,split=" + std::to_string(split) + ",wm=32,l1=1";
       testing::CheckChainWithOptions(Parse(spec), /*seed=*/21, options);
     }
   }

@@ -91,15 +91,15 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
     const char* config;
     const char* why;
   } cases[] = {
-      {"tc-conv:bm=96,bn=64,bk=32,stages=3,split=1,wm=32", "bm 96 is 64 or 128"},
-      {"tc-conv:bm=128,bn=48,bk=32,stages=3,split=1,wm=32", "bn 48 is 16, 32, 64 or 128"},
-      {"tc-conv:bm=128,bn=64,bk=4,stages=3,split=1,wm=32", "bk 4 is 8, 16 or 32"},
-      {"tc-conv:bm=128,bn=64,bk=32,stages=9,split=1,wm=32", "stages 9 is not in [2, 6]"},
-      {"tc-conv:bm=64,bn=128,bk=8,stages=3,split=1,wm=32", "do not divide among 256 threads"},
-      {"tc-conv:bm=128,bn=64", "bm,bn,bk,stages,split,wm"},
-      {"tc-conv:bm=128,bn=64,bk=32,stages=3,split=32,wm=32", "split 32 is not in [1, 16]"},
-      {"tc-conv:bm=128,bn=64,bk=32,stages=3,split=1,wm=48", "wm 48 is 32 or 64"},
-      {"tc-conv:bm=64,bn=64,bk=32,stages=3,split=1,wm=64", "wm 64 with 3xTF32"},
+      {"tc-conv:bm=96,bn=64,bk=32,stages=3,split=1,wm=32,l1=0", "bm 96 is 64 or 128"},
+      {"tc-conv:bm=128,bn=48,bk=32,stages=3,split=1,wm=32,l1=0", "bn 48 is 16, 32, 64 or 128"},
+      {"tc-conv:bm=128,bn=64,bk=4,stages=3,split=1,wm=32,l1=0", "bk 4 is 8, 16 or 32"},
+      {"tc-conv:bm=128,bn=64,bk=32,stages=9,split=1,wm=32,l1=0", "stages 9 is not in [2, 6]"},
+      {"tc-conv:bm=64,bn=128,bk=8,stages=3,split=1,wm=32,l1=0", "do not divide among 256 threads"},
+      {"tc-conv:bm=128,bn=64", "bm,bn,bk,stages,split,wm,l1"},
+      {"tc-conv:bm=128,bn=64,bk=32,stages=3,split=32,wm=32,l1=0", "split 32 is not in [1, 16]"},
+      {"tc-conv:bm=128,bn=64,bk=32,stages=3,split=1,wm=48,l1=0", "wm 48 is 32 or 64"},
+      {"tc-conv:bm=64,bn=64,bk=32,stages=3,split=1,wm=64,l1=0", "wm 64 with 3xTF32"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);
@@ -110,7 +110,7 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
   }
   // Shared memory differs by architecture: 6 deep stages of 128 x 128 fit sm_90, not sm_86.
   absl::StatusOr<codegen::TuneConfig> deep =
-      codegen::TuneConfig::Parse("tc-conv:bm=128,bn=128,bk=32,stages=5,split=1,wm=32");
+      codegen::TuneConfig::Parse("tc-conv:bm=128,bn=128,bk=32,stages=5,split=1,wm=32,l1=0");
   ASSERT_TRUE(deep.ok());
   EXPECT_TRUE(Tc().Validate(chain, Target("sm_90", Precision::kTf32), *deep).ok());
   absl::Status s = Tc().Validate(chain, Target("sm_86", Precision::kTf32), *deep);
