@@ -75,6 +75,11 @@ struct Plan {
   // The launch configuration it was made for, TuneConfig text ("conv-moments-mean:threads=128,...";
   // codegen/tune_config.h). Set by the planner; printed by ExplainPlan, so part of the source.
   std::string tune_config;
+  // Why this strategy: the applicable strategies' estimated costs (the planner's choice), "asked
+  // for by name" or the tuning configuration's. Set by the planner; printed by `explain`
+  // (CompiledChain::Explain), not by ExplainPlan: the source, and so the cache key, of a plan
+  // does not depend on how it was chosen.
+  std::string choice;
   // Template files the source includes, in order.
   std::vector<std::string> includes;
   // Extra `static constexpr` members of the generated Cfg struct (name, C++ value text), e.g.

@@ -9,6 +9,7 @@
 #include "codegen/generic_strategies.h"
 #include "codegen/igemm_strategy.h"
 #include "codegen/tc_conv_strategy.h"
+#include "fmt/format.h"
 
 namespace fusejit::codegen {
 
@@ -69,12 +70,30 @@ absl::StatusOr<const Strategy*> ChooseStrategy(const Chain& chain, const PlanTar
 
 }  // namespace
 
+// The planner's reason: every applicable strategy's estimated cost, lowest first (the units are
+// the cost models', about picoseconds on an H100; printed as microseconds).
+std::string CostRanking(const Chain& chain, const PlanTarget& target) {
+  std::vector<std::pair<double, std::string>> costs;
+  for (const auto& s : AllStrategies()) {
+    if (s->Applies(chain, target)) costs.emplace_back(s->Cost(chain, target), s->name());
+  }
+  std::stable_sort(costs.begin(), costs.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> parts;
+  for (const auto& [cost, name] : costs) parts.push_back(fmt::format("{} {:.0f}", name, cost / 1e6));
+  return absl::StrCat("lowest estimated cost of the applicable strategies (model us): ",
+                      absl::StrJoin(parts, ", "));
+}
+
 absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               std::string_view strategy) {
   absl::StatusOr<const Strategy*> best = ChooseStrategy(chain, target, strategy);
   if (!best.ok()) return best.status();
   absl::StatusOr<Plan> plan = (*best)->MakePlan(chain, target);
-  if (plan.ok()) plan->tune_config = (*best)->DefaultConfig(chain, target).ToString();
+  if (plan.ok()) {
+    plan->tune_config = (*best)->DefaultConfig(chain, target).ToString();
+    plan->choice = strategy.empty() ? CostRanking(chain, target) : "asked for by name";
+  }
   return plan;
 }
 
@@ -139,7 +158,10 @@ absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               const TuneConfig& config) {
   if (absl::Status s = ValidateConfig(chain, target, config); !s.ok()) return s;
   absl::StatusOr<Plan> plan = FindStrategy(config.strategy)->MakeTunedPlan(chain, target, config);
-  if (plan.ok()) plan->tune_config = config.ToString();
+  if (plan.ok()) {
+    plan->tune_config = config.ToString();
+    plan->choice = "this tuning configuration (given, or measured by fusejit autotune)";
+  }
   return plan;
 }
 

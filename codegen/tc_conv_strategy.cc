@@ -389,7 +389,8 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
   plan.strategy = std::string(name());
   plan.description = absl::StrCat(
       "implicit GEMM on the tensor cores (mma.sync, cp.async ", t.stages, "-stage pipeline), ",
-      t.bm, " output points x ", t.bn, " channels per tile, ", t.bk, " input channels per k-step",
+      t.bm, " output points x ", t.bn, " channels per tile, k-steps of ", t.bk,
+      " (tap, input channel) pairs", t.l1 ? ", the input through L1" : "",
       transposed ? ", the transposed convolution split into output phases (only the taps that "
                    "reach a phase)"
                  : "",
@@ -418,7 +419,11 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                         {{"int", "kPrec", absl::StrCat(prec)},
                          {"int", "kOut", absl::StrCat(pipe.out)},
                          {"int", "kWarpsM", absl::StrCat(g.warps_m)},
-                         {"int", "kWarpsN", absl::StrCat(g.warps_n)}}});
+                         {"int", "kWarpsN", absl::StrCat(g.warps_n)},
+                         // checked against fj::TcShape's own at compile time
+                         {"int", "kHostTiles", absl::StrCat(g.tiles)},
+                         {"int", "kHostSmemBytes", absl::StrCat(g.smem)},
+                         {"int", "kHostPrepBlocks", absl::StrCat(g.prep_blocks)}}});
   plan.tunes.push_back(ToTuneStruct("TcTune", t, Fields()));
   const std::string tpl = "<Cfg, TcFixed, TcTune>";
 

@@ -78,6 +78,7 @@ std::string CompiledChainImpl::Explain() const {
   for (absl::string_view line : absl::StrSplit(FormatSignature(signature_), '\n', absl::SkipEmpty())) {
     absl::StrAppend(&s, "  ", line, "\n");
   }
+  if (!plan_.choice.empty()) absl::StrAppend(&s, "why this plan: ", plan_.choice, "\n");
   absl::StrAppend(&s, codegen::ExplainPlan(plan_));
   absl::StrAppend(&s, "source: ",
                   stats_.source_path.empty()

@@ -71,6 +71,22 @@ struct TcDim {
   }
 };
 
+// Host-computed geometry (codegen/tc_conv_strategy.cc's TcGeometry: launch grids and shared
+// memory), when Fixed carries it: TcShape checks at compile time that host and device agree.
+template <class...>
+using tc_void_t = void;
+template <class F, class = void>
+struct TcHostGeometry {
+  static constexpr bool kGiven = false;
+  static constexpr int kTiles = 0, kSmemBytes = 0, kPrepBlocks = 0;
+};
+template <class F>
+struct TcHostGeometry<F, tc_void_t<decltype(F::kHostTiles)>> {
+  static constexpr bool kGiven = true;
+  static constexpr int kTiles = F::kHostTiles, kSmemBytes = F::kHostSmemBytes,
+                       kPrepBlocks = F::kHostPrepBlocks;
+};
+
 template <class Cfg, class Fixed, class Tune>
 struct TcShape {
   static constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
@@ -145,6 +161,12 @@ struct TcShape {
   static_assert(kStages >= 2, "tc_conv: at least two stages");
   static_assert(kWarpM == Tune::kWarpRows, "tc_conv: Fixed::kWarpsM must be kBM / kWarpRows");
   static_assert(kNI % 2 == 0, "tc_conv: B fragments load two n8 tiles at a time");
+  using Host = TcHostGeometry<Fixed>;
+  static_assert(!Host::kGiven || Host::kTiles == kTiles, "tc_conv: host and device tile counts differ");
+  static_assert(!Host::kGiven || Host::kSmemBytes == kSmemBytes,
+                "tc_conv: host and device shared-memory sizes differ");
+  static_assert(!Host::kGiven || Host::kPrepBlocks == kPrepBlocks,
+                "tc_conv: host and device prep grids differ");
   static_assert(DimD().k <= 8 && DimH().k <= 8 && DimW().k <= 8, "tc_conv: kernel <= 8 per dim");
   static_assert(kTaps <= 512, "tc_conv: tap table");
   static_assert(Fixed::kOut == kTcStoreFinal || Cfg::kC <= 1 << 20, "tc_conv: channels");

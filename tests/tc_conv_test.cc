@@ -5,8 +5,10 @@
 
 #include <string>
 
+#include "codegen/emit.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
+#include "jit/nvrtc.h"
 
 namespace fusejit {
 namespace {
@@ -115,6 +117,62 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
   EXPECT_TRUE(Tc().Validate(chain, Target("sm_90", Precision::kTf32), *deep).ok());
   absl::Status s = Tc().Validate(chain, Target("sm_86", Precision::kTf32), *deep);
   EXPECT_NE(s.message().find("bytes of shared memory"), std::string::npos) << s;
+}
+
+// explain says why the planner chose the plan: every applicable strategy's estimated cost.
+TEST(TcConv, ExplainSaysWhyThePlanWasChosen) {
+  CompileOptions options;
+  options.arch = "sm_90";
+  options.use_cache = false;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(
+      Parse("x:f32[16,32,32,32,32] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)"),
+      options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string text = (*c)->Explain();
+  EXPECT_NE(text.find("why this plan: lowest estimated cost of the applicable strategies (model "
+                      "us): tc-conv "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("store-normalize"), std::string::npos) << text;
+  options.strategy = "tc-conv";
+  c = Compile(Parse("x:f32[2,8,6,6,6] | conv3d(out=8,k=3) | relu"), options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE((*c)->Explain().find("why this plan: asked for by name"), std::string::npos);
+}
+
+// The plan carries the host's geometry (tiles, shared memory, prep grid) into the source, and the
+// template refuses to compile when its own differs: a wrong host value fails at compile time.
+TEST(TcConv, HostAndDeviceGeometryAgreeOrTheSourceDoesNotCompile) {
+  const Chain chain = Parse(
+      "x:f32[2,12,5,6,7] | conv_transpose3d(out=20,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4)");
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_80"), "tc-conv");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto compile = [&](const codegen::Plan& p) {
+    const codegen::GeneratedSource src = codegen::EmitSource(chain, p);
+    jit::NvrtcRequest req;
+    req.name = src.name;
+    req.source = src.main;
+    req.arch = "sm_80";
+    req.options = src.nvrtc_options;
+    req.headers = src.headers;
+    return jit::CompileCuda(req).status();
+  };
+  EXPECT_TRUE(compile(*plan).ok());
+  for (const char* field : {"kHostTiles", "kHostSmemBytes", "kHostPrepBlocks"}) {
+    codegen::Plan wrong = *plan;
+    bool found = false;
+    for (codegen::TuneStruct::Field& f : wrong.tunes[0].fields) {
+      if (f.name == field) {
+        f.value = std::to_string(std::stoll(f.value) + 1);
+        found = true;
+      }
+    }
+    ASSERT_TRUE(found) << field;
+    absl::Status s = compile(wrong);
+    EXPECT_FALSE(s.ok()) << field;
+    EXPECT_NE(s.message().find("host and device"), std::string::npos) << field << ": " << s;
+  }
 }
 
 }  // namespace
