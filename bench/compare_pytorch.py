@@ -159,18 +159,26 @@ def errors(out, ref):
     return rel, diff.abs().max().item()
 
 
-def run_one(name, spec, fusejit, reps, do_compile, precision, tmp):
+def setup_row(name, spec, tmp):
+    """The row's module (on the GPU, eval), input x ~ U[0,1) seeded by the row id, and the .npy
+    files fusejit reads: returns (model, x, x path, ["--param", "NAME=PATH", ...])."""
     torch.manual_seed(zlib.crc32(name.encode()))
     shape, model = build(spec)
     model = model.cuda().eval()
     x = torch.rand(*shape, device="cuda")
-    files = {"x": os.path.join(tmp, "x.npy")}
-    np.save(files["x"], x.cpu().numpy())
+    x_path = os.path.join(tmp, "x.npy")
+    np.save(x_path, x.cpu().numpy())
     params = []
     for pname, p in model.named_parameters():
         path = os.path.join(tmp, pname + ".npy")
         np.save(path, p.detach().cpu().numpy().astype(np.float32))
         params += ["--param", "%s=%s" % (pname, path)]
+    return model, x, x_path, params
+
+
+def run_one(name, spec, fusejit, reps, do_compile, precision, tmp):
+    model, x, x_path, params = setup_row(name, spec, tmp)
+    files = {"x": x_path}
     row = {"id": name, "spec": spec}
     with torch.no_grad():
         ref = model.double()(x.double())

@@ -25,13 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_pytorch import build, errors, time_cuda  # noqa: E402
+from compare_pytorch import errors, setup_row, time_cuda  # noqa: E402
 
 C3 = "conv3d(out={o},k={k},stride={s},padding={p},dilation={d})"
 CT = "conv_transpose3d(out={o},k={k},stride={s},padding={p},output_padding={op})"
@@ -106,17 +105,7 @@ def fusejit_bench(fusejit, spec, files, params, precision, strategy, reps, tmp):
 
 
 def run_row(name, spec, fusejit, reps, do_compile, strategy, tmp):
-    torch.manual_seed(zlib.crc32(name.encode()))
-    shape, model = build(spec)
-    model = model.cuda().eval()
-    x = torch.rand(*shape, device="cuda")
-    x_path = os.path.join(tmp, "x.npy")
-    np.save(x_path, x.cpu().numpy())
-    params = []
-    for pname, p in model.named_parameters():
-        path = os.path.join(tmp, pname + ".npy")
-        np.save(path, p.detach().cpu().numpy().astype(np.float32))
-        params += ["--param", "%s=%s" % (pname, path)]
+    model, x, x_path, params = setup_row(name, spec, tmp)
     row = {"id": name, "spec": spec}
     with torch.no_grad():
         ref = model.double()(x.double())

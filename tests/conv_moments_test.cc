@@ -191,11 +191,6 @@ TEST(ConvMoments, ExtremeCandidatesCompileForSm90) {
 
 // ---- GPU ------------------------------------------------------------------------------------
 
-#define SKIP_WITHOUT_GPU()                                                \
-  if (std::string why = testing::GpuUnavailableReason(); !why.empty()) { \
-    GTEST_SKIP() << "no usable GPU: " << why;                             \
-  }
-
 // Compiles `chain` with each of `configs` (in parallel: NVRTC dominates these tests).
 std::vector<absl::StatusOr<std::shared_ptr<CompiledChain>>> CompileAll(
     const Chain& chain, const std::vector<std::string>& configs) {

@@ -16,11 +16,6 @@ namespace {
 
 using testing::CheckChain;
 
-#define SKIP_WITHOUT_GPU()                                                    \
-  if (std::string why = testing::GpuUnavailableReason(); !why.empty()) {     \
-    GTEST_SKIP() << "no usable GPU: " << why;                                 \
-  }
-
 TEST(GpuChains, SeedChainsAtSeedShapes) {
   SKIP_WITHOUT_GPU();
   for (const Workload& w : SeedWorkloads()) {

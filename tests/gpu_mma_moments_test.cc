@@ -21,11 +21,6 @@ using testing::CheckChain;
 constexpr char kStrategy[] = "mma-moments-mean";
 constexpr testing::Tolerance kFp32Accurate{1e-6, 1e-5};
 
-#define SKIP_WITHOUT_GPU()                                                \
-  if (std::string why = testing::GpuUnavailableReason(); !why.empty()) { \
-    GTEST_SKIP() << "no usable GPU: " << why;                             \
-  }
-
 Chain Parse(const std::string& spec) {
   absl::StatusOr<Chain> c = ParseChain(spec);
   EXPECT_TRUE(c.ok()) << c.status();

@@ -16,6 +16,13 @@ namespace fusejit::testing {
 // no GPU (for GTEST_SKIP) or "" when one is usable.
 std::string GpuUnavailableReason();
 
+// In a GPU test (TEST body): skips it, naming why, when GpuUnavailableReason() is not empty.
+#define SKIP_WITHOUT_GPU()                                                                 \
+  do {                                                                                     \
+    const std::string fusejit_gpu_reason = ::fusejit::testing::GpuUnavailableReason();    \
+    if (!fusejit_gpu_reason.empty()) GTEST_SKIP() << "no usable GPU: " << fusejit_gpu_reason; \
+  } while (0)
+
 // Uploads `inputs`, fills the output with NaN, runs `compiled` `runs` times (re-poisoning before
 // each) and returns each run's output. With timing_reps > 0 it then times that many more runs
 // (CUDA events, after one warm-up) and stores their median in *median_ms.

@@ -17,11 +17,6 @@ namespace {
 
 using testing::CheckChain;
 
-#define SKIP_WITHOUT_GPU()                                                    \
-  if (std::string why = testing::GpuUnavailableReason(); !why.empty()) {     \
-    GTEST_SKIP() << "no usable GPU: " << why;                                 \
-  }
-
 Chain Parse(const std::string& spec) {
   absl::StatusOr<Chain> c = ParseChain(spec);
   EXPECT_TRUE(c.ok()) << spec << ": " << c.status();

@@ -17,12 +17,6 @@
 namespace fusejit::tune {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                          \
-    const std::string reason = fusejit::testing::GpuUnavailableReason();        \
-    if (!reason.empty()) GTEST_SKIP() << "no GPU: " << reason;                  \
-  } while (0)
-
 // Checks `config` for `chain` against the float64 reference on random inputs.
 void ExpectMatchesReference(const Chain& chain, const std::string& config) {
   CompileOptions options;
