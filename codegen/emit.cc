@@ -24,6 +24,18 @@ std::string OpsFunction(const char* name, const std::vector<const Op*>& ops) {
                       " return v; }\n");
 }
 
+// `float NAME(float v, float& d)`: the ops' value at v, and in d the product of their derivatives
+// (the chain rule through them), for the backward templates.
+std::string OpsDerivativeFunction(const char* name, const std::vector<const Op*>& ops) {
+  std::string body;
+  for (const Op* op : ops) {
+    absl::StrAppend(&body, " { float g; ", Describe(op->kind).device_derivative(*op), " ",
+                    Describe(op->kind).device(*op), " d *= g; }");
+  }
+  return absl::StrCat("  __device__ static float ", name, "(float v, float& d) { d = 1.f;", body,
+                      " return v; }\n");
+}
+
 std::string Triple(const char* a, const char* b, const char* c, const Dims3& d) {
   return absl::StrCat("  static constexpr int ", a, " = ", d[0], ", ", b, " = ", d[1], ", ", c,
                       " = ", d[2], ";\n");
@@ -69,6 +81,10 @@ std::string ConfigStruct(const Chain& chain, const Plan& plan) {
   }
   absl::StrAppend(&s, OpsFunction("pre", info.pre_ops));
   absl::StrAppend(&s, OpsFunction("post", info.post_ops));
+  if (plan.derivatives) {
+    absl::StrAppend(&s, OpsDerivativeFunction("pre_d", info.pre_ops));
+    absl::StrAppend(&s, OpsDerivativeFunction("post_d", info.post_ops));
+  }
   absl::StrAppend(&s, "};\n");
   return s;
 }

@@ -35,6 +35,9 @@ struct OpDesc {
   std::string (*device)(const Op& op);               // statement on `float v`: "v = fj::relu(v);"
   double (*value)(const Op& op, double x);           // float64 f(x), PyTorch's semantics
   double (*derivative)(const Op& op, double x);      // float64 f'(x), PyTorch's at the kinks
+  // Statement on `float v` setting `float g` to f'(v) on the device, the same kinks as
+  // `derivative`: "g = fj::relu_d(v);" (the backward templates, through Cfg::pre_d / post_d).
+  std::string (*device_derivative)(const Op& op) = nullptr;
 };
 
 // Every op, in OpKind order.

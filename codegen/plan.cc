@@ -18,7 +18,8 @@ std::string ArgText(const KernelArg& a) {
   switch (a.kind) {
     case KernelArg::Kind::kInput: return "x";
     case KernelArg::Kind::kOutput: return "y";
-    case KernelArg::Kind::kParam: return a.param.empty() ? "null" : a.param;
+    case KernelArg::Kind::kParam:
+    case KernelArg::Kind::kTensor: return a.param.empty() ? "null" : a.param;
     case KernelArg::Kind::kWorkspace: return absl::StrCat("ws+", a.offset);
   }
   return "?";

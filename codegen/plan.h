@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "fusejit/signature.h"
+
 namespace fusejit::codegen {
 
 // What a kernel argument is bound to at run time.
@@ -23,11 +25,12 @@ struct KernelArg {
     kOutput,     // the chain's output y
     kParam,      // a chain parameter by name ("0.weight"); null if the chain has none by that name
     kWorkspace,  // workspace + offset
+    kTensor,     // the signature tensor named `param` (plans with their own signature)
   };
   Kind kind;
   std::string type;   // C++ parameter type in the generated wrapper: "const float*", ...
   std::string name;   // parameter name in the generated wrapper
-  std::string param;  // kParam: the parameter's name; empty binds a null pointer
+  std::string param;  // kParam, kTensor: the tensor's name; empty binds a null pointer
   size_t offset = 0;  // kWorkspace: byte offset (256-byte aligned)
 };
 
@@ -94,6 +97,11 @@ struct Plan {
   // for kernels using Hopper's architecture-specific instructions (wgmma). The cubin then loads
   // only on devices of exactly that compute capability; the strategy checks the target.
   std::string arch_override;
+  // The tensors a run binds. Empty: the forward signature, ForwardSignature(chain,
+  // workspace_bytes). Plans of other passes (the backward's) give their own.
+  std::vector<TensorSpec> signature;
+  // Emit Cfg::pre_d / post_d (the ops' values with their derivatives) for backward templates.
+  bool derivatives = false;
 
   // Reserves `bytes` (rounded up to 256) and returns the region's offset.
   size_t AddWorkspace(std::string name, size_t bytes);

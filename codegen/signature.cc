@@ -37,6 +37,28 @@ std::vector<TensorSpec> ForwardSignature(const Chain& chain, size_t workspace_by
   return sig;
 }
 
+std::string GradName(std::string_view tensor) { return "grad_" + std::string(tensor); }
+
+std::vector<TensorSpec> BackwardSignature(const Chain& chain, size_t workspace_bytes) {
+  std::vector<TensorSpec> sig;
+  sig.push_back({std::string(kInputName), TensorRole::kInput, chain.dtype, chain.input, 16});
+  const std::vector<ParamSpec> params = ChainParams(chain);
+  for (const ParamSpec& p : params) {
+    sig.push_back({p.name, TensorRole::kParam, chain.dtype, p.shape, 16});
+  }
+  sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, chain.dtype,
+                 OutputShape(chain), 16});
+  sig.push_back({std::string(kGradInputName), TensorRole::kGradInput, chain.dtype, chain.input, 16});
+  for (const ParamSpec& p : params) {
+    sig.push_back({GradName(p.name), TensorRole::kGradParam, chain.dtype, p.shape, 16});
+  }
+  if (workspace_bytes > 0) {
+    sig.push_back({std::string(kWorkspaceName), TensorRole::kWorkspace, DType::kF32,
+                   {static_cast<int64_t>(workspace_bytes)}, 256});
+  }
+  return sig;
+}
+
 std::string FormatSignature(const std::vector<TensorSpec>& signature) {
   std::string s;
   for (const TensorSpec& t : signature) {

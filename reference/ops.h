@@ -1,5 +1,6 @@
-// reference/ops.h: the CPU reference's op implementations, one sample at a time (internal to
-// reference/; the public entry points are in include/fusejit/reference.h).
+// reference/ops.h: the CPU reference's op implementations, forward and backward, one sample at a
+// time, and the argument checks its entry points share (internal to reference/; the public entry
+// points are in include/fusejit/reference.h).
 //
 // A sample is a dense [C, D, H, W] tensor of doubles in C order. Parameters are read as the caller
 // gave them (float32); every product and sum is taken in double. Each function implements one op
@@ -12,9 +13,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fusejit/chain.h"
+#include "fusejit/reference.h"
 
 namespace fusejit::reference_internal {
 
@@ -52,6 +57,69 @@ void GroupNormInPlace(SampleTensor& t, int64_t groups, double eps, const float* 
 
 // mean over dims {2,3,4} (one value per channel) or {1,2,3,4} (one value).
 std::vector<double> Mean(const SampleTensor& t, const std::vector<int>& dims);
+
+// ---- Backward, one sample (ops_backward.cc) ----
+// Each function takes the op's input as its forward saw it and grad, the gradient of L with respect
+// to the op's output, and gives the gradient with respect to the op's input. Gradients of the op's
+// parameters, for this sample alone, overwrite *grads. Each value sums its terms in a fixed order,
+// whatever `threads` is.
+
+struct ParamGradients {
+  std::vector<double> weight;  // in the weight's shape; empty where the op has none
+  std::vector<double> bias;    // empty where the op has none (conv with bias=false)
+};
+
+// conv3d (weight [Cout, Cin, kd, kh, kw]); grad has the output's shape. Input channels are split
+// over `threads` (each computes its data gradient and its slice of the weight gradient).
+SampleTensor Conv3dBackward(const SampleTensor& in, const SampleTensor& grad,
+                            const ConvAttrs& attrs, const float* weight, int threads,
+                            ParamGradients* grads);
+
+// conv_transpose3d (weight [Cin, Cout, kd, kh, kw]); grad has the output's shape. Input channels
+// are split over `threads`, as for Conv3dBackward.
+SampleTensor ConvTranspose3dBackward(const SampleTensor& in, const SampleTensor& grad,
+                                     const ConvAttrs& attrs, const float* weight, int threads,
+                                     ParamGradients* grads);
+
+// grad *= f'(in) with f' from codegen/op_table.h's derivative column. REQUIRES:
+// IsElementwise(op.kind), grad and in of the same size.
+void ElementwiseBackwardInPlace(const Op& op, const SampleTensor& in, SampleTensor& grad);
+
+// Affine GroupNorm (as GroupNormInPlace) on `in`: grad becomes dL/din, through each group's mean and
+// biased variance; grads gets dL/dgamma and dL/dbeta (t.channels values each).
+void GroupNormBackwardInPlace(const SampleTensor& in, SampleTensor& grad, int64_t groups,
+                              double eps, const float* gamma, ParamGradients* grads);
+
+// mean over `dims` of a [channels, dhw] input: grad (one value per channel, or one value) spread
+// over the values it averaged, divided by their count.
+SampleTensor MeanBackward(const std::vector<double>& grad, int64_t channels, const Dims3& dhw,
+                          const std::vector<int>& dims);
+
+// ---- Argument checks shared by RunReference and RunReferenceBackward (reference.cc) ----
+
+// An InvalidArgument error naming `what` unless t has shape `expected` and as many values.
+absl::Status CheckTensor(std::string_view what, const HostTensor& t, const Shape& expected);
+
+// The weight and bias of an op (nullptr where it has none), after validation.
+struct OpParams {
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+};
+
+// A call's validated arguments.
+struct CheckedCall {
+  std::vector<OpParams> params;   // by op index
+  std::vector<int64_t> samples;   // options.samples, or every index of the batch
+  std::vector<Shape> shapes;      // ShapeAfter(chain, i) for every op i
+  int outer_threads = 1;          // threads over samples: min(threads, samples)
+  int inner_threads = 1;          // threads within one sample (the convolutions' channels)
+};
+
+// Checks, in this order: the chain (ValidateChain), x's shape, every parameter (missing,
+// wrongly shaped, unexpected), options.samples (in range, strictly ascending) and options.threads
+// (>= 0). The errors are RunReference's, documented in include/fusejit/reference.h.
+absl::StatusOr<CheckedCall> CheckCall(const Chain& chain, const HostInputs& inputs,
+                                      const ReferenceOptions& options);
 
 }  // namespace fusejit::reference_internal
 

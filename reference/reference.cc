@@ -1,5 +1,6 @@
-// reference/reference.cc: RunReference (validation, per-sample evaluation, threads) and
-// CompareToReference. The ops themselves are in ops.cc and conv.cc.
+// reference/reference.cc: RunReference (per-sample evaluation, threads), the argument checks it
+// shares with RunReferenceBackward (backward.cc), and CompareToReference. The ops themselves are in
+// ops.cc and conv.cc.
 #include "fusejit/reference.h"
 
 #include <algorithm>
@@ -14,28 +15,8 @@
 #include "reference/ops.h"
 
 namespace fusejit {
+namespace reference_internal {
 namespace {
-
-using reference_internal::SampleTensor;
-
-absl::Status CheckTensor(std::string_view what, const HostTensor& t, const Shape& expected) {
-  if (t.shape != expected) {
-    return absl::InvalidArgumentError(fmt::format("{}: expected shape {}, got {}", what,
-                                                  FormatShape(expected), FormatShape(t.shape)));
-  }
-  if (static_cast<int64_t>(t.data.size()) != NumElements(expected)) {
-    return absl::InvalidArgumentError(
-        fmt::format("{}: shape {} has {} elements, but its data holds {} values", what,
-                    FormatShape(expected), NumElements(expected), t.data.size()));
-  }
-  return absl::OkStatus();
-}
-
-// The weight and bias of each op (nullptr where it has none), after validation.
-struct OpParams {
-  const float* weight = nullptr;
-  const float* bias = nullptr;
-};
 
 absl::StatusOr<std::vector<OpParams>> CheckParams(const Chain& chain, const HostInputs& inputs) {
   const std::vector<ParamSpec> specs = ChainParams(chain);
@@ -91,6 +72,57 @@ absl::StatusOr<std::vector<int64_t>> CheckSamples(const std::vector<int64_t>& re
   return requested;
 }
 
+}  // namespace
+
+absl::Status CheckTensor(std::string_view what, const HostTensor& t, const Shape& expected) {
+  if (t.shape != expected) {
+    return absl::InvalidArgumentError(fmt::format("{}: expected shape {}, got {}", what,
+                                                  FormatShape(expected), FormatShape(t.shape)));
+  }
+  if (static_cast<int64_t>(t.data.size()) != NumElements(expected)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: shape {} has {} elements, but its data holds {} values", what,
+                    FormatShape(expected), NumElements(expected), t.data.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckedCall> CheckCall(const Chain& chain, const HostInputs& inputs,
+                                      const ReferenceOptions& options) {
+  if (absl::Status s = ValidateChain(chain); !s.ok()) {
+    return absl::Status(s.code(), fmt::format("invalid chain: {}", std::string(s.message())));
+  }
+  if (absl::Status s = CheckTensor("input x", inputs.x, chain.input); !s.ok()) return s;
+  CheckedCall call;
+  absl::StatusOr<std::vector<OpParams>> params = CheckParams(chain, inputs);
+  if (!params.ok()) return params.status();
+  call.params = *std::move(params);
+  absl::StatusOr<std::vector<int64_t>> samples = CheckSamples(options.samples, chain.input[0]);
+  if (!samples.ok()) return samples.status();
+  call.samples = *std::move(samples);
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("threads must be 0 (all cores) or positive, got {}", options.threads));
+  }
+  for (size_t i = 0; i < chain.ops.size(); ++i) call.shapes.push_back(ShapeAfter(chain, i));
+
+  // Samples in parallel; threads left over (fewer samples than threads) split each convolution.
+  const int total_threads =
+      options.threads > 0 ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int64_t count = static_cast<int64_t>(call.samples.size());
+  call.outer_threads = static_cast<int>(std::min<int64_t>(total_threads, count));
+  call.inner_threads = std::max(1, total_threads / std::max(1, call.outer_threads));
+  return call;
+}
+
+}  // namespace reference_internal
+
+namespace {
+
+using reference_internal::OpParams;
+using reference_internal::SampleTensor;
+
 Dims3 SpatialDims(const Shape& shape) { return {shape[2], shape[3], shape[4]}; }
 
 // Runs the chain on sample n of x and returns its output, OutputShape(chain)[1:] in C order.
@@ -132,37 +164,18 @@ std::vector<double> EvaluateSample(const Chain& chain, const std::vector<OpParam
 
 absl::StatusOr<std::vector<double>> RunReference(const Chain& chain, const HostInputs& inputs,
                                                  const ReferenceOptions& options) {
-  if (absl::Status s = ValidateChain(chain); !s.ok()) {
-    return absl::Status(s.code(), fmt::format("invalid chain: {}", std::string(s.message())));
-  }
-  if (absl::Status s = CheckTensor("input x", inputs.x, chain.input); !s.ok()) return s;
-  absl::StatusOr<std::vector<OpParams>> params = CheckParams(chain, inputs);
-  if (!params.ok()) return params.status();
-  absl::StatusOr<std::vector<int64_t>> samples = CheckSamples(options.samples, chain.input[0]);
-  if (!samples.ok()) return samples.status();
-  if (options.threads < 0) {
-    return absl::InvalidArgumentError(
-        fmt::format("threads must be 0 (all cores) or positive, got {}", options.threads));
-  }
-
-  std::vector<Shape> shapes;
-  for (size_t i = 0; i < chain.ops.size(); ++i) shapes.push_back(ShapeAfter(chain, i));
+  absl::StatusOr<reference_internal::CheckedCall> call =
+      reference_internal::CheckCall(chain, inputs, options);
+  if (!call.ok()) return call.status();
   const Shape out_shape = OutputShape(chain);
   const int64_t out_per_sample = NumElements(out_shape) / out_shape[0];
 
-  // Samples in parallel; threads left over (fewer samples than threads) split each convolution.
-  const int total_threads =
-      options.threads > 0 ? options.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int64_t count = static_cast<int64_t>(samples->size());
-  const int outer = static_cast<int>(std::min<int64_t>(total_threads, count));
-  const int inner = std::max(1, total_threads / std::max(1, outer));
-
+  const int64_t count = static_cast<int64_t>(call->samples.size());
   std::vector<double> result(static_cast<size_t>(count * out_per_sample));
-  reference_internal::ParallelFor(count, outer, [&](int64_t begin, int64_t end) {
+  reference_internal::ParallelFor(count, call->outer_threads, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
-      std::vector<double> y =
-          EvaluateSample(chain, *params, shapes, inputs.x, (*samples)[s], inner);
+      std::vector<double> y = EvaluateSample(chain, call->params, call->shapes, inputs.x,
+                                             call->samples[s], call->inner_threads);
       std::copy(y.begin(), y.end(), result.begin() + s * out_per_sample);
     }
   });

@@ -1,5 +1,7 @@
 #include "runtime/compiled_chain.h"
 
+#include "runtime/bindings.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -16,22 +18,6 @@ NamedBindings Bindings::Named() const {
 
 namespace runtime {
 
-namespace {
-
-int IndexOf(const std::vector<TensorSpec>& signature, std::string_view name) {
-  for (size_t i = 0; i < signature.size(); ++i) {
-    if (signature[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-std::string Names(const std::vector<TensorSpec>& signature) {
-  std::vector<std::string> names;
-  for (const TensorSpec& t : signature) names.push_back(t.name);
-  return absl::StrJoin(names, ", ");
-}
-
-}  // namespace
 
 CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::string arch,
                                      std::string source, std::string cubin, CompileStats stats)
@@ -41,7 +27,8 @@ CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::strin
       source_(std::move(source)),
       cubin_(std::move(cubin)),
       stats_(std::move(stats)),
-      signature_(ForwardSignature(chain_, plan_.workspace_bytes)) {
+      signature_(plan_.signature.empty() ? ForwardSignature(chain_, plan_.workspace_bytes)
+                                         : plan_.signature) {
   const int workspace = IndexOf(signature_, kWorkspaceName);
   for (const codegen::KernelLaunch& k : plan_.kernels) {
     std::vector<ArgSource>& sources = arg_sources_.emplace_back();
@@ -51,6 +38,7 @@ CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::strin
         case codegen::KernelArg::Kind::kInput: a.tensor = IndexOf(signature_, kInputName); break;
         case codegen::KernelArg::Kind::kOutput: a.tensor = IndexOf(signature_, kOutputName); break;
         case codegen::KernelArg::Kind::kParam:
+        case codegen::KernelArg::Kind::kTensor:
           a.tensor = arg.param.empty() ? -1 : IndexOf(signature_, arg.param);
           break;
         case codegen::KernelArg::Kind::kWorkspace:
@@ -127,72 +115,31 @@ absl::StatusOr<const CompiledChainImpl::Loaded*> CompiledChainImpl::LoadedForCur
 
 absl::Status CompiledChainImpl::Load() { return LoadedForCurrentContext().status(); }
 
-absl::StatusOr<std::vector<CUdeviceptr>> CompiledChainImpl::Resolve(
-    const NamedBindings& bindings) const {
-  std::vector<CUdeviceptr> tensors(signature_.size(), 0);
-  std::vector<bool> bound(signature_.size(), false);
-  for (const auto& [name, ptr] : bindings) {
-    const int i = IndexOf(signature_, name);
-    if (i < 0 && name == kWorkspaceName) continue;  // a workspace for a plan that needs none
-    if (i < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("bindings: unknown tensor '", name,
-                                                     "'; this chain binds ", Names(signature_)));
-    }
-    tensors[i] = ptr;
-    bound[i] = true;
-  }
-  if (absl::Status s = CheckPointers(tensors.data(), &bound); !s.ok()) return s;
-  return tensors;
-}
-
-absl::Status CompiledChainImpl::CheckPointers(const CUdeviceptr* tensors,
-                                              const std::vector<bool>* bound) const {
-  for (size_t i = 0; i < signature_.size(); ++i) {
-    const TensorSpec& t = signature_[i];
-    if (tensors[i] && tensors[i] % t.alignment == 0) continue;
-    const std::string what =
-        t.role == TensorRole::kWorkspace
-            ? absl::StrCat(t.name, " (", t.bytes(),
-                           " bytes; CompiledChain::workspace_bytes(), fusejit::Workspace::Allocate "
-                           "allocates it)")
-            : absl::StrCat(t.name, " (", TensorRoleName(t.role), ") ", DTypeName(t.dtype),
-                           FormatShape(t.shape));
-    if (!tensors[i]) {
-      const bool missing = bound != nullptr && !(*bound)[i];
-      return absl::InvalidArgumentError(
-          absl::StrCat("bindings: ", what, missing ? " is missing" : " is null"));
-    }
-    return absl::InvalidArgumentError(absl::StrCat("bindings: ", what, " must be ", t.alignment,
-                                                   "-byte aligned (as cuMemAlloc returns it)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CompiledChainImpl::RunTensors(const CUdeviceptr* tensors, size_t count,
                                            CUstream stream) {
-  if (count != signature_.size() || (count > 0 && tensors == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat("RunTensors: ", count, " pointers for the ",
-                                                   signature_.size(), " tensors of the signature (",
-                                                   Names(signature_), ")"));
-  }
-  if (absl::Status s = CheckPointers(tensors, nullptr); !s.ok()) return s;
+  if (absl::Status s = CheckTensors(signature_, tensors, count); !s.ok()) return s;
   return Enqueue(tensors, stream, plan_.kernels.size());
 }
 
 absl::Status CompiledChainImpl::RunNamed(const NamedBindings& bindings, CUstream stream) {
-  absl::StatusOr<std::vector<CUdeviceptr>> tensors = Resolve(bindings);
+  absl::StatusOr<std::vector<CUdeviceptr>> tensors = ResolveBindings(signature_, bindings);
   if (!tensors.ok()) return tensors.status();
   return Enqueue(tensors->data(), stream, plan_.kernels.size());
 }
 
 absl::Status CompiledChainImpl::RunFirstKernels(const Bindings& bindings, CUstream stream,
                                                 size_t count) {
+  return RunFirstKernelsNamed(bindings.Named(), stream, count);
+}
+
+absl::Status CompiledChainImpl::RunFirstKernelsNamed(const NamedBindings& bindings,
+                                                     CUstream stream, size_t count) {
   if (count > plan_.kernels.size()) {
     return absl::InvalidArgumentError(absl::StrCat("RunFirstKernels: count ", count,
                                                    " exceeds the plan's ", plan_.kernels.size(),
                                                    " kernels"));
   }
-  absl::StatusOr<std::vector<CUdeviceptr>> tensors = Resolve(bindings.Named());
+  absl::StatusOr<std::vector<CUdeviceptr>> tensors = ResolveBindings(signature_, bindings);
   if (!tensors.ok()) return tensors.status();
   return Enqueue(tensors->data(), stream, count);
 }

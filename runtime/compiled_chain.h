@@ -47,6 +47,8 @@ class CompiledChainImpl final : public CompiledChain {
     return i < plan_.kernels.size() ? plan_.kernels[i].symbol : std::string();
   }
   absl::Status RunFirstKernels(const Bindings& bindings, CUstream stream, size_t count) override;
+  absl::Status RunFirstKernelsNamed(const NamedBindings& bindings, CUstream stream,
+                                    size_t count) override;
 
  private:
   // The module and resolved symbols in one CUDA context.
@@ -56,11 +58,6 @@ class CompiledChainImpl final : public CompiledChain {
     std::vector<CUdeviceptr> constants;  // one per plan constant copy
   };
   absl::StatusOr<const Loaded*> LoadedForCurrentContext();
-  // One pointer per signature() tensor, in its order, from bindings checked against it.
-  absl::StatusOr<std::vector<CUdeviceptr>> Resolve(const NamedBindings& bindings) const;
-  // Checks pointers in signature order: non-null and aligned. `bound` tells a missing tensor
-  // (false) from a null one, for the message.
-  absl::Status CheckPointers(const CUdeviceptr* tensors, const std::vector<bool>* bound) const;
   // Enqueues the first `count` kernels with pointers from Resolve().
   absl::Status Enqueue(const CUdeviceptr* tensors, CUstream stream, size_t count);
 

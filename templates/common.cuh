@@ -29,6 +29,35 @@ __device__ __forceinline__ float hardswish(float x) {
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
 
+// ---- their derivatives (the backward pass), PyTorch's values at the kinks -------------------
+// relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included; hardswish' = 0
+// below -3, x/3 + 1/2 on [-3, 3], 1 above. Accurate expf and IEEE division (not the forward's
+// intrinsics): a gradient is computed once per point, so accuracy costs little here.
+__device__ __forceinline__ float relu_d(float x) { return x > 0.f ? 1.f : 0.f; }
+__device__ __forceinline__ float leaky_relu_d(float x, float slope) { return x > 0.f ? 1.f : slope; }
+__device__ __forceinline__ float sigmoid_d(float x) {
+  const float s = 1.f / (1.f + expf(-x));
+  return s * (1.f - s);
+}
+__device__ __forceinline__ float tanh_d(float x) {
+  const float t = tanhf(x);
+  return 1.f - t * t;
+}
+__device__ __forceinline__ float swish_d(float x) {
+  const float s = 1.f / (1.f + expf(-x));
+  return s * (1.f + x * (1.f - s));
+}
+__device__ __forceinline__ float hardswish_d(float x) {
+  return x < -3.f ? 0.f : x <= 3.f ? x * (1.f / 3.f) + 0.5f : 1.f;
+}
+__device__ __forceinline__ float gelu_d(float x) {
+  return 0.5f * (1.f + erff(x * 0.70710678118654752f)) +
+         x * expf(-0.5f * x * x) * 0.39894228040143268f;
+}
+__device__ __forceinline__ float clamp_d(float x, float lo, float hi) {
+  return x >= lo && x <= hi ? 1.f : 0.f;
+}
+
 // ---- statistics: Welford/Chan, merged in a fixed order (deterministic) ----------------------
 struct Moments {
   float count;

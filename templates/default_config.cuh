@@ -33,6 +33,15 @@ struct DefaultConfig {
   // Elementwise ops before group_norm (all of them when there is no group_norm) and after it.
   __device__ static float pre(float v) { return fj::swish(v); }
   __device__ static float post(float v) { return fj::hardswish(v); }
+  // The same ops with the product of their derivatives in d (generated only for backward plans).
+  __device__ static float pre_d(float v, float& d) {
+    d = fj::swish_d(v);
+    return fj::swish(v);
+  }
+  __device__ static float post_d(float v, float& d) {
+    d = fj::hardswish_d(v);
+    return fj::hardswish(v);
+  }
   // Launch shape chosen by the plan.
   static constexpr int kBlock = 256;
   static constexpr int kChunks = 4;  // blocks per reduction segment

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
@@ -71,6 +72,9 @@ const CommandSpec& BenchSpec() {
               {"warmup", "N", "untimed runs before them (default 5)"},
               {"json", "", "print one JSON object (median_ms, ...) instead of text"},
               {"kernels", "", "also time each kernel of the plan (differences of prefix medians)"},
+              {"grad", "",
+               "time the training step: the forward, then the backward (CompileBackward) from a "
+               "random grad_y; --kernels then times the backward's kernels"},
               {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"},
               {"input", "FILE.npy", "the input x (default: random)"},
               {"param", "NAME=FILE.npy", "a parameter, e.g. 0.weight=w.npy (default: random)",
@@ -92,6 +96,54 @@ std::string KernelsJson(const std::vector<KernelTime>& kernels) {
                        JsonString(kernels[i].name), kernels[i].median_ms);
   }
   return out + "]";
+}
+
+// The training step: forward and backward timed separately (each median over `reps`, L2 flushed),
+// their sum the step.
+int BenchGrad(const Chain& chain, const CompileOptions& options, const HostInputs& inputs,
+              uint64_t seed, int64_t reps, int64_t warmup, bool kernels, bool json,
+              const std::string& device, std::ostream& out, std::ostream& err) {
+  const CommandSpec& spec = BenchSpec();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> forward = Compile(chain, options);
+  if (!forward.ok()) return Failure(err, spec, forward.status().message());
+  absl::StatusOr<std::shared_ptr<CompiledChain>> backward = CompileBackward(chain, options);
+  if (!backward.ok()) return Failure(err, spec, backward.status().message());
+  const double compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads[std::string(kInputName)] = inputs.x;
+  reads[std::string(kGradOutputName)] = RandomGradOutput(chain, seed);
+  DeviceRunOptions run_options;
+  run_options.reps = static_cast<int>(reps);
+  run_options.warmup = static_cast<int>(warmup);
+  run_options.l2_flush_bytes = kL2FlushBytes;
+  absl::StatusOr<SignatureRunResult> f = RunSignatureOnDevice(**forward, reads, run_options);
+  if (!f.ok()) return Failure(err, spec, f.status().message());
+  run_options.per_kernel = kernels;
+  absl::StatusOr<SignatureRunResult> b = RunSignatureOnDevice(**backward, reads, run_options);
+  if (!b.ok()) return Failure(err, spec, b.status().message());
+  const size_t extra = (*backward)->workspace_bytes();
+  if (json) {
+    out << fmt::format(
+        "{{\"spec\": {}, \"device\": {}, \"forward_ms\": {:.6f}, \"backward_ms\": {:.6f}, "
+        "\"step_ms\": {:.6f}, \"reps\": {}, \"compile_ms\": {:.3f}, "
+        "\"backward_workspace_bytes\": {}{}}}\n",
+        JsonString(FormatChain(chain)), JsonString(device), f->median_ms, b->median_ms,
+        f->median_ms + b->median_ms, reps, compile_ms, extra, KernelsJson(b->kernels));
+    return kExitOk;
+  }
+  out << fmt::format("chain:      {}\n", FormatChain(chain));
+  out << fmt::format("device:     {}, forward plan {}\n", device, (*forward)->strategy());
+  out << fmt::format("forward:    {:.4f} ms median of {} runs (L2 flushed)\n", f->median_ms, reps);
+  out << fmt::format("backward:   {:.4f} ms median ({} kernels, workspace {:.1f} MB)\n",
+                     b->median_ms, (*backward)->kernel_count(), extra * 1e-6);
+  out << fmt::format("step:       {:.4f} ms (forward + backward)\n", f->median_ms + b->median_ms);
+  for (const KernelTime& k : b->kernels) {
+    out << fmt::format("  kernel {:<24} {:.4f} ms ({:.0f}%)\n", k.name, k.median_ms,
+                       100 * k.median_ms / b->median_ms);
+  }
+  return kExitOk;
 }
 
 int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -141,6 +193,14 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   if (!device.ok()) return Failure(err, spec, device.status().message());
 
   const auto t0 = std::chrono::steady_clock::now();
+  if (parsed->Has("grad")) {
+    if (!options.strategy.empty()) {
+      return UsageError(err, spec, "--strategy names a forward plan; leave it out with --grad");
+    }
+    return BenchGrad(*chain, options, InputsWith(*chain, static_cast<uint64_t>(seed), std::move(given)),
+                     static_cast<uint64_t>(seed), reps, warmup, parsed->Has("kernels"),
+                     parsed->Has("json"), device->name, out, err);
+  }
   absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, options);
   const double compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <random>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,7 @@ struct RunFlags {
   int64_t seed = 0;
   int64_t reps = 10;
   bool check = false;
+  bool grad = false;
   CheckOptions check_options;
   CompileOptions compile_options;
 };
@@ -58,6 +61,11 @@ absl::Status ParseRunFlags(const ParsedArgs& parsed, RunFlags& flags) {
     if (!x.ok()) return x.status();
     flags.check_options.atol = *x;
   }
+  flags.grad = parsed.Has("grad") || parsed.Has("grad-output");
+  if (flags.grad && parsed.Has("strategy")) {
+    return absl::InvalidArgumentError(
+        "--strategy names a forward plan; --grad runs the backward, which plans its own steps");
+  }
   flags.check = parsed.Has("check") || parsed.Has("check-samples") || parsed.Has("rtol") ||
                 parsed.Has("atol");
   absl::StatusOr<std::string> strategy = StrategyFromFlags(parsed);
@@ -67,6 +75,73 @@ absl::Status ParseRunFlags(const ParsedArgs& parsed, RunFlags& flags) {
   if (!dump_dir.ok()) return dump_dir.status();
   flags.compile_options.dump_dir = *dump_dir;
   return absl::OkStatus();
+}
+
+int RunGrad(const Chain& chain, const RunFlags& flags, const HostInputs& inputs,
+            std::optional<HostTensor> given_grad_y, std::optional<std::string> output_dir,
+            std::ostream& out, std::ostream& err) {
+  const CommandSpec& spec = RunSpec();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled =
+      CompileBackward(chain, flags.compile_options);
+  const double compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!compiled.ok()) return Failure(err, spec, compiled.status().message());
+  const HostTensor grad_y = given_grad_y ? *std::move(given_grad_y)
+                                         : RandomGradOutput(chain, static_cast<uint64_t>(flags.seed));
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads[std::string(kInputName)] = inputs.x;
+  reads[std::string(kGradOutputName)] = grad_y;
+  absl::StatusOr<SignatureRunResult> run =
+      RunSignatureOnDevice(**compiled, reads, {.reps = static_cast<int>(flags.reps)});
+  if (!run.ok()) return Failure(err, spec, run.status().message());
+  const CompiledChain& c = **compiled;
+  out << fmt::format("chain:    {}\n", FormatChain(chain));
+  out << fmt::format("arch:     {}, backward ({} kernels)\n", c.arch(), c.kernel_count());
+  out << fmt::format("compile:  {:.1f} ms{}\n", compile_ms,
+                     c.stats().cache_hit ? " (kernel cache hit)" : "");
+  out << fmt::format("workspace: {} bytes\n", c.workspace_bytes());
+  if (flags.reps > 0) {
+    out << fmt::format("backward: {:.4f} ms (median of {})\n", run->median_ms, flags.reps);
+  }
+  if (output_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(*output_dir, ec);
+    for (const auto& [name, t] : run->written) {
+      const std::string path = (std::filesystem::path(*output_dir) / (name + ".npy")).string();
+      if (absl::Status s = WriteNpy(path, t); !s.ok()) {
+        return Failure(err, spec, absl::StrCat("--output: ", s.message()));
+      }
+      out << fmt::format("wrote:    {}\n", path);
+    }
+  }
+  if (!flags.check) {
+    for (const auto& [name, t] : run->written) {
+      int64_t non_finite = 0;
+      for (float v : t.data) non_finite += std::isfinite(v) ? 0 : 1;
+      if (non_finite > 0) out << fmt::format("warning:  {} values of {} are not finite\n", non_finite, name);
+    }
+    return kExitOk;
+  }
+  absl::StatusOr<GradientCheckResult> result =
+      CheckGradients(chain, inputs, grad_y, run->written, flags.check_options);
+  if (!result.ok()) return Failure(err, spec, result.status().message());
+  out << fmt::format("check:    {} of {} samples against the float64 reference backward ({:.0f} ms)\n",
+                     result->samples.size(), chain.input[0], result->reference_ms);
+  out << fmt::format("{:<20} {:>10} {:>10} {:>10} {:>10}\n", "gradient", "rel l2", "max abs",
+                     "max rel", "unwritten");
+  for (const GradientCheck& g : result->gradients) {
+    if (g.checked) {
+      out << fmt::format("{:<20} {:>10.3e} {:>10.3e} {:>10.3e} {:>10} {}\n", g.name,
+                         g.errors.rel_l2, g.errors.max_abs, g.rel_max, g.unwritten,
+                         g.pass ? "ok" : "FAIL");
+    } else {
+      out << fmt::format("{:<20} {:>10} {:>10} {:>10} {:>10} {}\n", g.name, "-", "-", "-",
+                         g.unwritten, "(sum over the batch: check every sample to compare it)");
+    }
+  }
+  out << (result->pass ? "PASS\n" : "FAIL\n");
+  return result->pass ? kExitOk : kExitFailure;
 }
 
 }  // namespace
@@ -87,13 +162,23 @@ const CommandSpec& RunSpec() {
           "Then --reps more runs are timed with CUDA events and their median printed.\n"
           "--check compares with the CPU reference (float64) and fails (exit 1) when the\n"
           "relative L2 error exceeds --rtol, the max abs error exceeds --atol, or any output is\n"
-          "not finite. --check-samples, --rtol and --atol imply --check.\n",
+          "not finite. --check-samples, --rtol and --atol imply --check.\n"
+          "\n"
+          "--grad runs the chain's backward instead (fusejit::CompileBackward): from the upstream\n"
+          "gradient grad_y (--grad-output, else uniform in [-1,1) drawn from --seed), the\n"
+          "gradients of x and of every parameter, all NaN-poisoned before the run. With --check,\n"
+          "each is compared with the float64 reference backward: grad_x on the checked samples,\n"
+          "the parameter gradients (sums over the batch) when every sample is checked; it fails\n"
+          "when a relative L2 error exceeds --rtol or a max abs error exceeds 10 x --rtol of the\n"
+          "gradient's largest value. With --grad, --output is a folder: one NAME.npy per gradient.\n",
       .flags =
           {
               {"input", "FILE.npy", "the input x (default: random)"},
               {"param", "NAME=FILE.npy", "a parameter, e.g. 0.weight=w.npy (default: random)",
                /*repeated=*/true},
-              {"output", "FILE.npy", "write the output y here"},
+              {"output", "FILE.npy", "write the output y here (with --grad: a folder for the gradients)"},
+              {"grad", "", "run the backward: the gradients of x and every parameter"},
+              {"grad-output", "FILE.npy", "the upstream gradient grad_y (implies --grad)"},
               {"seed", "N", "seed of the random tensors (default 0)"},
               {"check", "", "compare with the CPU reference"},
               {"check-samples", "K",
@@ -143,8 +228,24 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
   }
 
+  std::optional<HostTensor> grad_y;
+  if (auto path = parsed->Get("grad-output")) {
+    absl::StatusOr<HostTensor> g = ReadNpy(*path);
+    if (!g.ok()) return InputError(err, spec, g.status());
+    if (g->shape != OutputShape(*chain)) {
+      return UsageError(err, spec,
+                        absl::StrCat("--grad-output ", *path, " has shape ", FormatShape(g->shape),
+                                     "; the chain's output is ", FormatShape(OutputShape(*chain))));
+    }
+    grad_y = *std::move(g);
+  }
+
   absl::StatusOr<jit::ScopedPrimaryContext> context = jit::ScopedPrimaryContext::Create(0);
   if (!context.ok()) return Failure(err, spec, context.status().message());
+  if (flags.grad) {
+    return RunGrad(*chain, flags, InputsWith(*chain, static_cast<uint64_t>(flags.seed), std::move(given)),
+                   std::move(grad_y), parsed->Get("output"), out, err);
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, flags.compile_options);

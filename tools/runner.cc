@@ -1,10 +1,12 @@
 #include "tools/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -65,54 +67,66 @@ absl::Status CheckShape(const HostTensor& t, const Shape& expected, const std::s
 
 }  // namespace
 
-absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostInputs& inputs,
-                                            const DeviceRunOptions& options) {
-  const Chain& chain = compiled.chain();
-  if (absl::Status s = CheckShape(inputs.x, chain.input, "x"); !s.ok()) return s;
+bool IsWritten(TensorRole role) {
+  return role == TensorRole::kOutput || role == TensorRole::kGradInput ||
+         role == TensorRole::kGradParam;
+}
 
-  Bindings bindings;
-  absl::StatusOr<jit::DeviceBuffer> x = Upload(inputs.x, "x");
-  if (!x.ok()) return x.status();
-  bindings.input = x->ptr();
-
-  std::map<std::string, jit::DeviceBuffer> params;
-  for (const ParamSpec& p : compiled.params()) {
-    auto it = inputs.params.find(p.name);
-    if (it == inputs.params.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter ", p.name, " is missing"));
+absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
+    CompiledChain& compiled, const std::map<std::string, HostTensor>& reads,
+    const DeviceRunOptions& options) {
+  const std::vector<TensorSpec>& sig = compiled.signature();
+  NamedBindings bindings;
+  std::map<std::string, jit::DeviceBuffer> buffers;
+  std::optional<Workspace> workspace;
+  for (const TensorSpec& t : sig) {
+    if (t.role == TensorRole::kWorkspace) {
+      absl::StatusOr<Workspace> w = Workspace::Allocate(t.bytes());
+      if (!w.ok()) return w.status();
+      workspace.emplace(*std::move(w));
+      bindings[t.name] = workspace->get();
+      continue;
     }
-    if (absl::Status s = CheckShape(it->second, p.shape, p.name); !s.ok()) return s;
-    absl::StatusOr<jit::DeviceBuffer> buf = Upload(it->second, p.name);
-    if (!buf.ok()) return buf.status();
-    bindings.params[p.name] = buf->ptr();
-    params.emplace(p.name, *std::move(buf));
+    absl::StatusOr<jit::DeviceBuffer> buf;
+    if (IsWritten(t.role)) {
+      buf = jit::DeviceBuffer::Allocate(NumElements(t.shape) * sizeof(float));
+      if (!buf.ok()) return buf.status();
+      // Poison: any element the kernels fail to write stays NaN and is counted by the checks.
+      if (absl::Status s = buf->FillFloat(std::numeric_limits<float>::quiet_NaN()); !s.ok()) {
+        return s;
+      }
+    } else {
+      auto it = reads.find(t.name);
+      if (it == reads.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(t.name, " (", TensorRoleName(t.role),
+                                                       ") is missing: expected shape ",
+                                                       FormatShape(t.shape)));
+      }
+      if (absl::Status s = CheckShape(it->second, t.shape, t.name); !s.ok()) return s;
+      buf = Upload(it->second, t.name);
+      if (!buf.ok()) return buf.status();
+    }
+    bindings[t.name] = buf->ptr();
+    buffers.emplace(t.name, *std::move(buf));
   }
-
-  const Shape out_shape = compiled.output_shape();
-  const int64_t out_count = NumElements(out_shape);
-  absl::StatusOr<jit::DeviceBuffer> y = jit::DeviceBuffer::Allocate(out_count * sizeof(float));
-  if (!y.ok()) return y.status();
-  // Poison y: any element the kernels fail to write stays NaN and is counted by CheckOutput.
-  if (absl::Status s = y->FillFloat(std::numeric_limits<float>::quiet_NaN()); !s.ok()) return s;
-  bindings.output = y->ptr();
-
-  absl::StatusOr<Workspace> workspace = Workspace::Allocate(compiled.workspace_bytes());
-  if (!workspace.ok()) return workspace.status();
-  bindings.workspace = workspace->get();
 
   absl::StatusOr<ScopedStream> stream = ScopedStream::Create();
   if (!stream.ok()) return stream.status();
-  if (absl::Status s = compiled.Run(bindings, stream->get()); !s.ok()) return s;
+  if (absl::Status s = compiled.RunNamed(bindings, stream->get()); !s.ok()) return s;
   if (absl::Status s = stream->Synchronize(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("running ", FormatChain(chain), ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("running ", FormatChain(compiled.chain()), ": ",
+                                               s.message()));
   }
-
-  DeviceRunResult result;
-  result.output.shape = out_shape;
-  result.output.data.resize(out_count);
-  if (absl::Status s = y->CopyToHost(result.output.data.data(), out_count * sizeof(float));
-      !s.ok()) {
-    return s;
+  SignatureRunResult result;
+  for (const TensorSpec& t : sig) {
+    if (!IsWritten(t.role)) continue;
+    HostTensor& h = result.written[t.name];
+    h.shape = t.shape;
+    h.data.resize(NumElements(t.shape));
+    if (absl::Status s = buffers.at(t.name).CopyToHost(h.data.data(), h.data.size() * sizeof(float));
+        !s.ok()) {
+      return s;
+    }
   }
 
   result.median_ms = std::numeric_limits<double>::quiet_NaN();
@@ -132,7 +146,7 @@ absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostI
     }
     absl::StatusOr<std::vector<float>> times =
         jit::EventTimer::Time(stream->get(), options.warmup, options.reps,
-                              [&] { return compiled.Run(bindings, stream->get()); }, flush);
+                              [&] { return compiled.RunNamed(bindings, stream->get()); }, flush);
     if (!times.ok()) return times.status();
     result.times_ms = *std::move(times);
     result.median_ms = jit::Median(result.times_ms);
@@ -143,7 +157,8 @@ absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostI
         if (count < compiled.kernel_count()) {
           absl::StatusOr<std::vector<float>> prefix = jit::EventTimer::Time(
               stream->get(), options.warmup, options.reps,
-              [&] { return compiled.RunFirstKernels(bindings, stream->get(), count); }, flush);
+              [&] { return compiled.RunFirstKernelsNamed(bindings, stream->get(), count); },
+              flush);
           if (!prefix.ok()) return prefix.status();
           median = jit::Median(*std::move(prefix));
         }
@@ -152,6 +167,20 @@ absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostI
       }
     }
   }
+  return result;
+}
+
+absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostInputs& inputs,
+                                            const DeviceRunOptions& options) {
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads[std::string(kInputName)] = inputs.x;
+  absl::StatusOr<SignatureRunResult> run = RunSignatureOnDevice(compiled, reads, options);
+  if (!run.ok()) return run.status();
+  DeviceRunResult result;
+  result.output = std::move(run->written[std::string(kOutputName)]);
+  result.times_ms = std::move(run->times_ms);
+  result.median_ms = run->median_ms;
+  result.kernels = std::move(run->kernels);
   return result;
 }
 
@@ -201,6 +230,65 @@ absl::StatusOr<CheckResult> CheckOutput(const Chain& chain, const HostInputs& in
   result.pass = !(result.errors.rel_l2 > options.rtol) && !(result.errors.max_abs > options.atol) &&
                 !std::isnan(result.errors.rel_l2) && !std::isnan(result.errors.max_abs) &&
                 result.unwritten == 0 && result.errors.non_finite == 0;
+  return result;
+}
+
+absl::StatusOr<GradientCheckResult> CheckGradients(
+    const Chain& chain, const HostInputs& inputs, const HostTensor& grad_y,
+    const std::map<std::string, HostTensor>& written, const CheckOptions& options) {
+  const int64_t batch = chain.input[0];
+  GradientCheckResult result;
+  result.samples = SpreadSamples(batch, options.samples);
+  const bool all = static_cast<int64_t>(result.samples.size()) == batch;
+  ReferenceOptions ref_options;
+  if (!all) ref_options.samples = result.samples;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<ReferenceGradients> ref = RunReferenceBackward(chain, inputs, grad_y, ref_options);
+  if (!ref.ok()) return ref.status();
+  result.reference_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  auto check = [&](const std::string& name, const std::vector<double>& expected,
+                   bool per_sample) -> absl::Status {
+    auto it = written.find(name);
+    if (it == written.end()) return absl::InternalError(absl::StrCat("the run wrote no ", name));
+    const std::vector<float>& got = it->second.data;
+    GradientCheck g;
+    g.name = name;
+    for (float v : got) g.unwritten += std::isfinite(v) ? 0 : 1;
+    std::vector<float> compared;
+    if (per_sample) {
+      const int64_t per = batch == 0 ? 0 : static_cast<int64_t>(got.size()) / batch;
+      for (int64_t n : result.samples) {
+        compared.insert(compared.end(), got.begin() + n * per, got.begin() + (n + 1) * per);
+      }
+    } else {
+      compared = got;
+    }
+    g.checked = per_sample || all;
+    if (g.checked) {
+      if (compared.size() != expected.size()) {
+        return absl::InternalError(absl::StrCat("reference ", name, " has ", expected.size(),
+                                                " values for ", compared.size()));
+      }
+      g.errors = CompareToReference(compared.data(), expected.data(),
+                                    static_cast<int64_t>(compared.size()));
+      double scale = 0;
+      for (double v : expected) scale = std::max(scale, std::fabs(v));
+      g.rel_max = scale > 0 ? g.errors.max_abs / scale : (g.errors.max_abs > 0 ? INFINITY : 0);
+    }
+    g.pass = g.unwritten == 0 &&
+             (!g.checked || (!(g.errors.rel_l2 > options.rtol) && !(g.rel_max > 10 * options.rtol) &&
+                             !std::isnan(g.errors.rel_l2) && g.errors.non_finite == 0));
+    result.gradients.push_back(std::move(g));
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check(std::string(kGradInputName), ref->x, true); !s.ok()) return s;
+  for (const ParamSpec& p : ChainParams(chain)) {
+    if (absl::Status s = check(GradName(p.name), ref->params.at(p.name), false); !s.ok()) return s;
+  }
+  result.pass = std::all_of(result.gradients.begin(), result.gradients.end(),
+                            [](const GradientCheck& g) { return g.pass; });
   return result;
 }
 

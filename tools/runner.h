@@ -5,6 +5,7 @@
 #define FUSEJIT_TOOLS_RUNNER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,23 @@ struct DeviceRunResult {
 absl::StatusOr<DeviceRunResult> RunOnDevice(CompiledChain& compiled, const HostInputs& inputs,
                                             const DeviceRunOptions& options = {});
 
+// The general form, driven by compiled.signature(): every tensor a run reads (input, param,
+// grad_output) is uploaded from `reads` by name (an error names a missing or misshapen one);
+// every tensor it writes (output, grad_input, grad_param) is allocated, filled with NaN and
+// downloaded after the first run; the workspace is allocated. Then `reps` timed runs.
+struct SignatureRunResult {
+  std::map<std::string, HostTensor> written;  // by signature name, from the first run
+  std::vector<float> times_ms;
+  double median_ms = 0;  // NaN when reps == 0
+  std::vector<KernelTime> kernels;
+};
+absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
+    CompiledChain& compiled, const std::map<std::string, HostTensor>& reads,
+    const DeviceRunOptions& options = {});
+
+// Whether a signature role is written by a run (output and gradients) rather than read.
+bool IsWritten(TensorRole role);
+
 // `k` batch indices spread evenly over [0, batch), the first and the last included, ascending;
 // every index when k >= batch or k <= 0.
 std::vector<int64_t> SpreadSamples(int64_t batch, int64_t k);
@@ -68,6 +86,29 @@ struct CheckResult {
 // Errors: the reference's (bad inputs), or an output whose shape is not OutputShape(chain).
 absl::StatusOr<CheckResult> CheckOutput(const Chain& chain, const HostInputs& inputs,
                                         const HostTensor& output, const CheckOptions& options);
+
+// The gradients of a backward run (RunSignatureOnDevice of CompileBackward's chain) against the
+// float64 reference backward: grad_x on the chosen samples; the parameter gradients (sums over
+// the batch) only when every sample is compared, else they are reported as not checked.
+struct GradientCheck {
+  std::string name;     // "grad_x", "grad_0.weight", ...
+  bool checked = false;
+  ErrorStats errors;
+  int64_t unwritten = 0;  // non-finite values in the whole tensor
+  double rel_max = 0;     // max_abs / max|ref|: the rel err the 1e-5 target is about
+  bool pass = false;
+};
+struct GradientCheckResult {
+  std::vector<int64_t> samples;
+  std::vector<GradientCheck> gradients;  // in signature order
+  double reference_ms = 0;
+  bool pass = false;  // every checked gradient passes and nothing is unwritten
+};
+// Passes when rel_l2 <= rtol and rel_max <= rtol * 10 (a gradient's scale varies over many
+// orders of magnitude, so the limit is relative), nothing non-finite.
+absl::StatusOr<GradientCheckResult> CheckGradients(
+    const Chain& chain, const HostInputs& inputs, const HostTensor& grad_y,
+    const std::map<std::string, HostTensor>& written, const CheckOptions& options);
 
 }  // namespace fusejit::tools
 

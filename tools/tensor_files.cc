@@ -1,3 +1,4 @@
+#include <random>
 #include "tools/tensor_files.h"
 
 #include <algorithm>
@@ -61,6 +62,15 @@ HostInputs InputsWith(const Chain& chain, uint64_t seed, HostInputs given) {
   if (!given.x.shape.empty()) inputs.x = std::move(given.x);
   for (auto& [name, t] : given.params) inputs.params[name] = std::move(t);
   return inputs;
+}
+
+HostTensor RandomGradOutput(const Chain& chain, uint64_t seed) {
+  HostTensor g;
+  g.shape = OutputShape(chain);
+  g.data.resize(NumElements(g.shape));
+  std::mt19937_64 rng(seed ^ 0x677261645f79ull);
+  for (float& v : g.data) v = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-52 - 1.0);
+  return g;
 }
 
 }  // namespace fusejit::tools

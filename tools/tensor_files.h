@@ -27,6 +27,11 @@ absl::Status ReadTensorFiles(const TensorFiles& files, const Chain& chain, HostI
 // RandomInputs(chain, seed) with every tensor of `given` (from ReadTensorFiles) in its place.
 HostInputs InputsWith(const Chain& chain, uint64_t seed, HostInputs given);
 
+// A random upstream gradient grad_y for the chain's output: uniform in [-1, 1), from its own
+// std::mt19937_64 stream seeded with seed ^ 0x677261645f79 ("grad_y"), (r >> 11) * 2^-52 - 1 per
+// value in C order.
+HostTensor RandomGradOutput(const Chain& chain, uint64_t seed);
+
 }  // namespace fusejit::tools
 
 #endif  // FUSEJIT_TOOLS_TENSOR_FILES_H_

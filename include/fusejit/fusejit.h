@@ -160,6 +160,9 @@ class CompiledChain {
   virtual std::string kernel_name(size_t i) const = 0;  // "" when i >= kernel_count()
   virtual absl::Status RunFirstKernels(const Bindings& bindings, CUstream stream,
                                        size_t count) = 0;
+  // The same with bindings by signature name (every kind of chain, the backward's included).
+  virtual absl::Status RunFirstKernelsNamed(const NamedBindings& bindings, CUstream stream,
+                                            size_t count) = 0;
 };
 
 // Plans, generates source and compiles it with NVRTC (or fetches the cubin from the cache).
@@ -167,6 +170,20 @@ class CompiledChain {
 // shared instance from the in-memory cache. Thread-safe.
 absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
                                                        const CompileOptions& options = {});
+
+// The backward of `chain`: from the upstream gradient grad_y (dL/dy), the gradients of x and of
+// every parameter. Its signature is BackwardSignature(chain, workspace_bytes()): bind x, the
+// parameters, grad_y, grad_x, grad_<param> for every parameter ("grad_0.weight") and the
+// workspace by name (RunNamed) or in signature order (RunTensors); every grad_ tensor is written
+// in full. It recomputes what it needs from x and the parameters (the forward saves nothing), so
+// it may run after any forward of the same inputs, or without one. Deterministic: every sum is
+// taken in a fixed order (no float atomics), so two runs give bitwise identical gradients.
+// Accuracy: fp32, sums in double; `options.precision` kTf32 lets its convolutions use TF32.
+// Run(Bindings) and RunFirstKernels(Bindings) are the forward's fixed fields: here they fail;
+// use the named forms. options.strategy and options.tune_config name forward plans and must be
+// empty. f32 chains only.
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
+                                                               const CompileOptions& options = {});
 
 // Convenience for callers who want fusejit to own the workspace: allocates WorkspaceBytes() in
 // the current context. Freed by the destructor.

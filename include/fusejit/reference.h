@@ -56,6 +56,31 @@ struct ReferenceOptions {
 absl::StatusOr<std::vector<double>> RunReference(const Chain& chain, const HostInputs& inputs,
                                                  const ReferenceOptions& options = {});
 
+// The backward pass of the reference: gradients of the scalar L = sum(y * grad_y) (grad_y: the
+// upstream gradient, OutputShape(chain)) with respect to x and every parameter, in double precision
+// with PyTorch's backward formulas (kinks as codegen/op_table.h's derivative column: relu'(0)=0,
+// leaky_relu'(0)=slope, clamp'=1 on [min,max] including bounds, hardswish' at +-3 as PyTorch's
+// hardswish_backward: 0 below -3, x/3+0.5 on [-3,3], 1 above).
+// The forward pass is re-evaluated per sample in double (as RunReference does), keeping each op's
+// input for its backward.
+struct ReferenceGradients {
+  std::vector<double> x;  // dL/dx: the input's shape, or [samples.size(), ...] for a subset
+  // dL/dparam for every ChainParams() entry, by name, in the parameter's shape. With a sample
+  // subset: summed over those samples only.
+  std::map<std::string, std::vector<double>> params;
+};
+// grad_y always has the full OutputShape(chain); with options.samples only those samples' rows are
+// read. Errors: those of RunReference (the same checks, in the same order), then a wrongly shaped
+// grad_y (naming the expected and the given shape).
+// Deterministic: every value sums its terms in a fixed order, so the result is bit-identical for
+// every thread count. Threads go to samples first (leftover threads split each convolution's
+// channels); parameter gradients are computed per sample, then summed over the samples in sample
+// order (so a subset gives exactly the sum over its samples, in ascending order).
+absl::StatusOr<ReferenceGradients> RunReferenceBackward(const Chain& chain,
+                                                        const HostInputs& inputs,
+                                                        const HostTensor& grad_y,
+                                                        const ReferenceOptions& options = {});
+
 // Comparison of a float32 result with a double reference.
 struct ErrorStats {
   double max_abs = 0;       // max |out - ref|

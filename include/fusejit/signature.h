@@ -22,7 +22,7 @@ enum class TensorRole {
   kOutput,     // y: written in full by every run
   kParam,      // a parameter (conv weight/bias, group_norm weight/bias): read
   kWorkspace,  // scratch of workspace_bytes() bytes, contents undefined between runs
-  // Reserved for the backward pass (not produced yet):
+  // The backward pass (fusejit::CompileBackward):
   kGradOutput,  // dL/dy: read
   kGradInput,   // dL/dx: written
   kGradParam,   // dL/dparam: written
@@ -45,11 +45,22 @@ struct TensorSpec {
 inline constexpr std::string_view kInputName = "x";
 inline constexpr std::string_view kOutputName = "y";
 inline constexpr std::string_view kWorkspaceName = "workspace";
+// The backward's: the upstream gradient dL/dy, dL/dx, and dL/dparam named "grad_" + the param's
+// name ("grad_0.weight").
+inline constexpr std::string_view kGradOutputName = "grad_y";
+inline constexpr std::string_view kGradInputName = "grad_x";
+std::string GradName(std::string_view tensor);
 
 // The forward signature of `chain` run with a plan needing `workspace_bytes`: x, the parameters
 // in op order (weight before bias), y, then the workspace when workspace_bytes > 0.
 // REQUIRES: chain is valid.
 std::vector<TensorSpec> ForwardSignature(const Chain& chain, size_t workspace_bytes);
+
+// The backward signature of `chain` (its gradients from the upstream gradient grad_y):
+// x and the parameters (read), grad_y (read, the output's shape), grad_x (written), grad_<param>
+// for every parameter in op order (written), then the workspace when workspace_bytes > 0.
+// REQUIRES: chain is valid.
+std::vector<TensorSpec> BackwardSignature(const Chain& chain, size_t workspace_bytes);
 
 // "x f32[2,3,8,8,8] input", one line per tensor (for explain and error messages).
 std::string FormatSignature(const std::vector<TensorSpec>& signature);

@@ -1,0 +1,45 @@
+// codegen/backward_plan.h: the plan of a chain's backward kernels (grad_y -> grad_u and the
+// parameter gradients).
+//
+// A chain's backward is three steps (runtime/backward.cc puts them together):
+//   1. recompute u, the producer's output, with the forward plan of the chain cut after its
+//      producer (no step without a producer: u is x);
+//   2. this plan: grad_u from grad_y through mean, the post ops, group_norm and the pre ops, the
+//      group_norm and conv-bias gradients, and the conv weight gradient;
+//   3. grad_x = the data gradient of the convolution, itself a convolution of grad_u (planned as a
+//      forward chain of its own: DataGradientChain).
+#ifndef FUSEJIT_CODEGEN_BACKWARD_PLAN_H_
+#define FUSEJIT_CODEGEN_BACKWARD_PLAN_H_
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "codegen/plan.h"
+#include "codegen/planner.h"
+#include "fusejit/chain.h"
+
+namespace fusejit::codegen {
+
+// Names of step 2's own tensors, besides the chain's (x, grad_y, the parameters and their grads).
+inline constexpr std::string_view kProducerOutputName = "u";       // saved: the producer's output
+inline constexpr std::string_view kProducerGradName = "grad_u";    // written: dL/du
+
+// Step 2's plan. Its signature (Plan::signature): x, u (with a producer), grad_y, the group_norm
+// weight and bias, grad_u (grad_x without a producer), the gradient of every parameter except
+// the conv weight's data (grad_<conv weight> is computed here too), workspace.
+// REQUIRES: chain is valid and float32.
+absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target);
+
+// Step 1: the chain up to and including its producer. REQUIRES: the chain has a producer.
+Chain ProducerChain(const Chain& chain);
+
+// Step 3: the forward chain computing grad_x from grad_u: for conv3d a conv_transpose3d with the
+// same weight tensor (its [Cout,Cin,k] layout is conv_transpose3d's [in,out,k]) and the
+// output_padding that restores x's size; for conv_transpose3d a conv3d. No bias. Error when the
+// dual convolution cannot give x's shape (conv_transpose3d with output_padding >= stride).
+// REQUIRES: the chain is valid and has a producer.
+absl::StatusOr<Chain> DataGradientChain(const Chain& chain);
+
+}  // namespace fusejit::codegen
+
+#endif  // FUSEJIT_CODEGEN_BACKWARD_PLAN_H_

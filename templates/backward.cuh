@@ -1,0 +1,241 @@
+// templates/backward.cuh: the backward pass of a chain's elementwise ops, group_norm and mean, and
+// the sums behind the group_norm and conv-bias gradients.
+//
+// u is the producer's output (x itself without a producer), [kN, kC, kS] with kS = kD*kH*kW. The
+// forward computed z = pre(u), h = group_norm(z) (affine: h = zhat*gamma + beta), y = post(h), then
+// the optional mean. From grad_y these kernels compute grad_u, and the sums that give
+// grad_gamma[c] = sum(g_h * zhat), grad_beta[c] = sum(g_h) and grad_bias[c] = sum(grad_u).
+//
+// Work split: every (n, c) slice is cut into BwdTune::kSplit chunks of consecutive points; block b
+// handles chunk b % kSplit of slice b / kSplit. Every sum is taken in double: per thread over a
+// fixed set of points, across the block in a fixed tree, then over chunks, channels and samples in
+// index order -- results are bitwise reproducible run to run (no atomics).
+//
+// Workspace (double2/double, one entry per (n, c, chunk), index (n*kC + c)*kSplit + chunk):
+//   zpart (sum z, sum z^2)         bwd_moments   -> the group statistics (recomputed, in double)
+//   gpart (sum g_h, sum g_h*zhat)  bwd_sums      -> group_norm's backward terms, grad_gamma/beta
+//   bpart (sum grad_u)             bwd_grad_u    -> grad of the conv bias
+#ifndef FUSEJIT_TEMPLATES_BACKWARD_CUH_
+#define FUSEJIT_TEMPLATES_BACKWARD_CUH_
+
+#include "common.cuh"
+#include "default_config.cuh"
+
+namespace fj {
+
+template <class Cfg, class Tune>
+struct Bwd {
+  static constexpr int kS = Cfg::kD * Cfg::kH * Cfg::kW;
+  static constexpr int kCg = Cfg::kGroups > 0 ? Cfg::kC / Cfg::kGroups : 1;
+  static constexpr int kSplit = Tune::kSplit;
+  static constexpr int kChunk = (kS + kSplit - 1) / kSplit;
+  static_assert(Tune::kThreads % 32 == 0 && Tune::kThreads <= 1024, "whole warps");
+
+  // The slice (n*kC + c) and the [begin, end) points of this block's chunk.
+  __device__ static int slice() { return blockIdx.x / kSplit; }
+  __device__ static int begin() { return (blockIdx.x % kSplit) * kChunk; }
+  __device__ static int end() { return min(begin() + kChunk, kS); }
+
+  // grad_y at point s of slice nc, broadcast through the mean (PyTorch: grad / count).
+  __device__ static float grad_y(const float* __restrict__ gy, int nc, int s) {
+    if constexpr (Cfg::kMean == kMeanSpatial) {
+      return gy[nc] / float(kS);
+    } else if constexpr (Cfg::kMean == kMeanAll) {
+      return gy[nc / Cfg::kC] / float(Cfg::kC * kS);
+    } else {
+      return gy[static_cast<size_t>(nc) * kS + s];
+    }
+  }
+
+  // Mean and rstd of group g of sample n from zpart, in double; every thread gets them.
+  // REQUIRES: all threads of the block call it.
+  __device__ static void group_stats(const double2* __restrict__ zpart, int n, int g, float& mean,
+                                     float& rstd, double* scratch) {
+    constexpr int kParts = kCg * kSplit;
+    const double2* p = zpart + (static_cast<size_t>(n) * Cfg::kC + g * kCg) * kSplit;
+    double s = 0, ss = 0;
+    for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
+      s += p[i].x;
+      ss += p[i].y;
+    }
+    s = block_reduce_sum(s, scratch);
+    ss = block_reduce_sum(ss, scratch);
+    __shared__ float stats[2];
+    if (threadIdx.x == 0) {
+      const double count = static_cast<double>(kCg) * kS;
+      const double m = s / count;
+      const double var = fmax(ss / count - m * m, 0.0);  // biased, as group_norm's forward
+      stats[0] = static_cast<float>(m);
+      stats[1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(Cfg::kEps)));
+    }
+    __syncthreads();
+    mean = stats[0];
+    rstd = stats[1];
+  }
+};
+
+// zpart[slice chunk] = (sum z, sum z^2) with z = pre(u). Grid kN*kC*kSplit.
+template <class Cfg, class Tune>
+__device__ void bwd_moments_kernel(const float* __restrict__ u, double2* __restrict__ zpart) {
+  using B = Bwd<Cfg, Tune>;
+  __shared__ double scratch[32];
+  const float* src = u + static_cast<size_t>(B::slice()) * B::kS;
+  double s = 0, ss = 0;
+  for (int i = B::begin() + threadIdx.x; i < B::end(); i += blockDim.x) {
+    const float z = Cfg::pre(src[i]);
+    s += z;
+    ss += static_cast<double>(z) * z;
+  }
+  s = block_reduce_sum(s, scratch);
+  ss = block_reduce_sum(ss, scratch);
+  if (threadIdx.x == 0) zpart[blockIdx.x] = make_double2(s, ss);
+}
+
+// gpart[slice chunk] = (sum g_h, sum g_h * zhat), g_h = grad_y * post'(h). Grid kN*kC*kSplit.
+template <class Cfg, class Tune>
+__device__ void bwd_sums_kernel(const float* __restrict__ u, const float* __restrict__ gy,
+                                const float* __restrict__ gamma, const float* __restrict__ beta,
+                                const double2* __restrict__ zpart, double2* __restrict__ gpart) {
+  using B = Bwd<Cfg, Tune>;
+  __shared__ double scratch[32];
+  const int nc = B::slice(), n = nc / Cfg::kC, c = nc % Cfg::kC;
+  float mean, rstd;
+  B::group_stats(zpart, n, c / B::kCg, mean, rstd, scratch);
+  const float ga = gamma[c], be = beta[c];
+  const float* src = u + static_cast<size_t>(nc) * B::kS;
+  double s1 = 0, s2 = 0;
+  for (int i = B::begin() + threadIdx.x; i < B::end(); i += blockDim.x) {
+    const float zh = (Cfg::pre(src[i]) - mean) * rstd;
+    float d;
+    Cfg::post_d(fmaf(zh, ga, be), d);
+    const float gh = B::grad_y(gy, nc, i) * d;
+    s1 += gh;
+    s2 += static_cast<double>(gh) * zh;
+  }
+  s1 = block_reduce_sum(s1, scratch);
+  s2 = block_reduce_sum(s2, scratch);
+  if (threadIdx.x == 0) gpart[blockIdx.x] = make_double2(s1, s2);
+}
+
+// grad_u at every point; bpart[slice chunk] = sum grad_u when the conv has a bias (bpart non-null).
+// With group_norm: dz = rstd * (gamma*g_h - mean(gamma*g_h) - zhat * mean(gamma*g_h*zhat)), the
+// group means from gpart; grad_u = dz * pre'(u). Without: grad_u = grad_y * pre'(u) (all the
+// elementwise ops are `pre` then). Grid kN*kC*kSplit.
+template <class Cfg, class Tune>
+__device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __restrict__ gy,
+                                  const float* __restrict__ gamma, const float* __restrict__ beta,
+                                  const double2* __restrict__ zpart,
+                                  const double2* __restrict__ gpart, float* __restrict__ gu,
+                                  double* __restrict__ bpart) {
+  using B = Bwd<Cfg, Tune>;
+  __shared__ double scratch[32];
+  const int nc = B::slice(), n = nc / Cfg::kC, c = nc % Cfg::kC;
+  const float* src = u + static_cast<size_t>(nc) * B::kS;
+  float* dst = gu + static_cast<size_t>(nc) * B::kS;
+  double sb = 0;
+  if constexpr (Cfg::kGroups > 0) {
+    const int g = c / B::kCg;
+    float mean, rstd;
+    B::group_stats(zpart, n, g, mean, rstd, scratch);
+    // mean over the group of gamma*g_h and of gamma*g_h*zhat.
+    constexpr int kParts = B::kCg * B::kSplit;
+    const double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * B::kCg) * B::kSplit;
+    double a = 0, b = 0;
+    for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
+      const double gc = gamma[g * B::kCg + i / B::kSplit];
+      a += gc * p[i].x;
+      b += gc * p[i].y;
+    }
+    a = block_reduce_sum(a, scratch);
+    b = block_reduce_sum(b, scratch);
+    __shared__ float ab[2];
+    if (threadIdx.x == 0) {
+      const double count = static_cast<double>(B::kCg) * B::kS;
+      ab[0] = static_cast<float>(a / count);
+      ab[1] = static_cast<float>(b / count);
+    }
+    __syncthreads();
+    const float ma = ab[0], mb = ab[1], ga = gamma[c], be = beta[c];
+    for (int i = B::begin() + threadIdx.x; i < B::end(); i += blockDim.x) {
+      float dp, d;
+      const float zh = (Cfg::pre_d(src[i], dp) - mean) * rstd;
+      Cfg::post_d(fmaf(zh, ga, be), d);
+      const float gh = B::grad_y(gy, nc, i) * d;
+      const float g_u = rstd * (ga * gh - ma - zh * mb) * dp;
+      dst[i] = g_u;
+      sb += g_u;
+    }
+  } else {
+    for (int i = B::begin() + threadIdx.x; i < B::end(); i += blockDim.x) {
+      float dp;
+      Cfg::pre_d(src[i], dp);
+      const float g_u = B::grad_y(gy, nc, i) * dp;
+      dst[i] = g_u;
+      sb += g_u;
+    }
+  }
+  if (bpart != nullptr) {
+    sb = block_reduce_sum(sb, scratch);
+    if (threadIdx.x == 0) bpart[blockIdx.x] = sb;
+  }
+}
+
+// One block per channel c: grad_gamma[c], grad_beta[c] (from gpart) and grad_bias[c] (from
+// bpart), summed over samples and chunks in a fixed order; null outputs are skipped.
+template <class Cfg, class Tune>
+__device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,
+                                       const double* __restrict__ bpart,
+                                       float* __restrict__ grad_gamma, float* __restrict__ grad_beta,
+                                       float* __restrict__ grad_bias) {
+  using B = Bwd<Cfg, Tune>;
+  __shared__ double scratch[32];
+  const int c = blockIdx.x;
+  constexpr int kParts = Cfg::kN * B::kSplit;
+  double s1 = 0, s2 = 0, sb = 0;
+  for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
+    const size_t idx = (static_cast<size_t>(i / B::kSplit) * Cfg::kC + c) * B::kSplit + i % B::kSplit;
+    if (gpart != nullptr) {
+      s1 += gpart[idx].x;
+      s2 += gpart[idx].y;
+    }
+    if (bpart != nullptr) sb += bpart[idx];
+  }
+  s1 = block_reduce_sum(s1, scratch);
+  s2 = block_reduce_sum(s2, scratch);
+  sb = block_reduce_sum(sb, scratch);
+  if (threadIdx.x == 0) {
+    if (grad_gamma != nullptr) grad_gamma[c] = static_cast<float>(s2);
+    if (grad_beta != nullptr) grad_beta[c] = static_cast<float>(s1);
+    if (grad_bias != nullptr) grad_bias[c] = static_cast<float>(sb);
+  }
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): every kernel with the default configuration.
+namespace fj_selftest {
+struct BwdSelfTune {
+  static constexpr int kSplit = 3, kThreads = 256;
+};
+using C = fj::DefaultConfig;
+extern "C" __global__ void bwd_moments(const float* u, double2* z) {
+  fj::bwd_moments_kernel<C, BwdSelfTune>(u, z);
+}
+extern "C" __global__ void bwd_sums(const float* u, const float* gy, const float* g, const float* b,
+                                    const double2* z, double2* p) {
+  fj::bwd_sums_kernel<C, BwdSelfTune>(u, gy, g, b, z, p);
+}
+extern "C" __global__ void bwd_grad_u(const float* u, const float* gy, const float* g,
+                                      const float* b, const double2* z, const double2* p,
+                                      float* gu, double* bp) {
+  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, p, gu, bp);
+}
+extern "C" __global__ void bwd_param_grads(const double2* p, const double* bp, float* gg,
+                                           float* gb, float* gbias) {
+  fj::bwd_param_grads_kernel<C, BwdSelfTune>(p, bp, gg, gb, gbias);
+}
+}  // namespace fj_selftest
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_BACKWARD_CUH_

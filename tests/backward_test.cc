@@ -1,0 +1,153 @@
+// The backward pass on the CPU: backward plans of the seed chains and of random chains compile for
+// sm_80 and sm_90 (all three steps through NVRTC), the signature and the step structure, the data
+// gradient's dual convolution restores x's shape, and bad requests get clear errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "codegen/backward_plan.h"
+#include "fusejit/fusejit.h"
+#include "fusejit/workloads.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+Chain Parse(const std::string& spec) {
+  absl::StatusOr<Chain> c = ParseChain(spec);
+  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
+  return c.ok() ? *c : Chain{};
+}
+
+CompileOptions Arch(const char* arch) {
+  CompileOptions o;
+  o.arch = arch;
+  o.use_cache = false;
+  return o;
+}
+
+std::vector<std::string> Names(const std::vector<TensorSpec>& sig) {
+  std::vector<std::string> names;
+  for (const TensorSpec& t : sig) names.push_back(t.name);
+  return names;
+}
+
+TEST(Backward, SignatureNamesEveryGradient) {
+  const Chain c = Parse(
+      "x:f32[2,3,6,7,8] | conv3d(out=8,k=3,padding=1) | swish | group_norm(groups=2) | tanh");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(c, Arch("sm_90"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::vector<std::string> expected = {
+      "x", "0.weight", "0.bias", "2.weight", "2.bias", "grad_y", "grad_x", "grad_0.weight",
+      "grad_0.bias", "grad_2.weight", "grad_2.bias", "workspace"};
+  EXPECT_EQ(Names((*b)->signature()), expected);
+  const std::vector<TensorSpec>& sig = (*b)->signature();
+  EXPECT_EQ(sig[5].role, TensorRole::kGradOutput);
+  EXPECT_EQ(sig[5].shape, OutputShape(c));
+  EXPECT_EQ(sig[6].role, TensorRole::kGradInput);
+  EXPECT_EQ(sig[6].shape, c.input);
+  EXPECT_EQ(sig[7].role, TensorRole::kGradParam);
+  EXPECT_EQ(sig[7].shape, (Shape{8, 3, 3, 3, 3}));
+  // u and grad_u (2 x 2*8*6*7*8 floats) and scratch.
+  EXPECT_GE((*b)->workspace_bytes(), 2u * 2 * 8 * 6 * 7 * 8 * 4);
+  const std::string e = (*b)->Explain();
+  for (const char* part : {"step 1: recompute u", "step 2: grad_y -> grad_u", "step 3: grad_x",
+                           "conv_transpose3d(out=3,k=3,padding=1,bias=false)", "grad_0.weight f32[8,3,3,3,3] grad_param",
+                           "saved by the forward: nothing"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << "\n" << e;
+  }
+  EXPECT_EQ((*b)->output_shape(), c.input);
+  EXPECT_GT((*b)->kernel_count(), 4u);
+}
+
+TEST(Backward, WithoutAProducerOneStepWritesGradX) {
+  const Chain c = Parse("x:f32[2,8,5,6,7] | relu | group_norm(groups=4) | gelu | mean(dims=[2,3,4])");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(c, Arch("sm_80"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string e = (*b)->Explain();
+  EXPECT_NE(e.find("step 1: grad_y -> grad_x"), std::string::npos) << e;
+  EXPECT_EQ(e.find("step 2"), std::string::npos) << e;
+  // Elementwise only, no parameters: no workspace at all.
+  absl::StatusOr<std::shared_ptr<CompiledChain>> plain =
+      CompileBackward(Parse("x:f32[2,3,4,5,6] | hardswish | clamp(min=-1,max=2)"), Arch("sm_90"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)->workspace_bytes(), 0u);
+  EXPECT_EQ(Names((*plain)->signature()), (std::vector<std::string>{"x", "grad_y", "grad_x"}));
+}
+
+TEST(Backward, DataGradientIsTheDualConvolutionRestoringXsShape) {
+  // conv3d -> conv_transpose3d with the output_padding that gives x's size back, no bias.
+  const Chain c = Parse("x:f32[2,3,10,9,8] | conv3d(out=5,k=3,stride=2,padding=1,dilation=[1,2,1]) | relu");
+  absl::StatusOr<Chain> d = codegen::DataGradientChain(c);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(FormatChain(*d),
+            "x:f32[2,5,5,4,4] | conv_transpose3d(out=3,k=3,stride=2,padding=1,output_padding=[1,0,1],"
+            "dilation=[1,2,1],bias=false)");
+  EXPECT_EQ(OutputShape(*d), c.input);
+  // conv_transpose3d -> conv3d.
+  const Chain t = Parse(
+      "x:f32[2,4,5,6,7] | conv_transpose3d(out=6,k=[2,3,4],stride=2,padding=1,output_padding=1) | tanh");
+  absl::StatusOr<Chain> dt = codegen::DataGradientChain(t);
+  ASSERT_TRUE(dt.ok()) << dt.status();
+  EXPECT_EQ(OutputShape(*dt), t.input);
+  EXPECT_EQ(dt->ops[0].kind, OpKind::kConv3d);
+  // output_padding >= stride (allowed by dilation) has no plain dual: a clear error.
+  const Chain odd = Parse(
+      "x:f32[1,2,4,4,4] | conv_transpose3d(out=2,k=3,stride=1,dilation=2,output_padding=1)");
+  absl::StatusOr<Chain> bad = codegen::DataGradientChain(odd);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("output_padding >= stride"), std::string::npos)
+      << bad.status();
+}
+
+TEST(Backward, SeedChainsCompileForSm80AndSm90) {
+  for (const Workload& w : SeedWorkloads()) {
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(Parse(w.spec), Arch(arch));
+      ASSERT_TRUE(b.ok()) << w.id << " " << arch << ": " << b.status();
+    }
+  }
+}
+
+TEST(Backward, RandomChainsCompileForSm80AndSm90) {
+  Rng rng(20261124);
+  int compiled = 0;
+  for (int i = 0; i < 12; ++i) {
+    const Chain c = RandomChain(rng);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(c, Arch(arch));
+      if (!b.ok() && b.status().code() == absl::StatusCode::kUnimplemented) continue;
+      ASSERT_TRUE(b.ok()) << FormatChain(c) << " " << arch << ": " << b.status();
+      ++compiled;
+    }
+  }
+  EXPECT_GE(compiled, 20);
+}
+
+TEST(Backward, ClearErrors) {
+  const Chain c = Parse("x:f32[2,3,6,6,6] | conv3d(out=4,k=3) | relu");
+  CompileOptions o = Arch("sm_90");
+  o.strategy = "tc-conv";
+  absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(c, o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("leave them empty"), std::string::npos) << b.status();
+  Chain bf16 = c;
+  bf16.dtype = DType::kBF16;
+  b = CompileBackward(bf16, Arch("sm_90"));
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("bf16"), std::string::npos) << b.status();
+  // The forward's fixed-field Run is refused, naming the named form.
+  absl::StatusOr<std::shared_ptr<CompiledChain>> ok = CompileBackward(c, Arch("sm_90"));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  absl::Status s = (*ok)->Run(Bindings{}, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("RunNamed"), std::string::npos) << s;
+  // A missing gradient buffer is named (checked before anything is launched).
+  s = (*ok)->RunNamed({{"x", 256}, {"0.weight", 256}, {"0.bias", 256}, {"grad_y", 256},
+                       {"grad_x", 256}, {"grad_0.weight", 256}, {"workspace", 256}},
+                      nullptr);
+  EXPECT_NE(s.message().find("grad_0.bias (grad_param) f32[4] is missing"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace fusejit

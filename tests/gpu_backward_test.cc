@@ -1,0 +1,106 @@
+// The backward pass on the GPU: every gradient (x, conv weight and bias, group_norm weight and
+// bias) of the seed chains (small batches) and of random chains against the float64 reference
+// backward, gradient buffers NaN-poisoned and checked fully written, two runs bitwise identical.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "fusejit/fusejit.h"
+#include "fusejit/workloads.h"
+#include "tests/gpu_support.h"
+#include "tests/random_chains.h"
+#include "tools/runner.h"
+#include "tools/tensor_files.h"
+
+namespace fusejit {
+namespace {
+
+Chain WithBatch(const std::string& spec, int64_t batch) {
+  absl::StatusOr<Chain> c = ParseChain(spec);
+  EXPECT_TRUE(c.ok()) << c.status();
+  Chain chain = *c;
+  chain.input[0] = batch;
+  return chain;
+}
+
+// Runs the backward of `chain` twice and checks every gradient; returns false on a failure.
+void CheckBackward(const Chain& chain, uint64_t seed, Precision precision = Precision::kFp32,
+                   double rtol = 1e-5) {
+  SCOPED_TRACE(FormatChain(chain));
+  CompileOptions options;
+  options.precision = precision;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, options);
+  if (!b.ok() && b.status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_LOG_(INFO) << "not supported: " << b.status();
+    return;
+  }
+  ASSERT_TRUE(b.ok()) << b.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  const HostTensor grad_y = tools::RandomGradOutput(chain, seed);
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads["x"] = inputs.x;
+  reads["grad_y"] = grad_y;
+  absl::StatusOr<tools::SignatureRunResult> first = tools::RunSignatureOnDevice(**b, reads, {.reps = 0});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<tools::SignatureRunResult> second = tools::RunSignatureOnDevice(**b, reads, {.reps = 0});
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (const auto& [name, t] : first->written) {
+    const HostTensor& u = second->written.at(name);
+    ASSERT_EQ(t.data.size(), u.data.size());
+    EXPECT_EQ(std::memcmp(t.data.data(), u.data.data(), t.data.size() * sizeof(float)), 0)
+        << name << " differs between two runs";
+  }
+  tools::CheckOptions check;
+  check.rtol = rtol;
+  absl::StatusOr<tools::GradientCheckResult> r =
+      tools::CheckGradients(chain, inputs, grad_y, first->written, check);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::string table;
+  for (const tools::GradientCheck& g : r->gradients) {
+    table += absl::StrCat("  ", g.name, ": rel_l2 ", g.errors.rel_l2, " max_abs ", g.errors.max_abs,
+                          " rel_max ", g.rel_max, " unwritten ", g.unwritten, "\n");
+    EXPECT_TRUE(g.pass) << g.name << " rel_l2 " << g.errors.rel_l2 << " rel_max " << g.rel_max
+                        << " unwritten " << g.unwritten;
+  }
+  std::printf("%s\n%s", FormatChain(chain).c_str(), table.c_str());
+}
+
+TEST(GpuBackward, SeedChains) {
+  SKIP_WITHOUT_GPU();
+  for (const Workload& w : SeedWorkloads()) {
+    const int64_t batch = w.id == "W3" ? 1 : 2;
+    CheckBackward(WithBatch(w.spec, batch), 1);
+  }
+}
+
+TEST(GpuBackward, EveryOpAndMeanMode) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,5,6,7,8] | conv3d(out=6,k=3,padding=1) | relu | group_norm(groups=3) | leaky_relu(slope=0.2)",
+      "x:f32[2,5,6,7,8] | conv3d(out=6,k=3,stride=2,padding=1) | sigmoid | group_norm(groups=2) | tanh | mean(dims=[2,3,4])",
+      "x:f32[3,4,5,6,7] | conv3d(out=8,k=[2,3,1],dilation=2,bias=false) | gelu | group_norm(groups=4) | mean(dims=[1,2,3,4])",
+      "x:f32[2,4,5,6,5] | conv_transpose3d(out=6,k=3,stride=2,padding=1,output_padding=1) | swish | group_norm(groups=2) | hardswish",
+      "x:f32[2,3,4,5,6] | conv_transpose3d(out=5,k=[3,2,2],stride=[2,1,3],padding=[1,0,0],bias=false) | clamp(min=-0.2,max=0.3)",
+      "x:f32[2,6,5,6,7] | group_norm(groups=3) | swish",
+      "x:f32[2,6,5,6,7] | tanh | group_norm(groups=2) | mean(dims=[2,3,4])",
+      "x:f32[2,3,5,6,7] | hardswish | gelu",
+      "x:f32[2,3,9,9,9] | conv3d(out=4,k=3) | mean(dims=[2,3,4])",
+      "x:f32[1,8,6,6,6] | conv3d(out=40,k=3,padding=1) | relu | group_norm(groups=5)",
+  };
+  uint64_t seed = 11;
+  for (const char* spec : specs) {
+    absl::StatusOr<Chain> c = ParseChain(spec);
+    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
+    CheckBackward(*c, seed++);
+  }
+}
+
+TEST(GpuBackward, RandomChains) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(4242);
+  for (int i = 0; i < 60; ++i) CheckBackward(RandomChain(rng), 100 + i);
+}
+
+}  // namespace
+}  // namespace fusejit
