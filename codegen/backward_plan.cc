@@ -20,17 +20,23 @@ TuneStruct::Field Int(const char* name, int64_t value) {
   return {"int", name, absl::StrCat(value)};
 }
 
-// Register tile of the weight-gradient GEMM for kA rows: the smallest row tile that holds them
-// (up to 64), 256 threads.
+// Register tile of the weight-gradient GEMM (templates/wgrad.cuh) for `rows` x `cols`: 4 rows per
+// thread (float4 shared reads); the smallest row tile holding the rows (up to 64); the column
+// tile, and the threads with it, halved while it is more than twice the columns.
 struct WgTile {
-  int bm, bn, bk, tm, tn;
+  int bm, bn, bk, tm, tn, threads;
 };
-WgTile ChooseWgTile(int64_t rows) {
-  if (rows >= 48) return {64, 128, 16, 4, 8};
-  if (rows >= 24) return {32, 128, 16, 2, 8};
-  if (rows >= 12) return {16, 128, 16, 1, 8};
-  if (rows >= 6) return {8, 128, 16, 1, 4};
-  return {4, 256, 16, 1, 4};
+WgTile ChooseWgTile(int64_t rows, int64_t cols) {
+  WgTile t = rows >= 48   ? WgTile{64, 128, 16, 4, 8, 256}
+             : rows >= 24 ? WgTile{32, 128, 16, 4, 4, 256}
+             : rows >= 12 ? WgTile{16, 256, 16, 4, 4, 256}
+             : rows >= 6  ? WgTile{8, 256, 8, 4, 4, 128}
+                          : WgTile{4, 512, 8, 4, 4, 128};
+  while (t.bn / 2 >= cols && t.threads / 2 >= 64) {
+    t.bn /= 2;
+    t.threads /= 2;
+  }
+  return t;
 }
 
 }  // namespace
@@ -192,11 +198,13 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
     const int64_t cols = (conv ? chain.input[1] : p[1]) * kv;
     const int64_t reduction =
         chain.input[0] * (conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4]);
-    const WgTile t = ChooseWgTile(rows);
-    const int64_t threads = (t.bm / t.tm) * (t.bn / t.tn);
+    const WgTile t = ChooseWgTile(rows, cols);
+    const int64_t threads = t.threads;
     const int64_t tiles = CeilDiv(cols, t.bn) * CeilDiv(rows, t.bm);
     const int64_t max_parts_bytes = int64_t{512} << 20;
-    int64_t splits = std::clamp<int64_t>(CeilDiv(2 * target.sm_count, tiles), 1,
+    // About two blocks per SM in whole waves (rounded down: a last, nearly empty wave costs a
+    // whole one), each chunk at least 64 steps long.
+    int64_t splits = std::clamp<int64_t>(2 * target.sm_count / tiles, 1,
                                          std::max<int64_t>(1, reduction / (64 * t.bk)));
     splits = std::max<int64_t>(1, std::min(splits, max_parts_bytes / (rows * cols * 8)));
     const int64_t chunk = CeilDiv(CeilDiv(reduction, splits), t.bk) * t.bk;

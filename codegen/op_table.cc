@@ -14,7 +14,8 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 // The elementwise rows' three functions. Kinks follow PyTorch's backward formulas:
 // relu'(0) = 0 (threshold_backward: x > 0); leaky_relu'(0) = slope (x > 0 ? 1 : slope);
 // clamp'(x) = 1 on [min, max] including the bounds (x >= min && x <= max);
-// hardswish'(x) = 0 below -3, x/3 + 1/2 on [-3, 3], 1 above 3.
+// hardswish'(x) = 0 at and below -3, x/3 + 1/2 on (-3, 3), 1 at and above 3 (PyTorch >= 2.7's
+// hardswish_backward, checked on the lent GPU's PyTorch 2.11: 0 at -3, 1 at 3).
 const std::vector<OpDesc>& Rows() {
   static const auto* rows = new std::vector<OpDesc>{
       {OpKind::kConv3d, "conv3d", nullptr, OpRole::kProducer,
@@ -54,7 +55,7 @@ const std::vector<OpDesc>& Rows() {
       {OpKind::kHardswish, "hardswish", nullptr, OpRole::kElementwise, {},
        [](const Op&) -> std::string { return "v = fj::hardswish(v);"; },
        [](const Op&, double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; },
-       [](const Op&, double x) { return x < -3.0 ? 0.0 : x <= 3.0 ? x / 3.0 + 0.5 : 1.0; },
+       [](const Op&, double x) { return x <= -3.0 ? 0.0 : x < 3.0 ? x / 3.0 + 0.5 : 1.0; },
        [](const Op&) -> std::string { return "g = fj::hardswish_d(v);"; }},
       {OpKind::kGelu, "gelu", nullptr, OpRole::kElementwise, {},  // the erf form
        [](const Op&) -> std::string { return "v = fj::gelu(v);"; },

@@ -31,7 +31,7 @@ __device__ __forceinline__ float clamp(float x, float lo, float hi) { return fmi
 
 // ---- their derivatives (the backward pass), PyTorch's values at the kinks -------------------
 // relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included; hardswish' = 0
-// below -3, x/3 + 1/2 on [-3, 3], 1 above. Accurate expf and IEEE division (not the forward's
+// at and below -3, x/3 + 1/2 on (-3, 3), 1 at and above 3 (PyTorch 2.11). Accurate expf and IEEE division (not the forward's
 // intrinsics): a gradient is computed once per point, so accuracy costs little here.
 __device__ __forceinline__ float relu_d(float x) { return x > 0.f ? 1.f : 0.f; }
 __device__ __forceinline__ float leaky_relu_d(float x, float slope) { return x > 0.f ? 1.f : slope; }
@@ -48,7 +48,7 @@ __device__ __forceinline__ float swish_d(float x) {
   return s * (1.f + x * (1.f - s));
 }
 __device__ __forceinline__ float hardswish_d(float x) {
-  return x < -3.f ? 0.f : x <= 3.f ? x * (1.f / 3.f) + 0.5f : 1.f;
+  return x <= -3.f ? 0.f : x < 3.f ? x * (1.f / 3.f) + 0.5f : 1.f;
 }
 __device__ __forceinline__ float gelu_d(float x) {
   return 0.5f * (1.f + erff(x * 0.70710678118654752f)) +

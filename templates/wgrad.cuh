@@ -39,6 +39,13 @@ struct WgGeom {
 
 // Grid (ceil(kNcol / kBN), ceil(kA / kBM), kSplits); block kThreads = (kBM/kTM) * (kBN/kTN).
 // part: [kSplits][kA][kNcol] doubles.
+//
+// Each kBK-step stages T[r0..r0+kBK) x [m0..m0+kBM) and the gathered S[r0..][c0..c0+kBN) in shared
+// memory. Every load of a thread is at the same reduction offset tid % kBK, so a thread decodes
+// its r once per step; per column (b, tap) the channel offset and tap displacement are decoded
+// once per block (colinfo). The next step's values are loaded into registers while the current
+// step is computed (latency hidden without a second shared buffer). Thread (ty, tx) owns rows
+// ty*4.. and columns tx*4 + g*(kBN/kTN*4) (groups of 4), read as float4.
 template <class Cfg, class Tune>
 __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* __restrict__ gu,
                                      double* __restrict__ part) {
@@ -46,36 +53,62 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
   constexpr int BM = Tune::kBM, BN = Tune::kBN, BK = Tune::kBK, TM = Tune::kTM, TN = Tune::kTN;
   constexpr int kRowThreads = BM / TM, kColThreads = BN / TN;
   constexpr int kThreads = kRowThreads * kColThreads;
+  constexpr int kGroups = TN / 4;               // float4 column groups per thread
+  constexpr int kGroupStride = kColThreads * 4;  // columns between a thread's groups
   static_assert(kThreads == Tune::kThreads, "thread count agrees with the tile");
-  static_assert((BK * BN) % kThreads == 0, "whole S loads per thread");
+  static_assert(TM == 4 && TN % 4 == 0, "float4 shared-memory reads");
+  static_assert(kThreads % BK == 0 && (BK * BN) % kThreads == 0, "whole loads per thread");
   constexpr int kSLoads = BK * BN / kThreads;
+  constexpr int kTLoads = (BK * BM + kThreads - 1) / kThreads;
+  constexpr int kColStep = kThreads / BK;  // columns between a thread's S loads
+  constexpr int kQS = G::kQD * G::kQH * G::kQW;
   const float* __restrict__ T = G::kConv ? gu : x;
   const float* __restrict__ S = G::kConv ? x : gu;
 
-  __shared__ float Ts[BK][BM];
-  __shared__ float Ss[BK][BN];
+  // Rows padded by 4 floats: the stores (consecutive threads at consecutive k) spread over banks.
+  __shared__ __align__(16) float Ts[BK][BM + 4];
+  __shared__ __align__(16) float Ss[BK][BN + 4];
+  __shared__ int4 colinfo[BN];  // (b * kQS, tap's d, h, w displacement); b * kQS < 0: no column
   const int tid = threadIdx.x, ty = tid / kColThreads, tx = tid % kColThreads;
+  const int rr = tid % BK, c_first = tid / BK;
   const int m0 = blockIdx.y * BM, c0 = blockIdx.x * BN;
   const int r_begin = blockIdx.z * Tune::kChunk;
   const int r_end = min(r_begin + Tune::kChunk, G::kR);
 
-  // This thread's S load slots: fixed column (b, tap) and reduction offset rr per slot.
-  int s_rr[kSLoads], s_cc[kSLoads], s_b[kSLoads], s_od[kSLoads], s_oh[kSLoads], s_ow[kSLoads];
-  bool s_ok[kSLoads];
-#pragma unroll
-  for (int j = 0; j < kSLoads; ++j) {
-    const int idx = tid + j * kThreads;
-    s_rr[j] = idx % BK;
-    s_cc[j] = idx / BK;
-    const int col = c0 + s_cc[j];
-    s_ok[j] = col < G::kNcol;
-    const int b = col / G::kKV, tap = col % G::kKV;
+  for (int cc = tid; cc < BN; cc += kThreads) {
+    const int col = c0 + cc, b = col / G::kKV, tap = col % G::kKV;
     const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH, kw = tap % Cfg::kKW;
-    s_b[j] = b;
-    s_od[j] = kd * Cfg::kDilD - Cfg::kPD;
-    s_oh[j] = kh * Cfg::kDilH - Cfg::kPH;
-    s_ow[j] = kw * Cfg::kDilW - Cfg::kPW;
+    colinfo[cc] = make_int4(col < G::kNcol ? b * kQS : -1, kd * Cfg::kDilD, kh * Cfg::kDilH,
+                            kw * Cfg::kDilW);
   }
+  __syncthreads();
+
+  float sv[kSLoads], tv[kTLoads];
+  // This thread's values of the step starting at r0, into sv / tv.
+  auto load = [&](int r0) {
+    const int r = r0 + rr;
+    const bool ok = r < r_end;
+    const int n = r / G::kPT, p = r % G::kPT;
+    const int pd = p / (G::kTH * G::kTW), ph = (p / G::kTW) % G::kTH, pw = p % G::kTW;
+    const int sbase = n * G::kB * kQS;
+    const int qd0 = pd * Cfg::kSD - Cfg::kPD, qh0 = ph * Cfg::kSH - Cfg::kPH,
+              qw0 = pw * Cfg::kSW - Cfg::kPW;
+#pragma unroll
+    for (int j = 0; j < kSLoads; ++j) {
+      const int4 ci = colinfo[c_first + j * kColStep];
+      const int qd = qd0 + ci.y, qh = qh0 + ci.z, qw = qw0 + ci.w;
+      sv[j] = ok && ci.x >= 0 && qd >= 0 && qd < G::kQD && qh >= 0 && qh < G::kQH && qw >= 0 &&
+                      qw < G::kQW
+                  ? S[sbase + ci.x + (qd * G::kQH + qh) * G::kQW + qw]
+                  : 0.f;
+    }
+    const int tbase = n * G::kA * G::kPT + p;
+#pragma unroll
+    for (int i = 0; i < kTLoads; ++i) {
+      const int idx = tid + i * kThreads, a = m0 + idx / BK;
+      tv[i] = ok && idx < BK * BM && a < G::kA ? T[tbase + a * G::kPT] : 0.f;
+    }
+  };
 
   float acc[TM][TN];
   double accd[TM][TN];
@@ -88,39 +121,30 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
     }
   }
 
+  if (r_begin < r_end) load(r_begin);
   for (int r0 = r_begin; r0 < r_end; r0 += BK) {
-    for (int idx = tid; idx < BK * BM; idx += kThreads) {
-      const int rr = idx % BK, mm = idx / BK, r = r0 + rr, a = m0 + mm;
-      float v = 0.f;
-      if (r < r_end && a < G::kA) {
-        const int n = r / G::kPT, p = r % G::kPT;
-        v = T[(n * G::kA + a) * G::kPT + p];
-      }
-      Ts[rr][mm] = v;
-    }
 #pragma unroll
-    for (int j = 0; j < kSLoads; ++j) {
-      const int r = r0 + s_rr[j];
-      float v = 0.f;
-      if (s_ok[j] && r < r_end) {
-        const int n = r / G::kPT, p = r % G::kPT;
-        const int pd = p / (G::kTH * G::kTW), ph = (p / G::kTW) % G::kTH, pw = p % G::kTW;
-        const int qd = pd * Cfg::kSD + s_od[j], qh = ph * Cfg::kSH + s_oh[j],
-                  qw = pw * Cfg::kSW + s_ow[j];
-        if (qd >= 0 && qd < G::kQD && qh >= 0 && qh < G::kQH && qw >= 0 && qw < G::kQW) {
-          v = S[((n * G::kB + s_b[j]) * G::kQD + qd) * (G::kQH * G::kQW) + qh * G::kQW + qw];
-        }
-      }
-      Ss[s_rr[j]][s_cc[j]] = v;
+    for (int j = 0; j < kSLoads; ++j) Ss[rr][c_first + j * kColStep] = sv[j];
+#pragma unroll
+    for (int i = 0; i < kTLoads; ++i) {
+      const int idx = tid + i * kThreads;
+      if (idx < BK * BM) Ts[rr][idx / BK] = tv[i];
     }
     __syncthreads();
+    if (r0 + BK < r_end) load(r0 + BK);  // in flight while this step is computed
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
-      float av[TM], bv[TN];
+      const float4 t = *reinterpret_cast<const float4*>(&Ts[k][ty * 4]);
+      const float av[4] = {t.x, t.y, t.z, t.w};
+      float bv[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = Ts[k][ty + i * kRowThreads];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = Ss[k][tx + j * kColThreads];
+      for (int g = 0; g < kGroups; ++g) {
+        const float4 u = *reinterpret_cast<const float4*>(&Ss[k][tx * 4 + g * kGroupStride]);
+        bv[g * 4] = u.x;
+        bv[g * 4 + 1] = u.y;
+        bv[g * 4 + 2] = u.z;
+        bv[g * 4 + 3] = u.w;
+      }
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
 #pragma unroll
@@ -141,10 +165,10 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
   double* out = part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol;
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
-    const int a = m0 + ty + i * kRowThreads;
+    const int a = m0 + ty * TM + i;
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-      const int col = c0 + tx + j * kColThreads;
+      const int col = c0 + tx * 4 + (j / 4) * kGroupStride + j % 4;
       if (a < G::kA && col < G::kNcol) out[static_cast<size_t>(a) * G::kNcol + col] = accd[i][j];
     }
   }
@@ -168,7 +192,7 @@ __device__ void wgrad_reduce_kernel(const double* __restrict__ part, float* __re
 // Compiled on its own (tests): both kernels with the default configuration.
 namespace fj_selftest {
 struct WgSelfTune {
-  static constexpr int kBM = 16, kBN = 64, kBK = 16, kTM = 2, kTN = 4, kThreads = 128;
+  static constexpr int kBM = 16, kBN = 128, kBK = 16, kTM = 4, kTN = 4, kThreads = 128;
   static constexpr int kSplits = 3, kChunk = 384;
 };
 extern "C" __global__ void wgrad_partial(const float* x, const float* gu, double* part) {

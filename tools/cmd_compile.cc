@@ -27,6 +27,7 @@ const CommandSpec& CompileSpec() {
           "compiles the same chain N more times in this process and prints the mean time of\n"
           "those in-memory cache hits.\n",
       .flags = {ArchFlag(), StrategyFlag(), DumpFlag(), NoCacheFlag(),
+                {"grad", "", "the chain's backward (CompileBackward) instead of its forward"},
                 {"load", "", "load the module on device 0 and time it (needs a GPU)"},
                 {"hits", "N", "then time N in-process cache hits (Compile of the same chain)"}},
   };
@@ -83,7 +84,7 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, options);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = (parsed->Has("grad") ? CompileBackward : Compile)(*chain, options);
   const double total_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!compiled.ok()) return Failure(err, spec, compiled.status().message());
@@ -98,7 +99,7 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (hits > 0) {
     const auto h0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < hits; ++i) {
-      absl::StatusOr<std::shared_ptr<CompiledChain>> again = Compile(*chain, options);
+      absl::StatusOr<std::shared_ptr<CompiledChain>> again = (parsed->Has("grad") ? CompileBackward : Compile)(*chain, options);
       if (!again.ok()) return Failure(err, spec, again.status().message());
     }
     hit_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0)

@@ -26,6 +26,7 @@ const CommandSpec& ExplainSpec() {
           jit::kKeepDumps),
       .flags = {ArchFlag(),
                 StrategyFlag(),
+                {"grad", "", "explain the chain's backward: its steps, tensors and workspace"},
                 {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"},
                 DumpFlag()},
   };
@@ -72,7 +73,7 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
     options.dump_dir = *dir;
   }
 
-  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, options);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = (parsed->Has("grad") ? CompileBackward : Compile)(*chain, options);
   if (!compiled.ok()) return Failure(err, spec, compiled.status().message());
   const CompiledChain& c = **compiled;
   const std::string explained = c.Explain();
