@@ -13,6 +13,7 @@ void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
   out->push_back(MakeMmaMomentsMeanStrategy());
   out->push_back(MakeConvTRecomputeStrategy());
   out->push_back(MakeConvTStoreStrategy());
+  out->push_back(MakeDirectFewOutStrategy());
 }
 
 }  // namespace fusejit::codegen

@@ -14,9 +14,10 @@ std::unique_ptr<Strategy> MakeConvMomentsMeanStrategy();  // conv_moments_strate
 std::unique_ptr<Strategy> MakeMmaMomentsMeanStrategy();   // mma_moments_strategy.cc
 std::unique_ptr<Strategy> MakeConvTRecomputeStrategy();   // convt_strategy.cc
 std::unique_ptr<Strategy> MakeConvTStoreStrategy();       // convt_strategy.cc
+std::unique_ptr<Strategy> MakeDirectFewOutStrategy();     // direct_few_out_strategy.cc
 
-// Appends conv-moments-mean, mma-moments-mean, convt-recompute-normalize and
-// convt-store-normalize.
+// Appends conv-moments-mean, mma-moments-mean, convt-recompute-normalize,
+// convt-store-normalize and direct-few-out.
 void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out);
 
 }  // namespace fusejit::codegen

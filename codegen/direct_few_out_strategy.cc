@@ -1,0 +1,145 @@
+// Strategy direct-few-out: a register-tiled direct convolution for producers with at most 8
+// output channels and chains with no group_norm or mean (templates/direct_few_out.cuh). Made for
+// the data gradient of a convolution on few channels (the backward's step 3), which maps many
+// channels onto x's few: the generic one-thread-per-output plan loads every input value once per
+// output channel, and the tensor-core engine pads 3 channels to a 16-wide tile.
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/chain_info.h"
+#include "codegen/fast_strategies.h"
+#include "codegen/strategy_util.h"
+#include "codegen/tune_config.h"
+
+namespace fusejit::codegen {
+namespace {
+
+struct FewOutTune {
+  int64_t tw = 4;        // outputs along w per thread
+  int64_t threads = 128;
+};
+constexpr TuneField<FewOutTune> kFields[] = {{"tw", "kTW", &FewOutTune::tw},
+                                             {"threads", "kThreads", &FewOutTune::threads}};
+
+constexpr int64_t kMaxChannels = 8;
+constexpr int64_t kMaxWeights = 12 * 1024;  // floats in 48 KiB of static shared memory
+constexpr int64_t kMaxSpan = 64;            // registers of one row span
+
+// The row span one thread loads for `tw` outputs (the template's kSpan).
+int64_t Span(const ConvAttrs& c, bool conv, int64_t tw) {
+  const int64_t step = conv ? c.stride[2] : 1;
+  return (tw - 1) * step + (c.kernel[2] - 1) * c.dilation[2] + 1;
+}
+
+class DirectFewOutStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "direct-few-out"; }
+
+  bool Applies(const Chain& chain, const PlanTarget&) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    if (!info.producer || info.group_norm || info.mean != MeanMode::kNone) return false;
+    const ConvAttrs& c = info.producer->conv;
+    const bool conv = info.producer->kind == OpKind::kConv3d;
+    if (!conv && c.stride != Dims3{1, 1, 1}) return false;
+    const int64_t kv = c.kernel[0] * c.kernel[1] * c.kernel[2];
+    return info.producer_shape[1] <= kMaxChannels &&
+           info.producer_shape[1] * chain.input[1] * kv <= kMaxWeights && Span(c, conv, 1) <= kMaxSpan;
+  }
+
+  // FMAs at ~30 TFLOP/s or the bytes (output written, input read once) at ~3 TB/s, whichever is
+  // longer (ps).
+  double Cost(const Chain& chain, const PlanTarget&) const override {
+    const ChainInfo info = AnalyzeChain(chain);
+    const double points = static_cast<double>(info.elements);
+    const double bytes = 4.0 * (points + static_cast<double>(NumElements(chain.input)));
+    return std::max(points * 2.0 * info.macs_per_point / 30.0, bytes / 3.0);
+  }
+
+  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget&) const override {
+    FewOutTune t;
+    const ChainInfo info = AnalyzeChain(chain);
+    const bool conv = info.producer->kind == OpKind::kConv3d;
+    t.tw = std::min<int64_t>(8, info.producer_shape[4]);
+    while (t.tw > 1 && Span(info.producer->conv, conv, t.tw) > kMaxSpan) t.tw /= 2;
+    return ToConfig(name(), t, std::span<const TuneField<FewOutTune>>(kFields));
+  }
+  std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
+    return {{"tw", {1, 2, 4, 8}}, {"threads", {64, 128, 256}}};
+  }
+  absl::Status Validate(const Chain& chain, const PlanTarget& target,
+                        const TuneConfig& config) const override {
+    return Parse(chain, target, config).status();
+  }
+  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
+    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
+  }
+  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
+                                     const TuneConfig& config) const override {
+    absl::StatusOr<FewOutTune> t = Parse(chain, target, config);
+    if (!t.ok()) return t.status();
+    const ChainInfo info = AnalyzeChain(chain);
+    const Shape& p = info.producer_shape;
+    Plan plan;
+    plan.strategy = std::string(name());
+    plan.tune_config = config.ToString();
+    plan.description = absl::StrCat(
+        "direct convolution onto ", p[1], " output channels: ", t->tw,
+        " outputs along w and every channel per thread, weights in shared memory, each input row "
+        "span loaded once per (channel, kd, kh)");
+    plan.includes = {"direct_few_out.cuh"};
+    plan.tunes.push_back(ToTuneStruct("FewOutTune", *t, std::span<const TuneField<FewOutTune>>(kFields)));
+    const int64_t items = p[0] * p[2] * p[3] * ((p[4] + t->tw - 1) / t->tw);
+    const int64_t blocks = std::clamp<int64_t>((items + t->threads - 1) / t->threads, 1,
+                                               int64_t{target.sm_count} * 32);
+    KernelLaunch k;
+    k.symbol = "fj_few_out";
+    k.body = "fj::few_out_kernel<Cfg, FewOutTune>";
+    k.purpose = "y = ops(conv(x)) for every output channel, tw outputs along w a thread";
+    k.grid = {static_cast<unsigned>(blocks), 1, 1};
+    k.block = {static_cast<unsigned>(t->threads), 1, 1};
+    k.args = {Arg(Kind::kInput, "const float*", "x"),
+              Arg(Kind::kParam, "const float*", "weight", info.weight_param),
+              Arg(Kind::kParam, "const float*", "bias", info.bias_param),
+              Arg(Kind::kOutput, "float*", "y")};
+    plan.kernels.push_back(k);
+    return plan;
+  }
+
+ private:
+  absl::StatusOr<FewOutTune> Parse(const Chain& chain, const PlanTarget&,
+                                   const TuneConfig& config) const {
+    if (config.strategy != name()) {
+      return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(),
+                                                     " is not for strategy ", std::string(name())));
+    }
+    absl::StatusOr<FewOutTune> t =
+        FromConfig<FewOutTune>(config, std::span<const TuneField<FewOutTune>>(kFields));
+    if (!t.ok()) return t.status();
+    const ChainInfo info = AnalyzeChain(chain);
+    const bool conv = info.producer->kind == OpKind::kConv3d;
+    if (t->tw < 1 || t->tw > 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tune config ", config.ToString(), ": tw ", t->tw, " is not in [1, 8]"));
+    }
+    if (Span(info.producer->conv, conv, t->tw) > kMaxSpan) {
+      return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(), ": tw ",
+                                                     t->tw, " needs a row span over ", kMaxSpan,
+                                                     " registers"));
+    }
+    if (t->threads < 32 || t->threads > 1024 || t->threads % 32 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(),
+                                                     ": threads ", t->threads,
+                                                     " is not a multiple of 32 in [32, 1024]"));
+    }
+    return *t;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> MakeDirectFewOutStrategy() {
+  return std::make_unique<DirectFewOutStrategy>();
+}
+
+}  // namespace fusejit::codegen

@@ -1,0 +1,96 @@
+// Strategy direct-few-out (few output channels, e.g. a convolution's data gradient): where it
+// applies, that it compiles for every arch, and on the GPU that it matches the float64 reference.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "codegen/planner.h"
+#include "fusejit/fusejit.h"
+#include "tests/gpu_support.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+Chain Parse(const std::string& spec) {
+  absl::StatusOr<Chain> c = ParseChain(spec);
+  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
+  return c.ok() ? *c : Chain{};
+}
+
+const codegen::Strategy& FewOut() {
+  const codegen::Strategy* s = codegen::FindStrategy("direct-few-out");
+  EXPECT_NE(s, nullptr);
+  return *s;
+}
+
+const char* const kSpecs[] = {
+    "x:f32[2,16,9,10,11] | conv_transpose3d(out=3,k=4,bias=false)",
+    "x:f32[2,24,7,8,9] | conv_transpose3d(out=3,k=3,padding=1,dilation=2) | tanh",
+    "x:f32[2,16,11,13,13] | conv3d(out=3,k=3,stride=2,padding=1,bias=false)",
+    "x:f32[3,5,6,7,19] | conv3d(out=8,k=[2,3,4],stride=[1,2,3],padding=[0,1,2],dilation=[2,1,1]) | swish",
+    "x:f32[1,40,5,5,5] | conv3d(out=1,k=3,padding=1) | relu",
+};
+
+TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
+  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
+  for (const char* spec : kSpecs) EXPECT_TRUE(FewOut().Applies(Parse(spec), t)) << spec;
+  for (const char* spec : {
+           "x:f32[2,16,9,10,11] | conv3d(out=9,k=3)",  // 9 channels
+           "x:f32[2,16,9,10,11] | conv_transpose3d(out=3,k=3,stride=2)",  // transposed, stride 2
+           "x:f32[2,16,9,10,11] | conv3d(out=4,k=3) | group_norm(groups=2)",
+           "x:f32[2,16,9,10,11] | conv3d(out=4,k=3) | mean(dims=[2,3,4])",
+           "x:f32[2,4,9,10,11] | relu",
+       }) {
+    EXPECT_FALSE(FewOut().Applies(Parse(spec), t)) << spec;
+  }
+}
+
+TEST(DirectFewOut, CompilesForSm75Sm80AndSm90AndRefusesBadConfigs) {
+  for (const char* spec : kSpecs) {
+    for (const char* arch : {"sm_75", "sm_80", "sm_90"}) {
+      CompileOptions o;
+      o.arch = arch;
+      o.strategy = "direct-few-out";
+      o.use_cache = false;
+      absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(spec), o);
+      ASSERT_TRUE(c.ok()) << spec << " " << arch << ": " << c.status();
+    }
+  }
+  CompileOptions o;
+  o.arch = "sm_90";
+  o.tune_config = "direct-few-out:tw=9,threads=128";
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(kSpecs[0]), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("tw 9 is not in [1, 8]"), std::string::npos) << c.status();
+}
+
+TEST(GpuDirectFewOut, MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 1;
+  for (const char* spec : kSpecs) {
+    for (const char* config : {"", "tw=1,threads=64", "tw=2,threads=256", "tw=8,threads=128"}) {
+      CompileOptions o;
+      o.strategy = "direct-few-out";
+      if (*config) o.tune_config = std::string("direct-few-out:") + config;
+      testing::CheckChainWithOptions(Parse(spec), seed, o);
+    }
+    ++seed;
+  }
+  // Random chains it applies to.
+  Rng rng(77);
+  int checked = 0;
+  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
+  for (int i = 0; i < 400 && checked < 25; ++i) {
+    const Chain c = RandomChain(rng);
+    if (!FewOut().Applies(c, t)) continue;
+    CompileOptions o;
+    o.strategy = "direct-few-out";
+    testing::CheckChainWithOptions(c, 100 + i, o);
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+}  // namespace
+}  // namespace fusejit
