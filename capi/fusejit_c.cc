@@ -20,6 +20,20 @@
 #include "jit/device.h"
 #include "jit/driver.h"
 
+// The C role numbers are fusejit::TensorRole's (fj_chain_tensor passes them through).
+static_assert(FJ_ROLE_INPUT == static_cast<int>(fusejit::TensorRole::kInput));
+static_assert(FJ_ROLE_OUTPUT == static_cast<int>(fusejit::TensorRole::kOutput));
+static_assert(FJ_ROLE_PARAM == static_cast<int>(fusejit::TensorRole::kParam));
+static_assert(FJ_ROLE_WORKSPACE == static_cast<int>(fusejit::TensorRole::kWorkspace));
+static_assert(FJ_ROLE_GRAD_OUTPUT == static_cast<int>(fusejit::TensorRole::kGradOutput));
+static_assert(FJ_ROLE_GRAD_INPUT == static_cast<int>(fusejit::TensorRole::kGradInput));
+static_assert(FJ_ROLE_GRAD_PARAM == static_cast<int>(fusejit::TensorRole::kGradParam));
+static_assert(FJ_ROLE_SAVED == static_cast<int>(fusejit::TensorRole::kSaved));
+static_assert(FJ_DTYPE_F32 == static_cast<int>(fusejit::DType::kF32));
+static_assert(FJ_DTYPE_F16 == static_cast<int>(fusejit::DType::kF16));
+static_assert(FJ_DTYPE_BF16 == static_cast<int>(fusejit::DType::kBF16));
+static_assert(FJ_DTYPE_F64 == static_cast<int>(fusejit::DType::kF64));
+
 struct fj_chain {
   std::shared_ptr<fusejit::CompiledChain> compiled;
   std::string spec;
@@ -69,7 +83,7 @@ std::shared_ptr<fj_chain> Find(const fj_chain* handle) {
 int BadHandle(const char* function, const fj_chain* handle) {
   return Fail(FJ_INVALID_ARGUMENT,
               handle ? absl::StrCat(function, ": the fj_chain handle is not live (released already, "
-                                              "or not from fj_compile)")
+                                              "or not from fj_compile / fj_compile_backward)")
                      : absl::StrCat(function, ": the fj_chain handle is NULL"));
 }
 
@@ -109,11 +123,81 @@ int NullArgument(const char* function, const char* argument) {
   return Fail(FJ_INVALID_ARGUMENT, absl::StrCat(function, ": ", argument, " is NULL"));
 }
 
+
+// fusejit::Compile or fusejit::CompileBackward.
+using CompileFn = absl::StatusOr<std::shared_ptr<fusejit::CompiledChain>> (*)(
+    const fusejit::Chain&, const fusejit::CompileOptions&);
+
+// fj_compile and fj_compile_backward: the options read, the spec parsed and compiled with
+// `compile` (for the options' device when they name no arch), and a live handle made.
+int CompileHandle(const char* function, CompileFn compile, const char* spec,
+                  const fj_compile_options* options, fj_chain** out) {
+  return Guard(function, [&]() -> int {
+    if (!spec) return NullArgument(function, "spec");
+    if (!out) return NullArgument(function, "out");
+    *out = nullptr;
+    fj_compile_options opts{};
+    if (options) {
+      if (options->struct_size < offsetof(fj_compile_options, disable_tuning) + sizeof(int) ||
+          options->struct_size > sizeof(fj_compile_options) * 4) {
+        return Fail(FJ_INVALID_ARGUMENT,
+                    absl::StrCat(function, ": options->struct_size is ", options->struct_size,
+                                 "; set it to sizeof(fj_compile_options) (", sizeof(opts), ")"));
+      }
+      opts = *options;
+    }
+    fusejit::CompileOptions o;
+    if (opts.arch) o.arch = opts.arch;
+    const std::string precision = opts.precision ? opts.precision : "";
+    if (precision.empty() || precision == "fp32") {
+      o.precision = fusejit::Precision::kFp32;
+    } else if (precision == "tf32") {
+      o.precision = fusejit::Precision::kTf32;
+    } else {
+      return Fail(FJ_INVALID_ARGUMENT, absl::StrCat(function, ": precision '", precision,
+                                                    "' is not one; write fp32 or tf32"));
+    }
+    if (opts.strategy) o.strategy = opts.strategy;
+    if (opts.tune_config) o.tune_config = opts.tune_config;
+    o.use_cache = opts.disable_cache == 0;
+    o.use_tuning = opts.disable_tuning == 0;
+
+    absl::StatusOr<fusejit::Chain> chain = fusejit::ParseChain(spec);
+    if (!chain.ok()) return Fail(chain.status());
+    std::optional<fusejit::jit::DeviceContextGuard> guard;  // compile for that device
+    if (o.arch.empty()) {
+      absl::StatusOr<fusejit::jit::DeviceContextGuard> g =
+          fusejit::jit::DeviceContextGuard::Enter(opts.device);
+      if (!g.ok()) {
+        return Fail(absl::Status(g.status().code(),
+                                 absl::StrCat(function, ": ", g.status().message(),
+                                              " (or give an explicit arch)")));
+      }
+      guard.emplace(*std::move(g));
+    }
+    absl::StatusOr<std::shared_ptr<fusejit::CompiledChain>> compiled = compile(*chain, o);
+    if (!compiled.ok()) return Fail(compiled.status());
+    auto handle = std::make_shared<fj_chain>();
+    handle->compiled = *std::move(compiled);
+    handle->spec = fusejit::FormatChain(handle->compiled->chain());
+    handle->strategy = handle->compiled->strategy();
+    handle->explain = handle->compiled->Explain();
+    handle->signature = handle->compiled->signature();
+    Registry& r = Live();
+    absl::MutexLock lock(&r.mu);
+    r.live.emplace(handle.get(), handle);
+    *out = handle.get();
+    return Ok();
+  });
+}
+
 }  // namespace
 
 extern "C" {
 
 int fj_abi_version(void) { return FUSEJIT_C_ABI_VERSION; }
+
+int fj_abi_minor(void) { return FUSEJIT_C_ABI_MINOR; }
 
 const char* fj_version(void) { return fusejit::GeneratorVersion(); }
 
@@ -141,63 +225,16 @@ int fj_cache_dir(const char** dir) {
 }
 
 int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** out) {
-  return Guard("fj_compile", [&]() -> int {
-    if (!spec) return NullArgument("fj_compile", "spec");
-    if (!out) return NullArgument("fj_compile", "out");
-    *out = nullptr;
-    fj_compile_options opts{};
-    if (options) {
-      if (options->struct_size < offsetof(fj_compile_options, disable_tuning) + sizeof(int) ||
-          options->struct_size > sizeof(fj_compile_options) * 4) {
-        return Fail(FJ_INVALID_ARGUMENT,
-                    absl::StrCat("fj_compile: options->struct_size is ", options->struct_size,
-                                 "; set it to sizeof(fj_compile_options) (", sizeof(opts), ")"));
-      }
-      opts = *options;
-    }
-    fusejit::CompileOptions o;
-    if (opts.arch) o.arch = opts.arch;
-    const std::string precision = opts.precision ? opts.precision : "";
-    if (precision.empty() || precision == "fp32") {
-      o.precision = fusejit::Precision::kFp32;
-    } else if (precision == "tf32") {
-      o.precision = fusejit::Precision::kTf32;
-    } else {
-      return Fail(FJ_INVALID_ARGUMENT, absl::StrCat("fj_compile: precision '", precision,
-                                                    "' is not one; write fp32 or tf32"));
-    }
-    if (opts.strategy) o.strategy = opts.strategy;
-    if (opts.tune_config) o.tune_config = opts.tune_config;
-    o.use_cache = opts.disable_cache == 0;
-    o.use_tuning = opts.disable_tuning == 0;
+  return CompileHandle("fj_compile", fusejit::Compile, spec, options, out);
+}
 
-    absl::StatusOr<fusejit::Chain> chain = fusejit::ParseChain(spec);
-    if (!chain.ok()) return Fail(chain.status());
-    std::optional<fusejit::jit::DeviceContextGuard> guard;  // compile for that device
-    if (o.arch.empty()) {
-      absl::StatusOr<fusejit::jit::DeviceContextGuard> g =
-          fusejit::jit::DeviceContextGuard::Enter(opts.device);
-      if (!g.ok()) {
-        return Fail(absl::Status(g.status().code(),
-                                 absl::StrCat("fj_compile: ", g.status().message(),
-                                              " (or give an explicit arch)")));
-      }
-      guard.emplace(*std::move(g));
-    }
-    absl::StatusOr<std::shared_ptr<fusejit::CompiledChain>> compiled = fusejit::Compile(*chain, o);
-    if (!compiled.ok()) return Fail(compiled.status());
-    auto handle = std::make_shared<fj_chain>();
-    handle->compiled = *std::move(compiled);
-    handle->spec = fusejit::FormatChain(handle->compiled->chain());
-    handle->strategy = handle->compiled->strategy();
-    handle->explain = handle->compiled->Explain();
-    handle->signature = handle->compiled->signature();
-    Registry& r = Live();
-    absl::MutexLock lock(&r.mu);
-    r.live.emplace(handle.get(), handle);
-    *out = handle.get();
-    return Ok();
-  });
+int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_chain** out) {
+  return CompileHandle("fj_compile_backward", fusejit::CompileBackward, spec, options, out);
+}
+
+const char* fj_role_name(int role) {
+  if (role < FJ_ROLE_INPUT || role > FJ_ROLE_SAVED) return nullptr;
+  return fusejit::TensorRoleName(static_cast<fusejit::TensorRole>(role));
 }
 
 int fj_chain_release(fj_chain* handle) {

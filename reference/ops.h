@@ -63,6 +63,19 @@ std::vector<double> Mean(const SampleTensor& t, const std::vector<int>& dims);
 // to the op's output, and gives the gradient with respect to the op's input. Gradients of the op's
 // parameters, for this sample alone, overwrite *grads. Each value sums its terms in a fixed order,
 // whatever `threads` is.
+//
+// BackwardMode::kMagnitude runs the same backward on magnitudes instead (see
+// ReferenceGradients::x_magnitude): grad is then nonnegative, the magnitude of each output
+// gradient, and every term of every sum is replaced by its absolute value -- |f'(x)|, |w|, |x|,
+// |gamma|, |xhat|, and the terms subtracted in group_norm's backward are added. The result (and
+// *grads) bound the sums of |terms| of the gradients, value by value. Same order of summation, so
+// just as deterministic; and since rounding is monotone, magnitude >= |gradient| holds exactly in
+// floating point wherever the incoming magnitudes bound the incoming gradients.
+
+enum class BackwardMode {
+  kGradient,   // the signed gradient
+  kMagnitude,  // the sum of the absolute values of its terms
+};
 
 struct ParamGradients {
   std::vector<double> weight;  // in the weight's shape; empty where the op has none
@@ -72,26 +85,29 @@ struct ParamGradients {
 // conv3d (weight [Cout, Cin, kd, kh, kw]); grad has the output's shape. Input channels are split
 // over `threads` (each computes its data gradient and its slice of the weight gradient).
 SampleTensor Conv3dBackward(const SampleTensor& in, const SampleTensor& grad,
-                            const ConvAttrs& attrs, const float* weight, int threads,
-                            ParamGradients* grads);
+                            const ConvAttrs& attrs, const float* weight, BackwardMode mode,
+                            int threads, ParamGradients* grads);
 
 // conv_transpose3d (weight [Cin, Cout, kd, kh, kw]); grad has the output's shape. Input channels
 // are split over `threads`, as for Conv3dBackward.
 SampleTensor ConvTranspose3dBackward(const SampleTensor& in, const SampleTensor& grad,
-                                     const ConvAttrs& attrs, const float* weight, int threads,
-                                     ParamGradients* grads);
+                                     const ConvAttrs& attrs, const float* weight,
+                                     BackwardMode mode, int threads, ParamGradients* grads);
 
-// grad *= f'(in) with f' from codegen/op_table.h's derivative column. REQUIRES:
-// IsElementwise(op.kind), grad and in of the same size.
-void ElementwiseBackwardInPlace(const Op& op, const SampleTensor& in, SampleTensor& grad);
+// grad *= f'(in) (kMagnitude: |f'(in)|) with f' from codegen/op_table.h's derivative column.
+// REQUIRES: IsElementwise(op.kind), grad and in of the same size.
+void ElementwiseBackwardInPlace(const Op& op, const SampleTensor& in, BackwardMode mode,
+                                SampleTensor& grad);
 
 // Affine GroupNorm (as GroupNormInPlace) on `in`: grad becomes dL/din, through each group's mean and
 // biased variance; grads gets dL/dgamma and dL/dbeta (t.channels values each).
 void GroupNormBackwardInPlace(const SampleTensor& in, SampleTensor& grad, int64_t groups,
-                              double eps, const float* gamma, ParamGradients* grads);
+                              double eps, const float* gamma, BackwardMode mode,
+                              ParamGradients* grads);
 
 // mean over `dims` of a [channels, dhw] input: grad (one value per channel, or one value) spread
-// over the values it averaged, divided by their count.
+// over the values it averaged, divided by their count. Its terms are all positive multiples of
+// grad, so the magnitude is MeanBackward of |grad| (no mode needed).
 SampleTensor MeanBackward(const std::vector<double>& grad, int64_t channels, const Dims3& dhw,
                           const std::vector<int>& dims);
 

@@ -12,6 +12,9 @@
 // Each input channel ci is one unit of work: its data gradient and every weight gradient with that
 // ci, summed over (co, tap, pairs in C order). So the order of every sum is fixed, whatever the
 // thread count.
+//
+// BackwardMode::kMagnitude (reference/ops.h) reads every factor through Term() below: the same
+// loops with |w|, |x|, |f'(x)|, |gamma| and |xhat|, and group_norm's subtracted terms added.
 #include <algorithm>
 #include <cmath>
 
@@ -20,6 +23,11 @@
 
 namespace fusejit::reference_internal {
 namespace {
+
+// A factor of a backward's term: itself, or its absolute value in magnitude mode.
+double Term(BackwardMode mode, double v) {
+  return mode == BackwardMode::kMagnitude ? std::abs(v) : v;
+}
 
 // Calls fn(a, b) (flat spatial indices) for every pair linked by tap k with a inside a_dhw and b
 // inside b_dhw: b = a * stride - padding + k * dilation along each dimension. In C order of a.
@@ -65,9 +73,10 @@ std::vector<double> BiasGradient(const SampleTensor& grad, bool bias) {
 }
 
 // Both convolutions (see the file comment). `transposed`: weight [Cin, Cout, k], the input is the
-// tap's `a` grid; else weight [Cout, Cin, k], the input is the `b` grid.
+// tap's `a` grid; else weight [Cout, Cin, k], the input is the `b` grid. (In magnitude mode grad is
+// nonnegative, so the bias's sum needs no change.)
 SampleTensor ConvBackward(const SampleTensor& in, const SampleTensor& grad, const ConvAttrs& c,
-                          const float* weight, bool transposed, int threads,
+                          const float* weight, bool transposed, BackwardMode mode, int threads,
                           ParamGradients* grads) {
   const int64_t cin = in.channels, cout = grad.channels;
   const int64_t KD = c.kernel[0], KH = c.kernel[1], KW = c.kernel[2];
@@ -76,10 +85,13 @@ SampleTensor ConvBackward(const SampleTensor& in, const SampleTensor& grad, cons
   SampleTensor dx = Zeros(cin, in.dhw);
   grads->weight.assign(static_cast<size_t>(cin * cout * taps), 0.0);
   grads->bias = BiasGradient(grad, c.bias);
+  // The input as the weight gradient's terms read it: x, or |x| in magnitude mode.
+  std::vector<double> in_terms = in.data;
+  for (double& v : in_terms) v = Term(mode, v);
 
   ParallelFor(cin, threads, [&](int64_t ci_begin, int64_t ci_end) {
     for (int64_t ci = ci_begin; ci < ci_end; ++ci) {
-      const double* x = &in.data[ci * in_spatial];
+      const double* x = &in_terms[ci * in_spatial];
       double* dxc = &dx.data[ci * in_spatial];
       for (int64_t co = 0; co < cout; ++co) {
         const double* g = &grad.data[co * out_spatial];
@@ -88,7 +100,7 @@ SampleTensor ConvBackward(const SampleTensor& in, const SampleTensor& grad, cons
           for (int64_t kh = 0; kh < KH; ++kh) {
             for (int64_t kw = 0; kw < KW; ++kw) {
               const int64_t tap = (kd * KH + kh) * KW + kw;
-              const double w = weight[w_base + tap];
+              const double w = Term(mode, weight[w_base + tap]);
               double dw = 0;
               if (transposed) {  // a: input, b: output
                 ForEachTapPair(in.dhw, grad.dhw, c, {kd, kh, kw}, [&](int64_t a, int64_t b) {
@@ -114,28 +126,34 @@ SampleTensor ConvBackward(const SampleTensor& in, const SampleTensor& grad, cons
 }  // namespace
 
 SampleTensor Conv3dBackward(const SampleTensor& in, const SampleTensor& grad,
-                            const ConvAttrs& attrs, const float* weight, int threads,
-                            ParamGradients* grads) {
-  return ConvBackward(in, grad, attrs, weight, /*transposed=*/false, threads, grads);
+                            const ConvAttrs& attrs, const float* weight, BackwardMode mode,
+                            int threads, ParamGradients* grads) {
+  return ConvBackward(in, grad, attrs, weight, /*transposed=*/false, mode, threads, grads);
 }
 
 SampleTensor ConvTranspose3dBackward(const SampleTensor& in, const SampleTensor& grad,
-                                     const ConvAttrs& attrs, const float* weight, int threads,
-                                     ParamGradients* grads) {
-  return ConvBackward(in, grad, attrs, weight, /*transposed=*/true, threads, grads);
+                                     const ConvAttrs& attrs, const float* weight,
+                                     BackwardMode mode, int threads, ParamGradients* grads) {
+  return ConvBackward(in, grad, attrs, weight, /*transposed=*/true, mode, threads, grads);
 }
 
-void ElementwiseBackwardInPlace(const Op& op, const SampleTensor& in, SampleTensor& grad) {
+void ElementwiseBackwardInPlace(const Op& op, const SampleTensor& in, BackwardMode mode,
+                                SampleTensor& grad) {
   double (*derivative)(const Op&, double) = Describe(op.kind).derivative;
-  for (size_t i = 0; i < grad.data.size(); ++i) grad.data[i] *= derivative(op, in.data[i]);
+  for (size_t i = 0; i < grad.data.size(); ++i) {
+    grad.data[i] *= Term(mode, derivative(op, in.data[i]));
+  }
 }
 
 // With xhat = (x - mean) * rstd and y = xhat * gamma + beta over a group of n values:
 //   dbeta[c] = sum_c dy,  dgamma[c] = sum_c dy * xhat,  dxhat = dy * gamma,
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-// (the last two terms: through the mean, and through the biased variance).
+// (the last two terms: through the mean, and through the biased variance). In magnitude mode, with
+// m the output's magnitude: dbeta = sum_c m, dgamma = sum_c m * |xhat|, and
+//   dx = rstd * (|gamma| m + mean(|gamma| m) + |xhat| * mean(|gamma| m |xhat|)).
 void GroupNormBackwardInPlace(const SampleTensor& in, SampleTensor& grad, int64_t groups,
-                              double eps, const float* gamma, ParamGradients* grads) {
+                              double eps, const float* gamma, BackwardMode mode,
+                              ParamGradients* grads) {
   const int64_t channels_per_group = in.channels / groups;
   const int64_t spatial = in.Spatial();
   const int64_t group_size = channels_per_group * spatial;
@@ -159,19 +177,22 @@ void GroupNormBackwardInPlace(const SampleTensor& in, SampleTensor& grad, int64_
       double sum_dy = 0, sum_dy_xhat = 0;
       for (int64_t i = cg * spatial; i < (cg + 1) * spatial; ++i) {
         sum_dy += dy[i];
-        sum_dy_xhat += dy[i] * ((x[i] - mean) * rstd);
+        sum_dy_xhat += dy[i] * Term(mode, (x[i] - mean) * rstd);
       }
       grads->bias[c] = sum_dy;
       grads->weight[c] = sum_dy_xhat;
-      sum_dxhat += static_cast<double>(gamma[c]) * sum_dy;
-      sum_dxhat_xhat += static_cast<double>(gamma[c]) * sum_dy_xhat;
+      sum_dxhat += Term(mode, gamma[c]) * sum_dy;
+      sum_dxhat_xhat += Term(mode, gamma[c]) * sum_dy_xhat;
     }
     const double mean_dxhat = sum_dxhat / n, mean_dxhat_xhat = sum_dxhat_xhat / n;
     for (int64_t cg = 0; cg < channels_per_group; ++cg) {
-      const double gamma_c = gamma[g * channels_per_group + cg];
+      const double gamma_c = Term(mode, gamma[g * channels_per_group + cg]);
       for (int64_t i = cg * spatial; i < (cg + 1) * spatial; ++i) {
-        const double xhat = (x[i] - mean) * rstd;
-        dy[i] = rstd * (dy[i] * gamma_c - mean_dxhat - xhat * mean_dxhat_xhat);
+        const double xhat = Term(mode, (x[i] - mean) * rstd);
+        // a - b - c for the gradient; a + b + c for the magnitude (b, c >= 0 then).
+        dy[i] = mode == BackwardMode::kMagnitude
+                    ? rstd * (dy[i] * gamma_c + mean_dxhat + xhat * mean_dxhat_xhat)
+                    : rstd * (dy[i] * gamma_c - mean_dxhat - xhat * mean_dxhat_xhat);
       }
     }
   }

@@ -1,6 +1,8 @@
 // Tests of the reference's backward pass (RunReferenceBackward): every op against central finite
 // differences of L = sum(y * grad_y) computed with RunReference, PyTorch's conventions at the kinks,
-// sample subsets, determinism across thread counts and argument errors.
+// sample subsets, determinism across thread counts and argument errors; and the gradients'
+// magnitudes (ReferenceGradients::x_magnitude): bounds on |gradient|, hand-checked values, a chain
+// whose gradients cancel, subsets and determinism.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -58,6 +60,49 @@ ReferenceGradients Backward(const Chain& chain, const HostInputs& inputs, const 
   absl::StatusOr<ReferenceGradients> g = RunReferenceBackward(chain, inputs, grad_y, options);
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? *std::move(g) : ReferenceGradients{};
+}
+
+// The gradient tensors by name ("x" and every parameter), with their magnitudes.
+struct NamedGradient {
+  std::string name;
+  const std::vector<double>* gradient;
+  const std::vector<double>* magnitude;
+};
+std::vector<NamedGradient> AllGradients(const ReferenceGradients& g) {
+  std::vector<NamedGradient> all = {{"x", &g.x, &g.x_magnitude}};
+  for (const auto& [name, values] : g.params) {
+    const auto it = g.param_magnitudes.find(name);
+    all.push_back({name, &values, it == g.param_magnitudes.end() ? nullptr : &it->second});
+  }
+  return all;
+}
+
+double MaxAbs(const std::vector<double>& v) {
+  double m = 0;
+  for (double d : v) m = std::max(m, std::abs(d));
+  return m;
+}
+
+// Every gradient has a magnitude of its shape, finite, with magnitude >= |gradient| value by value
+// (exactly: see reference/ops.h), and not all zero.
+void ExpectMagnitudesBoundGradients(const ReferenceGradients& g) {
+  EXPECT_EQ(g.param_magnitudes.size(), g.params.size());
+  for (const NamedGradient& t : AllGradients(g)) {
+    SCOPED_TRACE(t.name);
+    ASSERT_NE(t.magnitude, nullptr);
+    ASSERT_EQ(t.magnitude->size(), t.gradient->size());
+    int violations = 0;
+    for (size_t i = 0; i < t.gradient->size(); ++i) {
+      const double grad = (*t.gradient)[i], magnitude = (*t.magnitude)[i];
+      ASSERT_TRUE(std::isfinite(magnitude)) << i;
+      if (!(magnitude >= std::abs(grad)) && ++violations <= 5) {
+        ADD_FAILURE() << "value " << i << ": magnitude " << magnitude << " < |gradient| "
+                      << std::abs(grad);
+      }
+    }
+    EXPECT_EQ(violations, 0);
+    EXPECT_GT(MaxAbs(*t.magnitude), 0);
+  }
 }
 
 // L = sum(y * grad_y), y from the forward reference in double; summed in index order.
@@ -244,6 +289,21 @@ TEST_P(ReferenceBackwardElementwiseTest, BeforeAndAfterGroupNormMatchesFiniteDif
       "x:f32[2,4,3,4,5] | " + op + " | group_norm(groups=2) | " + op, /*seed=*/7, -0.5, c.x_scale);
 }
 
+TEST_P(ReferenceBackwardElementwiseTest, MagnitudesBoundGradients) {
+  const ElementwiseCase& c = GetParam();
+  const std::string op = c.op;
+  for (const std::string& spec :
+       {"x:f32[2,4,3,4,5] | " + op + " | group_norm(groups=2) | " + op,
+        "x:f32[2,3,4,5,3] | conv3d(out=4,k=2,padding=1) | " + op + " | mean(dims=[2,3,4])",
+        "x:f32[2,3,3,4,2] | conv_transpose3d(out=4,k=2,stride=2) | " + op +
+            " | mean(dims=[1,2,3,4])"}) {
+    SCOPED_TRACE(spec);
+    const Chain chain = Parse(spec);
+    ExpectMagnitudesBoundGradients(
+        Backward(chain, Inputs(chain, /*seed=*/7, -0.5, c.x_scale), RandomGradY(chain, 1007)));
+  }
+}
+
 TEST_P(ReferenceBackwardElementwiseTest, AfterConvMatchesFiniteDifferences) {
   const ElementwiseCase& c = GetParam();
   ExpectMatchesFiniteDifferences("x:f32[2,3,4,5,3] | conv3d(out=4,k=2,padding=1) | " +
@@ -276,6 +336,13 @@ class ReferenceBackwardChainTest : public ::testing::TestWithParam<ChainCase> {}
 
 TEST_P(ReferenceBackwardChainTest, MatchesFiniteDifferences) {
   ExpectMatchesFiniteDifferences(GetParam().spec, /*seed=*/3);
+}
+
+// x in [-1, 1), so that the convolutions' terms have both signs too.
+TEST_P(ReferenceBackwardChainTest, MagnitudesBoundGradients) {
+  const Chain chain = Parse(GetParam().spec);
+  ExpectMagnitudesBoundGradients(
+      Backward(chain, Inputs(chain, /*seed=*/3, -0.5, 2), RandomGradY(chain, 1003)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -330,7 +397,7 @@ TEST(ReferenceBackward, KinksFollowPyTorch) {
   EXPECT_EQ(Derivatives("clamp(min=-0.5,max=0.25)", {-1, -0.5, 0, 0.25, 1}),
             (std::vector<double>{0, 1, 1, 1, 0}));
   EXPECT_EQ(Derivatives("hardswish", {-4, -3, 0, 1.5, 3, 4}),
-            (std::vector<double>{0, -0.5, 0.5, 1, 1.5, 1}));
+            (std::vector<double>{0, 0, 0.5, 1, 1, 1}));  // PyTorch 2.11: 0 at -3, 1 at 3
 }
 
 TEST(ReferenceBackward, MeanSpreadsGradientOverItsCount) {
@@ -341,8 +408,170 @@ TEST(ReferenceBackward, MeanSpreadsGradientOverItsCount) {
   ASSERT_EQ(g.x.size(), 48u);
   for (size_t i = 0; i < g.x.size(); ++i) {
     EXPECT_DOUBLE_EQ(g.x[i], static_cast<double>(grad_y.data[i / 24]) / 24) << i;
+    EXPECT_DOUBLE_EQ(g.x_magnitude[i], std::abs(static_cast<double>(grad_y.data[i / 24])) / 24)
+        << i;
   }
   EXPECT_TRUE(g.params.empty());
+  EXPECT_TRUE(g.param_magnitudes.empty());
+}
+
+// ---- magnitudes: hand-checked values ----
+
+// Elementwise ops have one term per value: the magnitude is |gradient| exactly.
+TEST(ReferenceBackward, ElementwiseMagnitudeIsAbsoluteGradient) {
+  const Chain chain = Parse("x:f32[2,3,2,3,4] | tanh | hardswish | leaky_relu(slope=0.2)");
+  const HostInputs inputs = Inputs(chain, 51, -0.5, 8);
+  const ReferenceGradients g = Backward(chain, inputs, RandomGradY(chain, 52));
+  ASSERT_EQ(g.x_magnitude.size(), g.x.size());
+  for (size_t i = 0; i < g.x.size(); ++i) EXPECT_EQ(g.x_magnitude[i], std::abs(g.x[i])) << i;
+}
+
+// With x >= 0, the weights replaced by |w| and grad_y by |grad_y|, every term of the convolutions'
+// (and the mean's) backward is nonnegative, so the magnitudes are the gradients, bit for bit (the
+// same terms summed in the same order). And the magnitudes depend only on |w| and |grad_y|, so they
+// are those of the original inputs.
+TEST(ReferenceBackward, ConvMagnitudeIsTheGradientOfAbsoluteValues) {
+  for (const char* spec :
+       {"x:f32[2,3,4,3,5] | conv3d(out=4,k=[2,3,2],stride=[1,2,1],padding=1,dilation=[2,1,1]) | "
+        "mean(dims=[2,3,4])",
+        "x:f32[2,3,3,2,4] | conv_transpose3d(out=4,k=[3,2,3],stride=2,padding=1,"
+        "output_padding=1,dilation=[1,2,1]) | mean(dims=[1,2,3,4])",
+        "x:f32[2,3,3,2,4] | conv_transpose3d(out=2,k=2,stride=[1,2,2],bias=false)"}) {
+    SCOPED_TRACE(spec);
+    const Chain chain = Parse(spec);
+    const HostInputs inputs = RandomInputs(chain, 61);  // x in [0, 1)
+    const HostTensor grad_y = RandomGradY(chain, 62);
+    HostInputs abs_inputs = inputs;
+    for (auto& [name, t] : abs_inputs.params) {
+      for (float& v : t.data) v = std::abs(v);
+    }
+    HostTensor abs_grad_y = grad_y;
+    for (float& v : abs_grad_y.data) v = std::abs(v);
+
+    const ReferenceGradients g = Backward(chain, inputs, grad_y);
+    const ReferenceGradients a = Backward(chain, abs_inputs, abs_grad_y);
+    ASSERT_FALSE(a.x.empty());
+    EXPECT_EQ(g.x_magnitude, a.x);
+    EXPECT_EQ(g.param_magnitudes, a.params);
+    EXPECT_EQ(a.x_magnitude, a.x);
+    EXPECT_EQ(a.param_magnitudes, a.params);
+    EXPECT_NE(g.x, a.x);  // the signs did matter for the gradient
+  }
+}
+
+// GroupNorm alone, against its formula computed here: with xhat = (x - mean) * rstd per group of n
+// values and m = |grad_y|, beta: sum_c m; gamma: sum_c m |xhat|; x: rstd * (|gamma| m +
+// mean(|gamma| m) + |xhat| mean(|gamma| m |xhat|)).
+TEST(ReferenceBackward, GroupNormMagnitudeFollowsItsFormula) {
+  const Chain chain = Parse("x:f32[2,6,2,3,2] | group_norm(groups=3,eps=0.001)");
+  HostInputs inputs = Inputs(chain, 71, -0.5, 2);
+  for (float& v : inputs.params.at("0.weight").data) v -= 1.0f;  // gamma of both signs
+  const HostTensor grad_y = RandomGradY(chain, 72);
+  const ReferenceGradients g = Backward(chain, inputs, grad_y);
+  const std::vector<float>& x = inputs.x.data;
+  const std::vector<float>& gamma = inputs.params.at("0.weight").data;
+  const int64_t batch = 2, channels = 6, groups = 3, spatial = 12;
+  const int64_t per_group = channels / groups * spatial;
+  const double n = static_cast<double>(per_group);
+  std::vector<double> x_magnitude(x.size()), gamma_magnitude(channels), beta_magnitude(channels);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t grp = 0; grp < groups; ++grp) {
+      const int64_t base = (b * groups + grp) * per_group;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < per_group; ++i) mean += x[base + i];
+      mean /= n;
+      for (int64_t i = 0; i < per_group; ++i) var += (x[base + i] - mean) * (x[base + i] - mean);
+      const double rstd = 1 / std::sqrt(var / n + 0.001);
+      std::vector<double> xhat(per_group), m(per_group);
+      double mean_gm = 0, mean_gm_xhat = 0;
+      for (int64_t i = 0; i < per_group; ++i) {
+        const int64_t c = grp * (channels / groups) + i / spatial;
+        xhat[i] = std::abs((x[base + i] - mean) * rstd);
+        m[i] = std::abs(static_cast<double>(grad_y.data[base + i])) * std::abs(gamma[c]);
+        mean_gm += m[i] / n;
+        mean_gm_xhat += m[i] * xhat[i] / n;
+        gamma_magnitude[c] += std::abs(static_cast<double>(grad_y.data[base + i])) * xhat[i];
+        beta_magnitude[c] += std::abs(static_cast<double>(grad_y.data[base + i]));
+      }
+      for (int64_t i = 0; i < per_group; ++i) {
+        x_magnitude[base + i] = rstd * (m[i] + mean_gm + xhat[i] * mean_gm_xhat);
+      }
+    }
+  }
+  const auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-12 * std::abs(want[i])) << i;
+    }
+  };
+  {
+    SCOPED_TRACE("x");
+    expect_near(g.x_magnitude, x_magnitude);
+  }
+  {
+    SCOPED_TRACE("gamma");
+    expect_near(g.param_magnitudes.at("0.weight"), gamma_magnitude);
+  }
+  {
+    SCOPED_TRACE("beta");
+    expect_near(g.param_magnitudes.at("0.bias"), beta_magnitude);
+  }
+}
+
+// ---- magnitudes where the gradients cancel ----
+
+// With one channel per group and a mean over everything after group_norm, the output is
+// mean_c(beta[c]) whatever x, the conv's parameters and gamma are: their gradients are analytically
+// zero (~1e-17 in double: rounding), as are the conv bias's in any case (a per-channel shift that
+// group_norm removes). The magnitudes keep the scale the gradients would have without the
+// cancellation. The comparison: the same chain with a tanh between group_norm and the mean, which
+// breaks it. Its magnitudes are the chain's times |tanh'| <= 1 at the last step, so at most the
+// chain's, and not far below them (tanh' stays well above 0 on group_norm's output); and they are
+// above its gradients, which now do not vanish (x's, gamma's and the conv weight's are 1/7 to
+// 1/35 of its magnitudes, as group_norm's backward still cancels in part; the conv bias's, 1/100).
+TEST(ReferenceBackward, MagnitudesKeepTheScaleWhereGradientsCancel) {
+  const std::string head =
+      "x:f32[8,2,3,9,11] | conv3d(out=7,k=[1,3,3]) | gelu | relu | group_norm(groups=7)";
+  const Chain chain = Parse(head + " | mean(dims=[1,2,3,4])");
+  const Chain similar = Parse(head + " | tanh | mean(dims=[1,2,3,4])");
+  const HostInputs inputs = RandomInputs(chain, 81);
+  HostTensor grad_y = RandomGradY(chain, 82);
+  const ReferenceGradients g = Backward(chain, inputs, grad_y);
+  const ReferenceGradients s = Backward(similar, inputs, grad_y);
+  ExpectMagnitudesBoundGradients(g);
+  ExpectMagnitudesBoundGradients(s);
+  for (const NamedGradient& t : AllGradients(g)) {
+    if (t.name == "3.bias") continue;  // below
+    SCOPED_TRACE(t.name);
+    const NamedGradient* u = nullptr;
+    const std::vector<NamedGradient> all_similar = AllGradients(s);
+    for (const NamedGradient& v : all_similar) {
+      if (v.name == t.name) u = &v;
+    }
+    ASSERT_NE(u, nullptr);
+    const double max_grad = MaxAbs(*t.gradient), max_magnitude = MaxAbs(*t.magnitude);
+    const double similar_magnitude = MaxAbs(*u->magnitude);
+    const double similar_grad = MaxAbs(*u->gradient);
+    EXPECT_LT(max_grad, 1e-12);
+    EXPECT_GT(max_magnitude, 1e6 * max_grad);
+    EXPECT_GE(max_magnitude, similar_magnitude);
+    EXPECT_LE(max_magnitude, 10 * similar_magnitude);
+    EXPECT_GT(similar_magnitude, similar_grad);
+    std::ostringstream text;
+    text << "max|gradient| " << max_grad << ", max magnitude " << max_magnitude
+         << "; with tanh: max|gradient| " << similar_grad << ", max magnitude "
+         << similar_magnitude;
+    RecordProperty("scales_" + t.name, text.str());
+  }
+  // beta's gradient does not cancel: each beta[c] adds to the mean with weight 1/7.
+  const std::vector<double>& beta = g.params.at("3.bias");
+  const std::vector<double>& beta_magnitude = g.param_magnitudes.at("3.bias");
+  for (size_t c = 0; c < beta.size(); ++c) {
+    double expected = 0;
+    for (int64_t n = 0; n < 8; ++n) expected += static_cast<double>(grad_y.data[n]) / 7;
+    EXPECT_NEAR(beta[c], expected, 1e-12);
+    EXPECT_GE(beta_magnitude[c], std::abs(beta[c]));
+  }
 }
 
 // ---- samples and threads ----
@@ -377,6 +606,21 @@ TEST(ReferenceBackward, SampleSubsetGivesTheFullBatchRows) {
     // and not the full batch's
     EXPECT_NE(values, full.params.at(name));
   }
+
+  // The magnitudes likewise.
+  EXPECT_TRUE(std::equal(subset.x_magnitude.begin(), subset.x_magnitude.begin() + per_sample,
+                         full.x_magnitude.begin() + 1 * per_sample));
+  EXPECT_TRUE(std::equal(subset.x_magnitude.begin() + per_sample, subset.x_magnitude.end(),
+                         full.x_magnitude.begin() + 3 * per_sample));
+  ASSERT_EQ(subset.param_magnitudes.size(), 4u);
+  for (const auto& [name, values] : subset.param_magnitudes) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(values.size(), one.param_magnitudes.at(name).size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(values[i], one.param_magnitudes.at(name)[i] + three.param_magnitudes.at(name)[i])
+          << i;
+    }
+  }
 }
 
 TEST(ReferenceBackward, BitIdenticalForEveryThreadCount) {
@@ -394,6 +638,10 @@ TEST(ReferenceBackward, BitIdenticalForEveryThreadCount) {
     EXPECT_EQ(a.params, b.params);
     EXPECT_EQ(a.x, c.x);
     EXPECT_EQ(a.params, c.params);
+    EXPECT_EQ(a.x_magnitude, b.x_magnitude);
+    EXPECT_EQ(a.param_magnitudes, b.param_magnitudes);
+    EXPECT_EQ(a.x_magnitude, c.x_magnitude);
+    EXPECT_EQ(a.param_magnitudes, c.param_magnitudes);
   }
 }
 

@@ -169,8 +169,8 @@ const CommandSpec& RunSpec() {
           "gradients of x and of every parameter, all NaN-poisoned before the run. With --check,\n"
           "each is compared with the float64 reference backward: grad_x on the checked samples,\n"
           "the parameter gradients (sums over the batch) when every sample is checked; it fails\n"
-          "when a relative L2 error exceeds --rtol or a max abs error exceeds 10 x --rtol of the\n"
-          "gradient's largest value. With --grad, --output is a folder: one NAME.npy per gradient.\n",
+          "when a max abs error exceeds --rtol x the gradient's largest magnitude (the sum of the\n"
+          "absolute values of the terms behind a value: meaningful where terms cancel). With --grad, --output is a folder: one NAME.npy per gradient.\n",
       .flags =
           {
               {"input", "FILE.npy", "the input x (default: random)"},

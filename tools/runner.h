@@ -95,7 +95,7 @@ struct GradientCheck {
   bool checked = false;
   ErrorStats errors;
   int64_t unwritten = 0;  // non-finite values in the whole tensor
-  double rel_max = 0;     // max_abs / max|ref|: the rel err the 1e-5 target is about
+  double rel_max = 0;     // max_abs / max magnitude (ReferenceGradients: sum of |terms|)
   bool pass = false;
 };
 struct GradientCheckResult {
@@ -104,8 +104,9 @@ struct GradientCheckResult {
   double reference_ms = 0;
   bool pass = false;  // every checked gradient passes and nothing is unwritten
 };
-// Passes when rel_l2 <= rtol and rel_max <= rtol * 10 (a gradient's scale varies over many
-// orders of magnitude, so the limit is relative), nothing non-finite.
+// Passes when rel_max = max|got - ref| / max magnitude <= rtol (the magnitude is the sum of the
+// terms' absolute values behind each gradient value, so gradients that cancel to ~0 are judged
+// against the size of what cancelled) and nothing is non-finite. rel_l2 is reported too.
 absl::StatusOr<GradientCheckResult> CheckGradients(
     const Chain& chain, const HostInputs& inputs, const HostTensor& grad_y,
     const std::map<std::string, HostTensor>& written, const CheckOptions& options);

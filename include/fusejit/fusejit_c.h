@@ -10,6 +10,10 @@
  *   fj_chain_run(chain, names, ptrs, 4, stream);            // no allocation, no synchronization
  *   fj_chain_release(chain);
  *
+ * The backward pass of the same spec (fj_compile_backward) is a chain like any other: its
+ * signature binds x, the parameters, grad_y (dL/dy), and writes grad_x and grad_<param>
+ * (dL/dx, dL/dparam) in full; it is run with fj_chain_run / fj_chain_run_tensors.
+ *
  * Contracts:
  * - Every function returns FJ_OK (0) or an error code (absl's status codes); the message of the
  *   calling thread's last error (what was wrong and what would be right) is fj_last_error().
@@ -24,6 +28,11 @@
  *   CUDA runtime use) for the call, restoring the previous context after, as PyTorch's device
  *   guard does. It never creates a context of its own.
  * - Strings returned by fj_chain_* stay valid until the chain is released.
+ * - Versions: FUSEJIT_C_ABI_VERSION (fj_abi_version) changes only with a change that breaks
+ *   existing callers. Additions (functions, enum values) raise FUSEJIT_C_ABI_MINOR (fj_abi_minor)
+ *   and put their symbols in a new version node FUSEJIT_1.<minor> of capi/fusejit_c.map, so a
+ *   program linked against them names what it needs from the library. Minor 1 added
+ *   fj_compile_backward, the backward roles FJ_ROLE_GRAD_*, fj_role_name and fj_abi_minor.
  */
 #ifndef FUSEJIT_FUSEJIT_C_H_
 #define FUSEJIT_FUSEJIT_C_H_
@@ -36,6 +45,7 @@ extern "C" {
 #endif
 
 #define FUSEJIT_C_ABI_VERSION 1
+#define FUSEJIT_C_ABI_MINOR 1
 
 typedef struct CUstream_st* CUstream; /* as cuda.h declares it */
 typedef unsigned long long fj_deviceptr; /* CUdeviceptr */
@@ -53,8 +63,21 @@ enum {
   FJ_UNAVAILABLE = 14,
 };
 
-/* Tensor roles and dtypes, as fusejit/signature.h and fusejit/chain.h number them. */
-enum { FJ_ROLE_INPUT = 0, FJ_ROLE_OUTPUT = 1, FJ_ROLE_PARAM = 2, FJ_ROLE_WORKSPACE = 3 };
+/* Tensor roles and dtypes, as fusejit/signature.h and fusejit/chain.h number them. Roles 0-3 are
+ * the forward's; a backward chain (fj_compile_backward) has x (INPUT), the parameters (PARAM),
+ * grad_y (GRAD_OUTPUT, read), grad_x (GRAD_INPUT, written), grad_<param> (GRAD_PARAM, written)
+ * and the WORKSPACE. FJ_ROLE_SAVED (a tensor a forward saves for its backward) is reserved: no
+ * signature of this version has one. New roles may be added; treat an unknown one as an error. */
+enum {
+  FJ_ROLE_INPUT = 0,
+  FJ_ROLE_OUTPUT = 1,
+  FJ_ROLE_PARAM = 2,
+  FJ_ROLE_WORKSPACE = 3,
+  FJ_ROLE_GRAD_OUTPUT = 4, /* minor 1 */
+  FJ_ROLE_GRAD_INPUT = 5,  /* minor 1 */
+  FJ_ROLE_GRAD_PARAM = 6,  /* minor 1 */
+  FJ_ROLE_SAVED = 7,       /* minor 1, reserved */
+};
 enum { FJ_DTYPE_F32 = 0, FJ_DTYPE_F16 = 1, FJ_DTYPE_BF16 = 2, FJ_DTYPE_F64 = 3 };
 
 typedef struct fj_chain fj_chain;
@@ -72,8 +95,9 @@ typedef struct fj_compile_options {
 } fj_compile_options;
 
 typedef struct fj_tensor_info {
-  const char* name;   /* "x", "y", "0.weight", "workspace" */
-  int role;           /* FJ_ROLE_* */
+  const char* name;   /* "x", "y", "0.weight", "workspace"; backward: "grad_y", "grad_x",
+                         "grad_0.weight", ... */
+  int role;           /* FJ_ROLE_* (fj_role_name gives its name) */
   int dtype;          /* FJ_DTYPE_* (meaningless for the workspace) */
   int ndim;
   int64_t shape[8];   /* the workspace: {bytes} */
@@ -82,6 +106,7 @@ typedef struct fj_tensor_info {
 } fj_tensor_info;
 
 int fj_abi_version(void);          /* FUSEJIT_C_ABI_VERSION of the library */
+int fj_abi_minor(void);            /* FUSEJIT_C_ABI_MINOR of the library (minor 1) */
 const char* fj_version(void);      /* the generator version, part of every cache key */
 const char* fj_last_error(void);   /* this thread's last error message; "" after success */
 
@@ -97,7 +122,22 @@ int fj_cache_dir(const char** dir);
 /* Plans and compiles `spec` (or takes it from the kernel cache). `options` may be NULL. */
 int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** out);
 
+/* The backward of `spec` (minor 1): a chain computing dL/dx and dL/dparam for every parameter
+ * from the upstream gradient dL/dy. Same options (strategy and tune_config must be NULL: they name
+ * forward plans), errors and handle as fj_compile; every fj_chain_* function takes the handle.
+ * Its signature, in order: x, the parameters (as the forward's), grad_y (the output's shape),
+ * grad_x, grad_<param> for every parameter ("grad_0.weight"), then "workspace" when
+ * fj_chain_workspace_bytes is not 0. A run writes every grad_ tensor in full, deterministically
+ * (two runs give bitwise identical gradients); it recomputes what it needs from x and the
+ * parameters, so it needs no forward run before it. FJ_UNIMPLEMENTED for chains without a
+ * backward plan: dtypes other than f32, a conv_transpose3d whose output_padding >= stride. */
+int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_chain** out);
+
 int fj_chain_release(fj_chain* chain);
+
+/* "input", "output", "param", "workspace", "grad_output", "grad_input", "grad_param", "saved"
+ * for an FJ_ROLE_* value; NULL for any other (minor 1). */
+const char* fj_role_name(int role);
 
 int fj_chain_spec(const fj_chain* chain, const char** spec);         /* canonical spec */
 int fj_chain_strategy(const fj_chain* chain, const char** strategy); /* the plan's strategy */

@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<double>> RunReference(const Chain& chain, const HostI
 // upstream gradient, OutputShape(chain)) with respect to x and every parameter, in double precision
 // with PyTorch's backward formulas (kinks as codegen/op_table.h's derivative column: relu'(0)=0,
 // leaky_relu'(0)=slope, clamp'=1 on [min,max] including bounds, hardswish' at +-3 as PyTorch's
-// hardswish_backward: 0 below -3, x/3+0.5 on [-3,3], 1 above).
+// hardswish_backward as of PyTorch 2.7+: 0 at and below -3, x/3+0.5 on (-3,3), 1 at and above 3).
 // The forward pass is re-evaluated per sample in double (as RunReference does), keeping each op's
 // input for its backward.
 struct ReferenceGradients {
@@ -68,14 +68,36 @@ struct ReferenceGradients {
   // dL/dparam for every ChainParams() entry, by name, in the parameter's shape. With a sample
   // subset: summed over those samples only.
   std::map<std::string, std::vector<double>> params;
+
+  // The MAGNITUDE of each gradient value: the sum of the absolute values of the terms whose signed
+  // sum is that value, so always >= |gradient|. A floating-point computation of a gradient errs by
+  // up to about c * eps * magnitude (eps: its precision's epsilon; c grows with the chain's depth
+  // and the sums' lengths), not by a fraction of |gradient|. Where the terms cancel, |gradient| is
+  // ~0 while the magnitude keeps the usual gradient scale -- e.g. every gradient but beta's when
+  // group_norm with one channel per group is followed by a mean (the output does not depend on x),
+  // or a conv bias's right before group_norm -- and an error relative to |gradient| means nothing.
+  // So compare a float32 gradient `got` with the reference `ref` (x, or a parameter's) as
+  //   max_i |got_i - ref_i| / max_i magnitude_i <= tol   (one scale per tensor), or
+  //   |got_i - ref_i| <= tol * magnitude_i for every i    (elementwise, stricter),
+  // with tol a multiple of float32's epsilon (~1.2e-7) that allows for the chain's depth.
+  // Computed by propagating magnitudes backward alongside the gradients, each op's backward taken
+  // with absolute values, from m = |grad_y| at the output: elementwise m_in = m_out * |f'(x)|;
+  // mean spreads m / count; group_norm m_x = rstd * (|gamma| m + mean_g(|gamma| m) +
+  // |xhat| mean_g(|gamma| m |xhat|)), gamma: sum of m |xhat|, beta: sum of m; convolutions: the
+  // data backward with |w| and m, weight: sum of m * |x|, bias: sum of m. (magnitude >= |gradient|
+  // holds exactly in double too, value by value.) Same shapes, sample subsets (parameters: summed
+  // over the subset's samples) and determinism as x and params.
+  std::vector<double> x_magnitude;
+  std::map<std::string, std::vector<double>> param_magnitudes;
 };
 // grad_y always has the full OutputShape(chain); with options.samples only those samples' rows are
 // read. Errors: those of RunReference (the same checks, in the same order), then a wrongly shaped
 // grad_y (naming the expected and the given shape).
-// Deterministic: every value sums its terms in a fixed order, so the result is bit-identical for
-// every thread count. Threads go to samples first (leftover threads split each convolution's
-// channels); parameter gradients are computed per sample, then summed over the samples in sample
-// order (so a subset gives exactly the sum over its samples, in ascending order).
+// Deterministic: every value (gradient or magnitude) sums its terms in a fixed order, so the result
+// is bit-identical for every thread count. Threads go to samples first (leftover threads split each
+// convolution's channels); parameter gradients (and magnitudes) are computed per sample, then
+// summed over the samples in sample order (so a subset gives exactly the sum over its samples, in
+// ascending order).
 absl::StatusOr<ReferenceGradients> RunReferenceBackward(const Chain& chain,
                                                         const HostInputs& inputs,
                                                         const HostTensor& grad_y,

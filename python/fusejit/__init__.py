@@ -6,6 +6,7 @@ elementwise -> group_norm -> mean), compiled at run time with NVRTC and cached.
 
     chain = fusejit.Chain("x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | relu")   # the C ABI, by hand
     chain.signature, chain.workspace_bytes, chain.run({"x": ptr, ...}, stream)
+    grads = fusejit.Chain(spec, backward=True)   # its backward: grad_y -> grad_x, grad_<param>
 
 The package is pure Python over libfusejit.so's C ABI (ctypes): it finds the library next to
 itself (where `pip install` puts it) or at $FUSEJIT_LIBRARY. `import fusejit` does not import torch.

@@ -2,9 +2,10 @@
 
 `ops_of(spec)` reads a canonical spec (fusejit's own printing, from _lib.canonical_spec); `eager`
 evaluates those ops with torch.nn.functional on given tensors. The PyTorch integration uses it for
-shapes under torch.compile (fake tensors), and, until the fused backward exists, for gradients:
-backward differentiates this eager evaluation from the saved input. Parameters are passed in
-signature order (op order, weight before bias), as ChainParams names them.
+shapes under torch.compile (fake tensors), and for the gradients of chains fusejit has no fused
+backward for (fusejit.torch._eager_backward differentiates this eager evaluation from the saved
+input). Parameters are passed in signature order (op order, weight before bias), as ChainParams
+names them.
 """
 from __future__ import annotations
 

@@ -11,9 +11,15 @@ import os
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-ABI_VERSION = 1
+ABI_VERSION = 1  # FUSEJIT_C_ABI_VERSION: the library must have exactly this one
+ABI_MINOR = 1  # FUSEJIT_C_ABI_MINOR this package was written for (1: fj_compile_backward)
 
+# FJ_ROLE_* (fusejit_c.h): the forward's x, y, parameters and workspace; the backward's grad_y
+# (read), grad_x and grad_<param> (written). ROLE_SAVED is reserved (no signature has it yet).
 ROLE_INPUT, ROLE_OUTPUT, ROLE_PARAM, ROLE_WORKSPACE = 0, 1, 2, 3
+ROLE_GRAD_OUTPUT, ROLE_GRAD_INPUT, ROLE_GRAD_PARAM, ROLE_SAVED = 4, 5, 6, 7
+ROLE_NAMES = ("input", "output", "param", "workspace", "grad_output", "grad_input", "grad_param",
+              "saved")  # fj_role_name's, by role
 DTYPES = ("f32", "f16", "bf16", "f64")  # FJ_DTYPE_* order
 
 
@@ -96,6 +102,18 @@ def _declare(lib):
         f = getattr(lib, name)
         f.argtypes = args
         f.restype = res
+    # ABI minor 1. A library without them (built before the backward) still serves the forward:
+    # has_backward() says whether it has them, and Chain(..., backward=True) refuses without them.
+    optional = {
+        "fj_abi_minor": ([], c.c_int),
+        "fj_compile_backward": ([c.c_char_p, P(_CompileOptions), P(c.c_void_p)], c.c_int),
+        "fj_role_name": ([c.c_int], c.c_char_p),
+    }
+    for name, (args, res) in optional.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.argtypes = args
+            f.restype = res
 
 
 def library():
@@ -133,6 +151,17 @@ def library_path() -> Optional[str]:
     return _lib_path
 
 
+def abi_minor() -> int:
+    """The loaded library's C ABI minor (0 for one from before fj_abi_minor)."""
+    lib = library()
+    return lib.fj_abi_minor() if hasattr(lib, "fj_abi_minor") else 0
+
+
+def has_backward() -> bool:
+    """Whether the loaded library compiles backward passes (fj_compile_backward, ABI minor 1)."""
+    return hasattr(library(), "fj_compile_backward")
+
+
 def _check(code: int) -> None:
     if code != 0:
         raise FusejitError(code, library().fj_last_error().decode("utf-8", "replace"))
@@ -162,18 +191,38 @@ class TensorSpec(object):
         self.name, self.role, self.dtype = name, role, dtype
         self.shape, self.bytes, self.alignment = shape, nbytes, alignment
 
+    @property
+    def role_name(self) -> str:
+        """"input", "param", "grad_input", ... (ROLE_NAMES)."""
+        return ROLE_NAMES[self.role] if 0 <= self.role < len(ROLE_NAMES) else "role %d" % self.role
+
     def __repr__(self):
-        return "TensorSpec(%s, role=%d, %s%s)" % (self.name, self.role, self.dtype, list(self.shape))
+        return "TensorSpec(%s, %s, %s%s)" % (self.name, self.role_name, self.dtype,
+                                             list(self.shape))
 
 
 class Chain(object):
-    """A compiled chain (a handle of the C ABI). Released when garbage collected or by release()."""
+    """A compiled chain (a handle of the C ABI). Released when garbage collected or by release().
+
+    backward=True compiles the chain's backward pass (fj_compile_backward) instead: its signature
+    is x, the parameters, grad_y (read), grad_x and grad_<param> for every parameter (written in
+    full, deterministically), then the workspace; run it like a forward chain. Raises FusejitError
+    with code 12 (FJ_UNIMPLEMENTED) for a chain without a backward plan (a dtype other than f32, a
+    conv_transpose3d whose output_padding >= stride) or a library without fj_compile_backward."""
 
     def __init__(self, spec: str, arch: Optional[str] = None, device: int = 0,
                  precision: str = "fp32", strategy: Optional[str] = None,
                  tune_config: Optional[str] = None, use_cache: bool = True,
-                 use_tuning: bool = True):
+                 use_tuning: bool = True, backward: bool = False):
         lib = library()
+        self._handle = None
+        compile_fn = lib.fj_compile
+        if backward:
+            compile_fn = getattr(lib, "fj_compile_backward", None)
+            if compile_fn is None:
+                raise FusejitError(12, "the libfusejit.so loaded (%s) has no fj_compile_backward "
+                                       "(C ABI minor %d, the backward needs %d): rebuild or "
+                                       "reinstall it" % (_lib_path, abi_minor(), ABI_MINOR))
         opts = _CompileOptions()
         opts.struct_size = ctypes.sizeof(_CompileOptions)
         opts.arch = arch.encode() if arch else None
@@ -184,9 +233,10 @@ class Chain(object):
         opts.disable_cache = 0 if use_cache else 1
         opts.disable_tuning = 0 if use_tuning else 1
         handle = ctypes.c_void_p()
-        _check(lib.fj_compile(spec.encode(), ctypes.byref(opts), ctypes.byref(handle)))
         self._lib = lib
+        _check(compile_fn(spec.encode(), ctypes.byref(opts), ctypes.byref(handle)))
         self._handle = handle
+        self.backward = bool(backward)
         self.device = int(device)
         out = ctypes.c_char_p()
         _check(lib.fj_chain_spec(handle, ctypes.byref(out)))
@@ -238,7 +288,7 @@ class Chain(object):
                                       ctypes.c_void_p(stream), self.device))
 
     def release(self) -> None:
-        if self._handle is not None:
+        if getattr(self, "_handle", None) is not None:
             _check(self._lib.fj_chain_release(self._handle))
             self._handle = None
 

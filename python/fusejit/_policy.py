@@ -1,5 +1,7 @@
-"""The "auto" policy's decisions (fused or eager, per chain and kind of GPU), stored beside the
-tuning database so that other processes on that kind of GPU reuse them.
+"""The "auto" policy's decisions (fused or eager, per chain, kind of GPU and pass), stored beside
+the tuning database so that other processes on that kind of GPU reuse them. A key is the caller's
+(fusejit.torch._decision_key): an inference decision's has no "pass"; a training step's adds
+"pass": "train" and which gradients it needs, so the two are decided and stored apart.
 
 Same discipline as the kernel cache and the tuning database: one file per key below
 <cache dir>/policy/ (the cache dir from libfusejit: FUSEJIT_CACHE_DIR, else XDG_CACHE_HOME/fusejit,

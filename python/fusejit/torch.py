@@ -15,15 +15,27 @@ How a call runs:
 - Where fusejit cannot run the call (CPU tensors, a dtype or shape without a plan, autocast,
   non-contiguous or misaligned input, a module outside the grammar) the original forward runs
   and a warning says why, once per reason; strict=True raises instead.
-- policy="auto" (default): the first call of each shape times the fused chain against the
-  original forward (CUDA events) and keeps the faster, a decision stored beside the tuning
-  database for other processes on that kind of GPU (fusejit._policy). "fused" / "eager" force one.
-- Gradients: when x or a parameter requires grad, backward differentiates PyTorch's own
-  evaluation of the chain (strict fp32, no TF32) recomputed from the saved input and parameters;
-  a fused backward will replace it. Until it does, policy="auto" runs calls that need gradients on
-  a module in training mode (`.train()`, the default) with the original forward, since fused
-  forward + recomputed backward would be the slower training step; in eval mode, under
-  torch.no_grad() / inference_mode, and with policy="fused" the fused forward runs.
+- policy="auto" (default): the first call of each shape (and pass: inference or training, below)
+  times the fused chain against the original forward (CUDA events) and keeps the faster, a
+  decision stored beside the tuning database for other processes on that kind of GPU
+  (fusejit._policy). "fused" / "eager" force one.
+- Gradients: when x or a parameter requires grad, backward runs fusejit's fused backward of the
+  chain (fusejit::CompileBackward, compiled per shape and device like the forward and cached):
+  it recomputes what it needs from the saved input and parameters, writes dL/dx and every
+  dL/dparam in fp32 and is deterministic (two backward runs give bitwise identical gradients).
+  For a chain it has no backward plan for (a dtype other than float32, a conv_transpose3d whose
+  output_padding >= stride) backward differentiates PyTorch's own evaluation of the chain (strict
+  fp32, no TF32) recomputed from the saved input, with a warning saying why, once per chain;
+  strict=True raises instead, at the forward of a training call. The backward builds no graph
+  (once differentiable): a double backward through it is an error.
+- Passes of the auto policy: an inference call (no gradients needed: torch.no_grad /
+  inference_mode, nothing requiring grad, or a module in eval mode) is timed as the forward
+  alone; a training call (gradients needed on a module in training mode, `.train()`, the
+  default) as a whole step, fused forward + fused backward against the original forward +
+  PyTorch's backward (nothing accumulated into .grad). A training call of a chain without a
+  fused backward runs the original forward (fused forward + recomputed backward would be the
+  slower step), with the warning above; policy="fused" runs the fused forward there and the
+  recomputed backward.
 - Registered as the custom op torch.ops.fusejit.chain (torch >= 2.4) with a fake implementation,
   so torch.compile keeps it in its graph.
 """
@@ -38,6 +50,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+from torch.autograd.function import once_differentiable
 
 from . import _chain, _lib, _policy
 
@@ -66,6 +79,10 @@ class Unsupported(Exception):
 _REFUSALS = (3, 12)  # FJ_INVALID_ARGUMENT, FJ_UNIMPLEMENTED: the chain has no plan here
 _compiled_lock = threading.Lock()
 _compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a FusejitError
+_compiled_bwd = {}  # type: Dict[Tuple[str, int], object]   # the same for the backward
+# Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
+# fused backward and by the eager fallback.
+_stats = {"fused_backward": 0, "eager_backward": 0}
 _ops_cache = {}  # type: Dict[str, list]
 
 
@@ -76,29 +93,86 @@ def _ops(spec: str):
     return ops
 
 
-def _compiled_chain(spec: str, device: int):
-    """The compiled chain of `spec` for CUDA device `device`, loaded there. Raises FusejitError;
-    refusals of the chain itself (invalid, no plan) are remembered, so they are not recompiled on
-    every call, other failures (driver, I/O) are tried again on the next call."""
+def _compile_cached(cache: dict, spec: str, device: int, backward: bool):
+    """The compiled chain of `spec` (its backward with backward=True) for CUDA device `device`,
+    loaded there. Raises FusejitError; refusals of the chain itself (invalid, no plan) are
+    remembered, so they are not recompiled on every call, other failures (driver, I/O) are tried
+    again on the next call."""
     key = (spec, device)
-    c = _compiled.get(key)
+    c = cache.get(key)
     if c is None:
         with _compiled_lock:
-            c = _compiled.get(key)
+            c = cache.get(key)
             if c is None:
                 try:
                     with torch.cuda.device(device):
-                        c = _lib.Chain(spec, device=device)
+                        c = _lib.Chain(spec, device=device, backward=backward)
                         c.load()
+                    if backward:
+                        _check_backward_layout(c, spec)
                 except _lib.FusejitError as e:
                     if e.code not in _REFUSALS:
                         raise
                     c = e
-                _compiled[key] = c
+                cache[key] = c
     if isinstance(c, Exception):
         raise c
     return c
 
+
+def _compiled_chain(spec: str, device: int):
+    """The forward of `spec` for `device` (see _compile_cached)."""
+    return _compile_cached(_compiled, spec, device, backward=False)
+
+
+def _compiled_backward(spec: str, device: int):
+    """The backward of `spec` for `device` (see _compile_cached); its signature is checked to be
+    the layout _launch_backward binds."""
+    return _compile_cached(_compiled_bwd, spec, device, backward=True)
+
+
+def _check_backward_layout(chain, spec: str) -> None:
+    """The backward signature _launch_backward relies on (fusejit/signature.h's
+    BackwardSignature): x, the n parameters, grad_y, grad_x, grad_<param> for each parameter in
+    the same order, then the workspace when there is one. Raises FusejitError(12,
+    FJ_UNIMPLEMENTED: this package cannot bind it, a refusal like a chain without a plan)
+    otherwise."""
+    sig = chain.signature
+    n = _chain.param_count(_ops(spec))
+    roles = ([_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_GRAD_OUTPUT,
+             _lib.ROLE_GRAD_INPUT] + [_lib.ROLE_GRAD_PARAM] * n +
+             ([_lib.ROLE_WORKSPACE] if chain.workspace_bytes else []))
+    ok = [t.role for t in sig] == roles and all(
+        sig[n + 3 + i].name == "grad_" + sig[1 + i].name for i in range(n))
+    if not ok:
+        raise _lib.FusejitError(12, "the backward of %s has the signature %s, not x, the "
+                                    "parameters, grad_y, grad_x, grad_<param>... this package "
+                                    "binds" % (spec, sig))
+
+
+def _backward_or_why(spec: str, device: int):
+    """(the compiled backward, None), or (None, why there is none)."""
+    try:
+        return _compiled_backward(spec, device), None
+    except _lib.FusejitError as e:
+        return None, str(e)
+
+
+_backward_warned = set()  # (spec, consequence) already warned about
+
+
+def _warn_no_fused_backward(spec: str, why: str, consequence: str) -> None:
+    """The FusejitWarning that `spec` has no fused backward, once per spec and consequence."""
+    if (spec, consequence) in _backward_warned:
+        return
+    _backward_warned.add((spec, consequence))
+    warnings.warn("fusejit has no fused backward for %s: %s; %s" % (spec, why, consequence),
+                  FusejitWarning, stacklevel=3)
+
+
+_EAGER_GRADIENTS = ("its gradients are PyTorch's evaluation of the chain, recomputed in strict "
+                    "fp32")
+_EAGER_TRAINING = "training calls (policy auto) run the original forward"
 
 _poison_outputs = False  # tests set it: outputs are filled with NaN before each run
 
@@ -112,15 +186,18 @@ def _stream(device: int) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _new_output(shape, dtype, device) -> torch.Tensor:
+    """A tensor fusejit writes in full (contiguous, 512-byte aligned by the caching allocator)."""
+    if _poison_outputs:  # tests: NaN before the run, so an unwritten element shows
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return _empty(shape, dtype=dtype, device=device)
+
+
 def _launch(chain, x: torch.Tensor, pointers: List[int]) -> torch.Tensor:
     """Allocates the output (and workspace) with PyTorch's caching allocator and enqueues `chain`
     on the current stream. `pointers`: x's and the parameters', in signature order (extended)."""
     device = x.device
-    shape = chain.signature[len(pointers)].shape
-    if _poison_outputs:  # tests: NaN before the run, so an unwritten element shows
-        y = torch.full(shape, float("nan"), dtype=x.dtype, device=device)
-    else:
-        y = _empty(shape, dtype=x.dtype, device=device)
+    y = _new_output(chain.signature[len(pointers)].shape, x.dtype, device)
     pointers.append(y.data_ptr())
     if chain.workspace_bytes:
         ws = _empty(chain.workspace_bytes, dtype=torch.uint8, device=device)
@@ -135,11 +212,66 @@ def _run(spec: str, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor
     return _launch(chain, x, [x.data_ptr()] + [p.data_ptr() for p in params])
 
 
+def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor],
+                     grad: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+    """Enqueues the compiled backward `chain` on the current stream and returns (dL/dx,
+    [dL/dparam]), every one of them new and written in full.
+    REQUIRES: x, params (the forward's, in signature order) and grad (dL/dy, the output's shape)
+    are contiguous float32 tensors on chain's device with 16-byte aligned data (the forward's
+    checks, and _aligned_f32 for grad); chain passed _check_backward_layout."""
+    device = x.device
+    sig = chain.signature
+    n = len(params)
+    # grad_x, then grad_<param> for each parameter: signature entries n+2 .. 2n+2
+    grads = [_new_output(t.shape, x.dtype, device) for t in sig[n + 2:2 * n + 3]]
+    pointers = [x.data_ptr()] + [p.data_ptr() for p in params] + [grad.data_ptr()]
+    pointers += [g.data_ptr() for g in grads]
+    if chain.workspace_bytes:  # 256-byte alignment wanted; the caching allocator gives 512
+        ws = _empty(chain.workspace_bytes, dtype=torch.uint8, device=device)
+        pointers.append(ws.data_ptr())  # freed after the enqueue: stream-ordered reuse is safe
+    chain.run_pointers(pointers, _stream(chain.device))
+    return grads[0], grads[1:]
+
+
+def _aligned_f32(t: torch.Tensor) -> torch.Tensor:
+    """`t` as a contiguous float32 tensor with 16-byte aligned data (a copy only when needed: an
+    upstream gradient is often an expanded view, e.g. of sum()'s)."""
+    if t.dtype != torch.float32:
+        t = t.float()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.data_ptr() % 16:
+        t = t.clone()
+    return t
+
+
+def _backward(spec: str, x: torch.Tensor, params: List[torch.Tensor], grad: torch.Tensor,
+              needs: List[bool]):
+    """(dL/dx, [dL/dparam]) of the chain at the saved x and params for the upstream gradient
+    `grad`, None where `needs` (x's, then each parameter's) is False: fusejit's fused backward
+    (which computes them all), else, for a chain without one, _eager_backward with a warning."""
+    chain, why = _backward_or_why(spec, x.device.index)
+    if chain is None:
+        _warn_no_fused_backward(spec, why, _EAGER_GRADIENTS)
+        _stats["eager_backward"] += 1
+        return _eager_backward(spec, x, params, grad, needs)
+    gx, gps = _launch_backward(chain, x, params, _aligned_f32(grad))
+    _stats["fused_backward"] += 1
+    return (gx if needs[0] else None), [g if n else None for g, n in zip(gps, needs[1:])]
+
+
+def _strict_fp32():
+    """A context in which cuDNN's convolutions are strict fp32 (no TF32), other flags kept."""
+    return torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
+                                      deterministic=torch.backends.cudnn.deterministic,
+                                      allow_tf32=False)
+
+
 def _eager_backward(spec, x, params, grad, needs):
-    """Gradients of PyTorch's own evaluation of the chain, in strict fp32 (no TF32)."""
-    with torch.enable_grad(), torch.backends.cudnn.flags(
-            enabled=True, benchmark=torch.backends.cudnn.benchmark,
-            deterministic=torch.backends.cudnn.deterministic, allow_tf32=False):
+    """Gradients of PyTorch's own evaluation of the chain, in strict fp32 (no TF32): the fallback
+    for chains without a fused backward. Computes only the gradients `needs` asks for (x's, then
+    each parameter's); None for the others."""
+    with torch.enable_grad(), _strict_fp32():
         xs = x.detach().requires_grad_(needs[0])
         ps = [p.detach().requires_grad_(n) for p, n in zip(params, needs[1:])]
         y = _chain.eager(_ops(spec), xs, ps)
@@ -171,13 +303,26 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):  # torch >
         ctx.n_params = len(params)
         ctx.save_for_backward(x, *params)
 
+    # The backward as an op of its own, so that torch.compile's AOTAutograd traces it (with fake
+    # tensors) into the backward graph and runs it on real ones: every gradient, dL/dx first.
+    @torch.library.custom_op("fusejit::chain_backward", mutates_args=())
+    def _chain_backward_op(spec: str, x: torch.Tensor, params: List[torch.Tensor],
+                           grad: torch.Tensor) -> List[torch.Tensor]:
+        gx, gps = _backward(spec, x, params, grad, [True] * (1 + len(params)))
+        return [gx] + gps
+
+    @_chain_backward_op.register_fake
+    def _chain_backward_op_fake(spec, x, params, grad):
+        return [x.new_empty(x.shape)] + [p.new_empty(p.shape) for p in params]
+
     def _op_backward(ctx, grad):
         x, *params = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[1:2]) + [p.requires_grad for p in params]
         if len(ctx.needs_input_grad) > 2 and isinstance(ctx.needs_input_grad[2], (list, tuple)):
             needs = [ctx.needs_input_grad[1]] + list(ctx.needs_input_grad[2])
-        gx, gps = _eager_backward(ctx.spec, x, params, grad, [bool(n) for n in needs])
-        return None, gx, gps
+        gx, *gps = _chain_backward_op(ctx.spec, x, params, grad)
+        return (None, gx if needs[0] else None,
+                [g if n else None for g, n in zip(gps, needs[1:])])
 
     _chain_op.register_autograd(_op_backward, setup_context=_setup_context)
     _custom_op = _chain_op
@@ -193,10 +338,11 @@ class _ChainFunction(torch.autograd.Function):
         return _run(spec, x, list(params))
 
     @staticmethod
+    @once_differentiable  # the fused backward builds no graph: differentiating it is an error
     def backward(ctx, grad):
         x, *params = ctx.saved_tensors
         needs = [bool(n) for n in ctx.needs_input_grad[1:]]
-        gx, gps = _eager_backward(ctx.spec, x, params, grad, needs)
+        gx, gps = _backward(ctx.spec, x, params, grad, needs)
         return (None, gx) + tuple(gps)
 
 
@@ -278,7 +424,8 @@ class _State(object):
         self.policy = policy
         self.warned = set()
         self.lock = threading.Lock()
-        self.decided = {}  # type: Dict[Tuple[str, int], str]
+        # (spec, device, None for inference or the training call's gradient mask "0111") -> decision
+        self.decided = {}  # type: Dict[Tuple[str, int, Optional[str]], str]
         self.tail = None  # " | op | op ...": the chain without its input
         self.param_paths = []  # type: List[Tuple[str, str]]  # (chain name, qualified name)
         self.unsupported = None  # type: Optional[str]
@@ -366,11 +513,16 @@ def _spec(st: _State, x) -> str:
     return "x:" + _DTYPES[x.dtype] + "[" + ",".join([str(int(s)) for s in x.shape]) + "]" + st.tail
 
 
-def _decide(self, st: _State, spec: str, x, params) -> str:
-    """'fused' or 'eager' for this call (the auto policy measures on first use of a spec)."""
+def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None) -> str:
+    """'fused' or 'eager' for this call. The auto policy measures on the first call of each
+    (spec, device, pass) and keeps the decision for the module and, in the store, for other
+    processes: an inference call (needs None) is timed as the forward alone, a training call
+    (needs: which of x and the parameters need gradients; backward: the compiled backward) as
+    forward + backward. A decision is "eager" also when the two disagree (with a warning)."""
     if st.policy != "auto":
         return st.policy
-    key = (spec, x.device.index)
+    mask = None if needs is None else "".join("1" if n else "0" for n in needs)
+    key = (spec, x.device.index, mask)
     decision = st.decided.get(key)
     if decision is not None:
         return decision
@@ -379,30 +531,99 @@ def _decide(self, st: _State, spec: str, x, params) -> str:
         if decision is not None:
             return decision
         material = _decision_key(spec, x.device.index)
+        if mask is not None:  # inference keys stay as they were: stored decisions still hold
+            material.update({"pass": "train", "grad": mask})
         store = _decisions()
         entry = store.get(material)
         if entry is None and torch.cuda.is_current_stream_capturing():
             return "fused"  # no timing inside a graph capture; decide on a later call
         if entry is None:
-            with torch.no_grad():
-                y_fused = _run(spec, x, params)
-                y_eager = st.original_forward(self, x)
-                fused_ms = _median_ms(lambda: _run(spec, x, params), 5)
-                eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
-                err = float((y_fused.double() - y_eager.double()).abs().max())
-                scale = float(y_eager.double().abs().max()) + 1e-30
-            agree = y_fused.shape == y_eager.shape and err <= 1e-2 * scale + 1e-3
-            decision = "fused" if agree and fused_ms <= eager_ms else "eager"
-            entry = {"fused_ms": fused_ms, "eager_ms": eager_ms, "max_abs_diff": err,
-                     "decision": decision}
-            store.put(material, decision, entry)
-            if not agree:
-                warnings.warn("fusejit: the fused %s differs from the original forward by %g "
-                              "(max abs); running the original" % (spec, err), FusejitWarning)
+            if mask is None:
+                entry, disagreement = _measure_inference(self, st, spec, x, params)
+            else:
+                entry, disagreement = _measure_training(self, st, spec, x, params, needs, backward)
+            store.put(material, entry["decision"], entry)
+            if disagreement:
+                warnings.warn("fusejit: %s; running the original" % disagreement, FusejitWarning)
         decision = entry["decision"]
         st.decided[key] = decision
         st.last_decision = dict(entry, spec=spec)
         return decision
+
+
+def _max_diff(got: torch.Tensor, want: torch.Tensor):
+    """(max abs difference, whether it is within the auto policy's sanity bound: 1e-2 of want's
+    largest magnitude + 1e-3; loose enough for TF32 in the original)."""
+    if got.shape != want.shape:
+        return float("inf"), False
+    err = float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
+    scale = float(want.double().abs().max()) if want.numel() else 0.0
+    return err, err <= 1e-2 * scale + 1e-3
+
+
+def _measure_inference(self, st: _State, spec: str, x, params):
+    """(decision entry, why the two disagree or None): the fused forward against the original's."""
+    with torch.no_grad():
+        y_fused = _run(spec, x, params)
+        y_eager = st.original_forward(self, x)
+        fused_ms = _median_ms(lambda: _run(spec, x, params), 5)
+        eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
+    err, agree = _max_diff(y_fused, y_eager)
+    decision = "fused" if agree and fused_ms <= eager_ms else "eager"
+    entry = {"pass": "inference", "fused_ms": fused_ms, "eager_ms": eager_ms,
+             "max_abs_diff": err, "decision": decision}
+    why = None if agree else ("the fused %s differs from the original forward by %g (max abs)" %
+                              (spec, err))
+    return entry, why
+
+
+def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
+    """(decision entry, why the two disagree or None): a training step both ways, the fused
+    forward + fused backward (which computes every gradient) against the original forward +
+    PyTorch's backward of the gradients `needs` asks for, timed as the caller runs it; the
+    outputs and gradients compared with the original's in strict fp32. Nothing is accumulated
+    into .grad, and the global RNG is not used."""
+    xs = x.detach().requires_grad_(bool(needs[0]))  # the timed graphs stop at x
+    wrt = [t for t, n in zip([xs] + list(params), needs) if n]
+    with torch.no_grad():
+        y_fused = _run(spec, x, params)
+    gen = torch.Generator(device=x.device)
+    gen.manual_seed(0)
+    g = torch.randn(y_fused.shape, generator=gen, device=x.device, dtype=x.dtype)
+
+    def fused_step():
+        _run(spec, x, params)
+        return _launch_backward(backward, x, params, g)
+
+    def eager_step():
+        with torch.enable_grad():
+            y = st.original_forward(self, xs)
+            return y, torch.autograd.grad(y, wrt, g)
+
+    gx, gps = fused_step()
+    fused_grads = [t for t, n in zip([gx] + gps, needs) if n]
+    # The reference for the agreement check is the original step in strict fp32: TF32's error in
+    # a weight gradient summed with cancellation (W3's) can exceed any useful bound.
+    with _strict_fp32():
+        y_eager, eager_grads = eager_step()
+    fused_ms = _median_ms(fused_step, 5)
+    eager_ms = _median_ms(eager_step, 5)  # with the caller's settings, TF32 included
+    err, agree = _max_diff(y_fused, y_eager.detach())
+    why = None if agree else ("the fused %s differs from the original forward by %g (max abs)" %
+                              (spec, err))
+    names = [n for n, need in zip(["x"] + ["parameter %d" % i for i in range(len(params))], needs)
+             if need]
+    grad_err = 0.0
+    for name, got, want in zip(names, fused_grads, eager_grads):
+        e, ok = _max_diff(got, want)
+        grad_err = max(grad_err, e)
+        if not ok and why is None:
+            why = ("the fused backward of %s differs from PyTorch's in the gradient of %s by %g "
+                   "(max abs)" % (spec, name, e))
+    decision = "fused" if why is None and fused_ms <= eager_ms else "eager"
+    entry = {"pass": "train", "fused_ms": fused_ms, "eager_ms": eager_ms, "max_abs_diff": err,
+             "max_abs_grad_diff": grad_err, "decision": decision}
+    return entry, why
 
 
 class _Ready(object):
@@ -416,8 +637,9 @@ class _Ready(object):
 
 def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
-    # The fast path: a call like an earlier checked one (same shape, dtype, device, parameters),
-    # no autograd, not tracing.
+    # The fast path: an inference call (no gradients needed) like an earlier checked one (same
+    # shape, dtype, device, parameters), not tracing. Calls needing gradients take the checked
+    # path: they have a decision of their own (training) and the autograd op.
     if not _is_compiling() and len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor:
         x = args[0]
         ready = st.ready.get((x.shape, x.dtype, x.device))
@@ -426,18 +648,19 @@ def _fused_forward(self, *args, **kwargs):
             ptrs = [p.data_ptr() for p in params]
             xp = x.data_ptr()
             if (ptrs == ready.param_ptrs and not xp % 16 and x.is_contiguous() and
-                    not _is_autocast_enabled()):
+                    not _is_autocast_enabled() and
+                    not (_is_grad_enabled() and
+                         (x.requires_grad or any(p.requires_grad for p in params)))):
                 if ready.eager:
                     return st.original_forward(self, x)
-                if not (_is_grad_enabled() and
-                        (x.requires_grad or any(p.requires_grad for p in params))):
-                    ptrs.insert(0, xp)
-                    return _launch(ready.chain, x, ptrs)
+                ptrs.insert(0, xp)
+                return _launch(ready.chain, x, ptrs)
     return _checked_forward(self, st, args, kwargs)
 
 
 def _checked_forward(self, st, args, kwargs):
-    """Every check, the compile and the policy decision; remembers the outcome in st.ready."""
+    """Every check, the compile and the policy decision; remembers the inference outcome in
+    st.ready (the fast path's)."""
     if st.unsupported is not None:
         return _fallback(self, st, st.unsupported, args, kwargs)
     if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
@@ -450,23 +673,41 @@ def _checked_forward(self, st, args, kwargs):
     if reason is not None:
         return _fallback(self, st, reason, args, kwargs)
     params = [p for _, p in named]
-    needs_grad = _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
-    if needs_grad and st.policy == "auto" and self.training:
-        # A training step: until the fused backward exists, the original forward with autograd
-        # is the faster step (the fused forward would add its time to eager's recompute).
-        return st.original_forward(self, x)
+    # The gradients this call needs, x's then each parameter's; None: an inference call.
+    needs = None
+    if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        needs = [x.requires_grad] + [p.requires_grad for p in params]
     spec = _spec(st, x)
+    device = x.device.index
     try:
-        chain = _compiled_chain(spec, x.device.index)
+        chain = _compiled_chain(spec, device)
     except _lib.FusejitError as e:
         return _fallback(self, st, str(e), args, kwargs)
-    decision = _decide(self, st, spec, x, params)
-    if st.policy != "auto" or (spec, x.device.index) in st.decided:  # final, not provisional
-        st.ready[(x.shape, x.dtype, x.device)] = _Ready(chain, decision == "eager",
+    # A training call (gradients needed, module in training mode) is followed by a backward: its
+    # fused backward is compiled now (a cache hit later), so that the auto policy can time the
+    # step and strict=True can refuse a chain without one. Other calls needing gradients compile
+    # it on their first backward.
+    training = needs is not None and self.training
+    backward = None
+    if st.policy != "eager" and (training or (needs is not None and st.strict)):
+        backward, why = _backward_or_why(spec, device)
+        if backward is None:
+            if st.strict:
+                raise Unsupported("fusejit cannot differentiate this call of %s: %s" %
+                                  (type(self).__name__, why))
+            if st.policy == "auto":  # fused forward + recomputed backward: the slower step
+                _warn_no_fused_backward(spec, why, _EAGER_TRAINING)
+                return st.original_forward(self, x)
+    step = training and backward is not None  # decided as a training step
+    decision = _decide(self, st, spec, x, params, needs if step else None, backward)
+    # The fast path serves inference calls with the inference decision, once it is final.
+    inference = st.policy if st.policy != "auto" else st.decided.get((spec, device, None))
+    if inference is not None:
+        st.ready[(x.shape, x.dtype, x.device)] = _Ready(chain, inference == "eager",
                                                        [p.data_ptr() for p in params])
     if decision == "eager":
         return st.original_forward(self, x)
-    if needs_grad:
+    if needs is not None:
         return _call_op(spec, x, params)
     return _run(spec, x, params)
 

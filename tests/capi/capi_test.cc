@@ -20,6 +20,13 @@ fj_compile_options Sm90() {
   return o;
 }
 
+fj_chain* CompileBackwardOrDie(const char* spec) {
+  fj_compile_options o = Sm90();
+  fj_chain* chain = nullptr;
+  EXPECT_EQ(fj_compile_backward(spec, &o, &chain), FJ_OK) << fj_last_error();
+  return chain;
+}
+
 fj_chain* CompileOrDie(const char* spec) {
   fj_compile_options o = Sm90();
   fj_chain* chain = nullptr;
@@ -29,6 +36,7 @@ fj_chain* CompileOrDie(const char* spec) {
 
 TEST(CApi, VersionAndCanonicalSpec) {
   EXPECT_EQ(fj_abi_version(), FUSEJIT_C_ABI_VERSION);
+  EXPECT_EQ(fj_abi_minor(), FUSEJIT_C_ABI_MINOR);
   EXPECT_NE(std::string(fj_version()), "");
   const char* canonical = nullptr;
   ASSERT_EQ(fj_canonical_spec("x : f32[1,3,4,4,4]|silu", &canonical), FJ_OK);
@@ -115,6 +123,171 @@ TEST(CApi, ErrorsSayWhatWasWrongAndWhatWouldBeRight) {
 
   EXPECT_EQ(fj_compile(nullptr, nullptr, &chain), FJ_INVALID_ARGUMENT);
   EXPECT_EQ(fj_compile(kSpec, nullptr, nullptr), FJ_INVALID_ARGUMENT);
+}
+
+TEST(CApi, RolesHaveTheirSignatureNames) {
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_INPUT), "input");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_OUTPUT), "output");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_PARAM), "param");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_WORKSPACE), "workspace");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_GRAD_OUTPUT), "grad_output");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_GRAD_INPUT), "grad_input");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_GRAD_PARAM), "grad_param");
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_SAVED), "saved");
+  EXPECT_EQ(fj_role_name(-1), nullptr);
+  EXPECT_EQ(fj_role_name(FJ_ROLE_SAVED + 1), nullptr);
+}
+
+// The backward of kSpec: x and the parameters read, grad_y read, grad_x and a grad_ per parameter
+// written, then the workspace; the same handle type, so every fj_chain_* accessor works on it.
+TEST(CApi, CompileBackwardGivesTheGradientSignature) {
+  fj_chain* chain = CompileBackwardOrDie(kSpec);
+  ASSERT_NE(chain, nullptr);
+  const char* spec = nullptr;
+  ASSERT_EQ(fj_chain_spec(chain, &spec), FJ_OK);
+  EXPECT_STREQ(spec, "x:f32[2,3,8,8,8] | conv3d(out=8,k=3) | swish | group_norm(groups=2,eps=1e-5)");
+  const char* strategy = nullptr;
+  ASSERT_EQ(fj_chain_strategy(chain, &strategy), FJ_OK);
+  EXPECT_NE(std::string(strategy), "");
+  const char* explain = nullptr;
+  ASSERT_EQ(fj_chain_explain(chain, &explain), FJ_OK);
+  EXPECT_NE(std::string(explain).find("grad_x f32[2,3,8,8,8] grad_input\n"), std::string::npos)
+      << explain;
+
+  size_t count = 0, workspace = 0;
+  ASSERT_EQ(fj_chain_tensor_count(chain, &count), FJ_OK);
+  ASSERT_EQ(fj_chain_workspace_bytes(chain, &workspace), FJ_OK);
+  struct Expected {
+    std::string name;
+    int role;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Expected> expected = {
+      {"x", FJ_ROLE_INPUT, {2, 3, 8, 8, 8}},
+      {"0.weight", FJ_ROLE_PARAM, {8, 3, 3, 3, 3}},
+      {"0.bias", FJ_ROLE_PARAM, {8}},
+      {"2.weight", FJ_ROLE_PARAM, {8}},
+      {"2.bias", FJ_ROLE_PARAM, {8}},
+      {"grad_y", FJ_ROLE_GRAD_OUTPUT, {2, 8, 6, 6, 6}},
+      {"grad_x", FJ_ROLE_GRAD_INPUT, {2, 3, 8, 8, 8}},
+      {"grad_0.weight", FJ_ROLE_GRAD_PARAM, {8, 3, 3, 3, 3}},
+      {"grad_0.bias", FJ_ROLE_GRAD_PARAM, {8}},
+      {"grad_2.weight", FJ_ROLE_GRAD_PARAM, {8}},
+      {"grad_2.bias", FJ_ROLE_GRAD_PARAM, {8}},
+  };
+  ASSERT_GT(workspace, 0u);  // this plan keeps u and grad_u there
+  expected.push_back({"workspace", FJ_ROLE_WORKSPACE, {static_cast<int64_t>(workspace)}});
+  ASSERT_EQ(count, expected.size());
+  for (size_t i = 0; i < count; ++i) {
+    fj_tensor_info t;
+    ASSERT_EQ(fj_chain_tensor(chain, i, &t), FJ_OK);
+    SCOPED_TRACE(t.name);
+    EXPECT_EQ(t.name, expected[i].name);
+    EXPECT_EQ(t.role, expected[i].role) << fj_role_name(t.role);
+    ASSERT_EQ(t.ndim, static_cast<int>(expected[i].shape.size()));
+    for (int d = 0; d < t.ndim; ++d) EXPECT_EQ(t.shape[d], expected[i].shape[d]) << d;
+    if (t.role == FJ_ROLE_WORKSPACE) {
+      EXPECT_EQ(t.bytes, workspace);
+      EXPECT_EQ(t.alignment, 256u);
+    } else {
+      EXPECT_EQ(t.dtype, FJ_DTYPE_F32);
+      size_t elements = 1;
+      for (int d = 0; d < t.ndim; ++d) elements *= static_cast<size_t>(t.shape[d]);
+      EXPECT_EQ(t.bytes, elements * 4);
+      EXPECT_EQ(t.alignment, 16u);
+    }
+  }
+
+  // Runs are checked against this signature before any driver is needed.
+  const fj_deviceptr p = 0x10000;
+  std::vector<fj_deviceptr> ptrs(count, p);
+  EXPECT_EQ(fj_chain_run_tensors(chain, ptrs.data(), count - 1, nullptr, 0), FJ_INVALID_ARGUMENT);
+  ptrs[6] = 0;  // grad_x
+  EXPECT_EQ(fj_chain_run_tensors(chain, ptrs.data(), count, nullptr, 0), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("grad_x (grad_input) f32[2,3,8,8,8] is null"),
+            std::string::npos)
+      << fj_last_error();
+  {
+    const char* names[] = {"x", "0.weight", "0.bias", "2.weight", "2.bias", "grad_y", "grad_x"};
+    const fj_deviceptr named[] = {p, p, p, p, p, p, p};
+    EXPECT_EQ(fj_chain_run(chain, names, named, 7, nullptr, 0), FJ_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fj_last_error())
+                  .find("grad_0.weight (grad_param) f32[8,3,3,3,3] is missing"),
+              std::string::npos)
+        << fj_last_error();
+  }
+  EXPECT_EQ(fj_chain_release(chain), FJ_OK);
+  EXPECT_EQ(fj_chain_release(chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("fj_compile_backward"), std::string::npos);
+}
+
+TEST(CApi, CompileBackwardOfAChainWithoutProducerOrBias) {
+  fj_chain* chain = CompileBackwardOrDie(
+      "x:f32[2,8,4,5,6] | group_norm(groups=4) | mean(dims=[2,3,4])");
+  ASSERT_NE(chain, nullptr);
+  size_t count = 0;
+  ASSERT_EQ(fj_chain_tensor_count(chain, &count), FJ_OK);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    fj_tensor_info t;
+    ASSERT_EQ(fj_chain_tensor(chain, i, &t), FJ_OK);
+    names.push_back(t.name);
+    if (names.back() == "grad_y") {
+      ASSERT_EQ(t.ndim, 2);  // the output's shape
+      EXPECT_EQ(t.shape[0], 2);
+      EXPECT_EQ(t.shape[1], 8);
+    }
+  }
+  std::vector<std::string> expected = {"x", "0.weight", "0.bias", "grad_y", "grad_x",
+                                       "grad_0.weight", "grad_0.bias"};
+  size_t workspace = 0;
+  ASSERT_EQ(fj_chain_workspace_bytes(chain, &workspace), FJ_OK);
+  if (workspace > 0) expected.push_back("workspace");
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(fj_chain_release(chain), FJ_OK);
+}
+
+TEST(CApi, CompileBackwardErrorsSayWhatWasWrong) {
+  fj_compile_options o = Sm90();
+  fj_chain* chain = reinterpret_cast<fj_chain*>(0x1);
+  EXPECT_EQ(fj_compile_backward("x:f32[2,3,8,8,8] | conv3d(out=8,k=3,strde=2)", &o, &chain),
+            FJ_INVALID_ARGUMENT);
+  EXPECT_EQ(chain, nullptr);
+  EXPECT_NE(std::string(fj_last_error()).find("strde"), std::string::npos) << fj_last_error();
+
+  EXPECT_EQ(fj_compile_backward("x:bf16[2,3,8,8,8] | conv3d(out=8,k=3) | relu", &o, &chain),
+            FJ_UNIMPLEMENTED);
+  EXPECT_EQ(chain, nullptr);
+  EXPECT_NE(std::string(fj_last_error()).find("bf16"), std::string::npos) << fj_last_error();
+  EXPECT_NE(std::string(fj_last_error()).find("f32"), std::string::npos) << fj_last_error();
+
+  // Its data gradient would not be a plain conv3d: no backward plan (the forward has one).
+  const char* wide_padding =
+      "x:f32[1,4,5,5,5] | conv_transpose3d(out=4,k=3,stride=1,dilation=2,output_padding=1) | relu";
+  EXPECT_EQ(fj_compile_backward(wide_padding, &o, &chain), FJ_UNIMPLEMENTED);
+  EXPECT_NE(std::string(fj_last_error()).find("output_padding"), std::string::npos)
+      << fj_last_error();
+  fj_chain* forward = CompileOrDie(wide_padding);
+  EXPECT_EQ(fj_chain_release(forward), FJ_OK);
+
+  o.strategy = "elementwise";  // names a forward plan
+  EXPECT_EQ(fj_compile_backward("x:f32[2,3,8,8,8] | relu", &o, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("strategy"), std::string::npos) << fj_last_error();
+
+  o = Sm90();
+  o.precision = "fp16";
+  EXPECT_EQ(fj_compile_backward(kSpec, &o, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("fj_compile_backward: precision 'fp16'"),
+            std::string::npos)
+      << fj_last_error();
+  o = Sm90();
+  o.struct_size = 3;
+  EXPECT_EQ(fj_compile_backward(kSpec, &o, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("struct_size"), std::string::npos);
+  EXPECT_EQ(fj_compile_backward(nullptr, nullptr, &chain), FJ_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fj_last_error()).find("fj_compile_backward: spec is NULL"),
+            std::string::npos);
+  EXPECT_EQ(fj_compile_backward(kSpec, nullptr, nullptr), FJ_INVALID_ARGUMENT);
 }
 
 TEST(CApi, MisusedHandlesAreRefused) {

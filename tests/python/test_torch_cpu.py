@@ -1,6 +1,7 @@
 """fusejit.torch without a GPU: the drop-in's classes and modules, parameter sharing, fallbacks and
-their warnings, strict errors, the eager evaluation used for shapes and gradients, the policy
-store's integrity, and the installed package. Needs libfusejit.so (FUSEJIT_LIBRARY or build/)."""
+their warnings, strict errors, the eager evaluation used for shapes and gradients, the backward's
+binding and its fallback decisions (with the GPU parts mocked), the policy store's integrity, and
+the installed package. Needs libfusejit.so (FUSEJIT_LIBRARY or build/)."""
 import inspect
 import os
 import subprocess
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 import fusejit
 import fusejit.torch as fj
-from fusejit import _chain, _policy
+from fusejit import _chain, _lib, _policy
 from seed_models import SEEDS
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -203,6 +204,180 @@ def test_library_errors_say_what_is_wrong():
         chain.run({"x": 256, "w": 256, "0.weight": 256, "0.bias": 256, "y": 256})
     chain.release()
     chain.release()  # a second release of the Python object is a no-op
+
+
+# ---- the backward: binding, layout, fallbacks (GPU parts mocked) -----------------------------
+
+BWD_SPEC = "x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | swish | group_norm(groups=2)"
+
+
+def test_backward_chain_binding_for_an_explicit_arch():
+    assert _lib.has_backward() and _lib.abi_minor() >= _lib.ABI_MINOR
+    chain = fusejit.Chain(BWD_SPEC, arch="sm_90", backward=True)
+    assert chain.backward
+    names = [t.name for t in chain.signature]
+    params = ["0.weight", "0.bias", "2.weight", "2.bias"]
+    expected = ["x"] + params + ["grad_y", "grad_x"] + ["grad_" + p for p in params]
+    assert names == expected + (["workspace"] if chain.workspace_bytes else [])
+    roles = {t.name: t.role_name for t in chain.signature}
+    assert roles["x"] == "input" and roles["0.weight"] == "param"
+    assert roles["grad_y"] == "grad_output" and roles["grad_x"] == "grad_input"
+    assert roles["grad_2.bias"] == "grad_param"
+    assert chain.tensor("grad_y").shape == (2, 4, 6, 6, 6)
+    assert chain.tensor("grad_x").shape == (2, 3, 8, 8, 8)
+    assert chain.tensor("grad_0.weight").shape == (4, 3, 3, 3, 3)
+    if chain.workspace_bytes:
+        assert chain.tensor("workspace").alignment == 256
+    fj._check_backward_layout(chain, fusejit.canonical_spec(BWD_SPEC))  # the layout it binds
+    forward = fusejit.Chain(BWD_SPEC, arch="sm_90")
+    assert not forward.backward
+    with pytest.raises(fusejit.FusejitError, match="not x, the parameters, grad_y"):
+        fj._check_backward_layout(forward, fusejit.canonical_spec(BWD_SPEC))
+    pointers = [256] * len(names)
+    pointers[names.index("grad_x")] = 0
+    with pytest.raises(fusejit.FusejitError, match="grad_x .grad_input. f32.2,3,8,8,8. is null"):
+        chain.run_pointers(pointers)  # checked before any driver is needed
+
+
+def test_backward_refusals_are_unimplemented():
+    with pytest.raises(fusejit.FusejitError, match="bf16") as e:
+        fusejit.Chain("x:bf16[1,3,8,8,8] | relu", arch="sm_90", backward=True)
+    assert e.value.code == 12
+    with pytest.raises(fusejit.FusejitError, match="output_padding") as e:
+        fusejit.Chain("x:f32[1,4,5,5,5] | conv_transpose3d(out=4,k=3,output_padding=1,"
+                      "dilation=2) | relu", arch="sm_90", backward=True)
+    assert e.value.code == 12
+    with pytest.raises(fusejit.FusejitError, match="strategy") as e:
+        fusejit.Chain("x:f32[1,3,8,8,8] | relu", arch="sm_90", strategy="elementwise",
+                      backward=True)
+    assert e.value.code == 3
+
+
+def _refuse_backward(monkeypatch, why="no backward plan for dtype f64: only f32 chains have one"):
+    def refuse(spec, device):
+        raise _lib.FusejitError(12, why)
+    monkeypatch.setattr(fj, "_compiled_backward", refuse)
+    monkeypatch.setattr(fj, "_backward_warned", set())
+
+
+@pytest.mark.parametrize("needs_x", [True, False])
+def test_backward_without_a_fused_one_is_eagers_with_one_warning(monkeypatch, needs_x):
+    _refuse_backward(monkeypatch)
+    cls, init, _, _, small = SEEDS["W1"]
+    model = randomized(cls(*init), seed=4).double()
+    fast = fj.fuse(model)
+    st = fast.__dict__["_fusejit"]
+    params = [fj._get(fast, path) for _, path in st.param_paths]
+    x = torch.randn(*small, dtype=torch.float64, requires_grad=needs_x)
+    y = model(x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    spec = fusejit.canonical_spec(fj._spec(st, x.detach().float()))
+    before = dict(fj._stats)
+    needs = [needs_x] + [True] * len(params)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            gx, gps = fj._backward(spec, x.detach(), [p.detach() for p in params], g, needs)
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(ours) == 1, ours
+    assert "no fused backward for " + spec in ours[0] and "only f32 chains" in ours[0]
+    assert fj._stats["eager_backward"] == before["eager_backward"] + 2
+    assert fj._stats["fused_backward"] == before["fused_backward"]
+    assert (gx is not None) == needs_x
+    if needs_x:
+        assert torch.allclose(gx, x.grad, rtol=1e-10, atol=1e-12)
+    for p, gp in zip(params, gps):
+        assert torch.allclose(gp, p.grad, rtol=1e-10, atol=1e-12)
+
+
+def _pretend_cuda(monkeypatch):
+    """The forward's checks pass for CPU tensors and the fused forward is PyTorch's evaluation,
+    so that the module's decisions and autograd wiring run without a GPU."""
+    monkeypatch.setattr(fj, "_why_not", lambda x, named: None)
+    monkeypatch.setattr(fj, "_compiled_chain", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_run", lambda spec, x, params: _chain.eager(fj._ops(spec), x, params))
+
+
+def test_training_without_a_fused_backward(monkeypatch):
+    """auto: the original forward (the faster step), with a warning saying why; fused: the fused
+    forward and the eager backward, warned once; strict: an error at the forward."""
+    _pretend_cuda(monkeypatch)
+    _refuse_backward(monkeypatch, why="no plan XYZ")
+    cls, init, _, _, small = SEEDS["W2"]
+    model = randomized(cls(*init), seed=5)
+    x = torch.randn(*small)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        auto = fj.fuse(model)  # policy auto, training mode
+        y = auto(x)
+        auto(x)
+    assert "ChainFunction" not in type(y.grad_fn).__name__ and not auto.__dict__["_fusejit"].ready
+    assert torch.equal(y, model(x))
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(ours) == 1 and "no plan XYZ" in ours[0] and "original forward" in ours[0], ours
+
+    with pytest.raises(fj.Unsupported, match="cannot differentiate.*no plan XYZ"):
+        fj.fuse(model, strict=True, policy="fused")(x)
+
+    before = fj._stats["eager_backward"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = fj.fuse(model, policy="fused")(x)
+        assert "ChainFunction" in type(y.grad_fn).__name__
+        g = torch.randn_like(y)
+        grads = torch.autograd.grad(y, list(model.parameters()), g)
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(ours) == 1 and "recomputed in strict fp32" in ours[0], ours
+    assert fj._stats["eager_backward"] == before + 1
+    want = torch.autograd.grad(model(x), list(model.parameters()), g)
+    for got, w in zip(grads, want):
+        assert torch.allclose(got, w, rtol=1e-4, atol=1e-5)
+
+
+def test_training_calls_are_decided_as_steps(monkeypatch):
+    """With a fused backward, a training call is decided as a training step (the gradients it
+    needs and the backward); an eval-mode or no-grad call as inference; the fast path serves only
+    the inference decision."""
+    _pretend_cuda(monkeypatch)
+    backward = object()
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: backward)
+    calls = []
+
+    def decide(self, st, spec, x, params, needs=None, backward=None):
+        calls.append((needs, backward))
+        return "eager"
+    monkeypatch.setattr(fj, "_decide", decide)
+    cls, init, _, _, small = SEEDS["W4"]
+    model = randomized(cls(*init))
+    model.conv.bias.requires_grad_(False)
+    fast = fj.fuse(model)
+    x = torch.randn(*small)
+    fast(x)
+    assert calls[-1] == ([False, True, False, True, True], backward)
+    fast(x.requires_grad_(True))
+    assert calls[-1] == ([True, True, False, True, True], backward)
+    fast.eval()
+    fast(x)
+    assert calls[-1] == (None, None)
+    fast.train()
+    with torch.no_grad():
+        fast(x)
+    assert calls[-1] == (None, None)
+
+
+def test_a_backward_through_the_fused_backward_is_refused(monkeypatch):
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs: (
+        None, [torch.ones_like(p) for p in params]))
+    cls, init, _, _, small = SEEDS["W4"]
+    fast = fj.fuse(randomized(cls(*init)), policy="fused")
+    y = fast(torch.randn(*small))
+    g = torch.randn_like(y, requires_grad=True)
+    (gw, *_) = torch.autograd.grad(y, list(fast.parameters()), g, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gw.sum().backward()
 
 
 # ---- the policy store ------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """fusejit.torch on a GPU: the seed models and random modules through the drop-in against float64,
-outputs NaN-poisoned before each run and two runs bitwise identical; gradients against float64
-autograd; torch.compile; CUDA graph capture and replay; two threads on two streams; the auto
-policy. Skipped (with the reason) where torch has no CUDA device."""
+outputs NaN-poisoned before each run and two runs bitwise identical; the fused backward's
+gradients against float64 autograd (NaN-poisoned too, bitwise stable), and the eager fallback for
+chains without one; torch.compile (inference and training); CUDA graph capture and replay; two
+threads on two streams; the auto policy for inference and training calls. Skipped (with the
+reason) where torch has no CUDA device."""
 import copy
 import threading
 import warnings
 
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import fusejit.torch as fj
 from seed_models import SEEDS
@@ -84,23 +88,151 @@ def test_random_modules(seed):
     check_forward(model, x)
 
 
-@pytest.mark.parametrize("wid", sorted(SEEDS))
-def test_gradients_match_float64_autograd(wid):
-    cls, init, _, _, small = SEEDS[wid]
-    model = randomized(cls(*init), seed=2).cuda()
-    fast = fj.fuse(model, strict=True, policy="fused")
-    x = torch.randn(*small, device="cuda", requires_grad=True)
+# ---- gradients -----------------------------------------------------------------------------------
+
+class ConvReluNormMean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return self.gn(torch.relu(self.conv(x))).mean(dim=[2, 3, 4])
+
+
+class ConvTransposeStride2Gelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        return F.gelu(self.up(x))
+
+
+class GroupNormOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gn = nn.GroupNorm(4, 8, eps=1e-3)
+
+    def forward(self, x):
+        return self.gn(x)
+
+
+class WideOutputPadding(nn.Module):
+    """conv_transpose3d with output_padding >= stride: fusejit has a forward, no fused backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose3d(4, 4, 3, stride=1, output_padding=1, dilation=2)
+
+    def forward(self, x):
+        return torch.relu(self.up(x))
+
+
+# name -> (a new float32 module, input shape): the seeds at their small shapes and a few more
+GRAD_CASES = dict(
+    {wid: (lambda c=SEEDS[wid]: c[0](*c[1]), SEEDS[wid][4]) for wid in SEEDS},
+    **{"conv3d-relu-gn-mean": (ConvReluNormMean, (2, 4, 6, 7, 8)),
+       "convT-s2-gelu": (ConvTransposeStride2Gelu, (2, 4, 4, 5, 6)),
+       "gn-only": (GroupNormOnly, (2, 8, 5, 6, 7))})
+
+
+def check_gradients(model, shape, needs_x=True, fused_backward=True, seed=0):
+    """The drop-in (policy fused) trained one step on loss = (y * g).sum(), random g: x.grad and
+    every parameter's .grad against float64 autograd of a float64 copy (rel <= 1e-5, fully
+    written: the gradients are NaN-poisoned before the run); which backward ran; two more
+    backward runs of one graph bitwise identical."""
+    ref = f64(model)
+    fast = fj.fuse(model, strict=fused_backward, policy="fused")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(*shape, device="cuda", generator=gen).requires_grad_(needs_x)
+    before = dict(fj._stats)
     y = fast(x)
+    assert "ChainFunction" in type(y.grad_fn).__name__
+    g = torch.randn(y.shape, device="cuda", generator=gen)
+    (y * g).sum().backward()
+    ran = "fused_backward" if fused_backward else "eager_backward"
+    assert fj._stats[ran] == before[ran] + 1, (fj._stats, before)
+    names = ["x"] + [n for n, _ in model.named_parameters()]
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    xd = x.detach().double().requires_grad_(needs_x)
+    (ref(xd) * g.double()).sum().backward()
+    want = [xd.grad] + [p.grad for p in ref.parameters()]
+    for name, a, b in zip(names, got, want):
+        if name == "x" and not needs_x:
+            assert a is None
+            continue
+        assert a is not None and not torch.isnan(a).any(), name + ": not written in full"
+        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+    inputs = ([x] if needs_x else []) + list(model.parameters())
+    y = fast(x)
+    first = torch.autograd.grad(y, inputs, g, retain_graph=True)
+    second = torch.autograd.grad(y, inputs, g)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b), "two backward runs differ"
+
+
+@pytest.mark.parametrize("case", sorted(GRAD_CASES))
+def test_fused_backward_matches_float64_autograd(case):
+    make, shape = GRAD_CASES[case]
+    torch.manual_seed(0)
+    check_gradients(randomized(make(), seed=2).cuda(), shape)
+
+
+def test_fused_backward_of_parameters_only():
+    """x not requiring grad (a first layer): the parameters' gradients, x.grad left None."""
+    make, shape = GRAD_CASES["W2"]
+    check_gradients(randomized(make(), seed=3).cuda(), shape, needs_x=False)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_modules_gradients(seed):
+    model = randomized(RandomChain(seed), seed).cuda()
+    st = fj.fuse(model).__dict__["_fusejit"]
+    spec = fj._spec(st, torch.empty(model.shape, device="cuda"))
+    has_fused = fj._backward_or_why(spec, 0)[0] is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fj.FusejitWarning)  # chains without a fused backward
+        check_gradients(model, model.shape, fused_backward=has_fused, seed=seed)
+
+
+def test_a_chain_without_fused_backward():
+    """auto: training calls run the original forward; fused: the fused forward with the eager
+    backward (strict fp32); a warning says why, once each."""
+    model = randomized(WideOutputPadding()).cuda()
+    shape = (2, 4, 5, 5, 5)
+    x = torch.randn(*shape, device="cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        auto = fj.fuse(model)
+        y = auto(x)
+        auto(x)
+        assert "ChainFunction" not in type(y.grad_fn).__name__
+        check_gradients(model, shape, fused_backward=False)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(msgs) == 2, msgs
+    assert all("output_padding" in m for m in msgs), msgs
+    assert "original forward" in msgs[0] and "strict fp32" in msgs[1], msgs
+    with pytest.raises(fj.Unsupported, match="output_padding"):
+        fj.fuse(model, strict=True, policy="fused")(x)
+
+
+def test_torch_compile_trains_with_the_fused_backward():
+    cls, init, _, _, small = SEEDS["W1"]
+    model = randomized(cls(*init), seed=4).cuda()
+    ref = f64(model)
+    compiled = torch.compile(fj.fuse(model, strict=True, policy="fused"), fullgraph=True)
+    x = torch.randn(*small, device="cuda", requires_grad=True)
+    before = fj._stats["fused_backward"]
+    y = compiled(x)
     g = torch.randn_like(y)
-    y.backward(g)
-    grads = [x.grad] + [p.grad for p in model.parameters()]
-    ref_model = randomized(cls(*init), seed=2).cuda().double()
+    (y * g).sum().backward()
+    assert fj._stats["fused_backward"] == before + 1
     xd = x.detach().double().requires_grad_(True)
-    ref_model(xd).backward(g.double())
-    refs = [xd.grad] + [p.grad for p in ref_model.parameters()]
-    for got, want in zip(grads, refs):
-        assert got is not None and not torch.isnan(got).any()
-        assert rel_err(got, want) <= 1e-5, rel_err(got, want)
+    (ref(xd) * g.double()).sum().backward()
+    for a, b in zip([x.grad] + [p.grad for p in model.parameters()],
+                    [xd.grad] + [p.grad for p in ref.parameters()]):
+        assert rel_err(a, b) <= 1e-5, rel_err(a, b)
 
 
 def test_torch_compile_keeps_the_fused_op():
@@ -242,18 +374,53 @@ def test_parameter_changes_are_seen_by_later_calls():
     assert model.conv.weight.grad is not None and x.grad is None
 
 
-def test_auto_policy_trains_with_the_original_forward():
-    """Until the fused backward exists, a training step is fastest as eager's own."""
-    cls, init, _, _, small = SEEDS["W4"]
+def test_auto_policy_decides_training_steps_apart(monkeypatch):
+    """A training call is timed as a step (fused forward + backward against the original forward +
+    autograd), nothing accumulated into .grad by the timing, its decision followed and kept apart
+    from the inference decision."""
+    monkeypatch.setenv("FUSEJIT_DISABLE_TUNING", "1")  # decide afresh, not from a stored decision
+    monkeypatch.setattr(fj, "_store", None)
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default, as users run it
+    cls, init, shape, _, _ = SEEDS["W4"]
     model = randomized(cls(*init)).cuda()
     fast = fj.fuse(model)  # policy auto, training mode
-    x = torch.randn(*small, device="cuda")
-    y = fast(x)  # grad mode on, parameters require grad: the original forward
-    assert "ChainFunction" not in type(y.grad_fn).__name__
-    assert not fast.__dict__["_fusejit"].ready
-    fast.eval()
-    y = fast(x)  # eval mode: fused, with the recompute backward
-    assert "ChainFunction" in type(y.grad_fn).__name__
+    st = fast.__dict__["_fusejit"]
+    x = torch.rand(*shape, device="cuda")
+    before = fj._stats["fused_backward"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fj.FusejitWarning)  # no disagreement
+        y = fast(x)
+    d = st.last_decision
+    print("training decision:", d)
+    assert d["pass"] == "train" and d["spec"].startswith("x:f32[128,3,24,32,32]")
+    assert (d["decision"] == "fused") == (d["fused_ms"] <= d["eager_ms"]), d
+    assert all(p.grad is None for p in model.parameters())
+    fused = "ChainFunction" in type(y.grad_fn).__name__
+    assert fused == (d["decision"] == "fused")
+    y.sum().backward()
+    assert fj._stats["fused_backward"] == before + fused
+    assert not st.ready  # the fast path waits for an inference decision
+    fast(x)  # decided: no new measurement
+    assert st.last_decision is d
     with torch.no_grad():
-        fast.train()
-        assert fast(x).grad_fn is None and fast.__dict__["_fusejit"].ready
+        fast(x)
+    assert st.last_decision["pass"] == "inference" and st.ready
+    print("inference decision:", st.last_decision)
+
+
+@pytest.mark.parametrize("wid", sorted(SEEDS))
+def test_auto_policy_training_agreement_at_seed_shapes(wid, monkeypatch):
+    """The training measurement finds the fused step and the original's in agreement (its
+    reference is strict fp32, so TF32 in the timed original raises no false alarm, as it would in
+    W3's weight gradient)."""
+    monkeypatch.setenv("FUSEJIT_DISABLE_TUNING", "1")
+    monkeypatch.setattr(fj, "_store", None)
+    torch.backends.cudnn.allow_tf32 = True
+    cls, init, shape, _, _ = SEEDS[wid]
+    fast = fj.fuse(randomized(cls(*init)).cuda())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fj.FusejitWarning)
+        fast(torch.rand(*shape, device="cuda"))
+    d = fast.__dict__["_fusejit"].last_decision
+    print(wid, "training step:", d)
+    assert d["pass"] == "train" and (d["decision"] == "fused") == (d["fused_ms"] <= d["eager_ms"])
