@@ -13,11 +13,7 @@
 namespace fusejit {
 namespace {
 
-Chain Parse(const std::string& spec) {
-  absl::StatusOr<Chain> c = ParseChain(spec);
-  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
-  return c.ok() ? *c : Chain{};
-}
+Chain Parse(const std::string& spec) { return ParseOrFail(spec); }
 
 CompileOptions Arch(const char* arch) {
   CompileOptions o;

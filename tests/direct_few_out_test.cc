@@ -12,11 +12,7 @@
 namespace fusejit {
 namespace {
 
-Chain Parse(const std::string& spec) {
-  absl::StatusOr<Chain> c = ParseChain(spec);
-  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
-  return c.ok() ? *c : Chain{};
-}
+Chain Parse(const std::string& spec) { return ParseOrFail(spec); }
 
 const codegen::Strategy& FewOut() {
   const codegen::Strategy* s = codegen::FindStrategy("direct-few-out");

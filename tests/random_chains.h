@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <random>
 
+#include <string>
+
+#include <gtest/gtest.h>
+
 #include "fusejit/chain.h"
 
 namespace fusejit {
@@ -33,6 +37,14 @@ struct RandomChainOptions {
 
 // A random chain that passes ValidateChain.
 Chain RandomChain(Rng& rng, const RandomChainOptions& options = {});
+
+// The chain of `spec`; a gtest failure naming the spec and the error (and an empty Chain) when it
+// does not parse.
+inline Chain ParseOrFail(const std::string& spec) {
+  absl::StatusOr<Chain> c = ParseChain(spec);
+  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
+  return c.ok() ? *c : Chain{};
+}
 
 }  // namespace fusejit
 

@@ -9,15 +9,12 @@
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "jit/nvrtc.h"
+#include "tests/random_chains.h"
 
 namespace fusejit {
 namespace {
 
-Chain Parse(const std::string& spec) {
-  absl::StatusOr<Chain> c = ParseChain(spec);
-  EXPECT_TRUE(c.ok()) << spec << ": " << c.status();
-  return c.ok() ? *c : Chain{};
-}
+Chain Parse(const std::string& spec) { return ParseOrFail(spec); }
 
 const codegen::Strategy& Tc() {
   const codegen::Strategy* s = codegen::FindStrategy("tc-conv");
