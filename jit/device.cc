@@ -297,6 +297,15 @@ absl::Status DeviceBuffer::CopyToHost(void* dst, size_t bytes) const {
   return absl::OkStatus();
 }
 
+absl::Status DeviceBuffer::FillBytes(unsigned char value) {
+  if (bytes_ == 0) return absl::OkStatus();
+  absl::StatusOr<const DriverApi*> api = Driver();
+  if (!api.ok()) return api.status();
+  FUSEJIT_CU_RETURN_IF_ERROR((*api)->cuMemsetD8(ptr_, value, bytes_),
+                             absl::StrCat("cuMemsetD8(", bytes_, " bytes)"));
+  return absl::OkStatus();
+}
+
 absl::Status DeviceBuffer::FillFloat(float value) {
   if (bytes_ % sizeof(float) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("DeviceBuffer::FillFloat: the buffer's ", bytes_,

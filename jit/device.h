@@ -127,6 +127,8 @@ class DeviceBuffer {
   // Sets every float of the buffer to `value` (bit pattern through cuMemsetD32; NaN works), e.g. to
   // poison an output. Synchronous w.r.t. the host. InvalidArgument if bytes() % 4 != 0.
   absl::Status FillFloat(float value);
+  // Sets every byte to `value` (0xff poisons any float dtype with NaNs), synchronously.
+  absl::Status FillBytes(unsigned char value);
 
  private:
   DeviceBuffer(CUdeviceptr ptr, size_t bytes) : ptr_(ptr), bytes_(bytes) {}

@@ -66,6 +66,7 @@ namespace fusejit::jit {
   X(cuMemcpyDtoDAsync)                           \
   X(cuMemsetD32)                                 \
   X(cuMemsetD32Async)                            \
+  X(cuMemsetD8)                                  \
   X(cuMemsetD8Async)                             \
   X(cuStreamCreate)                              \
   X(cuStreamDestroy)                             \

@@ -72,6 +72,13 @@ HostInputs RandomInputs(const Chain& chain, uint64_t seed) {
     }
     in.params[spec.name] = Uniform(spec.shape, lo, hi, seed, spec.name);
   }
+  // Values the chain's dtype holds exactly, so the GPU and the reference see the same numbers.
+  if (chain.dtype != DType::kF32) {
+    for (float& v : in.x.data) v = RoundToDType(v, chain.dtype);
+    for (auto& [name, t] : in.params) {
+      for (float& v : t.data) v = RoundToDType(v, chain.dtype);
+    }
+  }
   return in;
 }
 

@@ -5,17 +5,12 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/kernel_cache.h"
 #include "fusejit/fusejit.h"
+#include "runtime/dtype_adapter.h"
 #include "runtime/stages.h"
 #include "tune/tuning_db.h"
 
 namespace fusejit {
 namespace {
-
-std::string DumpDir(const CompileOptions& options) {
-  if (!options.dump_dir.empty()) return options.dump_dir;
-  const char* env = std::getenv("FUSEJIT_DUMP_DIR");
-  return env ? env : "";
-}
 
 // Everything a compiled chain depends on besides the generator itself.
 struct MemoryKey {
@@ -60,7 +55,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
       options.kernel_cache != nullptr ? *options.kernel_cache : cache::KernelCache::Default();
   tune::TuningDb& tuning_db =
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
-  const std::string dump_dir = DumpDir(options);
+  const std::string dump_dir = runtime::DumpDir(options);
   const codegen::PlanTarget& t = target->plan_target;
   MemoryKey memory_key{chain,        t.arch,           t.sm_count,          options.precision,
                        options.strategy, dump_dir,     options.tune_config, options.use_tuning,
@@ -73,6 +68,19 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
       kernel_cache.RecordMemoryHit();
       return it->second;
     }
+  }
+
+  if (runtime::RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 plan between casts
+    if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(runtime::AsF32(chain), options);
+    if (!inner.ok()) return inner.status();
+    absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
+        runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
+    if (!adapted.ok() || !options.use_cache) return adapted;
+    MemoryCache& memory = Memory();
+    absl::MutexLock lock(&memory.mu);
+    auto [it, inserted] = memory.entries.emplace(std::move(memory_key), *adapted);
+    return it->second;
   }
 
   absl::StatusOr<runtime::PlannedChain> planned =

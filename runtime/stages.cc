@@ -1,6 +1,8 @@
 // runtime/stages.cc: the compile pipeline's stages (runtime/stages.h).
 #include "runtime/stages.h"
 
+#include <cstdlib>
+
 #include <chrono>
 #include <optional>
 
@@ -192,6 +194,25 @@ std::shared_ptr<CompiledChain> MakeCompiled(PlannedChain planned, EmittedChain e
   return std::make_shared<CompiledChainImpl>(
       std::move(planned.chain), std::move(planned.plan), planned.target.plan_target.arch,
       std::move(emitted.source.main), std::move(cubin), std::move(planned.stats));
+}
+
+std::string DumpDir(const CompileOptions& options) {
+  if (!options.dump_dir.empty()) return options.dump_dir;
+  const char* env = std::getenv("FUSEJIT_DUMP_DIR");
+  return env ? env : "";
+}
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> BuildPlanned(PlannedChain planned,
+                                                            const CompileOptions& options) {
+  const std::string dump_dir = DumpDir(options);
+  EmittedChain emitted = EmitChain(&planned, /*want_ptx=*/!dump_dir.empty());
+  cache::KernelCache& kernel_cache =
+      options.kernel_cache != nullptr ? *options.kernel_cache : cache::KernelCache::Default();
+  absl::StatusOr<std::string> cubin =
+      BuildCubin(planned, emitted, options.use_cache && dump_dir.empty() ? &kernel_cache : nullptr,
+                 dump_dir, &planned.stats);
+  if (!cubin.ok()) return cubin.status();
+  return MakeCompiled(std::move(planned), std::move(emitted), *std::move(cubin));
 }
 
 }  // namespace fusejit::runtime

@@ -68,6 +68,14 @@ absl::StatusOr<std::string> BuildCubin(const PlannedChain& planned, const Emitte
 std::shared_ptr<CompiledChain> MakeCompiled(PlannedChain planned, EmittedChain emitted,
                                             std::string cubin);
 
+// The dump folder: options.dump_dir, else $FUSEJIT_DUMP_DIR, else "".
+std::string DumpDir(const CompileOptions& options);
+
+// EmitChain, BuildCubin (with options' kernel cache and dump folder) and MakeCompiled: a plan
+// made outside the planner (the backward's kernels, dtype casts) to a launchable chain.
+absl::StatusOr<std::shared_ptr<CompiledChain>> BuildPlanned(PlannedChain planned,
+                                                            const CompileOptions& options);
+
 }  // namespace fusejit::runtime
 
 #endif  // FUSEJIT_RUNTIME_STAGES_H_

@@ -1,5 +1,7 @@
 #include "tools/common.h"
 
+#include "runtime/dtype_adapter.h"
+
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -132,11 +134,12 @@ absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed) {
 
 absl::Status CheckPlannable(const Chain& chain, const std::string& arch,
                             const std::string& strategy) {
-  if (absl::Status s = codegen::CheckDTypeHasPlans(chain.dtype); !s.ok()) return s;
+  if (absl::Status s = runtime::CheckDTypeCompiles(chain.dtype); !s.ok()) return s;
   if (strategy.empty() || arch.empty()) return absl::OkStatus();
   codegen::PlanTarget target;
   target.arch = arch;
-  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target, strategy);
+  // A bf16/f16 chain runs its f32 plan (runtime/dtype_adapter.h): the strategy plans that.
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(runtime::AsF32(chain), target, strategy);
   if (!plan.ok()) return plan.status();
   return absl::OkStatus();
 }

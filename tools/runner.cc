@@ -47,11 +47,14 @@ class ScopedStream {
   CUstream stream_;
 };
 
-absl::StatusOr<jit::DeviceBuffer> Upload(const HostTensor& t, const std::string& what) {
-  absl::StatusOr<jit::DeviceBuffer> buf =
-      jit::DeviceBuffer::Allocate(t.data.size() * sizeof(float));
+// Uploads `t` as `dtype` (rounded to nearest even where narrower than float).
+absl::StatusOr<jit::DeviceBuffer> Upload(const HostTensor& t, DType dtype, const std::string& what) {
+  const size_t bytes = t.data.size() * DTypeBytes(dtype);
+  absl::StatusOr<jit::DeviceBuffer> buf = jit::DeviceBuffer::Allocate(bytes);
   if (!buf.ok()) return buf.status();
-  if (absl::Status s = buf->CopyFromHost(t.data.data(), t.data.size() * sizeof(float)); !s.ok()) {
+  std::vector<char> host(bytes);
+  EncodeDType(t.data.data(), t.data.size(), dtype, host.data());
+  if (absl::Status s = buf->CopyFromHost(host.data(), bytes); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("uploading ", what, ": ", s.message()));
   }
   return buf;
@@ -89,10 +92,11 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
     }
     absl::StatusOr<jit::DeviceBuffer> buf;
     if (IsWritten(t.role)) {
-      buf = jit::DeviceBuffer::Allocate(NumElements(t.shape) * sizeof(float));
+      buf = jit::DeviceBuffer::Allocate(NumElements(t.shape) * DTypeBytes(t.dtype));
       if (!buf.ok()) return buf.status();
       // Poison: any element the kernels fail to write stays NaN and is counted by the checks.
-      if (absl::Status s = buf->FillFloat(std::numeric_limits<float>::quiet_NaN()); !s.ok()) {
+      // All-ones bytes are a NaN in every dtype (f16, bf16, f32, f64).
+      if (absl::Status s = buf->FillBytes(0xff); !s.ok()) {
         return s;
       }
     } else {
@@ -103,7 +107,7 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
                                                        FormatShape(t.shape)));
       }
       if (absl::Status s = CheckShape(it->second, t.shape, t.name); !s.ok()) return s;
-      buf = Upload(it->second, t.name);
+      buf = Upload(it->second, t.dtype, t.name);
       if (!buf.ok()) return buf.status();
     }
     bindings[t.name] = buf->ptr();
@@ -123,10 +127,11 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
     HostTensor& h = result.written[t.name];
     h.shape = t.shape;
     h.data.resize(NumElements(t.shape));
-    if (absl::Status s = buffers.at(t.name).CopyToHost(h.data.data(), h.data.size() * sizeof(float));
-        !s.ok()) {
+    std::vector<char> host(h.data.size() * DTypeBytes(t.dtype));
+    if (absl::Status s = buffers.at(t.name).CopyToHost(host.data(), host.size()); !s.ok()) {
       return s;
     }
+    DecodeDType(host.data(), h.data.size(), t.dtype, h.data.data());
   }
 
   result.median_ms = std::numeric_limits<double>::quiet_NaN();
@@ -196,6 +201,26 @@ std::vector<int64_t> SpreadSamples(int64_t batch, int64_t k) {
   return samples;
 }
 
+namespace {
+// Unit roundoff of the dtype's result rounding (0: none beyond the f32 plan's).
+double UnitRoundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return 0x1p-8;
+    case DType::kF16: return 0x1p-11;
+    default: return 0;
+  }
+}
+}  // namespace
+
+double DefaultRtol(DType dtype) {
+  const double u = UnitRoundoff(dtype);
+  return u > 0 ? 1.25 * u : 1e-5;
+}
+
+double DefaultAtol(DType dtype, double max_abs_reference) {
+  return 1e-4 + 1.25 * UnitRoundoff(dtype) * max_abs_reference;
+}
+
 absl::StatusOr<CheckResult> CheckOutput(const Chain& chain, const HostInputs& inputs,
                                         const HostTensor& output, const CheckOptions& options) {
   const Shape out_shape = OutputShape(chain);
@@ -227,7 +252,11 @@ absl::StatusOr<CheckResult> CheckOutput(const Chain& chain, const HostInputs& in
       CompareToReference(compared.data(), ref->data(), static_cast<int64_t>(compared.size()));
   for (float v : output.data) result.unwritten += std::isfinite(v) ? 0 : 1;
   // Written as negations so that a NaN error counts as a failure.
-  result.pass = !(result.errors.rel_l2 > options.rtol) && !(result.errors.max_abs > options.atol) &&
+  double max_ref = 0;
+  for (double v : *ref) max_ref = std::max(max_ref, std::fabs(v));
+  result.rtol = std::isnan(options.rtol) ? DefaultRtol(chain.dtype) : options.rtol;
+  result.atol = std::isnan(options.atol) ? DefaultAtol(chain.dtype, max_ref) : options.atol;
+  result.pass = !(result.errors.rel_l2 > result.rtol) && !(result.errors.max_abs > result.atol) &&
                 !std::isnan(result.errors.rel_l2) && !std::isnan(result.errors.max_abs) &&
                 result.unwritten == 0 && result.errors.non_finite == 0;
   return result;
@@ -237,7 +266,9 @@ absl::StatusOr<GradientCheckResult> CheckGradients(
     const Chain& chain, const HostInputs& inputs, const HostTensor& grad_y,
     const std::map<std::string, HostTensor>& written, const CheckOptions& options) {
   const int64_t batch = chain.input[0];
+  const double rtol = std::isnan(options.rtol) ? DefaultRtol(chain.dtype) : options.rtol;
   GradientCheckResult result;
+  result.rtol = rtol;
   result.samples = SpreadSamples(batch, options.samples);
   const bool all = static_cast<int64_t>(result.samples.size()) == batch;
   ReferenceOptions ref_options;
@@ -279,7 +310,7 @@ absl::StatusOr<GradientCheckResult> CheckGradients(
       g.rel_max = scale > 0 ? g.errors.max_abs / scale : (g.errors.max_abs > 0 ? INFINITY : 0);
     }
     g.pass = g.unwritten == 0 &&
-             (!g.checked || (!(g.rel_max > options.rtol) && !std::isnan(g.rel_max) &&
+             (!g.checked || (!(g.rel_max > rtol) && !std::isnan(g.rel_max) &&
                              g.errors.non_finite == 0));
     result.gradients.push_back(std::move(g));
     return absl::OkStatus();

@@ -5,6 +5,7 @@
 #define FUSEJIT_TOOLS_RUNNER_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -68,17 +69,27 @@ bool IsWritten(TensorRole role);
 // every index when k >= batch or k <= 0.
 std::vector<int64_t> SpreadSamples(int64_t batch, int64_t k);
 
+// Limits, NaN meaning the chain dtype's default (DefaultRtol / DefaultAtol).
 struct CheckOptions {
   int64_t samples = 0;  // compare this many samples (SpreadSamples); 0: all
-  double rtol = 1e-5;   // limit on the relative L2 error
-  double atol = 1e-4;   // limit on the max abs error
+  double rtol = std::numeric_limits<double>::quiet_NaN();  // limit on the relative L2 error
+  double atol = std::numeric_limits<double>::quiet_NaN();  // limit on the max abs error
 };
+
+// The dtype's tolerance. f32: rtol 1e-5, atol 1e-4 (the plans' fp32 arithmetic against float64).
+// bf16 and f16 chains compute in f32 and round the result once, so their error is that rounding:
+// at most u = 2^-8 (bf16) or 2^-11 (f16) relative per value. rtol is 1.25 u, and the max abs
+// limit 1e-4 + 1.25 u * max |reference|. Gradients are held to rtol relative to their largest
+// magnitude.
+double DefaultRtol(DType dtype);
+double DefaultAtol(DType dtype, double max_abs_reference);
 
 struct CheckResult {
   std::vector<int64_t> samples;  // the batch indices compared
   ErrorStats errors;             // over those samples
   int64_t unwritten = 0;         // non-finite values anywhere in the output (all samples)
   double reference_ms = 0;       // wall time of the CPU reference
+  double rtol = 0, atol = 0;     // the limits applied (given, or the dtype's)
   bool pass = false;             // rel_l2 <= rtol, max_abs <= atol, nothing non-finite
 };
 
@@ -102,6 +113,7 @@ struct GradientCheckResult {
   std::vector<int64_t> samples;
   std::vector<GradientCheck> gradients;  // in signature order
   double reference_ms = 0;
+  double rtol = 0;    // the limit applied (given, or the dtype's)
   bool pass = false;  // every checked gradient passes and nothing is unwritten
 };
 // Passes when rel_max = max|got - ref| / max magnitude <= rtol (the magnitude is the sum of the

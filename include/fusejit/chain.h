@@ -34,14 +34,22 @@ using Dims3 = std::array<int64_t, 3>;  // (d, h, w)
 using Shape = std::vector<int64_t>;
 
 // Element type of a chain's tensors (input, parameters, output), written in specs as f32, f16,
-// bf16, f64. Part of the chain, so of its canonical text and every cache key. Which dtypes have
-// plans is the planner's business (codegen/planner.h); the others parse and print but Compile
-// refuses them with an error naming the dtypes that have plans.
+// bf16, f64. Part of the chain, so of its canonical text and every cache key. f32 chains have
+// plans (codegen/planner.h); bf16 and f16 chains run their f32 plan between casts
+// (runtime/dtype_adapter.h); f64 parses and prints but Compile refuses it with an error naming the
+// dtypes that have plans.
 enum class DType { kF32, kF16, kBF16, kF64 };
 const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "f64"
 size_t DTypeBytes(DType dtype);           // 4, 2, 2, 8
 // The dtype named `name` in spec spelling; false when there is none.
 bool ParseDType(std::string_view name, DType* dtype);
+// Host conversions, bit-identical to the GPU's (templates/dtype.cuh): round to nearest even, NaN
+// stays NaN, overflow goes to infinity. RoundToDType gives v's value in `dtype` as a float (f32,
+// f64: v). EncodeDType writes `count` values as `dtype` (DTypeBytes(dtype) each) to `out`;
+// DecodeDType reads them back as floats (exact for f16 and bf16; f64 rounded to float).
+float RoundToDType(float v, DType dtype);
+void EncodeDType(const float* in, size_t count, DType dtype, void* out);
+void DecodeDType(const void* in, size_t count, DType dtype, float* out);
 
 enum class OpKind {
   kConv3d,

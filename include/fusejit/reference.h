@@ -36,7 +36,8 @@ struct HostInputs {
 // "0.weight", ...) has its own std::mt19937_64 seeded with seed ^ FNV-1a-64(name), so adding a
 // parameter leaves the others unchanged; each value, in C order, is
 // float(lo + (hi - lo) * ((r >> 11) * 2^-53)), stepped down to the next float if rounding reached
-// hi. Conv fan_in is weight.shape[1] * kd * kh * kw, as PyTorch computes it.
+// hi. Conv fan_in is weight.shape[1] * kd * kh * kw, as PyTorch computes it. For a bf16 or f16
+// chain each value is then rounded to the dtype (RoundToDType).
 // REQUIRES: chain is valid.
 HostInputs RandomInputs(const Chain& chain, uint64_t seed);
 

@@ -22,8 +22,12 @@ How a call runs:
 - Gradients: when x or a parameter requires grad, backward runs fusejit's fused backward of the
   chain (fusejit::CompileBackward, compiled per shape and device like the forward and cached):
   it recomputes what it needs from the saved input and parameters, writes dL/dx and every
-  dL/dparam in fp32 and is deterministic (two backward runs give bitwise identical gradients).
-  For a chain it has no backward plan for (a dtype other than float32, a conv_transpose3d whose
+  dL/dparam in the chain's dtype and is deterministic (two backward runs give bitwise identical
+  gradients).
+- Dtypes: float32, bfloat16 and float16 run fused. A bf16/f16 chain computes in fp32 (statistics
+  included) and rounds its output (or gradients) to its dtype once, so its error against float64
+  is at most PyTorch's own in that dtype. float64 runs the original forward (no f64 plans yet).
+  For a chain it has no backward plan for (float64, a conv_transpose3d whose
   output_padding >= stride) backward differentiates PyTorch's own evaluation of the chain (strict
   fp32, no TF32) recomputed from the saved input, with a warning saying why, once per chain;
   strict=True raises instead, at the forward of a training call. The backward builds no graph
@@ -217,8 +221,8 @@ def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor],
     """Enqueues the compiled backward `chain` on the current stream and returns (dL/dx,
     [dL/dparam]), every one of them new and written in full.
     REQUIRES: x, params (the forward's, in signature order) and grad (dL/dy, the output's shape)
-    are contiguous float32 tensors on chain's device with 16-byte aligned data (the forward's
-    checks, and _aligned_f32 for grad); chain passed _check_backward_layout."""
+    are contiguous tensors of the chain's dtype on chain's device with 16-byte aligned data (the
+    forward's checks, and _aligned for grad); chain passed _check_backward_layout."""
     device = x.device
     sig = chain.signature
     n = len(params)
@@ -233,11 +237,11 @@ def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor],
     return grads[0], grads[1:]
 
 
-def _aligned_f32(t: torch.Tensor) -> torch.Tensor:
-    """`t` as a contiguous float32 tensor with 16-byte aligned data (a copy only when needed: an
-    upstream gradient is often an expanded view, e.g. of sum()'s)."""
-    if t.dtype != torch.float32:
-        t = t.float()
+def _aligned(t: torch.Tensor, dtype) -> torch.Tensor:
+    """`t` as a contiguous tensor of `dtype` (the chain's) with 16-byte aligned data (a copy only
+    when needed: an upstream gradient is often an expanded view, e.g. of sum()'s)."""
+    if t.dtype != dtype:
+        t = t.to(dtype)
     if not t.is_contiguous():
         t = t.contiguous()
     if t.data_ptr() % 16:
@@ -255,7 +259,7 @@ def _backward(spec: str, x: torch.Tensor, params: List[torch.Tensor], grad: torc
         _warn_no_fused_backward(spec, why, _EAGER_GRADIENTS)
         _stats["eager_backward"] += 1
         return _eager_backward(spec, x, params, grad, needs)
-    gx, gps = _launch_backward(chain, x, params, _aligned_f32(grad))
+    gx, gps = _launch_backward(chain, x, params, _aligned(grad, x.dtype))
     _stats["fused_backward"] += 1
     return (gx if needs[0] else None), [g if n else None for g, n in zip(gps, needs[1:])]
 
@@ -483,7 +487,7 @@ def _why_not(x, params) -> Optional[str]:
     if x.dim() != 5:
         return "the input has %d dimensions; fusejit takes 5-D NCDHW input" % x.dim()
     if x.dtype not in _DTYPES:
-        return "the input dtype %s is not one fusejit has (float32)" % x.dtype
+        return "the input dtype %s is not one fusejit has (float32, bfloat16, float16)" % x.dtype
     if not x.is_contiguous():
         return "the input is not contiguous (fusejit would have to copy it)"
     if x.data_ptr() % 16:
@@ -553,12 +557,14 @@ def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None) -
 
 def _max_diff(got: torch.Tensor, want: torch.Tensor):
     """(max abs difference, whether it is within the auto policy's sanity bound: 1e-2 of want's
-    largest magnitude + 1e-3; loose enough for TF32 in the original)."""
+    largest magnitude + 1e-3, loose enough for TF32 in the original; for bfloat16 2^-4 of it,
+    16 of its rounding units, since the original rounds to bf16 after every op)."""
     if got.shape != want.shape:
         return float("inf"), False
     err = float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
     scale = float(want.double().abs().max()) if want.numel() else 0.0
-    return err, err <= 1e-2 * scale + 1e-3
+    rel = 2.0 ** -4 if want.dtype == torch.bfloat16 else 1e-2
+    return err, err <= rel * scale + 1e-3
 
 
 def _measure_inference(self, st: _State, spec: str, x, params):

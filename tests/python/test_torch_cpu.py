@@ -195,8 +195,8 @@ def test_spec_parser_reads_every_canonical_form():
 def test_library_errors_say_what_is_wrong():
     with pytest.raises(fusejit.FusejitError, match="strde"):
         fusejit.canonical_spec("x:f32[1,3,8,8,8] | conv3d(out=4,k=3,strde=2)")
-    with pytest.raises(fusejit.FusejitError, match="bf16"):
-        fusejit.Chain("x:bf16[1,3,8,8,8] | relu", arch="sm_90")
+    with pytest.raises(fusejit.FusejitError, match="f64"):
+        fusejit.Chain("x:f64[1,3,8,8,8] | relu", arch="sm_90")
     chain = fusejit.Chain("x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | relu", arch="sm_80")
     assert [t.name for t in chain.signature] == ["x", "0.weight", "0.bias", "y"]
     assert chain.tensor("y").shape == (2, 4, 6, 6, 6)
@@ -240,8 +240,8 @@ def test_backward_chain_binding_for_an_explicit_arch():
 
 
 def test_backward_refusals_are_unimplemented():
-    with pytest.raises(fusejit.FusejitError, match="bf16") as e:
-        fusejit.Chain("x:bf16[1,3,8,8,8] | relu", arch="sm_90", backward=True)
+    with pytest.raises(fusejit.FusejitError, match="f64") as e:
+        fusejit.Chain("x:f64[1,3,8,8,8] | relu", arch="sm_90", backward=True)
     assert e.value.code == 12
     with pytest.raises(fusejit.FusejitError, match="output_padding") as e:
         fusejit.Chain("x:f32[1,4,5,5,5] | conv_transpose3d(out=4,k=3,output_padding=1,"

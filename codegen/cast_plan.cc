@@ -1,0 +1,49 @@
+#include "codegen/cast_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace fusejit::codegen {
+
+const char* DeviceTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float";
+    case DType::kF64: return "double";
+    case DType::kBF16: return "fj::bf16_t";
+    case DType::kF16: return "fj::f16_t";
+  }
+  return "float";
+}
+
+Plan PlanCasts(const std::vector<Cast>& casts, const PlanTarget& target, const std::string& what) {
+  Plan plan;
+  plan.strategy = "cast";
+  plan.description = what;
+  plan.includes = {"cast.cuh"};
+  for (size_t i = 0; i < casts.size(); ++i) {
+    const Cast& c = casts[i];
+    plan.signature.push_back({c.from, TensorRole::kInput, c.from_dtype, {c.elements}, 16});
+    plan.signature.push_back({c.to, TensorRole::kOutput, c.to_dtype, {c.elements}, 16});
+    KernelLaunch k;
+    k.symbol = absl::StrCat("fj_cast", i);
+    k.body = absl::StrCat("fj::cast_kernel<", DeviceTypeName(c.from_dtype), ", ",
+                          DeviceTypeName(c.to_dtype), ", ", c.elements, "LL>");
+    k.purpose = absl::StrCat(c.from, " (", DTypeName(c.from_dtype), ") -> ", c.to, " (",
+                             DTypeName(c.to_dtype), "), ", c.elements, " elements");
+    // 8 elements per thread and step; at most 8 blocks per SM (a grid-stride loop covers the rest).
+    const int64_t threads = 256, vectors = std::max<int64_t>(1, (c.elements + 7) / 8);
+    const int64_t blocks = std::min<int64_t>((vectors + threads - 1) / threads,
+                                             static_cast<int64_t>(target.sm_count) * 8);
+    k.grid = {static_cast<unsigned>(blocks), 1, 1};
+    k.block = {static_cast<unsigned>(threads), 1, 1};
+    k.args = {
+        {KernelArg::Kind::kTensor, absl::StrCat("const ", DeviceTypeName(c.from_dtype), "*"), "in", c.from},
+        {KernelArg::Kind::kTensor, absl::StrCat(DeviceTypeName(c.to_dtype), "*"), "out", c.to},
+    };
+    plan.kernels.push_back(std::move(k));
+  }
+  return plan;
+}
+
+}  // namespace fusejit::codegen

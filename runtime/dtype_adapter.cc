@@ -1,0 +1,152 @@
+#include "runtime/dtype_adapter.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cast_plan.h"
+#include "codegen/planner.h"
+#include "runtime/bindings.h"
+#include "runtime/composite.h"
+
+namespace fusejit::runtime {
+namespace {
+
+size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+bool IsRead(TensorRole role) {
+  return role == TensorRole::kInput || role == TensorRole::kParam ||
+         role == TensorRole::kGradOutput;
+}
+
+// A cast step's plan through the stages, or nothing when there are no casts.
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileCasts(const Chain& f32_chain,
+                                                            const std::vector<codegen::Cast>& casts,
+                                                            const Target& target,
+                                                            const CompileOptions& options,
+                                                            const std::string& what) {
+  PlannedChain planned{f32_chain, target, codegen::PlanCasts(casts, target.plan_target, what), {}};
+  planned.stats.tune_origin = "default";
+  return BuildPlanned(std::move(planned), options);
+}
+
+}  // namespace
+
+bool RunsThroughF32(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+
+absl::Status CheckDTypeCompiles(DType dtype) {
+  if (RunsThroughF32(dtype)) return absl::OkStatus();
+  return codegen::CheckDTypeHasPlans(dtype);
+}
+
+Chain AsF32(const Chain& chain) {
+  Chain c = chain;
+  c.dtype = DType::kF32;
+  return c;
+}
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
+                                                          std::shared_ptr<CompiledChain> inner,
+                                                          bool forward, const Target& target,
+                                                          const CompileOptions& options) {
+  const DType dtype = chain.dtype;
+  const Chain f32_chain = AsF32(chain);
+  const std::vector<TensorSpec>& inner_sig = inner->signature();
+
+  // The composite's signature: the f32 chain's tensors in the chain's dtype; workspace last.
+  std::vector<TensorSpec> sig;
+  std::vector<std::pair<std::string, Step::Source>> inner_map;  // inner tensor -> f32 copy
+  std::vector<codegen::Cast> in_casts, out_casts;
+  std::vector<size_t> copy_offsets;
+  std::string layout;
+  size_t offset = 0;
+  for (const TensorSpec& t : inner_sig) {
+    if (t.role == TensorRole::kWorkspace) continue;
+    TensorSpec outer = t;
+    outer.dtype = dtype;
+    sig.push_back(outer);
+    const int64_t elements = NumElements(t.shape);
+    codegen::Cast cast;
+    cast.elements = elements;
+    const std::string copy = absl::StrCat(t.name, ".f32");
+    if (IsRead(t.role)) {
+      cast = {t.name, dtype, copy, DType::kF32, elements};
+      in_casts.push_back(cast);
+    } else {
+      cast = {copy, DType::kF32, t.name, dtype, elements};
+      out_casts.push_back(cast);
+    }
+    copy_offsets.push_back(offset);
+    absl::StrAppend(&layout, "  +", offset, " ", elements * 4, " bytes: ", copy, "\n");
+    offset += Align256(static_cast<size_t>(elements) * 4);
+  }
+  const size_t inner_offset = offset;
+  const size_t total = inner_offset + Align256(inner->workspace_bytes());
+  absl::StrAppend(&layout, "  +", inner_offset, " ", inner->workspace_bytes(),
+                  " bytes: the f32 chain's workspace\n");
+  const int workspace = static_cast<int>(sig.size());
+  sig.push_back({std::string(kWorkspaceName), TensorRole::kWorkspace, DType::kF32,
+                 {static_cast<int64_t>(total)}, 256});
+
+  // Each tensor's f32 copy, by the copy's name and by the inner tensor's name.
+  std::vector<std::pair<std::string, Step::Source>> copies;
+  for (size_t i = 0, j = 0; i < inner_sig.size(); ++i) {
+    const TensorSpec& t = inner_sig[i];
+    if (t.role == TensorRole::kWorkspace) {
+      inner_map.push_back({t.name, {workspace, inner_offset}});
+      continue;
+    }
+    const Step::Source src{workspace, copy_offsets[j++]};
+    copies.push_back({absl::StrCat(t.name, ".f32"), src});
+    inner_map.push_back({t.name, src});
+  }
+
+  StepsBuilder builder(&sig);
+  const std::string from = absl::StrCat(DTypeName(dtype), " to f32");
+  if (!in_casts.empty()) {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> casts =
+        CompileCasts(f32_chain, in_casts, target, options, absl::StrCat("widen the inputs ", from));
+    if (!casts.ok()) return casts.status();
+    if (absl::Status s = builder.Add(absl::StrCat("widen every input to f32 (exact)"), *casts, copies);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = builder.Add(
+          absl::StrCat("the f32 ", forward ? "chain" : "backward", ": ", FormatChain(f32_chain)),
+          inner, inner_map);
+      !s.ok()) {
+    return s;
+  }
+  const int inner_step = static_cast<int>(builder.steps().size()) - 1;
+  if (!out_casts.empty()) {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> casts = CompileCasts(
+        f32_chain, out_casts, target, options,
+        absl::StrCat("round the outputs to ", DTypeName(dtype)));
+    if (!casts.ok()) return casts.status();
+    if (absl::Status s = builder.Add(absl::StrCat("round every output to ", DTypeName(dtype),
+                                                  " (nearest even)"),
+                                     *casts, copies);
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  CompositeInfo info;
+  info.chain = chain;
+  info.arch = target.plan_target.arch;
+  info.strategy = inner->strategy();
+  info.forward = forward;
+  info.output_shape = inner->output_shape();
+  info.source_step = inner_step;
+  info.header = absl::StrCat(
+      forward ? "chain: " : "backward of chain: ", FormatChain(chain), "\n", "arch: ", info.arch,
+      "\n", "dtype ", DTypeName(dtype), ": the f32 ", forward ? "plan" : "backward",
+      " between casts (inputs widened to f32 exactly; arithmetic and statistics in f32; outputs "
+      "rounded to ", DTypeName(dtype), " once)\n",
+      "workspace: ", total, " bytes\n", layout);
+  return MakeComposite(std::move(info), std::move(builder.steps()), std::move(sig));
+}
+
+}  // namespace fusejit::runtime

@@ -1,0 +1,43 @@
+// runtime/dtype_adapter.h: bf16 and f16 chains run through their f32 plans.
+//
+// A bf16 (or f16) chain is computed as PyTorch's CUDA kernels compute it -- arithmetic,
+// accumulation and group_norm statistics in fp32 -- but without rounding between the ops: its
+// inputs and parameters are widened to f32 (exactly: every bf16/f16 value is a float), the f32
+// plan of the same chain runs on them, and its outputs (or gradients) are rounded to the chain's
+// dtype once, at the end. So its error against float64 is the final rounding plus the f32 plan's
+// (~1e-6), at most PyTorch's own in that dtype, which also rounds after every op.
+//
+// The composite's steps: casts in (one kernel per tensor), the f32 chain (forward or backward),
+// casts out. Its workspace holds an f32 copy of every tensor, then the f32 chain's workspace.
+#ifndef FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_
+#define FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "fusejit/fusejit.h"
+#include "runtime/stages.h"
+
+namespace fusejit::runtime {
+
+// True for the dtypes run through the f32 plan (bf16, f16).
+bool RunsThroughF32(DType dtype);
+
+// OK for the dtypes fusejit::Compile has plans for (f32, and bf16 and f16 through f32); else
+// Unimplemented naming the dtype and those that have plans.
+absl::Status CheckDTypeCompiles(DType dtype);
+
+// `chain` with dtype f32.
+Chain AsF32(const Chain& chain);
+
+// The composite computing `chain` (dtype bf16 or f16) with `inner`, the f32 CompiledChain of
+// AsF32(chain) (a forward when `forward`, else its backward).
+// REQUIRES: RunsThroughF32(chain.dtype); chain valid.
+absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
+                                                          std::shared_ptr<CompiledChain> inner,
+                                                          bool forward, const Target& target,
+                                                          const CompileOptions& options);
+
+}  // namespace fusejit::runtime
+
+#endif  // FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_

@@ -1,0 +1,56 @@
+// templates/cast.cuh: dtype conversion kernels, the edges of a bf16/f16 chain run through its
+// f32 plan (runtime/dtype_adapter.h): the inputs and parameters are widened to f32 (exactly),
+// the outputs and gradients rounded to the chain's dtype once, at the end.
+//
+// Host-side contract: block = (kCastThreads); grid.x = any (grid-stride loop); `in` and `out`
+// are 16-byte aligned and do not overlap; kCount elements are converted.
+#ifndef FUSEJIT_TEMPLATES_CAST_CUH_
+#define FUSEJIT_TEMPLATES_CAST_CUH_
+
+#include "dtype.cuh"
+
+namespace fj {
+
+constexpr int kCastThreads = 256;
+constexpr int kCastVector = 8;  // elements per thread and step: 16 bytes of a 2-byte dtype
+
+template <class Src, class Dst, long long kCount>
+__device__ void cast_kernel(const Src* __restrict__ in, Dst* __restrict__ out) {
+  struct alignas(sizeof(Src) * kCastVector) SrcVec { Src v[kCastVector]; };
+  struct alignas(sizeof(Dst) * kCastVector) DstVec { Dst v[kCastVector]; };
+  constexpr long long kVectors = kCount / kCastVector;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  for (long long i = first; i < kVectors; i += stride) {
+    const SrcVec s = reinterpret_cast<const SrcVec*>(in)[i];
+    DstVec d;
+#pragma unroll
+    for (int j = 0; j < kCastVector; ++j) d.v[j] = from_f32<Dst>(to_f32(s.v[j]));
+    reinterpret_cast<DstVec*>(out)[i] = d;
+  }
+  for (long long i = kVectors * kCastVector + first; i < kCount; i += stride) {
+    out[i] = from_f32<Dst>(to_f32(in[i]));
+  }
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): every conversion the adapter uses, with a count that has a tail.
+namespace fj_selftest {
+extern "C" __global__ void cast_bf16_f32(const fj::bf16_t* in, float* out) {
+  fj::cast_kernel<fj::bf16_t, float, 1003>(in, out);
+}
+extern "C" __global__ void cast_f32_bf16(const float* in, fj::bf16_t* out) {
+  fj::cast_kernel<float, fj::bf16_t, 1003>(in, out);
+}
+extern "C" __global__ void cast_f16_f32(const fj::f16_t* in, float* out) {
+  fj::cast_kernel<fj::f16_t, float, 1003>(in, out);
+}
+extern "C" __global__ void cast_f32_f16(const float* in, fj::f16_t* out) {
+  fj::cast_kernel<float, fj::f16_t, 1003>(in, out);
+}
+}  // namespace fj_selftest
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_CAST_CUH_

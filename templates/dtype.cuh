@@ -1,0 +1,50 @@
+// templates/dtype.cuh: the storage types of fusejit's dtypes and their exact conversions to and
+// from float (no cuda_fp16.h / cuda_bf16.h: bit operations and PTX cvt, so every NVRTC has them).
+//
+// Contract: to_f32 is exact for every dtype narrower than float; from_f32<T> rounds to nearest
+// even, keeps NaN a NaN and infinities infinite, and overflows to infinity like PyTorch's
+// conversions. f32 and f64 are the C++ types float and double.
+#ifndef FUSEJIT_TEMPLATES_DTYPE_CUH_
+#define FUSEJIT_TEMPLATES_DTYPE_CUH_
+
+namespace fj {
+
+struct bf16_t {  // bfloat16: the upper half of a float's bits
+  unsigned short bits;
+};
+struct f16_t {  // IEEE binary16
+  unsigned short bits;
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(double v) { return (float)v; }
+__device__ __forceinline__ float to_f32(bf16_t v) { return __uint_as_float((unsigned)v.bits << 16); }
+__device__ __forceinline__ float to_f32(f16_t v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ double from_f32<double>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16_t from_f32<bf16_t>(float v) {
+  unsigned u = __float_as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40u)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (overflows to infinity)
+  return {(unsigned short)(u >> 16)};
+}
+template <>
+__device__ __forceinline__ f16_t from_f32<f16_t>(float v) {
+  f16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+  return h;
+}
+
+}  // namespace fj
+
+#endif  // FUSEJIT_TEMPLATES_DTYPE_CUH_

@@ -1,0 +1,163 @@
+// bf16 and f16 chains (runtime/dtype_adapter.h): host conversions, signatures, plans compiled for
+// sm_80 and sm_90 forward and backward, f64 refused by name. The GPU checks are in
+// gpu_dtype_test.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fusejit/fusejit.h"
+#include "fusejit/reference.h"
+#include "fusejit/workloads.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+uint16_t Encode16(float v, DType dtype) {
+  uint16_t h;
+  EncodeDType(&v, 1, dtype, &h);
+  return h;
+}
+float Decode16(uint16_t h, DType dtype) {
+  float v;
+  DecodeDType(&h, 1, dtype, &v);
+  return v;
+}
+
+TEST(DTypeHost, RoundsToNearestEven) {
+  EXPECT_EQ(RoundToDType(1.f + 0x1p-8f, DType::kBF16), 1.f);             // tie: to even
+  EXPECT_EQ(RoundToDType(1.f + 3 * 0x1p-8f, DType::kBF16), 1.f + 0x1p-6f);  // tie: to even (up)
+  EXPECT_EQ(RoundToDType(1.f + 0x1p-11f, DType::kF16), 1.f);
+  EXPECT_EQ(RoundToDType(1.f + 3 * 0x1p-11f, DType::kF16), 1.f + 0x1p-9f);
+  EXPECT_EQ(RoundToDType(65504.f, DType::kF16), 65504.f);  // the largest half
+  EXPECT_TRUE(std::isinf(RoundToDType(65520.f, DType::kF16)));
+  EXPECT_EQ(RoundToDType(65519.f, DType::kF16), 65504.f);
+  EXPECT_EQ(RoundToDType(0x1p-24f, DType::kF16), 0x1p-24f);  // the smallest subnormal
+  EXPECT_EQ(RoundToDType(0x1p-25f, DType::kF16), 0.f);      // tie: to even (zero)
+  EXPECT_EQ(RoundToDType(0x1.8p-25f, DType::kF16), 0x1p-24f);
+  EXPECT_EQ(RoundToDType(-2.5f, DType::kF16), -2.5f);
+  EXPECT_TRUE(std::isnan(RoundToDType(std::nanf(""), DType::kBF16)));
+  EXPECT_TRUE(std::isnan(RoundToDType(std::nanf(""), DType::kF16)));
+  EXPECT_EQ(RoundToDType(0.1f, DType::kF32), 0.1f);
+}
+
+// Every 16-bit pattern decodes to a float that encodes back to the same pattern (NaNs: to a NaN).
+TEST(DTypeHost, EveryPatternRoundTrips) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+      const float v = Decode16(static_cast<uint16_t>(bits), dtype);
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(Decode16(Encode16(v, dtype), dtype)));
+        continue;
+      }
+      ASSERT_EQ(Encode16(v, dtype), bits) << DTypeName(dtype) << " " << v;
+      ASSERT_EQ(RoundToDType(v, dtype), v);
+    }
+  }
+  // 0xffff, the poison pattern, is a NaN in both.
+  EXPECT_TRUE(std::isnan(Decode16(0xffff, DType::kBF16)));
+  EXPECT_TRUE(std::isnan(Decode16(0xffff, DType::kF16)));
+}
+
+// Random inputs of a low-precision chain hold values of its dtype.
+TEST(DTypeHost, RandomInputsAreRepresentable) {
+  const Chain c = ParseOrFail("x:bf16[2,3,5,5,5] | conv3d(out=4,k=3) | group_norm(groups=2)");
+  const HostInputs in = RandomInputs(c, 7);
+  for (float v : in.x.data) ASSERT_EQ(RoundToDType(v, DType::kBF16), v);
+  for (const auto& [name, t] : in.params) {
+    for (float v : t.data) ASSERT_EQ(RoundToDType(v, DType::kBF16), v) << name;
+  }
+}
+
+CompileOptions Arch(const char* arch) {
+  CompileOptions o;
+  o.arch = arch;
+  return o;
+}
+
+// The signature: every tensor in the chain's dtype, a workspace holding the f32 copies.
+void ExpectDTypeSignature(const CompiledChain& c, DType dtype) {
+  bool workspace = false;
+  for (const TensorSpec& t : c.signature()) {
+    if (t.role == TensorRole::kWorkspace) {
+      workspace = true;
+      continue;
+    }
+    EXPECT_EQ(t.dtype, dtype) << t.name;
+  }
+  EXPECT_TRUE(workspace);
+}
+
+TEST(DTypeChains, SeedsCompileForwardAndBackward) {
+  for (const Workload& w : SeedWorkloads()) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      Chain chain = ParseOrFail(w.spec);
+      chain.dtype = dtype;
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        SCOPED_TRACE(FormatChain(chain) + " " + arch);
+        absl::StatusOr<std::shared_ptr<CompiledChain>> f = Compile(chain, Arch(arch));
+        ASSERT_TRUE(f.ok()) << f.status();
+        ExpectDTypeSignature(**f, dtype);
+        // The f32 plan's kernels between the casts: x and each parameter in, y out.
+        Chain f32 = chain;
+        f32.dtype = DType::kF32;
+        absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, Arch(arch));
+        ASSERT_TRUE(inner.ok()) << inner.status();
+        EXPECT_EQ((*f)->kernel_count(), (*inner)->kernel_count() + ChainParams(chain).size() + 2);
+        EXPECT_EQ((*f)->strategy(), (*inner)->strategy());
+        EXPECT_EQ((*f)->output_shape(), (*inner)->output_shape());
+        const std::string explain = (*f)->Explain();
+        EXPECT_NE(explain.find(std::string("dtype ") + DTypeName(dtype)), std::string::npos)
+            << explain;
+        absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, Arch(arch));
+        ASSERT_TRUE(b.ok()) << b.status();
+        ExpectDTypeSignature(**b, dtype);
+        EXPECT_EQ((*b)->strategy(), "backward");
+      }
+    }
+  }
+}
+
+TEST(DTypeChains, RandomChainsCompile) {
+  Rng rng(515);
+  for (int i = 0; i < 12; ++i) {
+    Chain chain = RandomChain(rng);
+    chain.dtype = i % 2 ? DType::kF16 : DType::kBF16;
+    SCOPED_TRACE(FormatChain(chain));
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = Compile(chain, Arch("sm_90"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    ExpectDTypeSignature(**f, chain.dtype);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, Arch("sm_80"));
+    if (!b.ok()) {  // the f32 chain has no backward plan either (a convT output_padding case)
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << b.status();
+      continue;
+    }
+    ExpectDTypeSignature(**b, chain.dtype);
+  }
+}
+
+TEST(DTypeChains, BindingsAreCheckedAndF64IsRefused) {
+  const Chain c = ParseOrFail("x:f16[2,3,6,6,6] | conv3d(out=4,k=3) | relu");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f = Compile(c, Arch("sm_90"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  NamedBindings b = {{"x", 256}, {"y", 512}, {"0.weight", 768}};  // no bias, no workspace
+  absl::Status s = (*f)->RunNamed(b, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("0.bias"), std::string::npos) << s;
+
+  const Chain d = ParseOrFail("x:f64[2,3,6,6,6] | conv3d(out=4,k=3) | relu");
+  for (auto r : {Compile(d, Arch("sm_90")), CompileBackward(d, Arch("sm_90"))}) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(r.status().message().find("f64"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("bf16"), std::string::npos) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace fusejit

@@ -1,0 +1,140 @@
+// bf16 and f16 chains on the GPU: the seeds (small batches) and 40 random chains per dtype,
+// forward and backward, against the float64 reference within the dtype's tolerance
+// (tools::DefaultRtol), outputs and gradients poisoned (all-ones bytes: NaN) and checked fully
+// written, two runs bitwise identical -- and every value exactly the f32 plan's result on the same
+// inputs rounded once to the dtype (what runtime/dtype_adapter.h promises).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "fusejit/fusejit.h"
+#include "fusejit/workloads.h"
+#include "tests/gpu_support.h"
+#include "tests/random_chains.h"
+#include "tools/runner.h"
+#include "tools/tensor_files.h"
+
+namespace fusejit {
+namespace {
+
+Chain AsDType(Chain chain, DType dtype) {
+  chain.dtype = dtype;
+  return chain;
+}
+
+// Runs `c` on `reads` twice; checks the two bitwise identical and returns the first's tensors.
+std::map<std::string, HostTensor> RunTwice(CompiledChain& c,
+                                           const std::map<std::string, HostTensor>& reads) {
+  absl::StatusOr<tools::SignatureRunResult> first = tools::RunSignatureOnDevice(c, reads, {.reps = 0});
+  EXPECT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<tools::SignatureRunResult> second = tools::RunSignatureOnDevice(c, reads, {.reps = 0});
+  EXPECT_TRUE(second.ok()) << second.status();
+  if (!first.ok() || !second.ok()) return {};
+  for (const auto& [name, t] : first->written) {
+    const HostTensor& u = second->written.at(name);
+    EXPECT_EQ(std::memcmp(t.data.data(), u.data.data(), t.data.size() * sizeof(float)), 0)
+        << name << " differs between two runs";
+  }
+  return first->written;
+}
+
+// Every value of `got` (dtype) is `f32` rounded to the dtype: NaN-free, bit for bit.
+void ExpectRoundedF32(const std::map<std::string, HostTensor>& got,
+                      const std::map<std::string, HostTensor>& f32, DType dtype) {
+  for (const auto& [name, t] : got) {
+    const HostTensor& w = f32.at(name);
+    ASSERT_EQ(t.data.size(), w.data.size()) << name;
+    int64_t mismatches = 0, first = -1;
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      const float want = RoundToDType(w.data[i], dtype);
+      if (std::memcmp(&t.data[i], &want, sizeof(float)) != 0) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++mismatches;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << name << ": first at " << first << ": "
+                             << (first >= 0 ? t.data[first] : 0.f) << " vs the f32 plan's "
+                             << (first >= 0 ? w.data[first] : 0.f);
+  }
+}
+
+void CheckForward(const Chain& chain, uint64_t seed) {
+  SCOPED_TRACE(FormatChain(chain));
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(AsDType(chain, DType::kF32));
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  const HostInputs inputs = RandomInputs(chain, seed);  // values of the dtype
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads["x"] = inputs.x;
+  const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
+  ASSERT_EQ(got.size(), 1u);
+  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype);
+  tools::CheckOptions check;
+  check.samples = 2;
+  absl::StatusOr<tools::CheckResult> r = tools::CheckOutput(chain, inputs, got.at("y"), check);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->pass) << "rel_l2 " << r->errors.rel_l2 << " (limit " << r->rtol << ") max_abs "
+                       << r->errors.max_abs << " (limit " << r->atol << ") unwritten "
+                       << r->unwritten;
+  std::printf("%s: rel_l2 %.3e max_abs %.3e\n", FormatChain(chain).c_str(), r->errors.rel_l2,
+              r->errors.max_abs);
+}
+
+void CheckBackward(const Chain& chain, uint64_t seed) {
+  SCOPED_TRACE(FormatChain(chain));
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = CompileBackward(chain);
+  if (!c.ok() && c.status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_LOG_(INFO) << "no backward plan: " << c.status();
+    return;
+  }
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = CompileBackward(AsDType(chain, DType::kF32));
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  HostTensor grad_y = tools::RandomGradOutput(chain, seed);
+  for (float& v : grad_y.data) v = RoundToDType(v, chain.dtype);
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads["x"] = inputs.x;
+  reads["grad_y"] = grad_y;
+  const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
+  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype);
+  absl::StatusOr<tools::GradientCheckResult> r =
+      tools::CheckGradients(chain, inputs, grad_y, got, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const tools::GradientCheck& g : r->gradients) {
+    EXPECT_TRUE(g.pass) << g.name << " rel_max " << g.rel_max << " (limit " << r->rtol
+                        << ") unwritten " << g.unwritten;
+  }
+}
+
+class GpuDType : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuDType, SeedChains) {
+  SKIP_WITHOUT_GPU();
+  for (const Workload& w : SeedWorkloads()) {
+    Chain chain = AsDType(ParseOrFail(w.spec), GetParam());
+    chain.input[0] = w.id == "W3" ? 1 : 2;
+    CheckForward(chain, 3);
+    CheckBackward(chain, 4);
+  }
+}
+
+TEST_P(GpuDType, RandomChainsForward) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(GetParam() == DType::kBF16 ? 61 : 62);
+  for (int i = 0; i < 40; ++i) CheckForward(AsDType(RandomChain(rng), GetParam()), 200 + i);
+}
+
+TEST_P(GpuDType, RandomChainsBackward) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(GetParam() == DType::kBF16 ? 71 : 72);
+  for (int i = 0; i < 20; ++i) CheckBackward(AsDType(RandomChain(rng), GetParam()), 300 + i);
+}
+
+INSTANTIATE_TEST_SUITE_P(LowPrecision, GpuDType, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace fusejit

@@ -1,0 +1,112 @@
+"""bfloat16 and float16 models through fusejit.torch on a GPU (model.to(dtype), as users write
+it): outputs and gradients in the model's dtype, NaN-poisoned before each run, two runs bitwise
+identical, and their error against a float64 copy of the same (dtype-valued) parameters and input
+no larger than PyTorch's own module's in that dtype, on the same inputs. Skipped without CUDA."""
+import copy
+import warnings
+
+import pytest
+import torch
+
+import fusejit.torch as fj
+from seed_models import SEEDS
+from test_recognize import RandomChain
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA device visible to torch")
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+# Unit roundoff: a tensor rounded once to the dtype is off by at most this (relative L2).
+UNIT = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+@pytest.fixture(autouse=True)
+def poisoned():
+    fj._poison_outputs = True
+    yield
+    fj._poison_outputs = False
+
+
+def randomized(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return model
+
+
+def rel_err(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / (b.norm() + 1e-300))
+
+
+def check_dtype(model32, shape, dtype, seed=0, grads=True):
+    """model32 (float32, CUDA) as `dtype`: fused forward (and backward) vs PyTorch's module in
+    that dtype, both against float64 evaluation of the same dtype-valued parameters and input."""
+    model = copy.deepcopy(model32).to(dtype)
+    ref = copy.deepcopy(model).double()  # the dtype's values, exactly, in float64
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    fast = fj.fuse(model, strict=True, policy="fused")
+    with torch.no_grad():
+        y1 = fast(x)
+        y2 = fast(x)
+        want = ref(x.double())
+        torch_y = model(x)
+    assert y1.dtype == dtype
+    assert not torch.isnan(y1).any(), "output not fully written (NaN poison survived)"
+    assert torch.equal(y1, y2), "two runs differ"
+    ours, theirs = rel_err(y1, want), rel_err(torch_y, want)
+    assert ours <= max(1.1 * theirs, UNIT[dtype]), ("forward", ours, theirs)
+    if not grads:
+        return
+    g = torch.randn(want.shape, device="cuda", generator=gen).to(dtype)
+    xg = x.clone().requires_grad_(True)
+    before = fj._stats["fused_backward"]
+    (fast(xg).float() * g.float()).sum().backward()
+    assert fj._stats["fused_backward"] == before + 1
+    got = [xg.grad] + [p.grad for p in model.parameters()]
+    xd = x.double().requires_grad_(True)
+    (ref(xd) * g.double()).sum().backward()
+    want_g = [xd.grad] + [p.grad for p in ref.parameters()]
+    plain = copy.deepcopy(model)  # PyTorch's own backward in the dtype
+    xp = x.clone().requires_grad_(True)
+    (plain(xp).float() * g.float()).sum().backward()
+    theirs_g = [xp.grad] + [p.grad for p in plain.parameters()]
+    names = ["x"] + [n for n, _ in model.named_parameters()]
+    for name, a, b, t in zip(names, got, want_g, theirs_g):
+        assert a.dtype == dtype and not torch.isnan(a).any(), name + ": not written in full"
+        ours, theirs = rel_err(a, b), rel_err(t, b)
+        assert ours <= max(1.1 * theirs, UNIT[dtype]), (name, ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("wid", sorted(SEEDS))
+def test_seed_models_in_low_precision(wid, dtype):
+    cls, init, _, _, small = SEEDS[wid]
+    check_dtype(randomized(cls(*init)).cuda(), small, DTYPES[dtype])
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("seed", range(10))
+def test_random_modules_in_low_precision(seed, dtype):
+    model = randomized(RandomChain(seed), seed).cuda()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fj.FusejitWarning)
+        st = fj.fuse(model).__dict__["_fusejit"]
+        spec = fj._spec(st, torch.empty(model.shape, device="cuda"))
+    grads = fj._backward_or_why(spec, 0)[0] is not None
+    check_dtype(model, model.shape, DTYPES[dtype], seed=seed, grads=grads)
+
+
+def test_float64_falls_back_with_a_warning():
+    cls, init, _, _, small = SEEDS["W2"]
+    model = randomized(cls(*init)).cuda().double()
+    x = torch.randn(*small, device="cuda", dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        y = fj.fuse(model, policy="fused")(x)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(msgs) == 1 and "f64" in msgs[0], msgs
+    with torch.no_grad():
+        assert torch.equal(y, model(x))
