@@ -93,8 +93,8 @@ using NamedBindings = std::map<std::string, CUdeviceptr, std::less<>>;
 
 // The common forward case with fixed fields; Named() gives the same bindings by name.
 struct Bindings {
-  CUdeviceptr input = 0;                     // x, float32, the chain's input shape
-  CUdeviceptr output = 0;                    // y, float32, OutputShape(chain)
+  CUdeviceptr input = 0;                     // x, the chain's dtype and input shape
+  CUdeviceptr output = 0;                    // y, the chain's dtype, OutputShape(chain)
   CUdeviceptr workspace = 0;                 // WorkspaceBytes() bytes, 256-byte aligned; may be 0 if
                                              // WorkspaceBytes() == 0
   std::map<std::string, CUdeviceptr> params; // "0.weight" -> pointer, for every ChainParams() entry
@@ -181,7 +181,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
 // Accuracy: fp32, sums in double; `options.precision` kTf32 lets its convolutions use TF32.
 // Run(Bindings) and RunFirstKernels(Bindings) are the forward's fixed fields: here they fail;
 // use the named forms. options.strategy and options.tune_config name forward plans and must be
-// empty. f32 chains only.
+// empty. f32, bf16 and f16 chains (bf16/f16: the f32 backward between casts, gradients rounded
+// to the chain's dtype once; runtime/dtype_adapter.h).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
                                                                const CompileOptions& options = {});
 
