@@ -72,7 +72,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
 
   if (runtime::RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 plan between casts
     if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
-    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(runtime::AsF32(chain), options);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
+        Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
     if (!inner.ok()) return inner.status();
     absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
         runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);

@@ -40,6 +40,12 @@ absl::Status CheckDTypeCompiles(DType dtype) {
   return codegen::CheckDTypeHasPlans(dtype);
 }
 
+CompileOptions InnerOptions(const CompileOptions& options) {
+  CompileOptions inner = options;
+  inner.precision = Precision::kTf32;
+  return inner;
+}
+
 Chain AsF32(const Chain& chain) {
   Chain c = chain;
   c.dtype = DType::kF32;
@@ -144,7 +150,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
       forward ? "chain: " : "backward of chain: ", FormatChain(chain), "\n", "arch: ", info.arch,
       "\n", "dtype ", DTypeName(dtype), ": the f32 ", forward ? "plan" : "backward",
       " between casts (inputs widened to f32 exactly; arithmetic and statistics in f32; outputs "
-      "rounded to ", DTypeName(dtype), " once)\n",
+      "rounded to ", DTypeName(dtype), " once; the convolution of x and the weights on TF32 "
+      "tensor cores, exact for ", DTypeName(dtype), " operands)\n",
       "workspace: ", total, " bytes\n", layout);
   return MakeComposite(std::move(info), std::move(builder.steps()), std::move(sig));
 }

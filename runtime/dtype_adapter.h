@@ -7,6 +7,13 @@
 // dtype once, at the end. So its error against float64 is the final rounding plus the f32 plan's
 // (~1e-6), at most PyTorch's own in that dtype, which also rounds after every op.
 //
+// Tensor cores: every bf16 and every f16 value is exact in TF32 (bf16: 8 significant bits and
+// fp32's exponent range; f16: 11 bits, a narrower range; TF32: 11 bits, fp32's range), and the
+// product of two such values is exact in fp32. So the f32 chain's convolution, whose operands are
+// x and the weights, runs on TF32 tensor cores (InnerOptions) with no loss against the
+// fp32-accurate split: the same products, accumulated in fp32. (The backward's data gradient
+// convolves grad_u, an fp32 intermediate, and keeps the caller's precision.)
+//
 // The composite's steps: casts in (one kernel per tensor), the f32 chain (forward or backward),
 // casts out. Its workspace holds an f32 copy of every tensor, then the f32 chain's workspace.
 #ifndef FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_
@@ -26,6 +33,9 @@ bool RunsThroughF32(DType dtype);
 // OK for the dtypes fusejit::Compile has plans for (f32, and bf16 and f16 through f32); else
 // Unimplemented naming the dtype and those that have plans.
 absl::Status CheckDTypeCompiles(DType dtype);
+
+// The options of the f32 chain inside a bf16/f16 forward: TF32 tensor cores (exact here).
+CompileOptions InnerOptions(const CompileOptions& options);
 
 // `chain` with dtype f32.
 Chain AsF32(const Chain& chain);

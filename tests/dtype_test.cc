@@ -103,10 +103,13 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
         absl::StatusOr<std::shared_ptr<CompiledChain>> f = Compile(chain, Arch(arch));
         ASSERT_TRUE(f.ok()) << f.status();
         ExpectDTypeSignature(**f, dtype);
-        // The f32 plan's kernels between the casts: x and each parameter in, y out.
+        // The f32 chain's kernels (TF32 tensor cores: exact for bf16/f16 operands) between the
+        // casts: x and each parameter in, y out.
         Chain f32 = chain;
         f32.dtype = DType::kF32;
-        absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, Arch(arch));
+        CompileOptions tf32 = Arch(arch);
+        tf32.precision = Precision::kTf32;
+        absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, tf32);
         ASSERT_TRUE(inner.ok()) << inner.status();
         EXPECT_EQ((*f)->kernel_count(), (*inner)->kernel_count() + ChainParams(chain).size() + 2);
         EXPECT_EQ((*f)->strategy(), (*inner)->strategy());

@@ -1,8 +1,9 @@
-// bf16 and f16 chains on the GPU: the seeds (small batches) and 40 random chains per dtype,
+// bf16 and f16 chains on the GPU: the seeds (small batches) and 40 random chains per dtype
 // forward and backward, against the float64 reference within the dtype's tolerance
 // (tools::DefaultRtol), outputs and gradients poisoned (all-ones bytes: NaN) and checked fully
-// written, two runs bitwise identical -- and every value exactly the f32 plan's result on the same
-// inputs rounded once to the dtype (what runtime/dtype_adapter.h promises).
+// written, two runs bitwise identical -- and every forward value exactly the f32 chain's result
+// (TF32 tensor cores: exact for these operands) on the same inputs rounded once to the dtype, what
+// runtime/dtype_adapter.h promises.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -63,7 +64,9 @@ void CheckForward(const Chain& chain, uint64_t seed) {
   SCOPED_TRACE(FormatChain(chain));
   absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(AsDType(chain, DType::kF32));
+  CompileOptions tf32;
+  tf32.precision = Precision::kTf32;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(AsDType(chain, DType::kF32), tf32);
   ASSERT_TRUE(f32.ok()) << f32.status();
   const HostInputs inputs = RandomInputs(chain, seed);  // values of the dtype
   std::map<std::string, HostTensor> reads = inputs.params;
@@ -90,16 +93,15 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
     return;
   }
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = CompileBackward(AsDType(chain, DType::kF32));
-  ASSERT_TRUE(f32.ok()) << f32.status();
   const HostInputs inputs = RandomInputs(chain, seed);
   HostTensor grad_y = tools::RandomGradOutput(chain, seed);
   for (float& v : grad_y.data) v = RoundToDType(v, chain.dtype);
   std::map<std::string, HostTensor> reads = inputs.params;
   reads["x"] = inputs.x;
   reads["grad_y"] = grad_y;
+  // (Not compared bit for bit with a public f32 backward: the adapter's recomputes u on TF32
+  // tensor cores, exact for these inputs, where the f32 backward uses the fp32-accurate split.)
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
-  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype);
   absl::StatusOr<tools::GradientCheckResult> r =
       tools::CheckGradients(chain, inputs, grad_y, got, {});
   ASSERT_TRUE(r.ok()) << r.status();
