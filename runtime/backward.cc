@@ -49,17 +49,8 @@ absl::Status Context(const absl::Status& s, const std::string& what) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
-absl::StatusOr<std::shared_ptr<CompiledChain>> CachedBuild(const Chain& chain,
-                                                           const CompileOptions& options,
-                                                           bool inputs_exact_in_tf32);
-
-// `inputs_exact_in_tf32`: x and the parameters hold bf16/f16 values (the dtype adapter's f32
-// chain), exact in TF32, so the recompute of u may run its convolution on TF32 tensor cores with
-// no loss (runtime/dtype_adapter.h). The data gradient's operand grad_u is not exact: it keeps
-// options.precision.
 absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
-                                                     const CompileOptions& options,
-                                                     bool inputs_exact_in_tf32) {
+                                                     const CompileOptions& options) {
   if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
   if (!options.strategy.empty() || !options.tune_config.empty()) {
     return absl::InvalidArgumentError(
@@ -69,8 +60,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   absl::StatusOr<Target> target = ResolveTarget(options);
   if (!target.ok()) return target.status();
   if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
-    absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
-        CachedBuild(AsF32(chain), options, /*inputs_exact_in_tf32=*/true);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = CompileBackward(AsF32(chain), options);
     if (!inner.ok()) return inner.status();
     return AdaptDType(chain, *std::move(inner), /*forward=*/false, *target, options);
   }
@@ -97,9 +87,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
 
   if (producer) {
     const Chain pc = codegen::ProducerChain(chain);
-    CompileOptions recompute = sub;
-    if (inputs_exact_in_tf32) recompute.precision = Precision::kTf32;
-    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(pc, recompute);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(pc, sub);
     if (!c.ok()) return Context(c.status(), absl::StrCat("recomputing the producer (", FormatChain(pc), ")"));
     if (absl::Status s = add_step(absl::StrCat("recompute u, the producer's output: ", FormatChain(pc)),
                                   *c, {{std::string(kOutputName), u}, {std::string(kWorkspaceName), scratch}});
@@ -173,11 +161,13 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   return MakeComposite(std::move(composite), std::move(steps), std::move(sig));
 }
 
-// The forward steps are cached by Compile; this caches the assembled backward by everything its
-// steps depend on.
-absl::StatusOr<std::shared_ptr<CompiledChain>> CachedBuild(const Chain& chain,
-                                                           const CompileOptions& options,
-                                                           bool inputs_exact_in_tf32) {
+}  // namespace
+}  // namespace runtime
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
+                                                               const CompileOptions& options) {
+  // The forward steps are cached by Compile; this caches the assembled backward by everything its
+  // steps depend on.
   struct Memory {
     absl::Mutex mu;
     absl::flat_hash_map<std::string, std::shared_ptr<CompiledChain>> entries ABSL_GUARDED_BY(mu);
@@ -188,28 +178,19 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CachedBuild(const Chain& chain,
   const std::string key = absl::StrCat(
       ValidateChain(chain).ok() ? FormatChain(chain) : "", "|", target->plan_target.arch, "|",
       target->plan_target.sm_count, "|", static_cast<int>(options.precision), "|",
-      inputs_exact_in_tf32, "|", runtime::DumpDir(options), "|", target->device.name, "|",
-      target->device.driver_version, "|", options.use_tuning, "|",
-      reinterpret_cast<uintptr_t>(options.kernel_cache), "|",
+      runtime::DumpDir(options), "|", target->device.name, "|", target->device.driver_version, "|",
+      options.use_tuning, "|", reinterpret_cast<uintptr_t>(options.kernel_cache), "|",
       reinterpret_cast<uintptr_t>(options.tuning_db));
   if (options.use_cache && options.strategy.empty() && options.tune_config.empty()) {
     absl::MutexLock lock(&memory->mu);
     auto it = memory->entries.find(key);
     if (it != memory->entries.end()) return it->second;
   }
-  absl::StatusOr<std::shared_ptr<CompiledChain>> built = Build(chain, options, inputs_exact_in_tf32);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> built = runtime::Build(chain, options);
   if (!built.ok() || !options.use_cache) return built;
   absl::MutexLock lock(&memory->mu);
   auto [it, inserted] = memory->entries.emplace(key, *built);
   return it->second;
-}
-
-}  // namespace
-}  // namespace runtime
-
-absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
-                                                               const CompileOptions& options) {
-  return runtime::CachedBuild(chain, options, /*inputs_exact_in_tf32=*/false);
 }
 
 }  // namespace fusejit

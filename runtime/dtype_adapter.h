@@ -10,9 +10,12 @@
 // Tensor cores: every bf16 and every f16 value is exact in TF32 (bf16: 8 significant bits and
 // fp32's exponent range; f16: 11 bits, a narrower range; TF32: 11 bits, fp32's range), and the
 // product of two such values is exact in fp32. So the f32 chain's convolution, whose operands are
-// x and the weights, runs on TF32 tensor cores (InnerOptions) with no loss against the
-// fp32-accurate split: the same products, accumulated in fp32. (The backward's data gradient
-// convolves grad_u, an fp32 intermediate, and keeps the caller's precision.)
+// x and the weights, runs on TF32 tensor cores (InnerOptions): the same products as the
+// fp32-accurate split, accumulated in fp32 (checked on the GPU: the forward is bit for bit the f32
+// chain's TF32 result, rounded). The backward keeps the caller's precision: its data gradient
+// convolves grad_u, an fp32 intermediate, and a TF32 recompute of u moved W3's f16 grad_x error
+// past one f16 rounding (8.7e-4 of its largest magnitude, from relu's kink: u near 0 changing
+// sign), where the fp32-accurate recompute stays within it.
 //
 // The composite's steps: casts in (one kernel per tensor), the f32 chain (forward or backward),
 // casts out. Its workspace holds an f32 copy of every tensor, then the f32 chain's workspace.

@@ -511,7 +511,7 @@ TEST_F(CliTest, ArchAndStrategyErrorsAreAlwaysUsageErrors) {
     EXPECT_THAT(r.err, HasSubstr("--")) << ::testing::PrintToString(flags);
   }
   // A dtype without plans and a strategy that does not apply are refused before any compile.
-  Result r = Run({"compile", "x:f16[2,3,6,6,6] | relu", "--arch", "sm_90"});
+  Result r = Run({"compile", "x:f64[2,3,6,6,6] | relu", "--arch", "sm_90"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("have no plans yet"));
   r = Run({"compile", "x:f32[2,3,6,6,6] | relu", "--arch", "sm_90", "--strategy",

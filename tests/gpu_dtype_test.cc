@@ -1,9 +1,9 @@
 // bf16 and f16 chains on the GPU: the seeds (small batches) and 40 random chains per dtype
 // forward and backward, against the float64 reference within the dtype's tolerance
 // (tools::DefaultRtol), outputs and gradients poisoned (all-ones bytes: NaN) and checked fully
-// written, two runs bitwise identical -- and every forward value exactly the f32 chain's result
-// (TF32 tensor cores: exact for these operands) on the same inputs rounded once to the dtype, what
-// runtime/dtype_adapter.h promises.
+// written, two runs bitwise identical -- and every value exactly the f32 chain's result on the same
+// inputs rounded once to the dtype (the forward's with TF32 tensor cores, exact for these
+// operands), what runtime/dtype_adapter.h promises.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -99,9 +99,10 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
   std::map<std::string, HostTensor> reads = inputs.params;
   reads["x"] = inputs.x;
   reads["grad_y"] = grad_y;
-  // (Not compared bit for bit with a public f32 backward: the adapter's recomputes u on TF32
-  // tensor cores, exact for these inputs, where the f32 backward uses the fp32-accurate split.)
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = CompileBackward(AsDType(chain, DType::kF32));
+  ASSERT_TRUE(f32.ok()) << f32.status();
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
+  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype);
   absl::StatusOr<tools::GradientCheckResult> r =
       tools::CheckGradients(chain, inputs, grad_y, got, {});
   ASSERT_TRUE(r.ok()) << r.status();
