@@ -12,7 +12,11 @@ How a call runs:
 - A call on a CUDA tensor compiles the chain for its shape, dtype and device on first use (later
   a cache hit), allocates the output and workspace with PyTorch's caching allocator and runs on
   torch.cuda.current_stream(): no synchronization, capturable in a CUDA graph.
-- Where fusejit cannot run the call (CPU tensors, a dtype or shape without a plan, autocast,
+- Under torch.autocast (bfloat16/float16) a call runs as autocast runs the chain (see
+  _autocast_forward): the convolution's operands in the autocast dtype, group_norm and what
+  follows in float32; fusejit computes in fp32 throughout and rounds only where the output dtype
+  needs it.
+- Where fusejit cannot run the call (CPU tensors, a dtype or shape without a plan,
   non-contiguous or misaligned input, a module outside the grammar) the original forward runs
   and a warning says why, once per reason; strict=True raises instead.
 - policy="auto" (default): the first call of each shape (and pass: inference or training, below)
@@ -86,7 +90,7 @@ _compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a Fus
 _compiled_bwd = {}  # type: Dict[Tuple[str, int], object]   # the same for the backward
 # Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
 # fused backward and by the eager fallback.
-_stats = {"fused_backward": 0, "eager_backward": 0}
+_stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0}
 _ops_cache = {}  # type: Dict[str, list]
 
 
@@ -492,8 +496,6 @@ def _why_not(x, params) -> Optional[str]:
         return "the input is not contiguous (fusejit would have to copy it)"
     if x.data_ptr() % 16:
         return "the input's data pointer is not 16-byte aligned (a view with an offset)"
-    if torch.is_autocast_enabled():
-        return "autocast is enabled; fusejit has no mixed-precision plans yet"
     for name, p in params:
         if p.device != x.device or p.dtype != x.dtype:
             return "parameter %s is %s on %s, the input %s on %s" % (name, p.dtype, p.device,
@@ -664,6 +666,60 @@ def _fused_forward(self, *args, **kwargs):
     return _checked_forward(self, st, args, kwargs)
 
 
+def _autocast_dtype():
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+        return torch.get_autocast_dtype("cuda")
+    return torch.get_autocast_gpu_dtype()
+
+
+def _autocast_forward(self, st, x, named, args, kwargs):
+    """A call under torch.autocast (CUDA, bfloat16 or float16 D), as autocast runs the chain: the
+    convolution's operands (x, its weight and bias) in D; group_norm, and every op after it, in
+    float32 (autocast's float32 list), so the output is float32 with a group_norm and D without
+    (a chain without a convolution stays float32).
+    fusejit computes in fp32 throughout (it skips autocast's roundings between ops: its error is at
+    most autocast's): with a group_norm it runs the f32 chain on x and the convolution's
+    parameters rounded to D; without one, the D chain. The casts are differentiable (gradients
+    reach float32 x and parameters as under autocast). Policy "eager" runs the original; otherwise
+    the fused chain runs (no timing under autocast)."""
+    dtype = _autocast_dtype()
+    if st.policy == "eager":
+        return st.original_forward(self, *args, **kwargs)
+    if dtype not in (torch.bfloat16, torch.float16):
+        return _fallback(self, st, "autocast to %s: fusejit has no plans for it" % dtype, args,
+                         kwargs)
+    if x.dtype not in (torch.float32, dtype) or any(p.dtype != torch.float32 for _, p in named):
+        return _fallback(self, st, "autocast with a %s input and parameters of dtypes %s: fusejit "
+                         "takes float32 parameters (and a float32 or %s input) under autocast" %
+                         (x.dtype, sorted({str(p.dtype) for _, p in named}), dtype), args, kwargs)
+    ops = [name for name, _ in _ops("x:f32[1,1,1,1,1]" + st.tail)]
+    has_conv = ops[0] in ("conv3d", "conv_transpose3d")
+    has_norm = "group_norm" in ops
+    n_norm = 2 if has_norm else 0  # group_norm's weight and bias: the last two parameters
+    with torch.autocast("cuda", enabled=False):
+        if not has_conv:  # no op autocast changes: the float32 chain
+            xr, params = x.float(), [p for _, p in named]
+        elif has_norm:  # the f32 chain on D-valued operands
+            xr = x.to(dtype).float()
+            params = [p.to(dtype).float() for _, p in named[:len(named) - n_norm]]
+            params += [p for _, p in named[len(named) - n_norm:]]
+        else:  # the D chain
+            xr = x.to(dtype)
+            params = [p.to(dtype) for _, p in named]
+        reason = _why_not(xr, [(name, p) for (name, _), p in zip(named, params)])
+        if reason is not None:
+            return _fallback(self, st, reason, args, kwargs)
+        spec = _spec(st, xr)
+        try:
+            _compiled_chain(spec, xr.device.index)
+        except _lib.FusejitError as e:
+            return _fallback(self, st, str(e), args, kwargs)
+        _stats["autocast"] += 1
+        if _is_grad_enabled() and (xr.requires_grad or any(p.requires_grad for p in params)):
+            return _call_op(spec, xr, params)
+        return _run(spec, xr, params)
+
+
 def _checked_forward(self, st, args, kwargs):
     """Every check, the compile and the policy decision; remembers the inference outcome in
     st.ready (the fast path's)."""
@@ -675,6 +731,8 @@ def _checked_forward(self, st, args, kwargs):
     named = [(name, _get(self, path)) for name, path in st.param_paths]
     if _is_compiling():
         return _call_op(_spec(st, x), x, [p for _, p in named])
+    if x.is_cuda and _is_autocast_enabled():
+        return _autocast_forward(self, st, x, named, args, kwargs)
     reason = _why_not(x, named)
     if reason is not None:
         return _fallback(self, st, reason, args, kwargs)

@@ -110,3 +110,43 @@ def test_float64_falls_back_with_a_warning():
     assert len(msgs) == 1 and "f64" in msgs[0], msgs
     with torch.no_grad():
         assert torch.equal(y, model(x))
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("case", ["W1", "W2", "W3", "W4", "conv-relu", "gn-only"])
+def test_autocast(case, dtype):
+    """Under torch.autocast: the output dtype autocast gives, fully written, bitwise stable, and
+    an error against float64 (of the float32 model on the float32 input) no larger than 1.1x
+    autocast's own (or one rounding of the output); gradients reach the float32 parameters."""
+    import torch.nn as nn
+    D = DTYPES[dtype]
+    if case in SEEDS:
+        cls, init, _, _, small = SEEDS[case]
+        model, shape = randomized(cls(*init)).cuda(), small
+    elif case == "conv-relu":
+        model = randomized(nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.ReLU())).cuda()
+        shape = (2, 4, 8, 8, 8)
+    else:
+        model = randomized(nn.Sequential(nn.GroupNorm(2, 6), nn.SiLU())).cuda()
+        shape = (2, 6, 5, 6, 7)
+    x = torch.randn(shape, device="cuda")
+    ref = copy.deepcopy(model).double()
+    fast = fj.fuse(copy.deepcopy(model), strict=True, policy="fused")
+    before = fj._stats["autocast"]
+    with torch.no_grad():
+        want = ref(x.double())
+        with torch.autocast("cuda", dtype=D):
+            y1, y2 = fast(x), fast(x)
+            theirs = model(x)
+    assert fj._stats["autocast"] == before + 2
+    assert y1.dtype == theirs.dtype, (y1.dtype, theirs.dtype)
+    assert not torch.isnan(y1).any() and torch.equal(y1, y2)
+    ours, them = rel_err(y1, want), rel_err(theirs, want)
+    assert ours <= max(1.1 * them, UNIT[D]), (ours, them)
+    # training under autocast: gradients of the float32 parameters, float32
+    with torch.autocast("cuda", dtype=D):
+        loss = fast(x).float().square().sum()
+    loss.backward()
+    for p in fast.parameters():
+        assert p.grad is not None and p.grad.dtype == torch.float32
+        assert not torch.isnan(p.grad).any()
