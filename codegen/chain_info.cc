@@ -6,6 +6,7 @@ namespace fusejit::codegen {
 
 ChainInfo AnalyzeChain(const Chain& chain) {
   ChainInfo info;
+  info.dtype = chain.dtype;
   info.producer_shape = chain.input;
   for (size_t i = 0; i < chain.ops.size(); ++i) {
     const Op& op = chain.ops[i];

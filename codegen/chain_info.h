@@ -26,6 +26,7 @@ struct ChainInfo {
   // convolutions the average over output phases.
   double macs_per_point = 0;
   std::string weight_param, bias_param, gamma_param, beta_param;  // "" when absent
+  DType dtype = DType::kF32;  // of x, the parameters and y
 };
 
 // REQUIRES: chain is valid.

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "codegen/cast_plan.h"
 #include "codegen/chain_info.h"
 #include "codegen/format_number.h"
 #include "codegen/op_table.h"
@@ -46,6 +47,9 @@ std::string ConfigStruct(const Chain& chain, const Plan& plan) {
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   std::string s = "struct Cfg {\n";
+  if (chain.dtype != DType::kF32) {  // f32 is the templates' default element type (ElemT)
+    absl::StrAppend(&s, "  using Elem = ", DeviceTypeName(chain.dtype), ";  // x, parameters, y\n");
+  }
   absl::StrAppend(&s, "  // input x", FormatShape(x), "\n");
   absl::StrAppend(&s, "  static constexpr int kN = ", x[0], ";\n");
   absl::StrAppend(&s, "  static constexpr int kCin = ", x[1], ", kDin = ", x[2], ", kHin = ", x[3],

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/cast_plan.h"
 #include "codegen/chain_info.h"
 #include "codegen/generic_strategies.h"
 
@@ -16,10 +17,16 @@ namespace {
 
 using Kind = KernelArg::Kind;
 
-KernelArg In() { return {Kind::kInput, "const float*", "x", "", 0}; }
-KernelArg Out() { return {Kind::kOutput, "float*", "y", "", 0}; }
-KernelArg Param(std::string name, std::string param) {
-  return {Kind::kParam, "const float*", std::move(name), std::move(param), 0};
+// x, y and the parameters are of the chain's dtype (the kernels convert at loads and stores).
+KernelArg In(const ChainInfo& info) {
+  return {Kind::kInput, absl::StrCat("const ", DeviceTypeName(info.dtype), "*"), "x", "", 0};
+}
+KernelArg Out(const ChainInfo& info) {
+  return {Kind::kOutput, absl::StrCat(DeviceTypeName(info.dtype), "*"), "y", "", 0};
+}
+KernelArg Param(const ChainInfo& info, std::string name, std::string param) {
+  return {Kind::kParam, absl::StrCat("const ", DeviceTypeName(info.dtype), "*"), std::move(name),
+          std::move(param), 0};
 }
 KernelArg Ws(std::string type, std::string name, size_t offset) {
   return {Kind::kWorkspace, std::move(type), std::move(name), "", offset};
@@ -27,7 +34,7 @@ KernelArg Ws(std::string type, std::string name, size_t offset) {
 
 // x, weight, bias: the producer's inputs, first arguments of every generic kernel.
 std::vector<KernelArg> ProducerArgs(const ChainInfo& info) {
-  return {In(), Param("weight", info.weight_param), Param("bias", info.bias_param)};
+  return {In(info), Param(info, "weight", info.weight_param), Param(info, "bias", info.bias_param)};
 }
 
 unsigned CeilDiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
@@ -104,7 +111,7 @@ size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Pl
   k.grid = {static_cast<unsigned>(n * groups), static_cast<unsigned>(chunks), 1};
   k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
-  k.args.push_back(Out());
+  k.args.push_back(Out(info));
   k.args.push_back(Ws("fj::Moments*", "partials", partials));
   plan->kernels.push_back(k);
 
@@ -134,8 +141,8 @@ void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stat
   k.grid = {static_cast<unsigned>(n * c), static_cast<unsigned>(chunks), 1};
   k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
-  k.args.push_back(Param("gamma", info.gamma_param));
-  k.args.push_back(Param("beta", info.beta_param));
+  k.args.push_back(Param(info, "gamma", info.gamma_param));
+  k.args.push_back(Param(info, "beta", info.beta_param));
   k.args.push_back(Ws("const float2*", "stats", stats_offset));
   k.args.push_back(Ws("double*", "partials", partials));
   plan->kernels.push_back(k);
@@ -147,7 +154,7 @@ void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stat
   f.purpose = "sum partials in a fixed order (double) and divide -> y";
   f.grid = {CeilDiv(outputs, t.block), 1, 1};
   f.block = {static_cast<unsigned>(t.block), 1, 1};
-  f.args = {Ws("const double*", "partials", partials), Out()};
+  f.args = {Ws("const double*", "partials", partials), Out(info)};
   plan->kernels.push_back(f);
 }
 
@@ -170,6 +177,11 @@ double GenericCost(const ChainInfo& info, double bytes_per_point, double produce
 // plan from a validated GenericTune (Build()).
 class GenericStrategy : public Strategy {
  public:
+  // Every generic kernel converts x, the parameters and y at its loads and stores
+  // (templates/generic.cuh), except store-normalize's, which keeps pre-norm values in y.
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
   TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
     return ToConfig(name(), Choose(AnalyzeChain(chain), target), Fields());
   }
@@ -280,7 +292,7 @@ class ElementwiseStrategy : public GenericStrategy {
     k.grid = {StrideGrid(info.elements, target, t), 1, 1};
     k.block = {static_cast<unsigned>(t.block), 1, 1};
     k.args = ProducerArgs(info);
-    k.args.push_back(Out());
+    k.args.push_back(Out(info));
     plan.kernels.push_back(k);
     return plan;
   }
@@ -312,6 +324,10 @@ class ReduceMeanStrategy : public GenericStrategy {
 class NormalizeStrategy : public GenericStrategy {
  public:
   explicit NormalizeStrategy(bool store) : store_(store) {}
+  // store-normalize keeps the pre-norm values in y: f32 only (a narrower y would round them).
+  bool HandlesDType(DType dtype) const override {
+    return store_ ? dtype == DType::kF32 : GenericStrategy::HandlesDType(dtype);
+  }
   std::string_view name() const override {
     return store_ ? "store-normalize" : "recompute-normalize";
   }
@@ -342,10 +358,10 @@ class NormalizeStrategy : public GenericStrategy {
     k.grid = {StrideGrid(info.elements, target, t), 1, 1};
     k.block = {static_cast<unsigned>(t.block), 1, 1};
     k.args = ProducerArgs(info);
-    k.args.push_back(Param("gamma", info.gamma_param));
-    k.args.push_back(Param("beta", info.beta_param));
+    k.args.push_back(Param(info, "gamma", info.gamma_param));
+    k.args.push_back(Param(info, "beta", info.beta_param));
     k.args.push_back(Ws("const float2*", "stats", stats));
-    k.args.push_back(Out());
+    k.args.push_back(Out(info));
     plan.kernels.push_back(k);
     return plan;
   }

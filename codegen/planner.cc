@@ -26,18 +26,19 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies() {
 }
 
 absl::Status CheckDTypeHasPlans(DType dtype) {
-  // The strategies' kernels are float32; fusejit::Compile runs bf16 and f16 chains through the
-  // f32 plan between casts (runtime/dtype_adapter.h), so they never reach the planner.
-  if (dtype == DType::kF32) return absl::OkStatus();
-  if (dtype == DType::kBF16 || dtype == DType::kF16) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the planner plans f32 chains; a ", DTypeName(dtype),
-        " chain is compiled (fusejit::Compile) as its f32 plan between casts"));
+  // f32: every strategy. bf16, f16: the generic strategies natively; fusejit::Compile runs the
+  // others' f32 plans between casts (runtime/dtype_adapter.h).
+  if (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) {
+    return absl::OkStatus();
   }
   return absl::UnimplementedError(absl::StrCat(
       "chains of dtype ", DTypeName(dtype),
       " have no plans yet; dtypes with plans: f32, bf16, f16 (write x:f32[...], x:bf16[...] or "
       "x:f16[...])"));
+}
+
+bool StrategyApplies(const Strategy& s, const Chain& chain, const PlanTarget& target) {
+  return s.HandlesDType(chain.dtype) && s.Applies(chain, target);
 }
 
 namespace {
@@ -51,7 +52,7 @@ absl::StatusOr<const Strategy*> ChooseStrategy(const Chain& chain, const PlanTar
   const Strategy* best = nullptr;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const auto& s : AllStrategies()) {
-    if (!s->Applies(chain, target)) continue;
+    if (!StrategyApplies(*s, chain, target)) continue;
     applicable.emplace_back(s->name());
     if (!strategy.empty()) {
       if (s->name() == strategy) best = s.get();
@@ -82,7 +83,7 @@ absl::StatusOr<const Strategy*> ChooseStrategy(const Chain& chain, const PlanTar
 std::string CostRanking(const Chain& chain, const PlanTarget& target) {
   std::vector<std::pair<double, std::string>> costs;
   for (const auto& s : AllStrategies()) {
-    if (s->Applies(chain, target)) costs.emplace_back(s->Cost(chain, target), s->name());
+    if (StrategyApplies(*s, chain, target)) costs.emplace_back(s->Cost(chain, target), s->name());
   }
   std::stable_sort(costs.begin(), costs.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -148,10 +149,10 @@ absl::Status ValidateConfig(const Chain& chain, const PlanTarget& target,
                             const TuneConfig& config) {
   if (absl::Status s = CheckDTypeHasPlans(chain.dtype); !s.ok()) return s;
   const Strategy* s = FindStrategy(config.strategy);
-  if (s == nullptr || !s->Applies(chain, target)) {
+  if (s == nullptr || !StrategyApplies(*s, chain, target)) {
     std::vector<std::string> applicable;
     for (const auto& t : AllStrategies()) {
-      if (t->Applies(chain, target)) applicable.emplace_back(t->name());
+      if (StrategyApplies(*t, chain, target)) applicable.emplace_back(t->name());
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "tune config ", config.ToString(), ": strategy '", config.strategy, "' ",
@@ -184,7 +185,7 @@ std::vector<TuneConfig> AllCandidates(const Chain& chain, const PlanTarget& targ
   absl::StatusOr<TuneConfig> planner_default = DefaultTuneConfig(chain, target);
   std::vector<std::pair<int, TuneConfig>> ranked;
   for (const auto& s : AllStrategies()) {
-    if (!s->Applies(chain, target)) continue;
+    if (!StrategyApplies(*s, chain, target)) continue;
     const TuneConfig def = s->DefaultConfig(chain, target);
     const bool chosen = planner_default.ok() && def == *planner_default;
     for (TuneConfig& c : s->Candidates(chain, target)) {

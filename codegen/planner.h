@@ -36,7 +36,11 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string_view name() const = 0;
+  // REQUIRES (of callers): HandlesDType(chain.dtype); StrategyApplies checks both.
   virtual bool Applies(const Chain& chain, const PlanTarget& target) const = 0;
+  // Whether its kernels read and write tensors of `dtype` themselves (f32 for most; the generic
+  // strategies also bf16 and f16, converting at their loads and stores).
+  virtual bool HandlesDType(DType dtype) const { return dtype == DType::kF32; }
   virtual double Cost(const Chain& chain, const PlanTarget& target) const = 0;
   // The plan of DefaultConfig(). REQUIRES: Applies(chain, target).
   virtual absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const = 0;
@@ -64,6 +68,9 @@ class Strategy {
 // OK when some strategy has plans for chains of `dtype`; else Unimplemented naming the dtypes that
 // have. Every planning entry point below checks it first.
 absl::Status CheckDTypeHasPlans(DType dtype);
+
+// s.HandlesDType(chain.dtype) && s.Applies(chain, target): what every planning entry point asks.
+bool StrategyApplies(const Strategy& s, const Chain& chain, const PlanTarget& target);
 
 // Every strategy, in a fixed order.
 const std::vector<std::unique_ptr<Strategy>>& AllStrategies();

@@ -2,8 +2,10 @@
 #include <cstdlib>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/kernel_cache.h"
+#include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "runtime/dtype_adapter.h"
 #include "runtime/stages.h"
@@ -70,23 +72,39 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     }
   }
 
-  if (runtime::RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 plan between casts
+  // bf16, f16: natively when the f32 chain's strategy reads and writes the dtype itself (the
+  // generic ones: the same kernels, fewer bytes); else the f32 chain between casts.
+  CompileOptions effective = options;
+  std::string native_choice;
+  if (runtime::RunsThroughF32(chain.dtype)) {
     if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
-    absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
-        Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
-    if (!inner.ok()) return inner.status();
-    absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
-        runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
-    if (!adapted.ok() || !options.use_cache) return adapted;
-    MemoryCache& memory = Memory();
-    absl::MutexLock lock(&memory.mu);
-    auto [it, inserted] = memory.entries.emplace(std::move(memory_key), *adapted);
-    return it->second;
+    absl::StatusOr<runtime::PlannedChain> f32 = runtime::PlanChain(
+        runtime::AsF32(chain), *target, runtime::InnerOptions(options), tuning_db);
+    if (!f32.ok()) return f32.status();
+    const codegen::Strategy* strategy = codegen::FindStrategy(f32->plan.strategy);
+    if (strategy != nullptr && strategy->HandlesDType(chain.dtype)) {
+      effective.strategy = f32->plan.strategy;
+      effective.tune_config = f32->plan.tune_config;
+      native_choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, "), run natively in ",
+                                   DTypeName(chain.dtype));
+    } else {
+      absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
+          Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
+      if (!inner.ok()) return inner.status();
+      absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
+          runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
+      if (!adapted.ok() || !options.use_cache) return adapted;
+      MemoryCache& memory = Memory();
+      absl::MutexLock lock(&memory.mu);
+      auto [it, inserted] = memory.entries.emplace(std::move(memory_key), *adapted);
+      return it->second;
+    }
   }
 
   absl::StatusOr<runtime::PlannedChain> planned =
-      runtime::PlanChain(chain, *target, options, tuning_db);
+      runtime::PlanChain(chain, *target, effective, tuning_db);
   if (!planned.ok()) return planned.status();
+  if (!native_choice.empty()) planned->plan.choice = native_choice;
   runtime::EmittedChain emitted = runtime::EmitChain(&*planned, /*want_ptx=*/!dump_dir.empty());
   CompileStats& stats = planned->stats;
   absl::StatusOr<std::string> cubin = runtime::BuildCubin(

@@ -9,6 +9,8 @@
 #ifndef FUSEJIT_TEMPLATES_COMMON_CUH_
 #define FUSEJIT_TEMPLATES_COMMON_CUH_
 
+#include "dtype.cuh"
+
 namespace fj {
 
 // ---- elementwise ops (PyTorch semantics, fp32) -------------------------------------------------

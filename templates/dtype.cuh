@@ -45,6 +45,21 @@ __device__ __forceinline__ f16_t from_f32<f16_t>(float v) {
   return h;
 }
 
+// ElemT<Cfg>: the element type of a chain's x, parameters and y -- Cfg::Elem when the generated
+// Cfg declares one (bf16 and f16 chains run natively by the generic kernels), else float.
+template <class...>
+using void_t_ = void;
+template <class C, class = void>
+struct ElemOf {
+  using type = float;
+};
+template <class C>
+struct ElemOf<C, void_t_<typename C::Elem>> {
+  using type = typename C::Elem;
+};
+template <class C>
+using ElemT = typename ElemOf<C>::type;
+
 }  // namespace fj
 
 #endif  // FUSEJIT_TEMPLATES_DTYPE_CUH_

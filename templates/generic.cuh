@@ -41,21 +41,25 @@ struct Generic {
     *end = *begin + per < length ? *begin + per : length;
   }
   // group_norm applied to a pre-norm value v of channel c of sample n.
-  __device__ static float normalize(float v, int n, int c, const float* __restrict__ gamma,
-                                    const float* __restrict__ beta,
+  template <class T>
+  __device__ static float normalize(float v, int n, int c, const T* __restrict__ gamma,
+                                    const T* __restrict__ beta,
                                     const float2* __restrict__ stats) {
     const float2 s = stats[n * kGroupsOr1 + c / kCg];
-    return (v - s.x) * s.y * gamma[c] + beta[c];
+    return (v - s.x) * s.y * to_f32(gamma[c]) + to_f32(beta[c]);
   }
 };
 
 // y = post(pre(producer(x))) for every element. Chains without group_norm and mean.
+// Every kernel's x, weight, bias, gamma, beta and y are of the chain's element type ElemT<Cfg>
+// (float, or bf16_t / f16_t): converted to float when loaded, rounded once when y is stored.
 template <class Cfg>
-__device__ void elementwise_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                   const float* __restrict__ bias, float* __restrict__ y) {
+__device__ void elementwise_kernel(const ElemT<Cfg>* __restrict__ x,
+                                   const ElemT<Cfg>* __restrict__ weight,
+                                   const ElemT<Cfg>* __restrict__ bias, ElemT<Cfg>* __restrict__ y) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < Generic<Cfg>::kTotal;
        i += (long long)gridDim.x * blockDim.x) {
-    y[i] = Cfg::post(Cfg::pre(produce_at<Cfg>(x, weight, bias, i)));
+    y[i] = from_f32<ElemT<Cfg>>(Cfg::post(Cfg::pre(produce_at<Cfg>(x, weight, bias, i))));
   }
 }
 
@@ -63,9 +67,10 @@ __device__ void elementwise_kernel(const float* __restrict__ x, const float* __r
 // (sample n = x / kGroups, group g = x % kGroups). With kStore, also writes the pre-norm values
 // to y (in place of the output), for normalize_kernel<true>.
 template <class Cfg, bool kStore, int kChunks>
-__device__ void stats_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                             const float* __restrict__ bias, float* __restrict__ y,
+__device__ void stats_kernel(const ElemT<Cfg>* __restrict__ x, const ElemT<Cfg>* __restrict__ weight,
+                             const ElemT<Cfg>* __restrict__ bias, ElemT<Cfg>* __restrict__ y,
                              Moments* __restrict__ partials) {
+  static_assert(!kStore || sizeof(ElemT<Cfg>) == 4, "stats_kernel: storing pre-norm values needs f32 y");
   __shared__ Moments scratch[32];
   using G = Generic<Cfg>;
   const long long seg_len = G::kCg * G::kSpatial;
@@ -96,17 +101,20 @@ __device__ void stats_finalize_kernel(const Moments* __restrict__ partials,
 
 // y = post(group_norm(v)) where v is the stored pre-norm value (kFromStore) or recomputed.
 template <class Cfg, bool kFromStore>
-__device__ void normalize_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                 const float* __restrict__ bias, const float* __restrict__ gamma,
-                                 const float* __restrict__ beta,
-                                 const float2* __restrict__ stats, float* __restrict__ y) {
+__device__ void normalize_kernel(const ElemT<Cfg>* __restrict__ x,
+                                 const ElemT<Cfg>* __restrict__ weight,
+                                 const ElemT<Cfg>* __restrict__ bias,
+                                 const ElemT<Cfg>* __restrict__ gamma,
+                                 const ElemT<Cfg>* __restrict__ beta,
+                                 const float2* __restrict__ stats, ElemT<Cfg>* __restrict__ y) {
+  static_assert(!kFromStore || sizeof(ElemT<Cfg>) == 4, "normalize_kernel: the stored pre-norm values are f32");
   using G = Generic<Cfg>;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < G::kTotal;
        i += (long long)gridDim.x * blockDim.x) {
-    const float v = kFromStore ? y[i] : Cfg::pre(produce_at<Cfg>(x, weight, bias, i));
+    const float v = kFromStore ? to_f32(y[i]) : Cfg::pre(produce_at<Cfg>(x, weight, bias, i));
     const int c = (int)((i / G::kSpatial) % Cfg::kC);
     const int n = (int)(i / (G::kSpatial * Cfg::kC));
-    y[i] = Cfg::post(G::normalize(v, n, c, gamma, beta, stats));
+    y[i] = from_f32<ElemT<Cfg>>(Cfg::post(G::normalize(v, n, c, gamma, beta, stats)));
   }
 }
 
@@ -115,10 +123,11 @@ __device__ void normalize_kernel(const float* __restrict__ x, const float* __res
 // Sums are accumulated in double: a mean of group_norm outputs nearly cancels within each group,
 // so fp32 sums would lose most of the result's digits.
 template <class Cfg, bool kNorm, int kChunks>
-__device__ void mean_partial_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                    const float* __restrict__ bias,
-                                    const float* __restrict__ gamma,
-                                    const float* __restrict__ beta,
+__device__ void mean_partial_kernel(const ElemT<Cfg>* __restrict__ x,
+                                    const ElemT<Cfg>* __restrict__ weight,
+                                    const ElemT<Cfg>* __restrict__ bias,
+                                    const ElemT<Cfg>* __restrict__ gamma,
+                                    const ElemT<Cfg>* __restrict__ beta,
                                     const float2* __restrict__ stats,
                                     double* __restrict__ partials) {
   __shared__ double scratch[32];
@@ -139,7 +148,8 @@ __device__ void mean_partial_kernel(const float* __restrict__ x, const float* __
 
 // Sums partials in a fixed order (in double) and divides: y[n,c] (kMeanSpatial) or y[n] (kMeanAll).
 template <class Cfg, int kChunks>
-__device__ void mean_finalize_kernel(const double* __restrict__ partials, float* __restrict__ y) {
+__device__ void mean_finalize_kernel(const double* __restrict__ partials,
+                                     ElemT<Cfg>* __restrict__ y) {
   using G = Generic<Cfg>;
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   constexpr int kPlanesPerOutput = Cfg::kMean == kMeanAll ? Cfg::kC : 1;
@@ -148,7 +158,7 @@ __device__ void mean_finalize_kernel(const double* __restrict__ partials, float*
   double sum = 0;
   const double* p = partials + (long long)o * kPlanesPerOutput * kChunks;
   for (int j = 0; j < kPlanesPerOutput * kChunks; ++j) sum += p[j];
-  y[o] = (float)(sum / ((double)G::kSpatial * kPlanesPerOutput));
+  y[o] = from_f32<ElemT<Cfg>>((float)(sum / ((double)G::kSpatial * kPlanesPerOutput)));
 }
 
 }  // namespace fj

@@ -12,20 +12,21 @@ namespace fj {
 // Value of the producer's output at (n, c, d, h, w) -- before any elementwise op.
 // x: [kN,kCin,kDin,kHin,kWin]; weight: conv3d [kC,kCin,kKD,kKH,kKW], conv_transpose3d
 // [kCin,kC,kKD,kKH,kKW]; bias: [kC] (read only when Cfg::kBias).
-template <class Cfg>
-__device__ __forceinline__ float produce(const float* __restrict__ x,
-                                         const float* __restrict__ weight,
-                                         const float* __restrict__ bias, int n, int c, int d,
-                                         int h, int w) {
+// T: the tensors' element type (float, or bf16_t / f16_t for the generic kernels' native
+// low-precision chains); values are converted to float as they are loaded.
+template <class Cfg, class T>
+__device__ __forceinline__ float produce(const T* __restrict__ x, const T* __restrict__ weight,
+                                         const T* __restrict__ bias, int n, int c, int d, int h,
+                                         int w) {
   if constexpr (Cfg::kProducer == kNoProducer) {
-    return x[(((long long)(n * Cfg::kC + c) * Cfg::kD + d) * Cfg::kH + h) * Cfg::kW + w];
+    return to_f32(x[(((long long)(n * Cfg::kC + c) * Cfg::kD + d) * Cfg::kH + h) * Cfg::kW + w]);
   } else {
     constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
     constexpr int kTaps = Cfg::kKD * Cfg::kKH * Cfg::kKW;
     float acc = 0.f;
     for (int ci = 0; ci < Cfg::kCin; ++ci) {
-      const float* xc = x + (long long)(n * Cfg::kCin + ci) * Cfg::kDin * Cfg::kHin * Cfg::kWin;
-      const float* wc = kTransposed ? weight + (ci * Cfg::kC + c) * kTaps
+      const T* xc = x + (long long)(n * Cfg::kCin + ci) * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+      const T* wc = kTransposed ? weight + (ci * Cfg::kC + c) * kTaps
                                     : weight + (c * Cfg::kCin + ci) * kTaps;
 #pragma unroll
       for (int kd = 0; kd < Cfg::kKD; ++kd) {
@@ -50,8 +51,8 @@ __device__ __forceinline__ float produce(const float* __restrict__ x,
             ih = h * Cfg::kSH - Cfg::kPH + kh * Cfg::kDilH;
           }
           if (ih < 0 || ih >= Cfg::kHin) continue;
-          const float* xrow = xc + (id * Cfg::kHin + ih) * Cfg::kWin;
-          const float* wrow = wc + (kd * Cfg::kKH + kh) * Cfg::kKW;
+          const T* xrow = xc + (id * Cfg::kHin + ih) * Cfg::kWin;
+          const T* wrow = wc + (kd * Cfg::kKH + kh) * Cfg::kKW;
 #pragma unroll
           for (int kw = 0; kw < Cfg::kKW; ++kw) {
             int iw;
@@ -63,12 +64,12 @@ __device__ __forceinline__ float produce(const float* __restrict__ x,
               iw = w * Cfg::kSW - Cfg::kPW + kw * Cfg::kDilW;
             }
             if (iw < 0 || iw >= Cfg::kWin) continue;
-            acc = fmaf(xrow[iw], wrow[kw], acc);
+            acc = fmaf(to_f32(xrow[iw]), to_f32(wrow[kw]), acc);
           }
         }
       }
     }
-    if constexpr (Cfg::kBias) acc += bias[c];
+    if constexpr (Cfg::kBias) acc += to_f32(bias[c]);
     return acc;
   }
 }
@@ -92,10 +93,9 @@ __device__ __forceinline__ Coord decompose(long long i) {
   return r;
 }
 
-template <class Cfg>
-__device__ __forceinline__ float produce_at(const float* __restrict__ x,
-                                            const float* __restrict__ weight,
-                                            const float* __restrict__ bias, long long i) {
+template <class Cfg, class T>
+__device__ __forceinline__ float produce_at(const T* __restrict__ x, const T* __restrict__ weight,
+                                            const T* __restrict__ bias, long long i) {
   const Coord p = decompose<Cfg>(i);
   return produce<Cfg>(x, weight, bias, p.n, p.c, p.d, p.h, p.w);
 }

@@ -89,19 +89,28 @@ TEST(Planner, NamedStrategyAndErrors) {
       << bad.status();  // lists what applies
 }
 
-// The planner plans f32 chains only; Compile runs bf16 and f16 through the f32 plan
-// (tests/dtype_test.cc) and refuses f64 by name.
-TEST(Planner, DTypesWithoutPlansAreRefusedByName) {
+// bf16 and f16 chains: the planner offers only the strategies that read and write them natively
+// (the generic ones; Compile runs the others' f32 plans between casts, tests/dtype_test.cc);
+// f64 is refused by name.
+TEST(Planner, DTypesPlanOnlyWhereStrategiesHandleThem) {
   codegen::PlanTarget target;
   target.arch = "sm_90";
-  for (const char* dtype : {"f16", "bf16", "f64"}) {
+  for (const char* dtype : {"f16", "bf16"}) {
     Chain chain = Parse(std::string("x:") + dtype + "[2,3,8,8,8] | conv3d(out=4,k=3) | relu");
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
-    ASSERT_FALSE(plan.ok());
-    EXPECT_NE(plan.status().message().find(dtype), std::string::npos) << plan.status();
-    EXPECT_TRUE(codegen::AllCandidates(chain, target).empty());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->strategy, "elementwise");
+    for (const codegen::TuneConfig& c : codegen::AllCandidates(chain, target)) {
+      const codegen::Strategy* s = codegen::FindStrategy(c.strategy);
+      ASSERT_NE(s, nullptr);
+      EXPECT_TRUE(s->HandlesDType(chain.dtype)) << c.strategy;
+    }
+    absl::StatusOr<codegen::Plan> tc = codegen::MakePlan(chain, target, "tc-conv");
+    EXPECT_FALSE(tc.ok());
   }
   Chain f64 = Parse("x:f64[2,3,8,8,8] | conv3d(out=4,k=3) | relu");
+  EXPECT_FALSE(codegen::MakePlan(f64, target).ok());
+  EXPECT_TRUE(codegen::AllCandidates(f64, target).empty());
   absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(f64, {.arch = "sm_90"});
   ASSERT_FALSE(compiled.ok());
   EXPECT_EQ(compiled.status().code(), absl::StatusCode::kUnimplemented);

@@ -80,17 +80,11 @@ CompileOptions Arch(const char* arch) {
   return o;
 }
 
-// The signature: every tensor in the chain's dtype, a workspace holding the f32 copies.
+// The signature: every tensor in the chain's dtype.
 void ExpectDTypeSignature(const CompiledChain& c, DType dtype) {
-  bool workspace = false;
   for (const TensorSpec& t : c.signature()) {
-    if (t.role == TensorRole::kWorkspace) {
-      workspace = true;
-      continue;
-    }
-    EXPECT_EQ(t.dtype, dtype) << t.name;
+    if (t.role != TensorRole::kWorkspace) EXPECT_EQ(t.dtype, dtype) << t.name;
   }
-  EXPECT_TRUE(workspace);
 }
 
 TEST(DTypeChains, SeedsCompileForwardAndBackward) {
@@ -112,6 +106,7 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
         absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, tf32);
         ASSERT_TRUE(inner.ok()) << inner.status();
         EXPECT_EQ((*f)->kernel_count(), (*inner)->kernel_count() + ChainParams(chain).size() + 2);
+        EXPECT_GT((*f)->workspace_bytes(), (*inner)->workspace_bytes());  // + the f32 copies
         EXPECT_EQ((*f)->strategy(), (*inner)->strategy());
         EXPECT_EQ((*f)->output_shape(), (*inner)->output_shape());
         const std::string explain = (*f)->Explain();
@@ -122,6 +117,33 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
         ExpectDTypeSignature(**b, dtype);
         EXPECT_EQ((*b)->strategy(), "backward");
       }
+    }
+  }
+}
+
+// A chain whose f32 plan is a generic strategy runs natively: the same kernels reading and
+// writing the dtype (no casts), Cfg::Elem in the source.
+TEST(DTypeChains, GenericPlansRunNatively) {
+  for (const char* spec : {"x:bf16[4,16,8,8,8] | group_norm(groups=4) | relu",
+                           "x:f16[4,16,8,8,8] | swish | group_norm(groups=2) | mean(dims=[2,3,4])",
+                           "x:bf16[2,6,5,6,7] | tanh | hardswish"}) {
+    const Chain chain = ParseOrFail(spec);
+    SCOPED_TRACE(spec);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = Compile(chain, Arch("sm_90"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    Chain f32 = chain;
+    f32.dtype = DType::kF32;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, Arch("sm_90"));
+    ASSERT_TRUE(inner.ok()) << inner.status();
+    EXPECT_EQ((*f)->strategy(), (*inner)->strategy());
+    EXPECT_EQ((*f)->kernel_count(), (*inner)->kernel_count());  // no cast kernels
+    EXPECT_EQ((*f)->workspace_bytes(), (*inner)->workspace_bytes());
+    const std::string elem = std::string("using Elem = fj::") +
+                             (chain.dtype == DType::kBF16 ? "bf16_t" : "f16_t");
+    EXPECT_NE((*f)->source().find(elem), std::string::npos) << (*f)->source();
+    EXPECT_EQ((*inner)->source().find("using Elem"), std::string::npos);
+    for (const TensorSpec& t : (*f)->signature()) {
+      if (t.role != TensorRole::kWorkspace) EXPECT_EQ(t.dtype, chain.dtype) << t.name;
     }
   }
 }
