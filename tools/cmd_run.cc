@@ -158,6 +158,9 @@ const CommandSpec& RunSpec() {
           "weights with PyTorch's default init, GroupNorm weight/bias random (not 1/0).\n"
           "Files are .npy, float32 little-endian C order, of exactly the shapes the chain needs;\n"
           "parameters are named as PyTorch's nn.Sequential names them (0.weight, 0.bias, ...).\n"
+          "For a bf16 or f16 chain the values are rounded to its dtype (nearest even) before the\n"
+          "run and the check, outputs are written as float32 files holding the dtype's values,\n"
+          "and the default --rtol/--atol come from the dtype (one rounding: 2^-8 bf16, 2^-11 f16).\n"
           "The output is filled with NaN before the run, so unwritten values show up.\n"
           "Then --reps more runs are timed with CUDA events and their median printed.\n"
           "--check compares with the CPU reference (float64) and fails (exit 1) when the\n"
@@ -237,6 +240,7 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
                         absl::StrCat("--grad-output ", *path, " has shape ", FormatShape(g->shape),
                                      "; the chain's output is ", FormatShape(OutputShape(*chain))));
     }
+    for (float& v : g->data) v = RoundToDType(v, chain->dtype);  // the values the GPU gets
     grad_y = *std::move(g);
   }
 

@@ -48,6 +48,9 @@ absl::Status ReadTensorFiles(const TensorFiles& files, const Chain& chain, HostI
           absl::StrCat(flag, ": ", path, " has shape ", FormatShape(t->shape), " but ", name,
                        " must have shape ", FormatShape(expected[name])));
     }
+    // A bf16/f16 chain runs on the dtype's values: round them here, so that the reference (and
+    // --check) sees what the GPU gets.
+    for (float& v : t->data) v = RoundToDType(v, chain.dtype);
     if (name == "x") {
       inputs.x = *std::move(t);
     } else {
@@ -69,7 +72,10 @@ HostTensor RandomGradOutput(const Chain& chain, uint64_t seed) {
   g.shape = OutputShape(chain);
   g.data.resize(NumElements(g.shape));
   std::mt19937_64 rng(seed ^ 0x677261645f79ull);
-  for (float& v : g.data) v = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-52 - 1.0);
+  for (float& v : g.data) {
+    v = RoundToDType(static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-52 - 1.0),
+                     chain.dtype);
+  }
   return g;
 }
 

@@ -21,13 +21,15 @@ struct TensorFiles {
 // malformed value, unknown name, a name given twice).
 absl::StatusOr<TensorFiles> ParseTensorFlags(const ParsedArgs& parsed, const Chain& chain);
 
-// Reads the named files into `inputs`, checking each shape against the chain's.
+// Reads the named files (float32 .npy) into `inputs`, checking each shape against the chain's;
+// for a bf16/f16 chain each value is rounded to the chain's dtype (nearest even).
 absl::Status ReadTensorFiles(const TensorFiles& files, const Chain& chain, HostInputs& inputs);
 
 // RandomInputs(chain, seed) with every tensor of `given` (from ReadTensorFiles) in its place.
 HostInputs InputsWith(const Chain& chain, uint64_t seed, HostInputs given);
 
-// A random upstream gradient grad_y for the chain's output: uniform in [-1, 1), from its own
+// A random upstream gradient grad_y for the chain's output (for a bf16/f16 chain rounded to its
+// dtype): uniform in [-1, 1), from its own
 // std::mt19937_64 stream seeded with seed ^ 0x677261645f79 ("grad_y"), (r >> 11) * 2^-52 - 1 per
 // value in C order.
 HostTensor RandomGradOutput(const Chain& chain, uint64_t seed);

@@ -247,6 +247,32 @@ TEST(CApi, CompileBackwardOfAChainWithoutProducerOrBias) {
   EXPECT_EQ(fj_chain_release(chain), FJ_OK);
 }
 
+// bf16 and f16 chains, forward and backward: every tensor of the signature in the chain's dtype,
+// its bytes at 2 per element.
+TEST(CApi, LowPrecisionChainsHaveTheirDTypeInTheSignature) {
+  for (const auto& [spec, dtype] :
+       {std::pair{"x:bf16[2,3,8,8,8] | conv3d(out=4,k=3) | relu | group_norm(groups=2)",
+                  FJ_DTYPE_BF16},
+        std::pair{"x:f16[2,4,6,6,6] | group_norm(groups=2) | swish", FJ_DTYPE_F16}}) {
+    for (bool backward : {false, true}) {
+      fj_chain* chain = backward ? CompileBackwardOrDie(spec) : CompileOrDie(spec);
+      ASSERT_NE(chain, nullptr) << spec;
+      size_t count = 0;
+      ASSERT_EQ(fj_chain_tensor_count(chain, &count), FJ_OK);
+      for (size_t i = 0; i < count; ++i) {
+        fj_tensor_info t;
+        ASSERT_EQ(fj_chain_tensor(chain, i, &t), FJ_OK);
+        if (t.role == FJ_ROLE_WORKSPACE) continue;
+        EXPECT_EQ(t.dtype, dtype) << spec << " " << t.name;
+        size_t elements = 1;
+        for (int d = 0; d < t.ndim; ++d) elements *= static_cast<size_t>(t.shape[d]);
+        EXPECT_EQ(t.bytes, elements * 2) << spec << " " << t.name;
+      }
+      EXPECT_EQ(fj_chain_release(chain), FJ_OK);
+    }
+  }
+}
+
 TEST(CApi, CompileBackwardErrorsSayWhatWasWrong) {
   fj_compile_options o = Sm90();
   fj_chain* chain = reinterpret_cast<fj_chain*>(0x1);
