@@ -13,15 +13,17 @@
 namespace fusejit::codegen {
 namespace {
 
-std::string OpsFunction(const char* name, const std::vector<const Op*>& ops) {
+// `float NAME(float v)` (double for f64 chains): the ops applied in order.
+std::string OpsFunction(const char* name, const std::vector<const Op*>& ops, DType dtype) {
   std::vector<std::string> names;
   std::string body;
   for (const Op* op : ops) {
     names.emplace_back(OpName(op->kind));
-    absl::StrAppend(&body, " ", Describe(op->kind).device(*op));
+    absl::StrAppend(&body, " ", Describe(op->kind).device(*op, dtype));
   }
+  const char* real = dtype == DType::kF64 ? "double" : "float";
   return absl::StrCat("  // ", names.empty() ? "(none)" : absl::StrJoin(names, ", "), "\n",
-                      "  __device__ static float ", name, "(float v) {", body,
+                      "  __device__ static ", real, " ", name, "(", real, " v) {", body,
                       " return v; }\n");
 }
 
@@ -31,7 +33,7 @@ std::string OpsDerivativeFunction(const char* name, const std::vector<const Op*>
   std::string body;
   for (const Op* op : ops) {
     absl::StrAppend(&body, " { float g; ", Describe(op->kind).device_derivative(*op), " ",
-                    Describe(op->kind).device(*op), " d *= g; }");
+                    Describe(op->kind).device(*op, DType::kF32), " d *= g; }");
   }
   return absl::StrCat("  __device__ static float ", name, "(float v, float& d) { d = 1.f;", body,
                       " return v; }\n");
@@ -75,16 +77,17 @@ std::string ConfigStruct(const Chain& chain, const Plan& plan) {
                   info.producer && conv.bias ? "true" : "false", ";\n");
   absl::StrAppend(&s, "  static constexpr int kGroups = ",
                   info.group_norm ? info.group_norm->groups : 0, ";\n");
-  absl::StrAppend(&s, "  static constexpr float kEps = ",
-                  FloatLiteral(info.group_norm ? info.group_norm->eps : 1e-5), ";\n");
+  absl::StrAppend(&s, "  static constexpr ", chain.dtype == DType::kF64 ? "double" : "float",
+                  " kEps = ", RealLiteral(info.group_norm ? info.group_norm->eps : 1e-5, chain.dtype),
+                  ";\n");
   static constexpr const char* kMeanNames[] = {"kNoMean", "kMeanSpatial", "kMeanAll"};
   absl::StrAppend(&s, "  static constexpr int kMean = ", kMeanNames[static_cast<int>(info.mean)],
                   ";\n");
   for (const auto& [name, value] : plan.constants) {
     absl::StrAppend(&s, "  static constexpr int ", name, " = ", value, ";\n");
   }
-  absl::StrAppend(&s, OpsFunction("pre", info.pre_ops));
-  absl::StrAppend(&s, OpsFunction("post", info.post_ops));
+  absl::StrAppend(&s, OpsFunction("pre", info.pre_ops, chain.dtype));
+  absl::StrAppend(&s, OpsFunction("post", info.post_ops, chain.dtype));
   if (plan.derivatives) {
     absl::StrAppend(&s, OpsDerivativeFunction("pre_d", info.pre_ops));
     absl::StrAppend(&s, OpsDerivativeFunction("post_d", info.post_ops));

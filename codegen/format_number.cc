@@ -27,6 +27,13 @@ std::string FormatDouble(double v) {
   return TidyExponent(std::string(buf, end));
 }
 
+std::string RealLiteral(double v, DType dtype) {
+  if (dtype != DType::kF64) return FloatLiteral(v);
+  std::string s = FormatDouble(v);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
 std::string FloatLiteral(double v) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), static_cast<float>(v));

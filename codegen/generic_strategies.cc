@@ -32,6 +32,11 @@ KernelArg Ws(std::string type, std::string name, size_t offset) {
   return {Kind::kWorkspace, std::move(type), std::move(name), "", offset};
 }
 
+// The (mean, rstd) statistics as a kernel reads them: double2 in f64 chains.
+std::string StatsType(const ChainInfo& info) {
+  return info.dtype == DType::kF64 ? "const double2*" : "const float2*";
+}
+
 // x, weight, bias: the producer's inputs, first arguments of every generic kernel.
 std::vector<KernelArg> ProducerArgs(const ChainInfo& info) {
   return {In(info), Param(info, "weight", info.weight_param), Param(info, "bias", info.bias_param)};
@@ -98,11 +103,13 @@ std::vector<int64_t> AroundCount(int64_t v) {
 size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Plan* plan) {
   const int64_t chunks = t.chunks;
   const int64_t n = info.producer_shape[0], groups = info.group_norm->groups;
+  // f64 chains reduce in double (fj::MomentsD, double2), the others in float.
+  const bool f64 = info.dtype == DType::kF64;
   const size_t partials = plan->AddWorkspace(
       "group moments, per block (count, mean, M2) x N*groups*chunks",
-      static_cast<size_t>(n * groups * chunks) * 12);
+      static_cast<size_t>(n * groups * chunks) * (f64 ? 24 : 12));
   const size_t stats = plan->AddWorkspace("group statistics (mean, rstd) x N*groups",
-                                          static_cast<size_t>(n * groups) * 8);
+                                          static_cast<size_t>(n * groups) * (f64 ? 16 : 8));
   KernelLaunch k;
   k.symbol = "fj_stats";
   k.body = absl::StrCat("fj::stats_kernel<Cfg, ", store ? "true" : "false", ", ", chunks, ">");
@@ -112,7 +119,7 @@ size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Pl
   k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
   k.args.push_back(Out(info));
-  k.args.push_back(Ws("fj::Moments*", "partials", partials));
+  k.args.push_back(Ws(f64 ? "fj::MomentsD*" : "fj::Moments*", "partials", partials));
   plan->kernels.push_back(k);
 
   KernelLaunch f;
@@ -121,7 +128,8 @@ size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Pl
   f.purpose = "merge each (sample, group)'s partials in chunk order -> mean, rstd";
   f.grid = {CeilDiv(n * groups, t.block), 1, 1};
   f.block = {static_cast<unsigned>(t.block), 1, 1};
-  f.args = {Ws("const fj::Moments*", "partials", partials), Ws("float2*", "stats", stats)};
+  f.args = {Ws(f64 ? "const fj::MomentsD*" : "const fj::Moments*", "partials", partials),
+            Ws(f64 ? "double2*" : "float2*", "stats", stats)};
   plan->kernels.push_back(f);
   return stats;
 }
@@ -143,7 +151,7 @@ void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stat
   k.args = ProducerArgs(info);
   k.args.push_back(Param(info, "gamma", info.gamma_param));
   k.args.push_back(Param(info, "beta", info.beta_param));
-  k.args.push_back(Ws("const float2*", "stats", stats_offset));
+  k.args.push_back(Ws(StatsType(info), "stats", stats_offset));
   k.args.push_back(Ws("double*", "partials", partials));
   plan->kernels.push_back(k);
 
@@ -179,9 +187,8 @@ class GenericStrategy : public Strategy {
  public:
   // Every generic kernel converts x, the parameters and y at its loads and stores
   // (templates/generic.cuh), except store-normalize's, which keeps pre-norm values in y.
-  bool HandlesDType(DType dtype) const override {
-    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
-  }
+  // f64 chains compute in double throughout (AccT, MomentsD).
+  bool HandlesDType(DType) const override { return true; }
   TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
     return ToConfig(name(), Choose(AnalyzeChain(chain), target), Fields());
   }
@@ -360,7 +367,7 @@ class NormalizeStrategy : public GenericStrategy {
     k.args = ProducerArgs(info);
     k.args.push_back(Param(info, "gamma", info.gamma_param));
     k.args.push_back(Param(info, "beta", info.beta_param));
-    k.args.push_back(Ws("const float2*", "stats", stats));
+    k.args.push_back(Ws(StatsType(info), "stats", stats));
     k.args.push_back(Out(info));
     plan.kernels.push_back(k);
     return plan;

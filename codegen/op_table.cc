@@ -27,47 +27,49 @@ const std::vector<OpDesc>& Rows() {
         {"output_padding", nullptr}, {"dilation", nullptr}, {"bias", nullptr}},
        nullptr, nullptr, nullptr},
       {OpKind::kRelu, "relu", nullptr, OpRole::kElementwise, {},
-       [](const Op&) -> std::string { return "v = fj::relu(v);"; },
+       [](const Op&, DType) -> std::string { return "v = fj::relu(v);"; },
        [](const Op&, double x) { return x < 0 ? 0.0 : x; },  // NaN stays NaN, as in PyTorch
        [](const Op&, double x) { return x > 0 ? 1.0 : 0.0; },
        [](const Op&) -> std::string { return "g = fj::relu_d(v);"; }},
       {OpKind::kLeakyRelu, "leaky_relu", nullptr, OpRole::kElementwise,
        {{"slope", "negative_slope"}},
-       [](const Op& op) { return absl::StrCat("v = fj::leaky_relu(v, ", FloatLiteral(op.slope), ");"); },
+       [](const Op& op, DType t) {
+         return absl::StrCat("v = fj::leaky_relu(v, ", RealLiteral(op.slope, t), ");");
+       },
        [](const Op& op, double x) { return x < 0 ? op.slope * x : x; },
        [](const Op& op, double x) { return x > 0 ? 1.0 : op.slope; },
        [](const Op& op) { return absl::StrCat("g = fj::leaky_relu_d(v, ", FloatLiteral(op.slope), ");"); }},
       {OpKind::kSigmoid, "sigmoid", nullptr, OpRole::kElementwise, {},
-       [](const Op&) -> std::string { return "v = fj::sigmoid(v);"; },
+       [](const Op&, DType) -> std::string { return "v = fj::sigmoid(v);"; },
        [](const Op&, double x) { return Sigmoid(x); },
        [](const Op&, double x) { return Sigmoid(x) * (1.0 - Sigmoid(x)); },
        [](const Op&) -> std::string { return "g = fj::sigmoid_d(v);"; }},
       {OpKind::kTanh, "tanh", nullptr, OpRole::kElementwise, {},
-       [](const Op&) -> std::string { return "v = fj::tanh_(v);"; },
+       [](const Op&, DType) -> std::string { return "v = fj::tanh_(v);"; },
        [](const Op&, double x) { return std::tanh(x); },
        [](const Op&, double x) { return 1.0 - std::tanh(x) * std::tanh(x); },
        [](const Op&) -> std::string { return "g = fj::tanh_d(v);"; }},
       {OpKind::kSwish, "swish", "silu", OpRole::kElementwise, {},
-       [](const Op&) -> std::string { return "v = fj::swish(v);"; },
+       [](const Op&, DType) -> std::string { return "v = fj::swish(v);"; },
        [](const Op&, double x) { return x * Sigmoid(x); },
        [](const Op&, double x) { return Sigmoid(x) * (1.0 + x * (1.0 - Sigmoid(x))); },
        [](const Op&) -> std::string { return "g = fj::swish_d(v);"; }},
       {OpKind::kHardswish, "hardswish", nullptr, OpRole::kElementwise, {},
-       [](const Op&) -> std::string { return "v = fj::hardswish(v);"; },
+       [](const Op&, DType) -> std::string { return "v = fj::hardswish(v);"; },
        [](const Op&, double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; },
        [](const Op&, double x) { return x <= -3.0 ? 0.0 : x < 3.0 ? x / 3.0 + 0.5 : 1.0; },
        [](const Op&) -> std::string { return "g = fj::hardswish_d(v);"; }},
       {OpKind::kGelu, "gelu", nullptr, OpRole::kElementwise, {},  // the erf form
-       [](const Op&) -> std::string { return "v = fj::gelu(v);"; },
+       [](const Op&, DType) -> std::string { return "v = fj::gelu(v);"; },
        [](const Op&, double x) { return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2)); },
        [](const Op&, double x) {
          return 0.5 * (1.0 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
        },
        [](const Op&) -> std::string { return "g = fj::gelu_d(v);"; }},
       {OpKind::kClamp, "clamp", nullptr, OpRole::kElementwise, {{"min", nullptr}, {"max", nullptr}},
-       [](const Op& op) {
-         return absl::StrCat("v = fj::clamp(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
-                             ");");
+       [](const Op& op, DType t) {
+         return absl::StrCat("v = fj::clamp(v, ", RealLiteral(op.min, t), ", ",
+                             RealLiteral(op.max, t), ");");
        },
        // min first, then max: PyTorch's result when min > max is max everywhere.
        [](const Op& op, double x) { return std::min(std::max(x, op.min), op.max); },

@@ -32,7 +32,8 @@ struct OpDesc {
   OpRole role;
   std::vector<OpArgDesc> args;  // every argument it takes, in printing order
   // Elementwise ops only (nullptr otherwise):
-  std::string (*device)(const Op& op);               // statement on `float v`: "v = fj::relu(v);"
+  // Statement on `v` (float; double in f64 chains, whose literals are double): "v = fj::relu(v);"
+  std::string (*device)(const Op& op, DType dtype);
   double (*value)(const Op& op, double x);           // float64 f(x), PyTorch's semantics
   double (*derivative)(const Op& op, double x);      // float64 f'(x), PyTorch's at the kinks
   // Statement on `float v` setting `float g` to f'(v) on the device, the same kinks as

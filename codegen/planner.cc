@@ -27,14 +27,17 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies() {
 
 absl::Status CheckDTypeHasPlans(DType dtype) {
   // f32: every strategy. bf16, f16: the generic strategies natively; fusejit::Compile runs the
-  // others' f32 plans between casts (runtime/dtype_adapter.h).
-  if (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) {
-    return absl::OkStatus();
+  // others' f32 plans between casts (runtime/dtype_adapter.h). f64: the generic strategies, in
+  // double throughout.
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kF64: return absl::OkStatus();
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "chains of dtype ", DTypeName(dtype),
-      " have no plans yet; dtypes with plans: f32, bf16, f16 (write x:f32[...], x:bf16[...] or "
-      "x:f16[...])"));
+  return absl::UnimplementedError(absl::StrCat("chains of dtype ", DTypeName(dtype),
+                                               " have no plans; dtypes with plans: f32, bf16, "
+                                               "f16, f64"));
 }
 
 bool StrategyApplies(const Strategy& s, const Chain& chain, const PlanTarget& target) {

@@ -31,6 +31,17 @@ __device__ __forceinline__ float hardswish(float x) {
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
 
+// The same ops in double, for f64 chains (the generic kernels): accurate libm functions, PyTorch's
+// double formulas.
+__device__ __forceinline__ double relu(double x) { return x > 0.0 ? x : 0.0; }
+__device__ __forceinline__ double leaky_relu(double x, double slope) { return x > 0.0 ? x : x * slope; }
+__device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
+__device__ __forceinline__ double swish(double x) { return x / (1.0 + exp(-x)); }
+__device__ __forceinline__ double hardswish(double x) { return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0; }
+__device__ __forceinline__ double gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+__device__ __forceinline__ double clamp(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
+
 // ---- their derivatives (the backward pass), PyTorch's values at the kinks -------------------
 // relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included; hardswish' = 0
 // at and below -3, x/3 + 1/2 on (-3, 3), 1 at and above 3 (PyTorch 2.11). Accurate expf and IEEE division (not the forward's
@@ -111,6 +122,45 @@ __device__ __forceinline__ Moments block_reduce_moments(Moments m, Moments* scra
     for (int off = 16; off > 0; off >>= 1) m = moments_merge(m, shfl_down(m, off));
   }
   __syncthreads();  // scratch may be reused by the caller
+  return m;
+}
+
+// Moments in double (f64 chains' statistics; the per-channel partials of direct_conv_moments.cuh),
+// with the same fixed-order merges.
+struct MomentsD {
+  double count;
+  double mean;
+  double m2;  // sum of squared deviations from mean
+};
+__device__ __forceinline__ void moments_add(MomentsD& m, double x) {
+  m.count += 1.0;
+  double delta = x - m.mean;
+  m.mean += delta / m.count;
+  m.m2 += delta * (x - m.mean);
+}
+__device__ __forceinline__ MomentsD moments_merge(MomentsD a, MomentsD b) {
+  double n = a.count + b.count;
+  if (n == 0.0) return a;
+  double delta = b.mean - a.mean;
+  double wb = b.count / n;
+  return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.count * wb};
+}
+__device__ __forceinline__ MomentsD shfl_down(MomentsD m, int offset) {
+  return {__shfl_down_sync(0xffffffffu, m.count, offset),
+          __shfl_down_sync(0xffffffffu, m.mean, offset),
+          __shfl_down_sync(0xffffffffu, m.m2, offset)};
+}
+__device__ __forceinline__ MomentsD block_reduce_moments(MomentsD m, MomentsD* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) m = moments_merge(m, shfl_down(m, off));
+  if (lane == 0) scratch[warp] = m;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  m = lane < warps ? scratch[lane] : MomentsD{0.0, 0.0, 0.0};
+  if (warp == 0) {
+    for (int off = 16; off > 0; off >>= 1) m = moments_merge(m, shfl_down(m, off));
+  }
+  __syncthreads();
   return m;
 }
 

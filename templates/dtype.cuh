@@ -60,6 +60,39 @@ struct ElemOf<C, void_t_<typename C::Elem>> {
 template <class C>
 using ElemT = typename ElemOf<C>::type;
 
+// AccT<Cfg>: the arithmetic type of a chain's values: double for f64 chains, else float.
+template <class T>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
+template <class C>
+using AccT = typename AccOf<ElemT<C>>::type;
+
+// A loaded element as the arithmetic type A, and an A value stored as element type T (rounded
+// once, to nearest even).
+template <class A, class T>
+__device__ __forceinline__ A load_as(T v) {
+  return to_f32(v);
+}
+template <>
+__device__ __forceinline__ double load_as<double, double>(double v) {
+  return v;
+}
+template <class T>
+__device__ __forceinline__ T store_as(float v) {
+  return from_f32<T>(v);
+}
+template <class T>
+__device__ __forceinline__ T store_as(double v) {
+  return v;
+}
+__device__ __forceinline__ float fma_(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fma_(double a, double b, double c) { return fma(a, b, c); }
+
 }  // namespace fj
 
 #endif  // FUSEJIT_TEMPLATES_DTYPE_CUH_

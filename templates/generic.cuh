@@ -27,6 +27,18 @@
 
 namespace fj {
 
+// The reductions' types for an arithmetic type: (count, mean, M2) partials and (mean, rstd).
+template <class A>
+struct StatsOf {
+  using moments = Moments;
+  using stats = float2;
+};
+template <>
+struct StatsOf<double> {
+  using moments = MomentsD;
+  using stats = double2;
+};
+
 template <class Cfg>
 struct Generic {
   static constexpr long long kSpatial = (long long)Cfg::kD * Cfg::kH * Cfg::kW;
@@ -40,13 +52,15 @@ struct Generic {
     *begin = per * chunk;
     *end = *begin + per < length ? *begin + per : length;
   }
+  using A = AccT<Cfg>;  // arithmetic: float, double for f64 chains
+  using Mom = typename StatsOf<A>::moments;
+  using Stat = typename StatsOf<A>::stats;
   // group_norm applied to a pre-norm value v of channel c of sample n.
-  template <class T>
-  __device__ static float normalize(float v, int n, int c, const T* __restrict__ gamma,
-                                    const T* __restrict__ beta,
-                                    const float2* __restrict__ stats) {
-    const float2 s = stats[n * kGroupsOr1 + c / kCg];
-    return (v - s.x) * s.y * to_f32(gamma[c]) + to_f32(beta[c]);
+  template <class T, class S>
+  __device__ static A normalize(A v, int n, int c, const T* __restrict__ gamma,
+                                const T* __restrict__ beta, const S* __restrict__ stats) {
+    const S s = stats[n * kGroupsOr1 + c / kCg];
+    return (v - s.x) * s.y * load_as<A>(gamma[c]) + load_as<A>(beta[c]);
   }
 };
 
@@ -59,7 +73,7 @@ __device__ void elementwise_kernel(const ElemT<Cfg>* __restrict__ x,
                                    const ElemT<Cfg>* __restrict__ bias, ElemT<Cfg>* __restrict__ y) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < Generic<Cfg>::kTotal;
        i += (long long)gridDim.x * blockDim.x) {
-    y[i] = from_f32<ElemT<Cfg>>(Cfg::post(Cfg::pre(produce_at<Cfg>(x, weight, bias, i))));
+    y[i] = store_as<ElemT<Cfg>>(Cfg::post(Cfg::pre(produce_at<Cfg>(x, weight, bias, i))));
   }
 }
 
@@ -69,17 +83,17 @@ __device__ void elementwise_kernel(const ElemT<Cfg>* __restrict__ x,
 template <class Cfg, bool kStore, int kChunks>
 __device__ void stats_kernel(const ElemT<Cfg>* __restrict__ x, const ElemT<Cfg>* __restrict__ weight,
                              const ElemT<Cfg>* __restrict__ bias, ElemT<Cfg>* __restrict__ y,
-                             Moments* __restrict__ partials) {
+                             typename Generic<Cfg>::Mom* __restrict__ partials) {
   static_assert(!kStore || sizeof(ElemT<Cfg>) == 4, "stats_kernel: storing pre-norm values needs f32 y");
-  __shared__ Moments scratch[32];
   using G = Generic<Cfg>;
+  __shared__ typename G::Mom scratch[32];
   const long long seg_len = G::kCg * G::kSpatial;
   const long long seg_start = (long long)blockIdx.x * seg_len;  // groups are contiguous in NCDHW
   long long begin, end;
   G::chunk_range(seg_len, blockIdx.y, kChunks, &begin, &end);
-  Moments m = moments_empty();
+  typename G::Mom m = {0, 0, 0};
   for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float v = Cfg::pre(produce_at<Cfg>(x, weight, bias, seg_start + i));
+    const typename G::A v = Cfg::pre(produce_at<Cfg>(x, weight, bias, seg_start + i));
     if constexpr (kStore) y[seg_start + i] = v;
     moments_add(m, v);
   }
@@ -89,14 +103,19 @@ __device__ void stats_kernel(const ElemT<Cfg>* __restrict__ x, const ElemT<Cfg>*
 
 // Merges the kChunks partials of each (sample, group) in chunk order into (mean, rstd).
 template <class Cfg, int kChunks>
-__device__ void stats_finalize_kernel(const Moments* __restrict__ partials,
-                                      float2* __restrict__ stats) {
+__device__ void stats_finalize_kernel(const typename Generic<Cfg>::Mom* __restrict__ partials,
+                                      typename Generic<Cfg>::Stat* __restrict__ stats) {
   const int seg = blockIdx.x * blockDim.x + threadIdx.x;
   if (seg >= Cfg::kN * Generic<Cfg>::kGroupsOr1) return;
-  Moments m = moments_empty();
+  typename Generic<Cfg>::Mom m = {0, 0, 0};
   for (int j = 0; j < kChunks; ++j) m = moments_merge(m, partials[seg * kChunks + j]);
-  const float var = m.count > 0.f ? m.m2 / m.count : 0.f;  // biased, as PyTorch's GroupNorm
-  stats[seg] = make_float2(m.mean, 1.f / sqrtf(var + Cfg::kEps));
+  if constexpr (sizeof(typename Generic<Cfg>::A) == 8) {  // f64 chains
+    const double var = m.count > 0.0 ? m.m2 / m.count : 0.0;
+    stats[seg] = make_double2(m.mean, 1.0 / sqrt(var + Cfg::kEps));
+  } else {
+    const float var = m.count > 0.f ? m.m2 / m.count : 0.f;  // biased, as PyTorch's GroupNorm
+    stats[seg] = make_float2(m.mean, 1.f / sqrtf(var + Cfg::kEps));
+  }
 }
 
 // y = post(group_norm(v)) where v is the stored pre-norm value (kFromStore) or recomputed.
@@ -106,15 +125,17 @@ __device__ void normalize_kernel(const ElemT<Cfg>* __restrict__ x,
                                  const ElemT<Cfg>* __restrict__ bias,
                                  const ElemT<Cfg>* __restrict__ gamma,
                                  const ElemT<Cfg>* __restrict__ beta,
-                                 const float2* __restrict__ stats, ElemT<Cfg>* __restrict__ y) {
+                                 const typename Generic<Cfg>::Stat* __restrict__ stats,
+                                 ElemT<Cfg>* __restrict__ y) {
   static_assert(!kFromStore || sizeof(ElemT<Cfg>) == 4, "normalize_kernel: the stored pre-norm values are f32");
   using G = Generic<Cfg>;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < G::kTotal;
        i += (long long)gridDim.x * blockDim.x) {
-    const float v = kFromStore ? to_f32(y[i]) : Cfg::pre(produce_at<Cfg>(x, weight, bias, i));
+    const typename G::A v =
+        kFromStore ? load_as<typename G::A>(y[i]) : Cfg::pre(produce_at<Cfg>(x, weight, bias, i));
     const int c = (int)((i / G::kSpatial) % Cfg::kC);
     const int n = (int)(i / (G::kSpatial * Cfg::kC));
-    y[i] = from_f32<ElemT<Cfg>>(Cfg::post(G::normalize(v, n, c, gamma, beta, stats)));
+    y[i] = store_as<ElemT<Cfg>>(Cfg::post(G::normalize(v, n, c, gamma, beta, stats)));
   }
 }
 
@@ -128,7 +149,7 @@ __device__ void mean_partial_kernel(const ElemT<Cfg>* __restrict__ x,
                                     const ElemT<Cfg>* __restrict__ bias,
                                     const ElemT<Cfg>* __restrict__ gamma,
                                     const ElemT<Cfg>* __restrict__ beta,
-                                    const float2* __restrict__ stats,
+                                    const typename Generic<Cfg>::Stat* __restrict__ stats,
                                     double* __restrict__ partials) {
   __shared__ double scratch[32];
   using G = Generic<Cfg>;
@@ -138,7 +159,7 @@ __device__ void mean_partial_kernel(const ElemT<Cfg>* __restrict__ x,
   G::chunk_range(G::kSpatial, blockIdx.y, kChunks, &begin, &end);
   double sum = 0;
   for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float v = Cfg::pre(produce_at<Cfg>(x, weight, bias, plane + i));
+    typename G::A v = Cfg::pre(produce_at<Cfg>(x, weight, bias, plane + i));
     if constexpr (kNorm) v = G::normalize(v, n, c, gamma, beta, stats);
     sum += Cfg::post(v);
   }
@@ -158,7 +179,7 @@ __device__ void mean_finalize_kernel(const double* __restrict__ partials,
   double sum = 0;
   const double* p = partials + (long long)o * kPlanesPerOutput * kChunks;
   for (int j = 0; j < kPlanesPerOutput * kChunks; ++j) sum += p[j];
-  y[o] = from_f32<ElemT<Cfg>>((float)(sum / ((double)G::kSpatial * kPlanesPerOutput)));
+  y[o] = store_as<ElemT<Cfg>>((typename G::A)(sum / ((double)G::kSpatial * kPlanesPerOutput)));
 }
 
 }  // namespace fj

@@ -29,14 +29,9 @@
 
 namespace fj {
 
-// One channel's moments of a block, in double (direct_conv_moments.cuh writes these: the finalize
-// subtracts channel means that nearly cancel, m_c - mu_g, so a float mean rounded per block would
-// show in the result).
-struct MomentsD {
-  double count;
-  double mean;
-  double m2;  // sum of squared deviations from mean
-};
+// fj::MomentsD (common.cuh): one channel's moments of a block, in double (direct_conv_moments.cuh
+// writes these: the finalize subtracts channel means that nearly cancel, m_c - mu_g, so a float
+// mean rounded per block would show in the result).
 
 // P: fj::Moments (float fields) or fj::MomentsD, deduced from `partials`.
 template <class Cfg, class Tune, class P>

@@ -14,16 +14,18 @@ namespace fj {
 // [kCin,kC,kKD,kKH,kKW]; bias: [kC] (read only when Cfg::kBias).
 // T: the tensors' element type (float, or bf16_t / f16_t for the generic kernels' native
 // low-precision chains); values are converted to float as they are loaded.
+// The value is of the chain's arithmetic type AccT<Cfg> (float; double for f64 chains).
 template <class Cfg, class T>
-__device__ __forceinline__ float produce(const T* __restrict__ x, const T* __restrict__ weight,
-                                         const T* __restrict__ bias, int n, int c, int d, int h,
-                                         int w) {
+__device__ __forceinline__ AccT<Cfg> produce(const T* __restrict__ x, const T* __restrict__ weight,
+                                             const T* __restrict__ bias, int n, int c, int d,
+                                             int h, int w) {
+  using A = AccT<Cfg>;
   if constexpr (Cfg::kProducer == kNoProducer) {
-    return to_f32(x[(((long long)(n * Cfg::kC + c) * Cfg::kD + d) * Cfg::kH + h) * Cfg::kW + w]);
+    return load_as<A>(x[(((long long)(n * Cfg::kC + c) * Cfg::kD + d) * Cfg::kH + h) * Cfg::kW + w]);
   } else {
     constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
     constexpr int kTaps = Cfg::kKD * Cfg::kKH * Cfg::kKW;
-    float acc = 0.f;
+    A acc = 0;
     for (int ci = 0; ci < Cfg::kCin; ++ci) {
       const T* xc = x + (long long)(n * Cfg::kCin + ci) * Cfg::kDin * Cfg::kHin * Cfg::kWin;
       const T* wc = kTransposed ? weight + (ci * Cfg::kC + c) * kTaps
@@ -64,12 +66,12 @@ __device__ __forceinline__ float produce(const T* __restrict__ x, const T* __res
               iw = w * Cfg::kSW - Cfg::kPW + kw * Cfg::kDilW;
             }
             if (iw < 0 || iw >= Cfg::kWin) continue;
-            acc = fmaf(to_f32(xrow[iw]), to_f32(wrow[kw]), acc);
+            acc = fma_(load_as<A>(xrow[iw]), load_as<A>(wrow[kw]), acc);
           }
         }
       }
     }
-    if constexpr (Cfg::kBias) acc += to_f32(bias[c]);
+    if constexpr (Cfg::kBias) acc += load_as<A>(bias[c]);
     return acc;
   }
 }
@@ -94,7 +96,7 @@ __device__ __forceinline__ Coord decompose(long long i) {
 }
 
 template <class Cfg, class T>
-__device__ __forceinline__ float produce_at(const T* __restrict__ x, const T* __restrict__ weight,
+__device__ __forceinline__ AccT<Cfg> produce_at(const T* __restrict__ x, const T* __restrict__ weight,
                                             const T* __restrict__ bias, long long i) {
   const Coord p = decompose<Cfg>(i);
   return produce<Cfg>(x, weight, bias, p.n, p.c, p.d, p.h, p.w);

@@ -112,6 +112,23 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
   }
 }
 
+void CheckF64Forward(const Chain& chain, uint64_t seed) {
+  SCOPED_TRACE(FormatChain(chain));
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads["x"] = inputs.x;
+  const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
+  ASSERT_EQ(got.size(), 1u);
+  tools::CheckOptions check;
+  check.samples = 2;
+  absl::StatusOr<tools::CheckResult> r = tools::CheckOutput(chain, inputs, got.at("y"), check);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->pass) << "rel_l2 " << r->errors.rel_l2 << " max_abs " << r->errors.max_abs
+                       << " unwritten " << r->unwritten;
+}
+
 class GpuDType : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuDType, SeedChains) {
@@ -134,6 +151,20 @@ TEST_P(GpuDType, RandomChainsBackward) {
   SKIP_WITHOUT_GPU();
   Rng rng(GetParam() == DType::kBF16 ? 71 : 72);
   for (int i = 0; i < 20; ++i) CheckBackward(AsDType(RandomChain(rng), GetParam()), 300 + i);
+}
+
+// f64 chains (the generic plans in double): forward against the reference, fully written, two runs
+// bitwise identical. The host side decodes outputs to float, so these hold them to f32's
+// tolerance; the Python tests compare f64 models in double (rel err <= 1e-12).
+TEST(GpuF64, SeedsAndRandomChainsForward) {
+  SKIP_WITHOUT_GPU();
+  for (const Workload& w : SeedWorkloads()) {
+    Chain chain = AsDType(ParseOrFail(w.spec), DType::kF64);
+    chain.input[0] = 1;
+    CheckF64Forward(chain, 5);
+  }
+  Rng rng(81);
+  for (int i = 0; i < 30; ++i) CheckF64Forward(AsDType(RandomChain(rng), DType::kF64), 400 + i);
 }
 
 INSTANTIATE_TEST_SUITE_P(LowPrecision, GpuDType, ::testing::Values(DType::kBF16, DType::kF16),

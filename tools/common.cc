@@ -138,8 +138,9 @@ absl::Status CheckPlannable(const Chain& chain, const std::string& arch,
   if (strategy.empty() || arch.empty()) return absl::OkStatus();
   codegen::PlanTarget target;
   target.arch = arch;
-  // A bf16/f16 chain runs its f32 plan (runtime/dtype_adapter.h): the strategy plans that.
-  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(runtime::AsF32(chain), target, strategy);
+  // A bf16/f16 chain runs its f32 chain's plan (runtime/dtype_adapter.h): the strategy plans that.
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(
+      runtime::RunsThroughF32(chain.dtype) ? runtime::AsF32(chain) : chain, target, strategy);
   if (!plan.ok()) return plan.status();
   return absl::OkStatus();
 }

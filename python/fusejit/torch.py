@@ -30,7 +30,8 @@ How a call runs:
   gradients).
 - Dtypes: float32, bfloat16 and float16 run fused. A bf16/f16 chain computes in fp32 (statistics
   included) and rounds its output (or gradients) to its dtype once, so its error against float64
-  is at most PyTorch's own in that dtype. float64 runs the original forward (no f64 plans yet).
+  is at most PyTorch's own in that dtype. float64 runs fused in double (the generic plans: one
+  thread per output point); its backward is PyTorch's (no f64 backward plans).
   For a chain it has no backward plan for (float64, a conv_transpose3d whose
   output_padding >= stride) backward differentiates PyTorch's own evaluation of the chain (strict
   fp32, no TF32) recomputed from the saved input, with a warning saying why, once per chain;
