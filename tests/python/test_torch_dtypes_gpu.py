@@ -101,15 +101,16 @@ def test_random_modules_in_low_precision(seed, dtype):
 
 @pytest.mark.parametrize("wid", sorted(SEEDS))
 def test_float64_models_run_fused_in_double(wid):
-    """model.double(): the fused forward (generic plans, double arithmetic) as accurate as
-    PyTorch's float64 module; the backward falls back to PyTorch's with one warning."""
+    """model.double(): the fused forward (generic plans, double arithmetic) within 1e-12 of the
+    float64 module evaluated on the CPU (PyTorch 2.11's CUDA float64 hardswish is itself off by
+    3e-8: it is not the reference); the backward falls back to PyTorch's with one warning."""
     cls, init, _, _, small = SEEDS[wid]
     model = randomized(cls(*init)).cuda().double()
     x = torch.randn(*small, device="cuda", dtype=torch.float64)
     fast = fj.fuse(copy.deepcopy(model), strict=True, policy="fused")
     with torch.no_grad():
         y1, y2 = fast(x), fast(x)
-        want = model(x)
+        want = copy.deepcopy(model).cpu()(x.cpu()).cuda()
     assert y1.dtype == torch.float64 and not torch.isnan(y1).any() and torch.equal(y1, y2)
     assert rel_err(y1, want) <= 1e-12, rel_err(y1, want)
     lenient = fj.fuse(copy.deepcopy(model), policy="fused")
