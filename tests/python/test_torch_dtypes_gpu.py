@@ -11,6 +11,7 @@ import torch
 import fusejit.torch as fj
 from seed_models import SEEDS
 from test_recognize import RandomChain
+from test_torch_gpu import randomized, rel_err
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device visible to torch")
@@ -25,19 +26,6 @@ def poisoned():
     fj._poison_outputs = True
     yield
     fj._poison_outputs = False
-
-
-def randomized(model, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return model
-
-
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / (b.norm() + 1e-300))
 
 
 def check_dtype(model32, shape, dtype, seed=0, grads=True):
