@@ -181,6 +181,11 @@ MmaMomentsTuneValues DefaultMmaTune(const Chain& chain, const ChainInfo& info,
 class MmaMomentsMeanStrategy : public Strategy {
  public:
   std::string_view name() const override { return "mma-moments-mean"; }
+  // Its kernels read x and the parameters as the chain's dtype (converted as they are loaded:
+  // the F16x3 split takes any float) and round y once: bf16 and f16 chains run natively.
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
   bool Applies(const Chain& chain, const PlanTarget& target) const override {
     if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync
     const ChainInfo info = AnalyzeChain(chain);
@@ -258,9 +263,9 @@ class MmaMomentsMeanStrategy : public Strategy {
     k.block = {static_cast<unsigned>(32 * t.warps), 1, 1};
     k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
     k.shared_bytes = static_cast<unsigned>(g.shared_bytes);  // MmaMomentsGeom::kSharedBytes
-    k.args = {Arg(Kind::kInput, "const float*", "x"),
-              Arg(Kind::kParam, "const float*", "weight", info.weight_param),
-              Arg(Kind::kParam, "const float*", "bias", info.bias_param),
+    k.args = {Arg(Kind::kInput, TensorType(info, true), "x"),
+              Arg(Kind::kParam, TensorType(info, true), "weight", info.weight_param),
+              Arg(Kind::kParam, TensorType(info, true), "bias", info.bias_param),
               Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
     plan.kernels.push_back(k);
     plan.kernels.push_back(MomentsMeanFinalizeLaunch(info, "MmaMomentsTune", "fj::Moments", partials));

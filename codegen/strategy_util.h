@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/cast_plan.h"
 #include "codegen/chain_info.h"
 #include "codegen/planner.h"
 #include "codegen/tune_config.h"
@@ -96,6 +97,12 @@ inline std::vector<int64_t> BlocksPerSampleCandidates(int64_t b, int64_t n, cons
 // The finalize kernel of the moments strategies (templates/moments_mean.cuh): merges the per-block
 // channel moments at workspace offset `partials` (elements of `moments_type`, "fj::Moments" or
 // "fj::MomentsD") in a fixed order and writes the mean of the group_norm output into y.
+// The wrapper parameter type of a chain tensor (x, a parameter, y): "const float*",
+// "fj::bf16_t*", ... from the chain's dtype (codegen/cast_plan.h DeviceTypeName).
+inline std::string TensorType(const ChainInfo& info, bool is_const) {
+  return absl::StrCat(is_const ? "const " : "", DeviceTypeName(info.dtype), "*");
+}
+
 inline KernelLaunch MomentsMeanFinalizeLaunch(const ChainInfo& info, const std::string& tune_struct,
                                               const std::string& moments_type, size_t partials) {
   KernelLaunch f;
@@ -106,9 +113,9 @@ inline KernelLaunch MomentsMeanFinalizeLaunch(const ChainInfo& info, const std::
   f.block = {32, 1, 1};
   f.args = {Arg(Kind::kWorkspace, absl::StrCat("const ", moments_type, "*"), "partials", "",
                 partials),
-            Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
-            Arg(Kind::kParam, "const float*", "beta", info.beta_param),
-            Arg(Kind::kOutput, "float*", "y")};
+            Arg(Kind::kParam, TensorType(info, true), "gamma", info.gamma_param),
+            Arg(Kind::kParam, TensorType(info, true), "beta", info.beta_param),
+            Arg(Kind::kOutput, TensorType(info, false), "y")};
   return f;
 }
 

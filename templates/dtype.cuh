@@ -45,6 +45,15 @@ __device__ __forceinline__ f16_t from_f32<f16_t>(float v) {
   return h;
 }
 
+// A read-only load through the texture path (__ldg), as float.
+__device__ __forceinline__ float ldg_f32(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float ldg_f32(const bf16_t* p) {
+  return to_f32(bf16_t{__ldg(reinterpret_cast<const unsigned short*>(p))});
+}
+__device__ __forceinline__ float ldg_f32(const f16_t* p) {
+  return to_f32(f16_t{__ldg(reinterpret_cast<const unsigned short*>(p))});
+}
+
 // ElemT<Cfg>: the element type of a chain's x, parameters and y -- Cfg::Elem when the generated
 // Cfg declares one (bf16 and f16 chains run natively by the generic kernels), else float.
 template <class...>

@@ -175,9 +175,9 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }  // namespace mmm
 
 template <class Cfg, class Tune>
-__device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
-                                                 const float* __restrict__ weight,
-                                                 const float* __restrict__ bias,
+__device__ __forceinline__ void mma_conv_moments(const ElemT<Cfg>* __restrict__ x,
+                                                 const ElemT<Cfg>* __restrict__ weight,
+                                                 const ElemT<Cfg>* __restrict__ bias,
                                                  Moments* __restrict__ partials) {
   using G = MmaMomentsGeom<Cfg, Tune>;
   static_assert(Cfg::kProducer == kConv3d, "mma_conv_moments: the producer must be conv3d");
@@ -215,7 +215,7 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
   // ---- weights: scale, B fragments, bias ----
   constexpr int kWN = C * Cin * KD * KH * KW;
   float mw = 0.f;
-  for (int i = tid; i < kWN; i += G::kThreads) mw = fmaxf(mw, fabsf(__ldg(weight + i)));
+  for (int i = tid; i < kWN; i += G::kThreads) mw = fmaxf(mw, fabsf(ldg_f32(weight + i)));
   const float sw = mmm::scale_for(mmm::block_max(mw, s_max));
   {
     uint4* const sb = reinterpret_cast<uint4*>(smem);
@@ -233,7 +233,7 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
         for (int j = 0; j < 4; ++j) {
           const int ci = c4 * 4 + j;
           v[j] = (gi < G::kGroups4 && ci < Cin)
-                     ? __ldg(weight + (((co * Cin + ci) * KD + pkd) * KH + pkh) * KW + pkw) * sw
+                     ? ldg_f32(weight + (((co * Cin + ci) * KD + pkd) * KH + pkh) * KW + pkw) * sw
                      : 0.f;
         }
       } else {
@@ -241,7 +241,7 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
         for (int j = 0; j < 4; ++j) {
           const int q = ks * 16 + 4 * tt + j, kw = q / CinP, ci = q % CinP;
           v[j] = (kw < KW && ci < Cin)
-                     ? __ldg(weight + (((co * Cin + ci) * KD + kd) * KH + kh) * KW + kw) * sw
+                     ? ldg_f32(weight + (((co * Cin + ci) * KD + kd) * KH + kh) * KW + kw) * sw
                      : 0.f;
         }
       }
@@ -249,7 +249,7 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
       mmm::split4(v, hi, lo);
       sb[e] = make_uint4(hi.x, hi.y, lo.x, lo.y);
     }
-    for (int c = tid; c < C; c += G::kThreads) s_bias[c] = __ldg(bias + c);
+    for (int c = tid; c < C; c += G::kThreads) s_bias[c] = ldg_f32(bias + c);
   }
 
   // Per-lane A offsets (halfs) of k step ks within a staged row: physical k = ks*16 + 4t.
@@ -271,8 +271,8 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
       const int id0 = od_begin * Cfg::kSD, id1 = (od_end - 1) * Cfg::kSD + (KD - 1) * Cfg::kDilD;
       const int per_ci = (id1 - id0 + 1) * kPlane;
       for (int ci = 0; ci < Cin; ++ci) {
-        const float* __restrict__ xp = x + (((size_t)n * Cin + ci) * Din + id0) * kPlane;
-        for (int i = tid; i < per_ci; i += G::kThreads) m = fmaxf(m, fabsf(__ldg(xp + i)));
+        const ElemT<Cfg>* __restrict__ xp = x + (((size_t)n * Cin + ci) * Din + id0) * kPlane;
+        for (int i = tid; i < per_ci; i += G::kThreads) m = fmaxf(m, fabsf(ldg_f32(xp + i)));
       }
     }
     sx_block = mmm::scale_for(mmm::block_max(m, s_max));
@@ -282,18 +282,18 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
 #pragma unroll
   for (int k = 0; k < 2 * NT; ++k) run_m[k] = run_q[k] = 0.f;
 
-  const float* __restrict__ xn = x + (size_t)n * Cin * Din * kPlane;
+  const ElemT<Cfg>* __restrict__ xn = x + (size_t)n * Cin * Din * kPlane;
 
   // Stage input plane id into its slot (all threads; barriers inside).
   auto stage_plane = [&](int id) {
     const int slot = id % G::kSlots;
-    const float* __restrict__ xp = xn + (size_t)id * kPlane;
+    const ElemT<Cfg>* __restrict__ xp = xn + (size_t)id * kPlane;
     float sx = sx_block;
     if constexpr (!Tune::kPack) {
       float m = 0.f;
       for (int i = tid; i < Cin * kPlane; i += G::kThreads) {
         const int ci = i / kPlane, r = i - ci * kPlane;
-        m = fmaxf(m, fabsf(__ldg(xp + (size_t)ci * Din * kPlane + r)));
+        m = fmaxf(m, fabsf(ldg_f32(xp + (size_t)ci * Din * kPlane + r)));
       }
       sx = mmm::scale_for(mmm::block_max(m, s_max));
     }
@@ -309,7 +309,7 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ci = c4 * 4 + k;
-          v[k] = (ok && ci < Cin) ? __ldg(xp + (size_t)ci * Din * kPlane + h * Win + iw) * sx : 0.f;
+          v[k] = (ok && ci < Cin) ? ldg_f32(xp + (size_t)ci * Din * kPlane + h * Win + iw) * sx : 0.f;
         }
         uint2 hi, lo;
         mmm::split4(v, hi, lo);
@@ -324,13 +324,13 @@ __device__ __forceinline__ void mma_conv_moments(const float* __restrict__ x,
   constexpr int kPT = G::kPointsPerThread;
   float pf[G::kPrefetch ? Cin : 1][G::kPrefetch ? kPT : 1];
   auto prefetch_plane = [&](int id) {
-    const float* __restrict__ xp = xn + (size_t)id * kPlane;
+    const ElemT<Cfg>* __restrict__ xp = xn + (size_t)id * kPlane;
 #pragma unroll
     for (int k = 0; k < kPT; ++k) {
       const int p = tid + k * G::kThreads;
 #pragma unroll
       for (int ci = 0; ci < Cin; ++ci)
-        pf[ci][k] = p < kPlane ? __ldg(xp + (size_t)ci * Din * kPlane + p) : 0.f;
+        pf[ci][k] = p < kPlane ? ldg_f32(xp + (size_t)ci * Din * kPlane + p) : 0.f;
     }
   };
   // Converts the prefetched plane id into its slot (all threads; barriers inside). The padding

@@ -35,8 +35,10 @@ namespace fj {
 
 // P: fj::Moments (float fields) or fj::MomentsD, deduced from `partials`.
 template <class Cfg, class Tune, class P>
-__device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ partials, const float* __restrict__ gamma,
-                          const float* __restrict__ beta, float* __restrict__ y) {
+__device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ partials,
+                                                      const ElemT<Cfg>* __restrict__ gamma,
+                                                      const ElemT<Cfg>* __restrict__ beta,
+                                                      ElemT<Cfg>* __restrict__ y) {
   static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "moments_mean_finalize: needs group_norm");
   static_assert(Cfg::kC <= 256, "moments_mean_finalize: kC <= 256 (shared arrays of doubles, 4 per channel)");
   static_assert(Cfg::kMean == kMeanSpatial || Cfg::kMean == kMeanAll,
@@ -79,8 +81,8 @@ __device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ part
   __syncwarp();
   for (int c = lane; c < C; c += 32) {
     const int g = c / CPG;
-    const double v = (double)gamma[c] * ((s_m[c] - s_mu[g]) * s_rstd[g]) + beta[c];
-    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + c] = (float)v;
+    const double v = (double)to_f32(gamma[c]) * ((s_m[c] - s_mu[g]) * s_rstd[g]) + to_f32(beta[c]);
+    if constexpr (Cfg::kMean == kMeanSpatial) y[(size_t)n * C + c] = from_f32<ElemT<Cfg>>((float)v);
     else s_out[c] = v;
   }
   if constexpr (Cfg::kMean == kMeanAll) {
@@ -88,7 +90,7 @@ __device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ part
     if (lane == 0) {
       double s = 0;
       for (int c = 0; c < C; ++c) s += s_out[c];
-      y[n] = (float)(s / C);
+      y[n] = from_f32<ElemT<Cfg>>((float)(s / C));
     }
   }
 }
