@@ -47,6 +47,15 @@ MemoryCache& Memory() {
   return *cache;
 }
 
+// Stores `compiled` under `key` and returns the cached instance (a concurrent compile of the same
+// key may have won; its instance is used).
+std::shared_ptr<CompiledChain> Remember(MemoryKey key, std::shared_ptr<CompiledChain> compiled) {
+  MemoryCache& memory = Memory();
+  absl::MutexLock lock(&memory.mu);
+  auto [it, inserted] = memory.entries.emplace(std::move(key), std::move(compiled));
+  return it->second;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
@@ -94,10 +103,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
       absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
           runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
       if (!adapted.ok() || !options.use_cache) return adapted;
-      MemoryCache& memory = Memory();
-      absl::MutexLock lock(&memory.mu);
-      auto [it, inserted] = memory.entries.emplace(std::move(memory_key), *adapted);
-      return it->second;
+      return Remember(std::move(memory_key), *std::move(adapted));
     }
   }
 
@@ -114,12 +120,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
 
   std::shared_ptr<CompiledChain> compiled =
       runtime::MakeCompiled(*std::move(planned), std::move(emitted), *std::move(cubin));
-  if (options.use_cache) {
-    MemoryCache& memory = Memory();
-    absl::MutexLock lock(&memory.mu);
-    auto [it, inserted] = memory.entries.emplace(std::move(memory_key), compiled);
-    return it->second;  // a concurrent compile of the same key may have won; use its instance
-  }
+  if (options.use_cache) return Remember(std::move(memory_key), std::move(compiled));
   return compiled;
 }
 

@@ -73,15 +73,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
     outer.dtype = dtype;
     sig.push_back(outer);
     const int64_t elements = NumElements(t.shape);
-    codegen::Cast cast;
-    cast.elements = elements;
     const std::string copy = absl::StrCat(t.name, ".f32");
     if (IsRead(t.role)) {
-      cast = {t.name, dtype, copy, DType::kF32, elements};
-      in_casts.push_back(cast);
+      in_casts.push_back({t.name, dtype, copy, DType::kF32, elements});
     } else {
-      cast = {copy, DType::kF32, t.name, dtype, elements};
-      out_casts.push_back(cast);
+      out_casts.push_back({copy, DType::kF32, t.name, dtype, elements});
     }
     copy_offsets.push_back(offset);
     absl::StrAppend(&layout, "  +", offset, " ", elements * 4, " bytes: ", copy, "\n");
