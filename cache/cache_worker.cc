@@ -7,7 +7,9 @@
 // flags: --compile-ms N (compile() sleeps), --payload-bytes N, --max-bytes N,
 //        --slow-us N and --chunk N (every file call sleeps N us; writes of at most N bytes),
 //        --remote URL (a remote tier: FUSEJIT_REMOTE_CACHE's forms), --remote-read-only 1,
-//        --retry-ms N (its circuit breaker's interval), --lock-ttl-ms N.
+//        --retry-ms N (its circuit breaker's interval), --lock-ttl-ms N,
+//        --pause-mid-write-ms N (at the second write of an entry, print "writing" and sleep N ms:
+//        a test that kills then is sure to kill in the middle of a publish).
 // Prints one line "result key=value ..." and exits 0 when every payload was right, else 1.
 #include <unistd.h>
 
@@ -36,6 +38,26 @@ struct Flags {
   bool remote_read_only = false;
   int retry_ms = -1;
   int lock_ttl_ms = -1;
+  int pause_mid_write_ms = 0;
+};
+
+// SlowEnv that announces the middle of the first publish on stdout and holds still there.
+class PausingEnv : public testing::SlowEnv {
+ public:
+  PausingEnv(Env* base, absl::Duration delay, size_t max_write, absl::Duration pause)
+      : SlowEnv(base, delay, max_write), pause_(pause) {}
+  absl::StatusOr<size_t> Write(int fd, const char* buf, size_t n) override {
+    if (pause_ > absl::ZeroDuration() && ++writes_ == 2) {
+      std::fputs("writing\n", stdout);
+      std::fflush(stdout);
+      absl::SleepFor(pause_);
+    }
+    return SlowEnv::Write(fd, buf, n);
+  }
+
+ private:
+  const absl::Duration pause_;
+  int writes_ = 0;
 };
 
 int Usage() {
@@ -66,6 +88,8 @@ bool ParseFlags(const std::vector<std::string>& args, size_t first, Flags* f) {
       f->remote_read_only = v != 0;
     } else if (args[i] == "--retry-ms") {
       f->retry_ms = static_cast<int>(v);
+    } else if (args[i] == "--pause-mid-write-ms") {
+      f->pause_mid_write_ms = static_cast<int>(v);
     } else if (args[i] == "--lock-ttl-ms") {
       f->lock_ttl_ms = static_cast<int>(v);
     } else {
@@ -102,11 +126,14 @@ int Main(const std::vector<std::string>& args) {
   Flags flags;
   if (!ParseFlags(args, flags_from, &flags)) return Usage();
 
-  testing::SlowEnv slow(PosixEnv(), absl::Microseconds(flags.slow_us), flags.chunk);
+  PausingEnv slow(PosixEnv(), absl::Microseconds(flags.slow_us), flags.chunk,
+                  absl::Milliseconds(flags.pause_mid_write_ms));
   CacheOptions options;
   options.dir = dir;
   options.max_bytes = flags.max_bytes;
-  options.env = flags.slow_us > 0 || flags.chunk < (1u << 20) ? &slow : PosixEnv();
+  options.env = flags.slow_us > 0 || flags.chunk < (1u << 20) || flags.pause_mid_write_ms > 0
+                    ? &slow
+                    : PosixEnv();
   if (!flags.remote.empty()) {
     absl::StatusOr<RedisAddress> address = ParseRedisUrl(flags.remote);
     if (!address.ok()) {
