@@ -1,0 +1,148 @@
+// tests/source_corpus_test.cc: the generated sources of a fixed corpus of chains stay what
+// tests/data/generated_sources.txt records.
+//
+// For every chain of the corpus (the seeds, chains in the domain of each fast strategy, random
+// chains, other dtypes), on sm_80 and sm_90, fp32 and tf32: the source every applicable strategy
+// emits (its default configuration), and the backward plan's. Each line is
+//   <arch> <precision> <strategy or "backward"> <hash of the source> <spec>
+// A refactor of codegen must leave every line as it is (byte-identical sources, so identical
+// kernels). A change that means to change sources rewrites the file with
+//   FUSEJIT_UPDATE_SOURCE_HASHES=1 build/tests/unit_tests --gtest_filter='SourceCorpus.*'
+// and the diff of the file says which chains and strategies it touched.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/cache_key.h"
+#include "codegen/backward_plan.h"
+#include "codegen/emit.h"
+#include "codegen/planner.h"
+#include "fusejit/chain.h"
+#include "fusejit/workloads.h"
+#include "tests/random_chains.h"
+
+namespace fusejit {
+namespace {
+
+const char* kHashFile = FUSEJIT_SOURCE_DIR "/tests/data/generated_sources.txt";
+
+std::vector<std::string> CorpusSpecs() {
+  std::vector<std::string> specs;
+  for (const Workload& w : SeedWorkloads()) specs.push_back(w.spec);
+  const std::vector<std::string> hand = {
+      // conv-moments-mean / mma-moments-mean (few channels, mean)
+      "x:f32[8,3,16,16,16] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[4,3,12,16,16] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
+      "x:f32[2,8,10,10,10] | conv3d(out=32,k=3,padding=1,stride=2) | relu | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      // transposed convolutions of few channels (convt-*)
+      "x:f32[4,3,8,16,16] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish",
+      "x:f32[2,4,6,8,8] | conv_transpose3d(out=8,k=4,stride=2,padding=1,output_padding=1) | gelu | "
+      "group_norm(groups=2)",
+      // few output channels (direct-few-out)
+      "x:f32[2,32,10,12,12] | conv3d(out=4,k=3,padding=1)",
+      "x:f32[2,16,8,8,8] | conv3d(out=8,k=3) | tanh",
+      // tensor-core engines (tc-conv, igemm-*)
+      "x:f32[2,32,12,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
+      "x:f32[2,16,9,9,9] | conv_transpose3d(out=48,k=3,stride=2,padding=1) | gelu | "
+      "group_norm(groups=4)",
+      "x:f32[2,64,10,10,10] | conv3d(out=64,k=3,padding=1) | swish",
+      "x:f32[1,64,12,12,12] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+      "group_norm(groups=8)",
+      "x:f32[2,32,8,10,12] | conv3d(out=128,k=3) | group_norm(groups=8) | mean(dims=[2,3,4])",
+      "x:f32[2,64,9,11,13] | conv3d(out=256,k=3,padding=2,dilation=2) | swish | "
+      "group_norm(groups=4) | tanh",
+      "x:f32[3,20,7,9,11] | conv3d(out=37,k=2,stride=2,padding=1) | leaky_relu(negative_slope=0.2) | "
+      "group_norm(groups=1) | mean(dims=[1,2,3,4])",
+      // no convolution
+      "x:f32[4,32,8,8,8] | group_norm(groups=8) | gelu",
+      "x:f32[2,16,6,6,6] | swish | group_norm(groups=4) | mean(dims=[2,3,4])",
+      "x:f32[3,5,7,9,11] | relu | clamp(min=-0.5,max=0.5) | mean(dims=[1,2,3,4])",
+      "x:f32[3,5,7,9,11] | sigmoid | tanh",
+  };
+  specs.insert(specs.end(), hand.begin(), hand.end());
+  Rng rng(20261125);
+  for (int i = 0; i < 40; ++i) specs.push_back(FormatChain(RandomChain(rng)));
+  // Other dtypes: the seeds and the hand-picked chains.
+  const std::vector<std::string> f32 = specs;
+  for (const char* d : {"bf16", "f16", "f64"}) {
+    for (size_t i = 0; i < 4 + hand.size(); ++i) {
+      std::string s = f32[i];
+      s.replace(s.find("x:f32"), 5, absl::StrCat("x:", d));
+      specs.push_back(s);
+    }
+  }
+  return specs;
+}
+
+std::string Hash(const codegen::GeneratedSource& src) {
+  return cache::HashSource(src.main, std::vector<std::string>{}).substr(0, 16);
+}
+
+std::vector<std::string> CorpusLines() {
+  std::vector<std::string> lines;
+  for (const std::string& spec : CorpusSpecs()) {
+    const Chain chain = ParseOrFail(spec);
+    const std::string canonical = FormatChain(chain);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+        const codegen::PlanTarget target{arch, 132, p};
+        const char* prec = p == Precision::kFp32 ? "fp32" : "tf32";
+        for (const auto& s : codegen::AllStrategies()) {
+          if (!codegen::StrategyApplies(*s, chain, target)) continue;
+          absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target, s->name());
+          EXPECT_TRUE(plan.ok()) << canonical << " " << s->name() << ": " << plan.status();
+          if (!plan.ok()) continue;
+          lines.push_back(absl::StrCat(arch, " ", prec, " ", std::string(s->name()), " ",
+                                       Hash(codegen::EmitSource(chain, *plan)), " ", canonical));
+        }
+        if (chain.dtype != DType::kF32) continue;
+        absl::StatusOr<codegen::Plan> back = codegen::PlanBackward(chain, target);
+        if (back.ok()) {
+          lines.push_back(absl::StrCat(arch, " ", prec, " backward ",
+                                       Hash(codegen::EmitSource(chain, *back)), " ", canonical));
+        }
+      }
+    }
+  }
+  return lines;
+}
+
+TEST(SourceCorpus, GeneratedSourcesAreWhatTheHashFileRecords) {
+  const std::vector<std::string> lines = CorpusLines();
+  ASSERT_GT(lines.size(), 200u);
+  if (const char* u = std::getenv("FUSEJIT_UPDATE_SOURCE_HASHES"); u && std::string(u) == "1") {
+    std::ofstream out(kHashFile, std::ios::trunc);
+    for (const std::string& l : lines) out << l << "\n";
+    ASSERT_TRUE(out.good()) << "cannot write " << kHashFile;
+    GTEST_SKIP() << "wrote " << lines.size() << " lines to " << kHashFile;
+  }
+  std::ifstream in(kHashFile);
+  ASSERT_TRUE(in.good()) << kHashFile << " is missing; write it with FUSEJIT_UPDATE_SOURCE_HASHES=1";
+  std::vector<std::string> want;
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty()) want.push_back(l);
+  }
+  const std::set<std::string> have_set(lines.begin(), lines.end());
+  const std::set<std::string> want_set(want.begin(), want.end());
+  int shown = 0;
+  for (const std::string& l : lines) {
+    if (!want_set.count(l) && shown++ < 20) ADD_FAILURE() << "new or changed: " << l;
+  }
+  for (const std::string& l : want) {
+    if (!have_set.count(l) && shown++ < 40) ADD_FAILURE() << "gone or changed: " << l;
+  }
+  EXPECT_EQ(lines, want) << "the generated sources changed; if that is meant, rewrite "
+                         << kHashFile << " (FUSEJIT_UPDATE_SOURCE_HASHES=1) and say why";
+}
+
+}  // namespace
+}  // namespace fusejit
