@@ -137,55 +137,61 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
   const size_t gpart =
       norm ? plan.AddWorkspace("(sum g_h, sum g_h*zhat) per (n, c, chunk)", parts * 16) : 0;
   const size_t bpart = bias ? plan.AddWorkspace("sum grad_u per (n, c, chunk)", parts * 8) : 0;
-  const auto ws = [](const char* type, const char* name, size_t offset) {
-    return Arg(Kind::kWorkspace, type, name, "", offset);
+  const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
+    return KernelArg::Workspace(type, name, offset, access);
   };
-  const auto tensor = [](const char* type, const char* name, std::string tensor_name) {
-    return Arg(Kind::kTensor, type, name, std::move(tensor_name));
+  // Tensors of the signature (u and grad_u are the composite's f32 tensors).
+  const auto in = [](const char* name, std::string tensor) {
+    return KernelArg::Tensor(name, std::move(tensor), kRead);
   };
-  const auto null = [](const char* type, const char* name) { return Arg(Kind::kTensor, type, name); };
+  const auto out = [](const char* name, std::string tensor) {
+    return KernelArg::Tensor(name, std::move(tensor), kWrite);
+  };
+  const auto null = [](ArgType type, const char* name, KernelArg::Access access) {
+    return KernelArg::Null(type, name, access);
+  };
   const std::array<unsigned, 3> grid = {static_cast<unsigned>(parts), 1, 1};
   const std::array<unsigned, 3> block = {kThreads, 1, 1};
   if (norm) {
     KernelLaunch m{"fj_bwd_moments", "fj::bwd_moments_kernel<Cfg, BwdTune>",
                    "z = pre(u): sums of z and z^2 per (n, c, chunk), for the group statistics",
                    grid, block};
-    m.args = {tensor("const float*", "u", u), ws("double2*", "zpart", zpart)};
+    m.args = {in("u", u), ws(ArgType::kDouble2, "zpart", zpart, kWrite)};
     plan.kernels.push_back(m);
     KernelLaunch s{"fj_bwd_sums", "fj::bwd_sums_kernel<Cfg, BwdTune>",
                    "g_h = grad_y * post'(h): sums of g_h and g_h*zhat per (n, c, chunk)", grid, block};
-    s.args = {tensor("const float*", "u", u),
-              tensor("const float*", "gy", std::string(kGradOutputName)),
-              tensor("const float*", "gamma", info.gamma_param),
-              tensor("const float*", "beta", info.beta_param),
-              ws("const double2*", "zpart", zpart), ws("double2*", "gpart", gpart)};
+    s.args = {in("u", u),
+              in("gy", std::string(kGradOutputName)),
+              in("gamma", info.gamma_param),
+              in("beta", info.beta_param),
+              ws(ArgType::kDouble2, "zpart", zpart, kRead), ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
     plan.kernels.push_back(s);
   }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
                  norm ? "grad_u = group_norm's backward of g_h, times pre'(u); conv-bias sums"
                       : "grad_u = grad_y times the ops' derivatives; conv-bias sums",
                  grid, block};
-  g.args = {tensor("const float*", "u", u),
-            tensor("const float*", "gy", std::string(kGradOutputName)),
-            norm ? tensor("const float*", "gamma", info.gamma_param) : null("const float*", "gamma"),
-            norm ? tensor("const float*", "beta", info.beta_param) : null("const float*", "beta"),
-            norm ? ws("const double2*", "zpart", zpart) : null("const double2*", "zpart"),
-            norm ? ws("const double2*", "gpart", gpart) : null("const double2*", "gpart"),
-            tensor("float*", "gu", gu),
-            bias ? ws("double*", "bpart", bpart) : null("double*", "bpart")};
+  g.args = {in("u", u),
+            in("gy", std::string(kGradOutputName)),
+            norm ? in("gamma", info.gamma_param) : null(ArgType::kTensorDType, "gamma", kRead),
+            norm ? in("beta", info.beta_param) : null(ArgType::kTensorDType, "beta", kRead),
+            norm ? ws(ArgType::kDouble2, "zpart", zpart, kRead) : null(ArgType::kDouble2, "zpart", kRead),
+            norm ? ws(ArgType::kDouble2, "gpart", gpart, kRead) : null(ArgType::kDouble2, "gpart", kRead),
+            out("gu", gu),
+            bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite) : null(ArgType::kDouble, "bpart", kWrite)};
   plan.kernels.push_back(g);
   if (norm || bias) {
     KernelLaunch r{"fj_bwd_param_grads", "fj::bwd_param_grads_kernel<Cfg, BwdTune>",
                    "grad of group_norm weight, bias and conv bias: per channel, fixed-order sums",
                    {static_cast<unsigned>(p[1]), 1, 1}, block};
-    r.args = {norm ? ws("const double2*", "gpart", gpart) : null("const double2*", "gpart"),
-              bias ? ws("const double*", "bpart", bpart) : null("const double*", "bpart"),
-              norm ? tensor("float*", "grad_gamma", GradName(info.gamma_param))
-                   : null("float*", "grad_gamma"),
-              norm ? tensor("float*", "grad_beta", GradName(info.beta_param))
-                   : null("float*", "grad_beta"),
-              bias ? tensor("float*", "grad_bias", GradName(info.bias_param))
-                   : null("float*", "grad_bias")};
+    r.args = {norm ? ws(ArgType::kDouble2, "gpart", gpart, kRead) : null(ArgType::kDouble2, "gpart", kRead),
+              bias ? ws(ArgType::kDouble, "bpart", bpart, kRead) : null(ArgType::kDouble, "bpart", kRead),
+              norm ? out("grad_gamma", GradName(info.gamma_param))
+                   : null(ArgType::kTensorDType, "grad_gamma", kWrite),
+              norm ? out("grad_beta", GradName(info.beta_param))
+                   : null(ArgType::kTensorDType, "grad_beta", kWrite),
+              bias ? out("grad_bias", GradName(info.bias_param))
+                   : null(ArgType::kTensorDType, "grad_bias", kWrite)};
     plan.kernels.push_back(r);
   }
 
@@ -223,15 +229,15 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
                    {static_cast<unsigned>(CeilDiv(cols, t.bn)),
                     static_cast<unsigned>(CeilDiv(rows, t.bm)), static_cast<unsigned>(splits)},
                    {static_cast<unsigned>(threads), 1, 1}};
-    w.args = {tensor("const float*", "x", std::string(kInputName)),
-              tensor("const float*", "gu", gu), ws("double*", "part", wpart)};
+    w.args = {in("x", std::string(kInputName)),
+              in("gu", gu), ws(ArgType::kDouble, "part", wpart, kWrite)};
     plan.kernels.push_back(w);
     KernelLaunch wr{"fj_wgrad_reduce", "fj::wgrad_reduce_kernel<Cfg, WgTune>",
                     "weight gradient: sum the chunks in order",
                     {static_cast<unsigned>(CeilDiv(rows * cols, kThreads)), 1, 1},
                     {kThreads, 1, 1}};
-    wr.args = {ws("const double*", "part", wpart),
-               tensor("float*", "grad_w", GradName(info.weight_param))};
+    wr.args = {ws(ArgType::kDouble, "part", wpart, kRead),
+               out("grad_w", GradName(info.weight_param))};
     plan.kernels.push_back(wr);
   }
   if (plan.workspace_bytes > 0) {

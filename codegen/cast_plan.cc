@@ -37,10 +37,8 @@ Plan PlanCasts(const std::vector<Cast>& casts, const PlanTarget& target, const s
                                              static_cast<int64_t>(target.sm_count) * 8);
     k.grid = {static_cast<unsigned>(blocks), 1, 1};
     k.block = {static_cast<unsigned>(threads), 1, 1};
-    k.args = {
-        {KernelArg::Kind::kTensor, absl::StrCat("const ", DeviceTypeName(c.from_dtype), "*"), "in", c.from},
-        {KernelArg::Kind::kTensor, absl::StrCat(DeviceTypeName(c.to_dtype), "*"), "out", c.to},
-    };
+    k.args = {KernelArg::Tensor("in", c.from, KernelArg::Access::kRead),
+              KernelArg::Tensor("out", c.to, KernelArg::Access::kWrite)};
     plan.kernels.push_back(std::move(k));
   }
   return plan;

@@ -414,12 +414,11 @@ class ConvMomentsMeanStrategy : public Strategy {
     k.block = {static_cast<unsigned>(t.threads), 1, 1};
     k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
     k.shared_bytes = static_cast<unsigned>(g.shared_bytes);  // DirectConvGeom::kSharedBytes
-    k.args = {Arg(Kind::kInput, "const float*", "x"),
-              Arg(Kind::kParam, "const float*", "weight", info.weight_param),
-              Arg(Kind::kParam, "const float*", "bias", info.bias_param),
-              Arg(Kind::kWorkspace, "fj::MomentsD*", "partials", "", partials)};
+    k.args = ProducerArgs(info);
+    k.args.push_back(KernelArg::Workspace(ArgType::kMomentsD, "partials", partials, kWrite));
     plan.kernels.push_back(k);
-    plan.kernels.push_back(MomentsMeanFinalizeLaunch(info, "ConvMomentsTune", "fj::MomentsD", partials));
+    plan.kernels.push_back(
+        MomentsMeanFinalizeLaunch(info, "ConvMomentsTune", ArgType::kMomentsD, partials));
     return plan;
   }
 

@@ -218,16 +218,14 @@ class ConvTStrategy : public Strategy {
         static_cast<size_t>(n * t.stat_blocks * groups) * 12);
     const size_t scale_shift = plan.AddWorkspace("per-channel (scale, shift) x N*C",
                                                  static_cast<size_t>(n * c) * 8);
-    const KernelArg x = Arg(Kind::kInput, "const float*", "x");
-    const KernelArg w = Arg(Kind::kParam, "const float*", "weight", info.weight_param);
-    const KernelArg b = Arg(Kind::kParam, "const float*", "bias", info.bias_param);
-    const KernelArg y = Arg(Kind::kOutput, "float*", "y");
+    const KernelArg y = KernelArg::Output();
     KernelLaunch k1;
     k1.grid = {static_cast<unsigned>(t.stat_blocks), static_cast<unsigned>(n), 1};
     k1.block = {static_cast<unsigned>(t.threads), 1, 1};
     k1.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
     k1.shared_bytes = dynamic;
-    k1.args = {x, w, b, Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
+    k1.args = ProducerArgs(info);
+    k1.args.push_back(KernelArg::Workspace(ArgType::kMoments, "partials", partials, kWrite));
     if (store_) {
       k1.symbol = "fj_convt_store_moments";
       k1.body = "fj::convt_group_moments<Cfg, ConvTTune, true>";
@@ -245,12 +243,12 @@ class ConvTStrategy : public Strategy {
     k2.purpose = "merge partials in a fixed order -> per-channel scale and shift";
     k2.grid = {static_cast<unsigned>(n), 1, 1};
     k2.block = {32, 1, 1};
-    k2.args = {Arg(Kind::kWorkspace, "const fj::Moments*", "partials", "", partials),
-               Arg(Kind::kParam, "const float*", "gamma", info.gamma_param),
-               Arg(Kind::kParam, "const float*", "beta", info.beta_param),
-               Arg(Kind::kWorkspace, "float2*", "scale_shift", "", scale_shift)};
+    k2.args = {KernelArg::Workspace(ArgType::kMoments, "partials", partials, kRead),
+               KernelArg::Param("gamma", info.gamma_param),
+               KernelArg::Param("beta", info.beta_param),
+               KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kWrite)};
     plan.kernels.push_back(k2);
-    const KernelArg ss = Arg(Kind::kWorkspace, "const float2*", "scale_shift", "", scale_shift);
+    const KernelArg ss = KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kRead);
     KernelLaunch k3;
     if (store_) {
       const int64_t plane = info.producer_shape[2] * info.producer_shape[3] * info.producer_shape[4];
@@ -269,7 +267,9 @@ class ConvTStrategy : public Strategy {
       k3.block = {static_cast<unsigned>(t.threads), 1, 1};
       k3.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
       k3.shared_bytes = dynamic;
-      k3.args = {x, w, b, ss, y};
+      k3.args = ProducerArgs(info);
+      k3.args.push_back(ss);
+      k3.args.push_back(y);
     }
     plan.kernels.push_back(k3);
     return plan;

@@ -98,10 +98,8 @@ class DirectFewOutStrategy final : public Strategy {
     k.purpose = "y = ops(conv(x)) for every output channel, tw outputs along w a thread";
     k.grid = {static_cast<unsigned>(blocks), 1, 1};
     k.block = {static_cast<unsigned>(t->threads), 1, 1};
-    k.args = {Arg(Kind::kInput, "const float*", "x"),
-              Arg(Kind::kParam, "const float*", "weight", info.weight_param),
-              Arg(Kind::kParam, "const float*", "bias", info.bias_param),
-              Arg(Kind::kOutput, "float*", "y")};
+    k.args = ProducerArgs(info);
+    k.args.push_back(KernelArg::Output());
     plan.kernels.push_back(k);
     return plan;
   }

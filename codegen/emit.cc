@@ -96,10 +96,24 @@ std::string ConfigStruct(const Chain& chain, const Plan& plan) {
   return s;
 }
 
-std::string Wrapper(const KernelLaunch& k) {
+// The C++ element type an argument points to: its tensor's dtype or its workspace type.
+std::string ElementType(const KernelArg& a, const Chain& chain, const Plan& plan) {
+  if (a.type != ArgType::kTensorDType) return ArgTypeName(a.type);
+  DType dtype = chain.dtype;  // x, y, the parameters, nulls
+  if (a.kind == KernelArg::Kind::kTensor) {
+    for (const TensorSpec& t : plan.signature) {
+      if (t.name == a.param) dtype = t.dtype;
+    }
+  }
+  return DeviceTypeName(dtype);
+}
+
+std::string Wrapper(const KernelLaunch& k, const Chain& chain, const Plan& plan) {
   std::vector<std::string> params, names;
   for (const KernelArg& a : k.args) {
-    params.push_back(absl::StrCat(a.type, " ", a.name));
+    params.push_back(absl::StrCat(a.access == KernelArg::Access::kRead ? "const " : "",
+                                  ElementType(a, chain, plan), "*",
+                                  k.restrict_pointers ? " __restrict__ " : " ", a.name));
     names.push_back(a.name);
   }
   const unsigned threads = k.block[0] * k.block[1] * k.block[2];
@@ -148,7 +162,7 @@ GeneratedSource EmitSource(const Chain& chain, const Plan& plan) {
   absl::StrAppend(&s, "\n");
   for (const std::string& inc : plan.includes) absl::StrAppend(&s, "#include \"", inc, "\"\n");
   absl::StrAppend(&s, "\n");
-  for (const KernelLaunch& k : plan.kernels) absl::StrAppend(&s, Wrapper(k), "\n");
+  for (const KernelLaunch& k : plan.kernels) absl::StrAppend(&s, Wrapper(k, chain, plan), "\n");
   for (const templates::TemplateFile& f : templates::All()) {
     out.headers.emplace_back(std::string(f.name), std::string(f.text));
   }

@@ -12,34 +12,18 @@
 #include "codegen/chain_info.h"
 #include "codegen/generic_strategies.h"
 
+#include "codegen/strategy_util.h"
+
 namespace fusejit::codegen {
 namespace {
 
 using Kind = KernelArg::Kind;
 
 // x, y and the parameters are of the chain's dtype (the kernels convert at loads and stores).
-KernelArg In(const ChainInfo& info) {
-  return {Kind::kInput, absl::StrCat("const ", DeviceTypeName(info.dtype), "*"), "x", "", 0};
-}
-KernelArg Out(const ChainInfo& info) {
-  return {Kind::kOutput, absl::StrCat(DeviceTypeName(info.dtype), "*"), "y", "", 0};
-}
-KernelArg Param(const ChainInfo& info, std::string name, std::string param) {
-  return {Kind::kParam, absl::StrCat("const ", DeviceTypeName(info.dtype), "*"), std::move(name),
-          std::move(param), 0};
-}
-KernelArg Ws(std::string type, std::string name, size_t offset) {
-  return {Kind::kWorkspace, std::move(type), std::move(name), "", offset};
-}
-
 // The (mean, rstd) statistics as a kernel reads them: double2 in f64 chains.
-std::string StatsType(const ChainInfo& info) {
-  return info.dtype == DType::kF64 ? "const double2*" : "const float2*";
-}
-
-// x, weight, bias: the producer's inputs, first arguments of every generic kernel.
-std::vector<KernelArg> ProducerArgs(const ChainInfo& info) {
-  return {In(info), Param(info, "weight", info.weight_param), Param(info, "bias", info.bias_param)};
+KernelArg Stats(const ChainInfo& info, size_t offset) {
+  return KernelArg::Workspace(info.dtype == DType::kF64 ? ArgType::kDouble2 : ArgType::kFloat2,
+                              "stats", offset, kRead);
 }
 
 unsigned CeilDiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
@@ -118,8 +102,9 @@ size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Pl
   k.grid = {static_cast<unsigned>(n * groups), static_cast<unsigned>(chunks), 1};
   k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
-  k.args.push_back(Out(info));
-  k.args.push_back(Ws(f64 ? "fj::MomentsD*" : "fj::Moments*", "partials", partials));
+  k.args.push_back(KernelArg::Output());
+  k.args.push_back(KernelArg::Workspace(f64 ? ArgType::kMomentsD : ArgType::kMoments, "partials",
+                                        partials, kWrite));
   plan->kernels.push_back(k);
 
   KernelLaunch f;
@@ -128,8 +113,10 @@ size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Pl
   f.purpose = "merge each (sample, group)'s partials in chunk order -> mean, rstd";
   f.grid = {CeilDiv(n * groups, t.block), 1, 1};
   f.block = {static_cast<unsigned>(t.block), 1, 1};
-  f.args = {Ws(f64 ? "const fj::MomentsD*" : "const fj::Moments*", "partials", partials),
-            Ws(f64 ? "double2*" : "float2*", "stats", stats)};
+  f.args = {KernelArg::Workspace(f64 ? ArgType::kMomentsD : ArgType::kMoments, "partials",
+                                 partials, kRead),
+            KernelArg::Workspace(f64 ? ArgType::kDouble2 : ArgType::kFloat2, "stats", stats,
+                                 kWrite)};
   plan->kernels.push_back(f);
   return stats;
 }
@@ -149,10 +136,10 @@ void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stat
   k.grid = {static_cast<unsigned>(n * c), static_cast<unsigned>(chunks), 1};
   k.block = {static_cast<unsigned>(t.block), 1, 1};
   k.args = ProducerArgs(info);
-  k.args.push_back(Param(info, "gamma", info.gamma_param));
-  k.args.push_back(Param(info, "beta", info.beta_param));
-  k.args.push_back(Ws(StatsType(info), "stats", stats_offset));
-  k.args.push_back(Ws("double*", "partials", partials));
+  k.args.push_back(KernelArg::Param("gamma", info.gamma_param));
+  k.args.push_back(KernelArg::Param("beta", info.beta_param));
+  k.args.push_back(Stats(info, stats_offset));
+  k.args.push_back(KernelArg::Workspace(ArgType::kDouble, "partials", partials, kWrite));
   plan->kernels.push_back(k);
 
   const int64_t outputs = info.mean == MeanMode::kAll ? n : n * c;
@@ -162,7 +149,8 @@ void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stat
   f.purpose = "sum partials in a fixed order (double) and divide -> y";
   f.grid = {CeilDiv(outputs, t.block), 1, 1};
   f.block = {static_cast<unsigned>(t.block), 1, 1};
-  f.args = {Ws("const double*", "partials", partials), Out(info)};
+  f.args = {KernelArg::Workspace(ArgType::kDouble, "partials", partials, kRead),
+            KernelArg::Output()};
   plan->kernels.push_back(f);
 }
 
@@ -299,7 +287,7 @@ class ElementwiseStrategy : public GenericStrategy {
     k.grid = {StrideGrid(info.elements, target, t), 1, 1};
     k.block = {static_cast<unsigned>(t.block), 1, 1};
     k.args = ProducerArgs(info);
-    k.args.push_back(Out(info));
+    k.args.push_back(KernelArg::Output());
     plan.kernels.push_back(k);
     return plan;
   }
@@ -365,10 +353,10 @@ class NormalizeStrategy : public GenericStrategy {
     k.grid = {StrideGrid(info.elements, target, t), 1, 1};
     k.block = {static_cast<unsigned>(t.block), 1, 1};
     k.args = ProducerArgs(info);
-    k.args.push_back(Param(info, "gamma", info.gamma_param));
-    k.args.push_back(Param(info, "beta", info.beta_param));
-    k.args.push_back(Ws(StatsType(info), "stats", stats));
-    k.args.push_back(Out(info));
+    k.args.push_back(KernelArg::Param("gamma", info.gamma_param));
+    k.args.push_back(KernelArg::Param("beta", info.beta_param));
+    k.args.push_back(Stats(info, stats));
+    k.args.push_back(KernelArg::Output());
     plan.kernels.push_back(k);
     return plan;
   }

@@ -44,16 +44,6 @@ constexpr int64_t kMeanThreads = 256;                      // igemm_mean.cuh Ige
 constexpr int64_t kMeanMaxChannels = 1024;                 // igemm_mean.cuh static_assert
 constexpr char kTuneType[] = "fj::IgemmPlanTune<IgemmFixed, IgemmTune>";
 
-// Wrapper parameter types: restrict-qualified, like the standalone kernels that were measured.
-constexpr char kConstF32[] = "const float* __restrict__";
-constexpr char kF32[] = "float* __restrict__";
-constexpr char kConstBytes[] = "const unsigned char* __restrict__";
-constexpr char kBytes[] = "unsigned char* __restrict__";
-
-// A null pointer argument (an operand the precision does not use).
-KernelArg Null(std::string type, std::string name) {
-  return Arg(Kind::kParam, std::move(type), std::move(name));
-}
 
 TuneStruct::Field Int(std::string name, int64_t v) {
   return {"int", std::move(name), absl::StrCat(v)};
@@ -370,12 +360,13 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
                               static_cast<size_t>(n * groups) * 8);
   }
   const std::string tune = kTuneType;
-  const KernelArg x = Arg(Kind::kInput, kConstF32, "x");
-  const KernelArg w = Arg(Kind::kParam, kConstF32, "weight", info.weight_param);
-  const KernelArg absmax_in =
-      f16 ? Arg(Kind::kWorkspace, kConstF32, "absmax", "", absmax) : Null(kConstF32, "absmax");
-  const KernelArg scale_in =
-      f16 ? Arg(Kind::kWorkspace, kConstF32, "scale", "", scale) : Null(kConstF32, "scale");
+  // Nulls: operands the precision does not use.
+  const KernelArg x = KernelArg::Input();
+  const KernelArg w = KernelArg::Param("weight", info.weight_param);
+  const KernelArg absmax_in = f16 ? KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kRead)
+                                  : KernelArg::Null(ArgType::kFloat, "absmax", kRead);
+  const KernelArg scale_in = f16 ? KernelArg::Workspace(ArgType::kFloat, "scale", scale, kRead)
+                                 : KernelArg::Null(ArgType::kFloat, "scale", kRead);
   if (f16) {
     KernelLaunch k;
     k.symbol = "fj_igemm_absmax";
@@ -383,7 +374,8 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
     k.purpose = "per-block max|x| and max|w| (power-of-two scales for the fp16 splits)";
     k.grid = {kAbsmaxBlocks, 1, 1};
     k.block = {256, 1, 1};
-    k.args = {x, w, Arg(Kind::kWorkspace, kF32, "absmax", "", absmax)};
+    k.args = {x, w, KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kWrite)};
+    k.restrict_pointers = true;
     plan.kernels.push_back(k);
   }
   KernelLaunch prep;
@@ -397,9 +389,11 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
   prep.args = {x,
                w,
                absmax_in,
-               Arg(Kind::kWorkspace, kBytes, "xa", "", xa),
-               Arg(Kind::kWorkspace, kBytes, "wb", "", wb),
-               f16 ? Arg(Kind::kWorkspace, kF32, "scale", "", scale) : Null(kF32, "scale")};
+               KernelArg::Workspace(ArgType::kBytes, "xa", xa, kWrite),
+               KernelArg::Workspace(ArgType::kBytes, "wb", wb, kWrite),
+               f16 ? KernelArg::Workspace(ArgType::kFloat, "scale", scale, kWrite)
+                   : KernelArg::Null(ArgType::kFloat, "scale", kWrite)};
+  prep.restrict_pointers = true;
   plan.kernels.push_back(prep);
   KernelLaunch gemm;
   gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(c / kTileN),
@@ -407,9 +401,10 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
   gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
   gemm.min_blocks_per_sm = 1;
   gemm.shared_bytes = static_cast<unsigned>(g.smem);
-  gemm.args = {Arg(Kind::kWorkspace, kConstBytes, "xa", "", xa),
-               Arg(Kind::kWorkspace, kConstBytes, "wb", "", wb),
-               Arg(Kind::kParam, kConstF32, "bias", info.bias_param), scale_in};
+  gemm.args = {KernelArg::Workspace(ArgType::kBytes, "xa", xa, kRead),
+               KernelArg::Workspace(ArgType::kBytes, "wb", wb, kRead),
+               KernelArg::Param("bias", info.bias_param), scale_in};
+  gemm.restrict_pointers = true;
   if (moments) {
     gemm.symbol = "fj_igemm_wgmma_moments";
     gemm.body = absl::StrCat("fj::igemm_wgmma_moments_body<Cfg, ", tune, ">");
@@ -417,7 +412,7 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
                                 " tiles (wgmma) + bias + pre-ops, per-tile channel moments "
                                 "(nothing full-size stored)");
     gemm.args.push_back(
-        Arg(Kind::kWorkspace, "fj::IgemmChannelMoments* __restrict__", "cpart", "", partials));
+        KernelArg::Workspace(ArgType::kIgemmChannelMoments, "cpart", partials, kWrite));
     plan.kernels.push_back(gemm);
     KernelLaunch fin;
     fin.symbol = "fj_igemm_mean";
@@ -426,11 +421,10 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
                   "the group_norm output";
     fin.grid = {static_cast<unsigned>(n), 1, 1};
     fin.block = {static_cast<unsigned>(kMeanThreads), 1, 1};
-    fin.args = {Arg(Kind::kWorkspace, "const fj::IgemmChannelMoments* __restrict__", "cpart", "",
-                    partials),
-                Arg(Kind::kParam, kConstF32, "gamma", info.gamma_param),
-                Arg(Kind::kParam, kConstF32, "beta", info.beta_param),
-                Arg(Kind::kOutput, kF32, "y")};
+    fin.args = {KernelArg::Workspace(ArgType::kIgemmChannelMoments, "cpart", partials, kRead),
+                KernelArg::Param("gamma", info.gamma_param),
+                KernelArg::Param("beta", info.beta_param), KernelArg::Output()};
+    fin.restrict_pointers = true;
     plan.kernels.push_back(fin);
     return plan;
   }
@@ -439,8 +433,8 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
   gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
                               " tiles (wgmma) + bias + pre-ops, pre-norm values into y, "
                               "per-tile group moments");
-  gemm.args.push_back(Arg(Kind::kOutput, kF32, "y"));
-  gemm.args.push_back(Arg(Kind::kWorkspace, kF32, "partials", "", partials));
+  gemm.args.push_back(KernelArg::Output());
+  gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "partials", partials, kWrite));
   plan.kernels.push_back(gemm);
   KernelLaunch fin;
   fin.symbol = "fj_gn_finalize";
@@ -448,8 +442,9 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
   fin.purpose = "merge each (sample, group)'s tile moments in a fixed order -> mean, rstd";
   fin.grid = {static_cast<unsigned>(n * groups), 1, 1};
   fin.block = {256, 1, 1};
-  fin.args = {Arg(Kind::kWorkspace, kConstF32, "partials", "", partials),
-              Arg(Kind::kWorkspace, kF32, "stats", "", stats)};
+  fin.args = {KernelArg::Workspace(ArgType::kFloat, "partials", partials, kRead),
+              KernelArg::Workspace(ArgType::kFloat, "stats", stats, kWrite)};
+  fin.restrict_pointers = true;
   plan.kernels.push_back(fin);
   KernelLaunch apply;
   apply.symbol = "fj_gn_apply";
@@ -457,10 +452,10 @@ absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const Plan
   apply.purpose = "normalize y in place, affine, post-ops";
   apply.grid = {static_cast<unsigned>(g.apply_blocks_per_row), static_cast<unsigned>(n * c), 1};
   apply.block = {static_cast<unsigned>(kGnApplyThreads), 1, 1};
-  apply.args = {Arg(Kind::kParam, kConstF32, "gamma", info.gamma_param),
-                Arg(Kind::kParam, kConstF32, "beta", info.beta_param),
-                Arg(Kind::kWorkspace, kConstF32, "stats", "", stats),
-                Arg(Kind::kOutput, kF32, "y")};
+  apply.args = {KernelArg::Param("gamma", info.gamma_param),
+                KernelArg::Param("beta", info.beta_param),
+                KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead), KernelArg::Output()};
+  apply.restrict_pointers = true;
   plan.kernels.push_back(apply);
   return plan;
 }

@@ -263,12 +263,11 @@ class MmaMomentsMeanStrategy : public Strategy {
     k.block = {static_cast<unsigned>(32 * t.warps), 1, 1};
     k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
     k.shared_bytes = static_cast<unsigned>(g.shared_bytes);  // MmaMomentsGeom::kSharedBytes
-    k.args = {Arg(Kind::kInput, TensorType(info, true), "x"),
-              Arg(Kind::kParam, TensorType(info, true), "weight", info.weight_param),
-              Arg(Kind::kParam, TensorType(info, true), "bias", info.bias_param),
-              Arg(Kind::kWorkspace, "fj::Moments*", "partials", "", partials)};
+    k.args = ProducerArgs(info);
+    k.args.push_back(KernelArg::Workspace(ArgType::kMoments, "partials", partials, kWrite));
     plan.kernels.push_back(k);
-    plan.kernels.push_back(MomentsMeanFinalizeLaunch(info, "MmaMomentsTune", "fj::Moments", partials));
+    plan.kernels.push_back(
+        MomentsMeanFinalizeLaunch(info, "MmaMomentsTune", ArgType::kMoments, partials));
     return plan;
   }
 

@@ -12,6 +12,43 @@ size_t Plan::AddWorkspace(std::string name, size_t bytes) {
   return offset;
 }
 
+const char* ArgTypeName(ArgType type) {
+  switch (type) {
+    case ArgType::kTensorDType: break;
+    case ArgType::kFloat: return "float";
+    case ArgType::kDouble: return "double";
+    case ArgType::kFloat2: return "float2";
+    case ArgType::kDouble2: return "double2";
+    case ArgType::kInt: return "int";
+    case ArgType::kBytes: return "unsigned char";
+    case ArgType::kMoments: return "fj::Moments";
+    case ArgType::kMomentsD: return "fj::MomentsD";
+    case ArgType::kTcChannelMoments: return "fj::TcChannelMoments";
+    case ArgType::kIgemmChannelMoments: return "fj::IgemmChannelMoments";
+  }
+  return "float";
+}
+
+KernelArg KernelArg::Input(std::string name) {
+  return {Kind::kInput, std::move(name), "", 0, ArgType::kTensorDType, Access::kRead};
+}
+KernelArg KernelArg::Output(std::string name) {
+  return {Kind::kOutput, std::move(name), "", 0, ArgType::kTensorDType, Access::kWrite};
+}
+KernelArg KernelArg::Param(std::string name, std::string param) {
+  return {Kind::kParam, std::move(name), std::move(param), 0, ArgType::kTensorDType,
+          Access::kRead};
+}
+KernelArg KernelArg::Tensor(std::string name, std::string tensor, Access access) {
+  return {Kind::kTensor, std::move(name), std::move(tensor), 0, ArgType::kTensorDType, access};
+}
+KernelArg KernelArg::Workspace(ArgType type, std::string name, size_t offset, Access access) {
+  return {Kind::kWorkspace, std::move(name), "", offset, type, access};
+}
+KernelArg KernelArg::Null(ArgType type, std::string name, Access access) {
+  return {Kind::kParam, std::move(name), "", 0, type, access};
+}
+
 namespace {
 
 std::string ArgText(const KernelArg& a) {

@@ -18,7 +18,29 @@
 
 namespace fusejit::codegen {
 
-// What a kernel argument is bound to at run time.
+// What a kernel argument points to, and so its C++ type in the generated wrapper. kTensorDType:
+// the dtype of the tensor it is bound to (x, y and the parameters: the chain's; kTensor: the
+// plan signature's entry; a null argument: the chain's). The others are workspace contents, as
+// the templates declare them.
+enum class ArgType {
+  kTensorDType,
+  kFloat,
+  kDouble,
+  kFloat2,
+  kDouble2,
+  kInt,
+  kBytes,                // unsigned char: an encoding the templates define (igemm's operands)
+  kMoments,              // fj::Moments
+  kMomentsD,             // fj::MomentsD
+  kTcChannelMoments,     // fj::TcChannelMoments
+  kIgemmChannelMoments,  // fj::IgemmChannelMoments
+};
+// The C++ name of a workspace type ("float", "fj::Moments"). REQUIRES: not kTensorDType.
+const char* ArgTypeName(ArgType type);
+
+// What a kernel argument is bound to at run time. Strategies say what an argument is (a tensor of
+// the signature, a workspace region of some type, read or written); the emitter derives its C++
+// type (codegen/emit.cc), so no strategy writes a type string.
 struct KernelArg {
   enum class Kind {
     kInput,      // the chain's input x
@@ -27,11 +49,24 @@ struct KernelArg {
     kWorkspace,  // workspace + offset
     kTensor,     // the signature tensor named `param` (plans with their own signature)
   };
-  Kind kind;
-  std::string type;   // C++ parameter type in the generated wrapper: "const float*", ...
+  enum class Access { kRead, kWrite };  // kRead: a pointer to const
+  Kind kind = Kind::kParam;
   std::string name;   // parameter name in the generated wrapper
   std::string param;  // kParam, kTensor: the tensor's name; empty binds a null pointer
   size_t offset = 0;  // kWorkspace: byte offset (256-byte aligned)
+  ArgType type = ArgType::kTensorDType;
+  Access access = Access::kRead;
+
+  // x (read), y (written), a parameter (read; `param` empty or absent from the chain: null).
+  static KernelArg Input(std::string name = "x");
+  static KernelArg Output(std::string name = "y");
+  static KernelArg Param(std::string name, std::string param);
+  // The signature tensor `tensor` (empty: null), of its dtype.
+  static KernelArg Tensor(std::string name, std::string tensor, Access access);
+  // A workspace region of `type` at `offset`.
+  static KernelArg Workspace(ArgType type, std::string name, size_t offset, Access access);
+  // A null pointer of `type` (an operand this plan does not use).
+  static KernelArg Null(ArgType type, std::string name, Access access);
 };
 
 struct KernelLaunch {
@@ -43,6 +78,8 @@ struct KernelLaunch {
   unsigned min_blocks_per_sm = 0;  // second __launch_bounds__ argument; 0: none
   unsigned shared_bytes = 0;       // dynamic shared memory
   std::vector<KernelArg> args;
+  // Declare every pointer parameter __restrict__ (the tensor-core kernels, as they were measured).
+  bool restrict_pointers = false;
 };
 
 // A caller's parameter copied into a __constant__ symbol of the module before the kernels run

@@ -44,9 +44,14 @@ inline bool HasAmpereFeatures(const std::string& arch) {
 
 inline int64_t Round4(int64_t v) { return (v + 3) / 4 * 4; }
 
-inline KernelArg Arg(Kind kind, std::string type, std::string name, std::string param = "",
-              size_t offset = 0) {
-  return {kind, std::move(type), std::move(name), std::move(param), offset};
+// Short names for the kernel arguments' access (codegen/plan.h KernelArg).
+inline constexpr KernelArg::Access kRead = KernelArg::Access::kRead;
+inline constexpr KernelArg::Access kWrite = KernelArg::Access::kWrite;
+
+// x, weight, bias: the producer's inputs, the first arguments of most convolution kernels.
+inline std::vector<KernelArg> ProducerArgs(const ChainInfo& info) {
+  return {KernelArg::Input(), KernelArg::Param("weight", info.weight_param),
+          KernelArg::Param("bias", info.bias_param)};
 }
 
 
@@ -95,27 +100,19 @@ inline std::vector<int64_t> BlocksPerSampleCandidates(int64_t b, int64_t n, cons
 }
 
 // The finalize kernel of the moments strategies (templates/moments_mean.cuh): merges the per-block
-// channel moments at workspace offset `partials` (elements of `moments_type`, "fj::Moments" or
-// "fj::MomentsD") in a fixed order and writes the mean of the group_norm output into y.
-// The wrapper parameter type of a chain tensor (x, a parameter, y): "const float*",
-// "fj::bf16_t*", ... from the chain's dtype (codegen/cast_plan.h DeviceTypeName).
-inline std::string TensorType(const ChainInfo& info, bool is_const) {
-  return absl::StrCat(is_const ? "const " : "", DeviceTypeName(info.dtype), "*");
-}
-
+// channel moments at workspace offset `partials` (elements of `moments_type`, kMoments or
+// kMomentsD) in a fixed order and writes the mean of the group_norm output into y.
 inline KernelLaunch MomentsMeanFinalizeLaunch(const ChainInfo& info, const std::string& tune_struct,
-                                              const std::string& moments_type, size_t partials) {
+                                              ArgType moments_type, size_t partials) {
   KernelLaunch f;
   f.symbol = "fj_moments_mean";
   f.body = absl::StrCat("fj::moments_mean_finalize<Cfg, ", tune_struct, ">");
   f.purpose = "merge moments in a fixed order -> group mean/rstd -> mean of the group_norm output";
   f.grid = {static_cast<unsigned>(info.producer_shape[0]), 1, 1};
   f.block = {32, 1, 1};
-  f.args = {Arg(Kind::kWorkspace, absl::StrCat("const ", moments_type, "*"), "partials", "",
-                partials),
-            Arg(Kind::kParam, TensorType(info, true), "gamma", info.gamma_param),
-            Arg(Kind::kParam, TensorType(info, true), "beta", info.beta_param),
-            Arg(Kind::kOutput, TensorType(info, false), "y")};
+  f.args = {KernelArg::Workspace(moments_type, "partials", partials, kRead),
+            KernelArg::Param("gamma", info.gamma_param), KernelArg::Param("beta", info.beta_param),
+            KernelArg::Output()};
   return f;
 }
 

@@ -463,10 +463,10 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                                  static_cast<size_t>(n * g.tiles * c_tiles) * 4);
   }
   const KernelArg counters_arg =
-      t.split > 1 ? Arg(Kind::kWorkspace, "int* __restrict__", "counters", "", counters)
-                  : Arg(Kind::kParam, "int* __restrict__", "counters", "");
+      t.split > 1 ? KernelArg::Workspace(ArgType::kInt, "counters", counters, kWrite)
+                  : KernelArg::Null(ArgType::kInt, "counters", kWrite);
   const KernelArg cpart_arg =
-      Arg(Kind::kWorkspace, "fj::TcChannelMoments* __restrict__", "cpart", "", cpart);
+      KernelArg::Workspace(ArgType::kTcChannelMoments, "cpart", cpart, kWrite);
 
   KernelLaunch prep;
   prep.symbol = "fj_tc_prep";
@@ -474,13 +474,14 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
   prep.purpose = "x -> channels-last (channels zero-padded), weights -> [tap][co][ci]";
   prep.grid = {static_cast<unsigned>(g.prep_blocks), 1, 1};
   prep.block = {256, 1, 1};
-  prep.args = {Arg(Kind::kInput, "const float* __restrict__", "x"),
-               Arg(Kind::kParam, "const float* __restrict__", "weight", info.weight_param),
-               Arg(Kind::kWorkspace, "float* __restrict__", "xcl", "", xcl),
-               Arg(Kind::kWorkspace, "float* __restrict__", "wt", "", wt),
-               split ? Arg(Kind::kWorkspace, "float* __restrict__", "wts", "", wts)
-                     : Arg(Kind::kParam, "float* __restrict__", "wts", ""),
+  prep.args = {KernelArg::Input(),
+               KernelArg::Param("weight", info.weight_param),
+               KernelArg::Workspace(ArgType::kFloat, "xcl", xcl, kWrite),
+               KernelArg::Workspace(ArgType::kFloat, "wt", wt, kWrite),
+               split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kWrite)
+                     : KernelArg::Null(ArgType::kFloat, "wts", kWrite),
                counters_arg};
+  prep.restrict_pointers = true;
   plan.kernels.push_back(prep);
 
   KernelLaunch gemm;
@@ -495,25 +496,26 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                static_cast<unsigned>(n)};
   gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
   gemm.shared_bytes = static_cast<unsigned>(g.smem);
-  gemm.args = {Arg(Kind::kWorkspace, "const float* __restrict__", "xcl", "", xcl),
-               Arg(Kind::kWorkspace, "const float* __restrict__", "wt", "", wt),
-               split ? Arg(Kind::kWorkspace, "const float* __restrict__", "wts", "", wts)
-                     : Arg(Kind::kParam, "const float* __restrict__", "wts", ""),
-               Arg(Kind::kParam, "const float* __restrict__", "bias", info.bias_param)};
+  gemm.args = {KernelArg::Workspace(ArgType::kFloat, "xcl", xcl, kRead),
+               KernelArg::Workspace(ArgType::kFloat, "wt", wt, kRead),
+               split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kRead)
+                     : KernelArg::Null(ArgType::kFloat, "wts", kRead),
+               KernelArg::Param("bias", info.bias_param)};
   if (pipe.row_mean) {
-    gemm.args.push_back(Arg(Kind::kWorkspace, "float* __restrict__", "dst", "", z));
+    gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "dst", z, kWrite));
   } else if (pipe.out == kMomentsOnly) {
-    gemm.args.push_back(Arg(Kind::kParam, "float* __restrict__", "dst", ""));  // null
+    gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "dst", kWrite));  // null
   } else {
-    gemm.args.push_back(Arg(Kind::kOutput, "float* __restrict__", "dst"));
+    gemm.args.push_back(KernelArg::Output("dst"));
   }
   gemm.args.push_back(pipe.out == kStoreFinal
-                          ? Arg(Kind::kParam, "fj::TcChannelMoments* __restrict__", "cpart", "")
+                          ? KernelArg::Null(ArgType::kTcChannelMoments, "cpart", kWrite)
                           : cpart_arg);
   gemm.args.push_back(t.split > 1
-                          ? Arg(Kind::kWorkspace, "float* __restrict__", "kpart", "", kpart)
-                          : Arg(Kind::kParam, "float* __restrict__", "kpart", ""));
+                          ? KernelArg::Workspace(ArgType::kFloat, "kpart", kpart, kWrite)
+                          : KernelArg::Null(ArgType::kFloat, "kpart", kWrite));
   gemm.args.push_back(counters_arg);
+  gemm.restrict_pointers = true;
   plan.kernels.push_back(gemm);
   if (pipe.out == kStoreFinal) return plan;
 
@@ -523,8 +525,9 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
   merge.purpose = "merge each channel's tile moments in tile order (double)";
   merge.grid = {static_cast<unsigned>(CeilDiv(c, 8)), static_cast<unsigned>(n), 1};
   merge.block = {256, 1, 1};
-  merge.args = {Arg(Kind::kWorkspace, "const fj::TcChannelMoments* __restrict__", "cpart", "", cpart),
-                Arg(Kind::kWorkspace, "fj::TcChannelMoments* __restrict__", "chm", "", chm)};
+  merge.args = {KernelArg::Workspace(ArgType::kTcChannelMoments, "cpart", cpart, kRead),
+                KernelArg::Workspace(ArgType::kTcChannelMoments, "chm", chm, kWrite)};
+  merge.restrict_pointers = true;
   plan.kernels.push_back(merge);
 
   KernelLaunch fin;
@@ -537,13 +540,14 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                     : "channel moments merged per group in channel order -> mean, rstd";
   fin.grid = {static_cast<unsigned>(n), 1, 1};
   fin.block = {256, 1, 1};
-  fin.args = {Arg(Kind::kWorkspace, "const fj::TcChannelMoments* __restrict__", "chm", "", chm),
-              Arg(Kind::kParam, "const float* __restrict__", "gamma", info.gamma_param),
-              Arg(Kind::kParam, "const float* __restrict__", "beta", info.beta_param),
-              pipe.stats ? Arg(Kind::kWorkspace, "float* __restrict__", "stats", "", stats)
-                         : Arg(Kind::kParam, "float* __restrict__", "stats", ""),
-              pipe.moments_mean ? Arg(Kind::kOutput, "float* __restrict__", "y")
-                                : Arg(Kind::kParam, "float* __restrict__", "y", "")};
+  fin.args = {KernelArg::Workspace(ArgType::kTcChannelMoments, "chm", chm, kRead),
+              KernelArg::Param("gamma", info.gamma_param),
+              KernelArg::Param("beta", info.beta_param),
+              pipe.stats ? KernelArg::Workspace(ArgType::kFloat, "stats", stats, kWrite)
+                         : KernelArg::Null(ArgType::kFloat, "stats", kWrite),
+              pipe.moments_mean ? KernelArg::Output()
+                                : KernelArg::Null(ArgType::kTensorDType, "y", kWrite)};
+  fin.restrict_pointers = true;
   plan.kernels.push_back(fin);
 
   if (pipe.apply) {
@@ -554,11 +558,12 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
     const int64_t per_block = s % 4 == 0 ? 128 * 4 * 4 : 128 * 4;  // gn_apply.cuh GnApply
     apply.grid = {static_cast<unsigned>(CeilDiv(s, per_block)), static_cast<unsigned>(n * c), 1};
     apply.block = {128, 1, 1};
-    apply.args = {Arg(Kind::kParam, "const float* __restrict__", "gamma", info.gamma_param),
-                  Arg(Kind::kParam, "const float* __restrict__", "beta", info.beta_param),
-                  Arg(Kind::kWorkspace, "const float* __restrict__", "stats", "", stats),
-                  Arg(Kind::kOutput, "float* __restrict__", "y")};
-    plan.kernels.push_back(apply);
+    apply.args = {KernelArg::Param("gamma", info.gamma_param),
+                  KernelArg::Param("beta", info.beta_param),
+                  KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead),
+                  KernelArg::Output()};
+    apply.restrict_pointers = true;
+  plan.kernels.push_back(apply);
   }
   if (pipe.row_mean) {
     const bool all = info.mean == MeanMode::kAll;
@@ -568,15 +573,16 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
     rm.purpose = "mean over space of post(group_norm(pre-norm values)) per (n, c), in double";
     rm.grid = {static_cast<unsigned>(n * c), 1, 1};
     rm.block = {256, 1, 1};
-    rm.args = {Arg(Kind::kWorkspace, "const float* __restrict__", "z", "", z),
-               Arg(Kind::kParam, "const float* __restrict__", "gamma", info.gamma_param),
-               Arg(Kind::kParam, "const float* __restrict__", "beta", info.beta_param),
-               Arg(Kind::kWorkspace, "const float* __restrict__", "stats", "", stats),
-               all ? Arg(Kind::kParam, "float* __restrict__", "y", "")
-                   : Arg(Kind::kOutput, "float* __restrict__", "y"),
-               all ? Arg(Kind::kWorkspace, "double* __restrict__", "rows", "", rows)
-                   : Arg(Kind::kParam, "double* __restrict__", "rows", "")};
-    plan.kernels.push_back(rm);
+    rm.args = {KernelArg::Workspace(ArgType::kFloat, "z", z, kRead),
+               KernelArg::Param("gamma", info.gamma_param),
+               KernelArg::Param("beta", info.beta_param),
+               KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead),
+               all ? KernelArg::Null(ArgType::kTensorDType, "y", kWrite)
+                   : KernelArg::Output(),
+               all ? KernelArg::Workspace(ArgType::kDouble, "rows", rows, kWrite)
+                   : KernelArg::Null(ArgType::kDouble, "rows", kWrite)};
+    rm.restrict_pointers = true;
+  plan.kernels.push_back(rm);
     if (all) {
       KernelLaunch ma;
       ma.symbol = "fj_tc_mean_all";
@@ -584,9 +590,10 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
       ma.purpose = "y[n] = the channel means summed in a fixed order / C";
       ma.grid = {static_cast<unsigned>(n), 1, 1};
       ma.block = {256, 1, 1};
-      ma.args = {Arg(Kind::kWorkspace, "const double* __restrict__", "rows", "", rows),
-                 Arg(Kind::kOutput, "float* __restrict__", "y")};
-      plan.kernels.push_back(ma);
+      ma.args = {KernelArg::Workspace(ArgType::kDouble, "rows", rows, kRead),
+                 KernelArg::Output()};
+      ma.restrict_pointers = true;
+  plan.kernels.push_back(ma);
     }
   }
   return plan;
