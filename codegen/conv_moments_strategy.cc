@@ -338,60 +338,55 @@ ConvMomentsTune DefaultConvMomentsTune(const Chain& chain, const ChainInfo& info
 class ConvMomentsMeanStrategy : public Strategy {
  public:
   std::string_view name() const override { return "conv-moments-mean"; }
-  bool Applies(const Chain& chain, const PlanTarget& target) const override {
-    if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
+    const ChainInfo& info = in.info;
     if (!info.producer || info.producer->kind != OpKind::kConv3d || !info.producer->conv.bias ||
         !info.group_norm || info.mean == MeanMode::kNone || !info.post_ops.empty() ||
         info.producer_shape[1] > kMaxChannels || info.macs_per_point > kMaxMacs) {
       return false;
     }
-    const ConvMomentsTune t = DefaultConvMomentsTune(chain, info, target);
-    return CheckConvMoments(chain, info, t, target, ToConfig(name(), t, Fields())).ok();
+    const ConvMomentsTune t = DefaultConvMomentsTune(in.chain, info, in.target);
+    return CheckConvMoments(in.chain, info, t, in.target, ToConfig(name(), t, Fields())).ok();
   }
   // Seed domain: FFMA work at a direct-conv rate (as before; always below the generic plans').
   // Elsewhere: the modeled time of the default tuning in the generic strategies' units (their
   // cost per modeled microsecond measured on the H100 for recompute-mean: ~3-4e-6 us per unit
   // on the sweep's W2-d, W2-f, W4-e), so that a chain with too little parallelism for this plan
   // can go to the generic one.
-  double Cost(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  double Cost(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     if (SeedDomain(info)) {
       return static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
     }
-    return ConvMomentsMicros(chain, info, DefaultConvMomentsTune(chain, info, target), target) /
+    return ConvMomentsMicros(in.chain, info, DefaultConvMomentsTune(in.chain, info, in.target),
+                             in.target) /
            3.5e-6;
   }
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), DefaultConvMomentsTune(chain, AnalyzeChain(chain), target), Fields());
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultConvMomentsTune(in.chain, in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    const ConvMomentsTune t = DefaultConvMomentsTune(chain, info, target);
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    const ConvMomentsTune t = DefaultConvMomentsTune(in.chain, info, in.target);
     return {{"threads", {64, 128, 256}},
             {"min_blocks", {1, 2, 3, 4}},
             {"ph", {1, 2}},
             {"pw", {2, 3, 4, 5, 6, 8}},
             {"blocks_per_sample",
-             BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], target)},
+             BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], in.target)},
             {"csplit", {1, 2, 4, 8}},
             {"ksplit", {1, 2, 4}}};
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<ConvMomentsTune> t = Parse(config);
     if (!t.ok()) return t.status();
-    return CheckConvMoments(chain, AnalyzeChain(chain), *t, target, config);
+    return CheckConvMoments(in.chain, in.info, *t, in.target, config);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override {
-    if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-    const ChainInfo info = AnalyzeChain(chain);
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
     const ConvMomentsTune t = *Parse(config);
-    const ConvMomentsGeometry g = ConvMomentsGeom(chain, info, t);
+    const ConvMomentsGeometry g = ConvMomentsGeom(in.chain, info, t);
     const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
     Plan plan;
     plan.strategy = std::string(name());

@@ -137,9 +137,9 @@ class ConvTStrategy : public Strategy {
   std::string_view name() const override {
     return store_ ? "convt-store-normalize" : "convt-recompute-normalize";
   }
-  bool Applies(const Chain& chain, const PlanTarget& target) const override {
-    if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
+    const ChainInfo& info = in.info;
     if (!info.producer || info.producer->kind != OpKind::kConvTranspose3d ||
         !info.producer->conv.bias || !info.group_norm || info.mean != MeanMode::kNone ||
         info.producer_shape[1] > 32) {
@@ -148,60 +148,54 @@ class ConvTStrategy : public Strategy {
     // Recompute: cheap enough to run twice. Store: a loop body (Cin x KW x C FFMAs, unrolled)
     // that stays small.
     const ConvAttrs& conv = info.producer->conv;
-    if (store_ ? (info.macs_per_point > 1024 || chain.input[1] * conv.kernel[2] > 192)
+    if (store_ ? (info.macs_per_point > 1024 || in.chain.input[1] * conv.kernel[2] > 192)
                : info.macs_per_point > 64) {
       return false;
     }
-    const ConvTTune t = ChooseConvTTune(info, target);
-    return CheckConvT(chain, info, target, t, ToConfig(name(), t, Fields()), store_).ok();
+    const ConvTTune t = ChooseConvTTune(info, in.target);
+    return CheckConvT(in.chain, info, in.target, t, ToConfig(name(), t, Fields()), store_).ok();
   }
-  double Cost(const Chain& chain, const PlanTarget&) const override {
+  double Cost(const PlanInput& in) const override {
     // The FFMA loops reach ~50 TFLOP/s only with a few input channels (W1: Cin 3): measured on
     // the H100 (2026-11-23, bench/conv_engine_sweep.py T7, T10, B3) 2.5x to 7x slower than this
     // estimate above 4 input channels, growing with Cin, hence the factor.
-    const ChainInfo info = AnalyzeChain(chain);
+    const ChainInfo& info = in.info;
     const double cin_factor =
-        chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(chain.input[1]) / 6.0;
+        in.chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(in.chain.input[1]) / 6.0;
     return cin_factor * static_cast<double>(info.elements) *
            (store_ ? 12.0 / 3.0 + 2.0 * info.macs_per_point / 50.0
                    : 4.0 / 3.0 + 4.0 * info.macs_per_point / 50.0);
   }
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), ChooseConvTTune(AnalyzeChain(chain), target), Fields());
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), ChooseConvTTune(in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    const ConvTTune t = ChooseConvTTune(info, target);
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    const ConvTTune t = ChooseConvTTune(info, in.target);
     const int64_t n = info.producer_shape[0];
     std::vector<TuneParam> space = {
         {"threads", {128, 256, 512}},
         {"min_blocks", {1, 2, 3, 4}},
         {"rows_per_unit", {1, 2, 4}},
-        {"stat_blocks", BlocksPerSampleCandidates(t.stat_blocks, n, target)}};
+        {"stat_blocks", BlocksPerSampleCandidates(t.stat_blocks, n, in.target)}};
     if (!store_) {
-      space.push_back({"write_blocks", BlocksPerSampleCandidates(t.write_blocks, n, target)});
+      space.push_back({"write_blocks", BlocksPerSampleCandidates(t.write_blocks, n, in.target)});
       space.push_back({"streaming_stores", {0, 1}});
       space.push_back({"coalesce_stores", {0, 1}});
     }
     return space;
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<ConvTTune> t = Parse(config);
     if (!t.ok()) return t.status();
-    return CheckConvT(chain, AnalyzeChain(chain), target, *t, config, store_);
+    return CheckConvT(in.chain, in.info, in.target, *t, config, store_);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override {
-    if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-    const ChainInfo info = AnalyzeChain(chain);
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
     const ConvTTune t = *Parse(config);
     const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
     const int64_t groups = info.group_norm->groups;
-    const unsigned dynamic = static_cast<unsigned>(ConvTDynamicSharedBytes(chain, info));
+    const unsigned dynamic = static_cast<unsigned>(ConvTDynamicSharedBytes(in.chain, info));
     Plan plan;
     plan.strategy = std::string(name());
     plan.description =

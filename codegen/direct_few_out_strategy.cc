@@ -36,49 +36,45 @@ class DirectFewOutStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "direct-few-out"; }
 
-  bool Applies(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     if (!info.producer || info.group_norm || info.mean != MeanMode::kNone) return false;
     const ConvAttrs& c = info.producer->conv;
     const bool conv = info.producer->kind == OpKind::kConv3d;
     if (!conv && c.stride != Dims3{1, 1, 1}) return false;
     const int64_t kv = c.kernel[0] * c.kernel[1] * c.kernel[2];
     return info.producer_shape[1] <= kMaxChannels &&
-           info.producer_shape[1] * chain.input[1] * kv <= kMaxWeights && Span(c, conv, 1) <= kMaxSpan;
+           info.producer_shape[1] * in.chain.input[1] * kv <= kMaxWeights &&
+           Span(c, conv, 1) <= kMaxSpan;
   }
 
   // FMAs at ~30 TFLOP/s or the bytes (output written, input read once) at ~3 TB/s, whichever is
   // longer (ps).
-  double Cost(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  double Cost(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     const double points = static_cast<double>(info.elements);
-    const double bytes = 4.0 * (points + static_cast<double>(NumElements(chain.input)));
+    const double bytes = 4.0 * (points + static_cast<double>(NumElements(in.chain.input)));
     return std::max(points * 2.0 * info.macs_per_point / 30.0, bytes / 3.0);
   }
 
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget&) const override {
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
     FewOutTune t;
-    const ChainInfo info = AnalyzeChain(chain);
+    const ChainInfo& info = in.info;
     const bool conv = info.producer->kind == OpKind::kConv3d;
     t.tw = std::min<int64_t>(8, info.producer_shape[4]);
     while (t.tw > 1 && Span(info.producer->conv, conv, t.tw) > kMaxSpan) t.tw /= 2;
     return ToConfig(name(), t, std::span<const TuneField<FewOutTune>>(kFields));
   }
-  std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
     return {{"tw", {1, 2, 4, 8}}, {"threads", {64, 128, 256}}};
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
-    return Parse(chain, target, config).status();
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
+    return Parse(in.chain, in.target, config).status();
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override {
-    absl::StatusOr<FewOutTune> t = Parse(chain, target, config);
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    absl::StatusOr<FewOutTune> t = Parse(in.chain, in.target, config);
     if (!t.ok()) return t.status();
-    const ChainInfo info = AnalyzeChain(chain);
+    const ChainInfo& info = in.info;
     const Shape& p = info.producer_shape;
     Plan plan;
     plan.strategy = std::string(name());
@@ -91,7 +87,7 @@ class DirectFewOutStrategy final : public Strategy {
     plan.tunes.push_back(ToTuneStruct("FewOutTune", *t, std::span<const TuneField<FewOutTune>>(kFields)));
     const int64_t items = p[0] * p[2] * p[3] * ((p[4] + t->tw - 1) / t->tw);
     const int64_t blocks = std::clamp<int64_t>((items + t->threads - 1) / t->threads, 1,
-                                               int64_t{target.sm_count} * 32);
+                                               int64_t{in.target.sm_count} * 32);
     KernelLaunch k;
     k.symbol = "fj_few_out";
     k.body = "fj::few_out_kernel<Cfg, FewOutTune>";

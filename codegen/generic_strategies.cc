@@ -170,18 +170,18 @@ double GenericCost(const ChainInfo& info, double bytes_per_point, double produce
 }
 
 // The generic strategies' tuning: each tunes a subset of GenericTune (Fields()) and builds its
-// plan from a validated GenericTune (Build()).
+// plan from a validated GenericTune (BuildTuned()).
 class GenericStrategy : public Strategy {
  public:
   // Every generic kernel converts x, the parameters and y at its loads and stores
   // (templates/generic.cuh), except store-normalize's, which keeps pre-norm values in y.
   // f64 chains compute in double throughout (AccT, MomentsD).
   bool HandlesDType(DType) const override { return true; }
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), Choose(AnalyzeChain(chain), target), Fields());
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), Choose(in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
-    const GenericTune d = Choose(AnalyzeChain(chain), target);
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
+    const GenericTune d = Choose(in.info, in.target);
     std::vector<TuneParam> space;
     for (const TuneField<GenericTune>& f : Fields()) {
       if (f.member == &GenericTune::block) space.push_back({"block", {128, 256, 512}});
@@ -193,10 +193,9 @@ class GenericStrategy : public Strategy {
     }
     return space;
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    absl::StatusOr<GenericTune> t = Parse(info, target, config);
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
+    absl::StatusOr<GenericTune> t = Parse(info, in.target, config);
     if (!t.ok()) return t.status();
     auto invalid = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(), ": ", why));
@@ -219,15 +218,10 @@ class GenericStrategy : public Strategy {
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override {
-    if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-    const ChainInfo info = AnalyzeChain(chain);
-    const GenericTune t = *Parse(info, target, config);
-    Plan plan = Build(info, target, t);
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
+    const GenericTune t = *Parse(info, in.target, config);
+    Plan plan = BuildTuned(info, in.target, t);
     plan.tunes.push_back(ToTuneStruct("GenericTune", t, Fields()));
     return plan;
   }
@@ -236,8 +230,8 @@ class GenericStrategy : public Strategy {
   // The members of GenericTune this strategy uses, in config order.
   virtual std::span<const TuneField<GenericTune>> Fields() const = 0;
   // REQUIRES: t passed Validate().
-  virtual Plan Build(const ChainInfo& info, const PlanTarget& target,
-                     const GenericTune& t) const = 0;
+  virtual Plan BuildTuned(const ChainInfo& info, const PlanTarget& target,
+                          const GenericTune& t) const = 0;
 
  private:
   // The heuristic: 256 threads, 16 blocks an SM for grid-stride kernels, reductions split to
@@ -268,17 +262,16 @@ constexpr TuneField<GenericTune> kRecomputeMeanFields[] = {kBlockField, kChunksF
 class ElementwiseStrategy : public GenericStrategy {
  public:
   std::string_view name() const override { return "elementwise"; }
-  bool Applies(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     return !info.group_norm && info.mean == MeanMode::kNone;
   }
-  double Cost(const Chain& chain, const PlanTarget&) const override {
-    return GenericCost(AnalyzeChain(chain), 4, 1);
-  }
+  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 4, 1); }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kElementwiseFields; }
-  Plan Build(const ChainInfo& info, const PlanTarget& target, const GenericTune& t) const override {
+  Plan BuildTuned(const ChainInfo& info, const PlanTarget& target,
+                  const GenericTune& t) const override {
     Plan plan = BasePlan("elementwise", "one kernel: producer and elementwise ops per output point");
     KernelLaunch k;
     k.symbol = "fj_elementwise";
@@ -296,17 +289,15 @@ class ElementwiseStrategy : public GenericStrategy {
 class ReduceMeanStrategy : public GenericStrategy {
  public:
   std::string_view name() const override { return "reduce-mean"; }
-  bool Applies(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     return !info.group_norm && info.mean != MeanMode::kNone;
   }
-  double Cost(const Chain& chain, const PlanTarget&) const override {
-    return GenericCost(AnalyzeChain(chain), 0, 1);
-  }
+  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 0, 1); }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kReduceMeanFields; }
-  Plan Build(const ChainInfo& info, const PlanTarget&, const GenericTune& t) const override {
+  Plan BuildTuned(const ChainInfo& info, const PlanTarget&, const GenericTune& t) const override {
     Plan plan = BasePlan("reduce-mean",
                          "per-block channel sums of ops(producer(x)), then a fixed-order sum");
     AddMean(info, t, /*norm=*/false, 0, &plan);
@@ -326,18 +317,19 @@ class NormalizeStrategy : public GenericStrategy {
   std::string_view name() const override {
     return store_ ? "store-normalize" : "recompute-normalize";
   }
-  bool Applies(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     return info.group_norm && info.mean == MeanMode::kNone;
   }
-  double Cost(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  double Cost(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     return store_ ? GenericCost(info, 12, 1) : GenericCost(info, 4, 2);
   }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kNormalizeFields; }
-  Plan Build(const ChainInfo& info, const PlanTarget& target, const GenericTune& t) const override {
+  Plan BuildTuned(const ChainInfo& info, const PlanTarget& target,
+                  const GenericTune& t) const override {
     Plan plan = BasePlan(
         std::string(name()),
         store_ ? "pass 1 stores the pre-norm values into y and reduces group moments; pass 2 "
@@ -368,17 +360,15 @@ class NormalizeStrategy : public GenericStrategy {
 class RecomputeMeanStrategy : public GenericStrategy {
  public:
   std::string_view name() const override { return "recompute-mean"; }
-  bool Applies(const Chain& chain, const PlanTarget&) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     return info.group_norm && info.mean != MeanMode::kNone;
   }
-  double Cost(const Chain& chain, const PlanTarget&) const override {
-    return GenericCost(AnalyzeChain(chain), 0, 2);
-  }
+  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 0, 2); }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kRecomputeMeanFields; }
-  Plan Build(const ChainInfo& info, const PlanTarget&, const GenericTune& t) const override {
+  Plan BuildTuned(const ChainInfo& info, const PlanTarget&, const GenericTune& t) const override {
     Plan plan = BasePlan("recompute-mean",
                          "pass 1 reduces group moments; pass 2 recomputes producer, ops and "
                          "group_norm and reduces channel sums; nothing full-size is stored");

@@ -254,42 +254,33 @@ class IgemmStrategy : public Strategy {
   std::string_view name() const override {
     return out_ == kOutStoreY ? "igemm-store-normalize" : "igemm-moments-mean";
   }
-  bool Applies(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    if (!ChainSupported(chain, info, target, out_)) return false;
-    const IgemmTune t = DefaultTune(chain, info, target);
-    return CheckTune(chain, info, target, t, ToConfig(name(), t, Fields())).ok();
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    if (!ChainSupported(in.chain, info, in.target, out_)) return false;
+    const IgemmTune t = DefaultTune(in.chain, info, in.target);
+    return CheckTune(in.chain, info, in.target, t, ToConfig(name(), t, Fields())).ok();
   }
-  double Cost(const Chain& chain, const PlanTarget&) const override {
+  double Cost(const PlanInput& in) const override {
     // The products on the tensor cores at several times the rate of the fp32 FFMA plans, x copied
     // once (8 bytes a point); store-normalize also stores y, reads and writes it again (12 bytes
     // a point), moments-mean writes nothing full-size.
-    const ChainInfo info = AnalyzeChain(chain);
+    const ChainInfo& info = in.info;
     const double per_point = out_ == kOutStoreY ? 12.0 / 3.0 : 0.5;
     return static_cast<double>(info.elements) * (per_point + 2.0 * info.macs_per_point / 400.0) +
-           static_cast<double>(NumElements(chain.input)) * 8.0 / 3.0;
+           static_cast<double>(NumElements(in.chain.input)) * 8.0 / 3.0;
   }
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), DefaultTune(chain, AnalyzeChain(chain), target), Fields());
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultTune(in.chain, in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
     return {{"wg", {1, 2, 3, 4}}, {"stages", {2, 3, 4, 5, 6, 7, 8}}, {"async", {0, 1}}};
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<IgemmTune> t = Parse(config);
     if (!t.ok()) return t.status();
-    return CheckTune(chain, AnalyzeChain(chain), target, *t, config);
+    return CheckTune(in.chain, in.info, in.target, *t, config);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    if (!Applies(chain, target)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(std::string(name()), " does not apply to this chain"));
-    }
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override;
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override;
 
  private:
   absl::StatusOr<IgemmTune> Parse(const TuneConfig& config) const {
@@ -302,16 +293,14 @@ class IgemmStrategy : public Strategy {
   IgemmOut out_;
 };
 
-absl::StatusOr<Plan> IgemmStrategy::MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                                  const TuneConfig& config) const {
-  if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-  const ChainInfo info = AnalyzeChain(chain);
+absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig& config) const {
+  const ChainInfo& info = in.info;
   const IgemmTune t = *Parse(config);
-  const IgemmPrecision pr = PrecisionOf(target);
-  const IgemmGeometry g = Geometry(chain, info, t);
+  const IgemmPrecision pr = PrecisionOf(in.target);
+  const IgemmGeometry g = Geometry(in.chain, info, t);
   const bool f16 = pr.prec == kPrecF16x3;
   const bool moments = out_ == kOutChannelMoments;
-  const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = chain.input[1];
+  const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = in.chain.input[1];
   const int64_t groups = info.group_norm->groups;
   Plan plan;
   plan.strategy = std::string(name());

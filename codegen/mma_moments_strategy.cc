@@ -186,34 +186,35 @@ class MmaMomentsMeanStrategy : public Strategy {
   bool HandlesDType(DType dtype) const override {
     return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
   }
-  bool Applies(const Chain& chain, const PlanTarget& target) const override {
-    if (!HasAmpereFeatures(target.arch)) return false;  // cp.async, mma.sync
-    const ChainInfo info = AnalyzeChain(chain);
+  bool Applies(const PlanInput& in) const override {
+    if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
+    const ChainInfo& info = in.info;
     if (!info.producer || info.producer->kind != OpKind::kConv3d || !info.producer->conv.bias ||
         !info.group_norm || info.mean == MeanMode::kNone || !info.post_ops.empty()) {
       return false;
     }
-    const MmaMomentsTuneValues t = DefaultMmaTune(chain, info, target);
-    return CheckMma(chain, info, t, target, ToConfig(name(), t, Fields())).ok();
+    const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
+    return CheckMma(in.chain, info, t, in.target, ToConfig(name(), t, Fields())).ok();
   }
-  // Half of conv-moments-mean's cost in MeasuredDomain, so the planner picks it there; twice it elsewhere (measured slower or
-  // not measured: reached by --strategy, a tuned config or `fusejit autotune`).
-  double Cost(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
+  // Half of conv-moments-mean's cost in MeasuredDomain, so the planner picks it there; twice it
+  // elsewhere (measured slower or not measured: reached by --strategy, a tuned config or
+  // `fusejit autotune`).
+  double Cost(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
     const double ffma = static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
-    if (!MeasuredDomain(chain, info)) return 2.0 * ffma;
+    if (!MeasuredDomain(in.chain, info)) return 2.0 * ffma;
     // conv-moments-mean's Cost is a fitted time model outside its seed domain: stay below it.
     static const std::unique_ptr<Strategy> direct = MakeConvMomentsMeanStrategy();
-    return 0.5 * std::min(ffma, direct->Cost(chain, target));
+    return 0.5 * std::min(ffma, direct->Cost(in));
   }
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), DefaultMmaTune(chain, AnalyzeChain(chain), target), Fields());
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    const MmaMomentsTuneValues t = DefaultMmaTune(chain, info, target);
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
     std::vector<int64_t> bps =
-        BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], target);
+        BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], in.target);
     bps.push_back(t.blocks_per_sample);
     for (int64_t& b : bps) b = std::min<int64_t>(b, info.producer_shape[2]);
     std::sort(bps.begin(), bps.end());
@@ -226,22 +227,16 @@ class MmaMomentsMeanStrategy : public Strategy {
             {"unroll_kh", unroll},
             {"pack", {0, 1}}};
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     if (config.strategy != name()) return Invalid(config, "not a mma-moments-mean config");
     absl::StatusOr<MmaMomentsTuneValues> t = FromConfig(config, Fields());
     if (!t.ok()) return t.status();
-    return CheckMma(chain, AnalyzeChain(chain), *t, target, config);
+    return CheckMma(in.chain, in.info, *t, in.target, config);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override {
-    if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-    const ChainInfo info = AnalyzeChain(chain);
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
     const MmaMomentsTuneValues t = *FromConfig(config, Fields());
-    const MmaMomentsGeometry g = MmaGeom(chain, info, t);
+    const MmaMomentsGeometry g = MmaGeom(in.chain, info, t);
     const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
     Plan plan;
     plan.strategy = std::string(name());

@@ -40,9 +40,19 @@ absl::Status CheckDTypeHasPlans(DType dtype) {
                                                "f16, f64"));
 }
 
+PlanInput::PlanInput(Chain c, PlanTarget t)
+    : chain(std::move(c)), target(std::move(t)), info(AnalyzeChain(chain)) {}
+
 bool StrategyApplies(const Strategy& s, const Chain& chain, const PlanTarget& target) {
-  return s.HandlesDType(chain.dtype) && s.Applies(chain, target);
+  return s.HandlesDType(chain.dtype) && s.Applies(PlanInput(chain, target));
 }
+
+namespace {
+// The same for an analyzed chain.
+bool StrategyApplies(const Strategy& s, const PlanInput& in) {
+  return s.HandlesDType(in.chain.dtype) && s.Applies(in);
+}
+}  // namespace
 
 namespace {
 
@@ -51,17 +61,18 @@ namespace {
 absl::StatusOr<const Strategy*> ChooseStrategy(const Chain& chain, const PlanTarget& target,
                                                std::string_view strategy) {
   if (absl::Status s = CheckDTypeHasPlans(chain.dtype); !s.ok()) return s;
+  const PlanInput in(chain, target);
   std::vector<std::string> applicable;
   const Strategy* best = nullptr;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const auto& s : AllStrategies()) {
-    if (!StrategyApplies(*s, chain, target)) continue;
+    if (!StrategyApplies(*s, in)) continue;
     applicable.emplace_back(s->name());
     if (!strategy.empty()) {
       if (s->name() == strategy) best = s.get();
       continue;
     }
-    const double cost = s->Cost(chain, target);
+    const double cost = s->Cost(in);
     if (cost < best_cost) {
       best_cost = cost;
       best = s.get();
@@ -84,9 +95,10 @@ absl::StatusOr<const Strategy*> ChooseStrategy(const Chain& chain, const PlanTar
 // The planner's reason: every applicable strategy's estimated cost, lowest first (the units are
 // the cost models', about picoseconds on an H100; printed as microseconds).
 std::string CostRanking(const Chain& chain, const PlanTarget& target) {
+  const PlanInput in(chain, target);
   std::vector<std::pair<double, std::string>> costs;
   for (const auto& s : AllStrategies()) {
-    if (StrategyApplies(*s, chain, target)) costs.emplace_back(s->Cost(chain, target), s->name());
+    if (StrategyApplies(*s, in)) costs.emplace_back(s->Cost(in), s->name());
   }
   std::stable_sort(costs.begin(), costs.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -100,9 +112,10 @@ absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               std::string_view strategy) {
   absl::StatusOr<const Strategy*> best = ChooseStrategy(chain, target, strategy);
   if (!best.ok()) return best.status();
-  absl::StatusOr<Plan> plan = (*best)->MakePlan(chain, target);
+  const PlanInput in(chain, target);
+  absl::StatusOr<Plan> plan = (*best)->MakePlan(in);
   if (plan.ok()) {
-    plan->tune_config = (*best)->DefaultConfig(chain, target).ToString();
+    plan->tune_config = (*best)->DefaultConfig(in).ToString();
     plan->choice = strategy.empty() ? CostRanking(chain, target) : "asked for by name";
   }
   return plan;
@@ -110,13 +123,11 @@ absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
 
 // ---- tuning: the Strategy defaults (no tunable parameters) ----------------------------------
 
-TuneConfig Strategy::DefaultConfig(const Chain&, const PlanTarget&) const {
-  return {std::string(name()), {}};
-}
+TuneConfig Strategy::DefaultConfig(const PlanInput&) const { return {std::string(name()), {}}; }
 
-std::vector<TuneParam> Strategy::TuneSpace(const Chain&, const PlanTarget&) const { return {}; }
+std::vector<TuneParam> Strategy::TuneSpace(const PlanInput&) const { return {}; }
 
-absl::Status Strategy::Validate(const Chain&, const PlanTarget&, const TuneConfig& config) const {
+absl::Status Strategy::Validate(const PlanInput&, const TuneConfig& config) const {
   if (config.strategy != name()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tune config ", config.ToString(), " is not for strategy ", std::string(name())));
@@ -128,15 +139,18 @@ absl::Status Strategy::Validate(const Chain&, const PlanTarget&, const TuneConfi
   return absl::OkStatus();
 }
 
-std::vector<TuneConfig> Strategy::Candidates(const Chain& chain, const PlanTarget& target) const {
-  return EnumerateConfigs(DefaultConfig(chain, target), TuneSpace(chain, target),
-                          [&](const TuneConfig& c) { return Validate(chain, target, c).ok(); });
+std::vector<TuneConfig> Strategy::Candidates(const PlanInput& in) const {
+  return EnumerateConfigs(DefaultConfig(in), TuneSpace(in),
+                          [&](const TuneConfig& c) { return Validate(in, c).ok(); });
 }
 
-absl::StatusOr<Plan> Strategy::MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                             const TuneConfig& config) const {
-  if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-  return MakePlan(chain, target);
+absl::StatusOr<Plan> Strategy::MakeTunedPlan(const PlanInput& in, const TuneConfig& config) const {
+  if (absl::Status s = Validate(in, config); !s.ok()) return s;
+  return Build(in, config);
+}
+
+absl::StatusOr<Plan> Strategy::MakePlan(const PlanInput& in) const {
+  return MakeTunedPlan(in, DefaultConfig(in));
 }
 
 // ---- tuning: free functions ----------------------------------------------------------------
@@ -162,13 +176,14 @@ absl::Status ValidateConfig(const Chain& chain, const PlanTarget& target,
         s == nullptr ? "does not exist" : "does not apply to this chain", "; applicable: ",
         absl::StrJoin(applicable, ", ")));
   }
-  return s->Validate(chain, target, config);
+  return s->Validate(PlanInput(chain, target), config);
 }
 
 absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               const TuneConfig& config) {
   if (absl::Status s = ValidateConfig(chain, target, config); !s.ok()) return s;
-  absl::StatusOr<Plan> plan = FindStrategy(config.strategy)->MakeTunedPlan(chain, target, config);
+  absl::StatusOr<Plan> plan =
+      FindStrategy(config.strategy)->MakeTunedPlan(PlanInput(chain, target), config);
   if (plan.ok()) {
     plan->tune_config = config.ToString();
     plan->choice = "this tuning configuration (given, or measured by fusejit autotune)";
@@ -180,18 +195,19 @@ absl::StatusOr<TuneConfig> DefaultTuneConfig(const Chain& chain, const PlanTarge
                                              std::string_view strategy) {
   absl::StatusOr<const Strategy*> best = ChooseStrategy(chain, target, strategy);
   if (!best.ok()) return best.status();
-  return (*best)->DefaultConfig(chain, target);
+  return (*best)->DefaultConfig(PlanInput(chain, target));
 }
 
 std::vector<TuneConfig> AllCandidates(const Chain& chain, const PlanTarget& target) {
   if (!CheckDTypeHasPlans(chain.dtype).ok()) return {};
   absl::StatusOr<TuneConfig> planner_default = DefaultTuneConfig(chain, target);
+  const PlanInput in(chain, target);
   std::vector<std::pair<int, TuneConfig>> ranked;
   for (const auto& s : AllStrategies()) {
-    if (!StrategyApplies(*s, chain, target)) continue;
-    const TuneConfig def = s->DefaultConfig(chain, target);
+    if (!StrategyApplies(*s, in)) continue;
+    const TuneConfig def = s->DefaultConfig(in);
     const bool chosen = planner_default.ok() && def == *planner_default;
-    for (TuneConfig& c : s->Candidates(chain, target)) {
+    for (TuneConfig& c : s->Candidates(in)) {
       const int distance = c.Distance(def) + (chosen ? 0 : 1);
       ranked.emplace_back(distance, std::move(c));
     }

@@ -1,14 +1,15 @@
 // codegen/planner.h: strategies turn a chain into a Plan; the planner picks one.
 //
-// A Strategy has a small contract (after MIOpen's solvers): Applies() says whether it can run a
-// chain at all, Cost() ranks the applicable ones (a heuristic estimate in arbitrary units, lower is
-// better), MakePlan() builds the plan. The planner takes the strategy named in the options, or the
-// applicable one of lowest cost.
+// A Strategy has a small contract (after MIOpen's solvers), every method asked about one
+// PlanInput (the chain, analyzed once, and the target): Applies() says whether it can run a chain
+// at all, Cost() ranks the applicable ones (a heuristic estimate in arbitrary units, lower is
+// better), Build() makes the plan of a configuration. The planner takes the strategy named in the
+// options, or the applicable one of lowest cost.
 //
 // Tuning: a strategy may have tunable parameters (TuneSpace), a heuristic DefaultConfig (what
-// MakePlan builds), a Validate that checks a configuration in C++ before anything is compiled
-// (so no template static_assert can fire), and MakeTunedPlan for any valid configuration. The
-// plan choice itself is tunable: AllCandidates() spans every applicable strategy.
+// MakePlan builds), and a Validate that checks a configuration in C++ before anything is compiled
+// (so no template static_assert can fire); MakeTunedPlan builds any valid configuration. The plan
+// choice itself is tunable: AllCandidates() spans every applicable strategy.
 #ifndef FUSEJIT_CODEGEN_PLANNER_H_
 #define FUSEJIT_CODEGEN_PLANNER_H_
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen/chain_info.h"
 #include "codegen/plan.h"
 #include "codegen/tune_config.h"
 #include "fusejit/chain.h"
@@ -32,37 +34,54 @@ struct PlanTarget {
   Precision precision = Precision::kFp32;
 };
 
+// What every Strategy method is asked about: a valid chain, the target, and the chain's analysis
+// (AnalyzeChain, done once here rather than in every method). Not copyable: `info` points into
+// `chain`.
+struct PlanInput {
+  PlanInput(Chain chain, PlanTarget target);
+  PlanInput(const PlanInput&) = delete;
+  PlanInput& operator=(const PlanInput&) = delete;
+
+  const Chain chain;
+  const PlanTarget target;
+  const ChainInfo info;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string_view name() const = 0;
-  // REQUIRES (of callers): HandlesDType(chain.dtype); StrategyApplies checks both.
-  virtual bool Applies(const Chain& chain, const PlanTarget& target) const = 0;
   // Whether its kernels read and write tensors of `dtype` themselves (f32 for most; the generic
   // strategies also bf16 and f16, converting at their loads and stores).
   virtual bool HandlesDType(DType dtype) const { return dtype == DType::kF32; }
-  virtual double Cost(const Chain& chain, const PlanTarget& target) const = 0;
-  // The plan of DefaultConfig(). REQUIRES: Applies(chain, target).
-  virtual absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const = 0;
+  // REQUIRES (of callers): HandlesDType(in.chain.dtype); StrategyApplies checks both.
+  virtual bool Applies(const PlanInput& in) const = 0;
+  // Every method below REQUIRES Applies(in).
+  virtual double Cost(const PlanInput& in) const = 0;
 
   // Tuning. A strategy without tunable parameters keeps these defaults: its only configuration is
-  // TuneConfig{name(), {}}. Every method REQUIRES Applies(chain, target).
+  // TuneConfig{name(), {}}.
   //
-  // The heuristic configuration, the one MakePlan(chain, target) builds; Validate() accepts it.
-  virtual TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const;
+  // The heuristic configuration, the one MakePlan(in) builds; Validate() accepts it.
+  virtual TuneConfig DefaultConfig(const PlanInput& in) const;
   // Each parameter and the values worth trying, in the configuration's parameter order.
-  virtual std::vector<TuneParam> TuneSpace(const Chain& chain, const PlanTarget& target) const;
+  virtual std::vector<TuneParam> TuneSpace(const PlanInput& in) const;
   // OK when `config` is this strategy's, names its parameters in order, and passes the checks the
   // templates would make at compile time (shared memory, divisibility) and the register and grid
   // limits; InvalidArgument naming the failed check otherwise.
-  virtual absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                                const TuneConfig& config) const;
+  virtual absl::Status Validate(const PlanInput& in, const TuneConfig& config) const;
+
   // The valid configurations of TuneSpace() (EnumerateConfigs): DefaultConfig() first, then by
   // how many parameters differ from it.
-  virtual std::vector<TuneConfig> Candidates(const Chain& chain, const PlanTarget& target) const;
-  // The plan for `config`; Validate()'s error when it is not valid.
-  virtual absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                             const TuneConfig& config) const;
+  std::vector<TuneConfig> Candidates(const PlanInput& in) const;
+  // The plan for `config`: Validate()'s error when it is not valid, else Build().
+  absl::StatusOr<Plan> MakeTunedPlan(const PlanInput& in, const TuneConfig& config) const;
+  // The plan of DefaultConfig().
+  absl::StatusOr<Plan> MakePlan(const PlanInput& in) const;
+
+ protected:
+  // The plan for a valid configuration. REQUIRES: Validate(in, config).ok().
+  virtual absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const = 0;
 };
 
 // OK when some strategy has plans for chains of `dtype`; else Unimplemented naming the dtypes that

@@ -311,58 +311,50 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
 class TcConvStrategy : public Strategy {
  public:
   std::string_view name() const override { return "tc-conv"; }
-  bool Applies(const Chain& chain, const PlanTarget& target) const override {
-    const ChainInfo info = AnalyzeChain(chain);
-    if (!ChainSupported(chain, info, target)) return false;
-    const TcTune t = DefaultTune(chain, info, target);
-    return CheckTune(chain, info, target, t, ToConfig(name(), t, Fields())).ok();
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    if (!ChainSupported(in.chain, info, in.target)) return false;
+    const TcTune t = DefaultTune(in.chain, info, in.target);
+    return CheckTune(in.chain, info, in.target, t, ToConfig(name(), t, Fields())).ok();
   }
-  double Cost(const Chain& chain, const PlanTarget& target) const override {
+  double Cost(const PlanInput& in) const override {
     // In the planner's units (picoseconds on the H100: GenericCost's bytes / 3 is 3 TB/s): the
     // GEMM's padded multiply-adds at the measured rate of large, full-device tiles (2026-11-23,
     // bench/conv_engine_sweep.py S2: 3xTF32 0.045 ps, TF32 0.020 ps a multiply-add), slower with
     // fewer CTAs; the channels-last copy of x; the tail's full-size traffic; and
     // ~3 us of launches.
-    const ChainInfo info = AnalyzeChain(chain);
-    const TcTune t = DefaultTune(chain, info, target);
-    const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
+    const ChainInfo& info = in.info;
+    const TcTune t = DefaultTune(in.chain, info, in.target);
+    const TcGeometry g = Geometry(in.chain, info, t, PrecOf(in.target));
     const TcPipeline pipe = PipelineOf(info);
-    const double ps_per_mac = PrecOf(target) == kPrec3xTF32 ? 0.045 : 0.020;
+    const double ps_per_mac = PrecOf(in.target) == kPrec3xTF32 ? 0.045 : 0.020;
     const double ctas =
-        static_cast<double>(g.tiles * (g.c_pad / t.bn) * chain.input[0] * t.split);
+        static_cast<double>(g.tiles * (g.c_pad / t.bn) * in.chain.input[0] * t.split);
     // Fewer CTAs than two an SM: measured slower by about fill^-0.75 (S8, K9: 0.42 -> 1.9x).
-    const double fill = std::pow(std::min(1.0, ctas / (2.0 * target.sm_count)), 0.75);
-    const double gemm = g.padded_macs * static_cast<double>(chain.input[0]) * ps_per_mac / fill;
+    const double fill = std::pow(std::min(1.0, ctas / (2.0 * in.target.sm_count)), 0.75);
+    const double gemm = g.padded_macs * static_cast<double>(in.chain.input[0]) * ps_per_mac / fill;
     double bytes_per_point = pipe.out == kMomentsOnly ? 0.2 : 4.0;
     if (pipe.apply) bytes_per_point += 8.0;
     if (pipe.row_mean) bytes_per_point += 4.0;
-    const double in_bytes = static_cast<double>(NumElements(chain.input)) *
-                            (4.0 + 8.0 * static_cast<double>(g.cin_pad) / chain.input[1]);
+    const double in_bytes = static_cast<double>(NumElements(in.chain.input)) *
+                            (4.0 + 8.0 * static_cast<double>(g.cin_pad) / in.chain.input[1]);
     return static_cast<double>(info.elements) * bytes_per_point / 3.0 + in_bytes / 3.0 + gemm +
            3e6;
   }
-  TuneConfig DefaultConfig(const Chain& chain, const PlanTarget& target) const override {
-    return ToConfig(name(), DefaultTune(chain, AnalyzeChain(chain), target), Fields());
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultTune(in.chain, in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const Chain&, const PlanTarget&) const override {
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
     return {{"bm", {64, 128}}, {"bn", {16, 32, 64, 128}}, {"bk", {8, 16, 32}},
             {"stages", {2, 3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"wm", {32, 64}},
             {"l1", {0, 1}}};
   }
-  absl::Status Validate(const Chain& chain, const PlanTarget& target,
-                        const TuneConfig& config) const override {
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<TcTune> t = Parse(config);
     if (!t.ok()) return t.status();
-    return CheckTune(chain, AnalyzeChain(chain), target, *t, config);
+    return CheckTune(in.chain, in.info, in.target, *t, config);
   }
-  absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target) const override {
-    if (!Applies(chain, target)) {
-      return absl::FailedPreconditionError("tc-conv does not apply to this chain");
-    }
-    return MakeTunedPlan(chain, target, DefaultConfig(chain, target));
-  }
-  absl::StatusOr<Plan> MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                     const TuneConfig& config) const override;
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override;
 
  private:
   absl::StatusOr<TcTune> Parse(const TuneConfig& config) const {
@@ -371,17 +363,15 @@ class TcConvStrategy : public Strategy {
   }
 };
 
-absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const PlanTarget& target,
-                                                   const TuneConfig& config) const {
-  if (absl::Status s = Validate(chain, target, config); !s.ok()) return s;
-  const ChainInfo info = AnalyzeChain(chain);
+absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig& config) const {
+  const ChainInfo& info = in.info;
   const TcTune t = *Parse(config);
-  const TcPrec prec = PrecOf(target);
-  const TcGeometry g = Geometry(chain, info, t, prec);
+  const TcPrec prec = PrecOf(in.target);
+  const TcGeometry g = Geometry(in.chain, info, t, prec);
   const TcPipeline pipe = PipelineOf(info);
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
   const int64_t groups = info.group_norm ? info.group_norm->groups : 0;
-  const int64_t sin = chain.input[2] * chain.input[3] * chain.input[4];
+  const int64_t sin = in.chain.input[2] * in.chain.input[3] * in.chain.input[4];
   const int64_t s = info.producer_shape[2] * info.producer_shape[3] * info.producer_shape[4];
   const bool transposed = info.producer->kind == OpKind::kConvTranspose3d;
 
@@ -398,9 +388,10 @@ absl::StatusOr<Plan> TcConvStrategy::MakeTunedPlan(const Chain& chain, const Pla
                                  " CTAs a tile (partials summed in split order by the tile's "
                                  "last CTA: deterministic)")
                   : "",
-      "; input channels padded ", chain.input[1], " -> ", g.cin_pad,
-      " (k-steps run across taps), output channels ", c, " -> ", g.c_pad, " (", static_cast<int64_t>(100.0 * info.macs_per_point * c * s * n /
-                                                   std::max(1.0, g.padded_macs * n)),
+      "; input channels padded ", in.chain.input[1], " -> ", g.cin_pad,
+      " (k-steps run across taps), output channels ", c, " -> ", g.c_pad, " (",
+      static_cast<int64_t>(100.0 * info.macs_per_point * c * s * n /
+                           std::max(1.0, g.padded_macs * n)),
       "% of the products useful). ",
       prec == kPrec3xTF32 ? "fp32-accurate: 3xTF32 (big/small TF32 splits, three products, "
                             "short runs added to the accumulator every 2 k8 steps)"

@@ -97,8 +97,8 @@ TEST(ConvMoments, SweepShapesPlanThisStrategy) {
     ASSERT_TRUE(chosen.ok()) << chosen.status();
     EXPECT_TRUE(chosen->strategy == kStrategy || chosen->strategy == "mma-moments-mean")
         << spec << ": " << chosen->strategy;
-    ASSERT_TRUE(self->Applies(Parse(spec), Sm90())) << spec;
-    absl::StatusOr<codegen::Plan> plan = self->MakePlan(Parse(spec), Sm90());
+    ASSERT_TRUE(self->Applies(codegen::PlanInput(Parse(spec), Sm90()))) << spec;
+    absl::StatusOr<codegen::Plan> plan = self->MakePlan(codegen::PlanInput(Parse(spec), Sm90()));
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->strategy, kStrategy) << spec;
     ASSERT_FALSE(plan->kernels.empty());
@@ -119,11 +119,11 @@ TEST(ConvMoments, AppliesToRandomWideChains) {
   for (int i = 0; i < 200; ++i) {
     const bool big = i % 2 == 1;
     const Chain chain = RandomWideChain(rng, big);
-    if (!s->Applies(chain, Sm90())) continue;
+    if (!s->Applies(codegen::PlanInput(chain, Sm90()))) continue;
     ++applies;
-    const codegen::TuneConfig def = s->DefaultConfig(chain, Sm90());
-    EXPECT_TRUE(s->Validate(chain, Sm90(), def).ok()) << FormatChain(chain);
-    EXPECT_TRUE(s->MakePlan(chain, Sm90()).ok()) << FormatChain(chain);
+    const codegen::TuneConfig def = s->DefaultConfig(codegen::PlanInput(chain, Sm90()));
+    EXPECT_TRUE(s->Validate(codegen::PlanInput(chain, Sm90()), def).ok()) << FormatChain(chain);
+    EXPECT_TRUE(s->MakePlan(codegen::PlanInput(chain, Sm90())).ok()) << FormatChain(chain);
     // Large enough to fill the GPU: the only generic plan for these chains computes the conv
     // twice, this one must be chosen. (Tiny chains may go either way: both are latency-bound.)
     if (big) {
@@ -147,13 +147,13 @@ TEST(ConvMoments, ExtremeCandidatesCompileForSm90) {
   const codegen::Strategy* s = codegen::FindStrategy(kStrategy);
   ASSERT_NE(s, nullptr);
   for (const Chain& chain : chains) {
-    if (!s->Applies(chain, Sm90())) continue;
-    const std::vector<codegen::TuneConfig> all = s->Candidates(chain, Sm90());
+    if (!s->Applies(codegen::PlanInput(chain, Sm90()))) continue;
+    const std::vector<codegen::TuneConfig> all = s->Candidates(codegen::PlanInput(chain, Sm90()));
     ASSERT_FALSE(all.empty());
     // csplit -> most shared memory, ksplit -> most accumulators
     std::map<int64_t, std::pair<int64_t, std::string>> most_smem, most_acc;
     for (const codegen::TuneConfig& c : all) {
-      absl::StatusOr<codegen::Plan> plan = s->MakeTunedPlan(chain, Sm90(), c);
+      absl::StatusOr<codegen::Plan> plan = s->MakeTunedPlan(codegen::PlanInput(chain, Sm90()), c);
       ASSERT_TRUE(plan.ok()) << plan.status();
       const int64_t csplit = *c.Get("csplit");
       const int64_t smem = plan->kernels[0].shared_bytes;
@@ -242,8 +242,8 @@ void CheckCompiled(const Chain& chain, const std::string& config,
 void CheckDefaultAndOthers(const Chain& chain, uint64_t seed, const std::vector<int64_t>& samples,
                            int others) {
   const codegen::Strategy* s = codegen::FindStrategy(kStrategy);
-  ASSERT_TRUE(s->Applies(chain, Sm90())) << FormatChain(chain);
-  const std::vector<codegen::TuneConfig> all = s->Candidates(chain, Sm90());
+  ASSERT_TRUE(s->Applies(codegen::PlanInput(chain, Sm90()))) << FormatChain(chain);
+  const std::vector<codegen::TuneConfig> all = s->Candidates(codegen::PlanInput(chain, Sm90()));
   std::vector<std::string> configs = {all[0].ToString()};
   for (int64_t ksplit : {1, 2, 4}) {
     for (const codegen::TuneConfig& c : all) {
@@ -292,7 +292,7 @@ TEST(GpuConvMoments, RandomWideChains) {
   int checked = 0;
   for (int tries = 0; tries < 200 && checked < 12; ++tries) {
     const Chain chain = RandomWideChain(rng);
-    if (!s->Applies(chain, Sm90())) continue;
+    if (!s->Applies(codegen::PlanInput(chain, Sm90()))) continue;
     std::vector<int64_t> all(chain.input[0]);
     for (int64_t i = 0; i < chain.input[0]; ++i) all[i] = i;
     CheckDefaultAndOthers(chain, /*seed=*/50 + checked, all, /*others=*/2);

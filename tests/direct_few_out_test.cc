@@ -30,7 +30,8 @@ const char* const kSpecs[] = {
 
 TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
   const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (const char* spec : kSpecs) EXPECT_TRUE(FewOut().Applies(Parse(spec), t)) << spec;
+  for (const char* spec : kSpecs)
+    EXPECT_TRUE(FewOut().Applies(codegen::PlanInput(Parse(spec), t))) << spec;
   for (const char* spec : {
            "x:f32[2,16,9,10,11] | conv3d(out=9,k=3)",  // 9 channels
            "x:f32[2,16,9,10,11] | conv_transpose3d(out=3,k=3,stride=2)",  // transposed, stride 2
@@ -38,7 +39,7 @@ TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
            "x:f32[2,16,9,10,11] | conv3d(out=4,k=3) | mean(dims=[2,3,4])",
            "x:f32[2,4,9,10,11] | relu",
        }) {
-    EXPECT_FALSE(FewOut().Applies(Parse(spec), t)) << spec;
+    EXPECT_FALSE(FewOut().Applies(codegen::PlanInput(Parse(spec), t))) << spec;
   }
 }
 
@@ -79,7 +80,7 @@ TEST(GpuDirectFewOut, MatchesTheReference) {
   const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
   for (int i = 0; i < 400 && checked < 25; ++i) {
     const Chain c = RandomChain(rng);
-    if (!FewOut().Applies(c, t)) continue;
+    if (!FewOut().Applies(codegen::PlanInput(c, t))) continue;
     CompileOptions o;
     o.strategy = "direct-few-out";
     testing::CheckChainWithOptions(c, 100 + i, o);

@@ -68,7 +68,7 @@ TEST(GpuChains, FastStrategiesOnRandomChains) {
     int checked = 0;
     for (int tries = 0; tries < 200000 && checked < 12; ++tries) {
       const Chain chain = RandomChain(rng, options);
-      if (!strategy->Applies(chain, target)) continue;
+      if (!strategy->Applies(codegen::PlanInput(chain, target))) continue;
       CheckChain(chain, /*seed=*/31 + checked, {}, name);
       ++checked;
     }

@@ -129,7 +129,7 @@ TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
   for (const char* spec : kChains) {
     const Chain chain = Parse(spec);
     for (Precision p : {Precision::kFp32, Precision::kTf32}) {
-      ASSERT_TRUE(Igemm().Applies(chain, {"sm_90", 132, p})) << spec;
+      ASSERT_TRUE(Igemm().Applies(codegen::PlanInput(chain, {"sm_90", 132, p}))) << spec;
       list.emplace_back(chain, p);
     }
   }
@@ -201,7 +201,7 @@ TEST(GpuIgemm, RandomChains) {
     const Chain chain = RandomIgemmChain(rng);
     if (!ValidateChain(chain).ok()) continue;
     const Precision p = list.size() % 4 == 3 ? Precision::kTf32 : Precision::kFp32;
-    if (!Igemm().Applies(chain, {"sm_90", 132, p})) continue;
+    if (!Igemm().Applies(codegen::PlanInput(chain, {"sm_90", 132, p}))) continue;
     list.emplace_back(chain, p);
   }
   ASSERT_EQ(list.size(), 10u) << "too few random chains apply";
@@ -239,7 +239,7 @@ TEST(GpuIgemmMoments, RandomMeanChains) {
     const Chain chain = RandomIgemmChain(rng, /*mean=*/true);
     if (!ValidateChain(chain).ok()) continue;
     const Precision p = list.size() % 4 == 3 ? Precision::kTf32 : Precision::kFp32;
-    if (!Moments().Applies(chain, {"sm_90", 132, p})) continue;
+    if (!Moments().Applies(codegen::PlanInput(chain, {"sm_90", 132, p}))) continue;
     ++modes[chain.ops.back().dims.size() == 4 ? 1 : 0];
     ++producers[chain.ops[0].kind == OpKind::kConv3d ? 0 : 1];
     list.emplace_back(chain, p);

@@ -80,7 +80,7 @@ TEST(GpuMmaMoments, RandomChains) {
   int checked = 0;
   for (int tries = 0; tries < 2000 && checked < 16; ++tries) {
     const Chain chain = Parse(RandomSpec(rng));
-    if (!s->Applies(chain, target)) continue;
+    if (!s->Applies(codegen::PlanInput(chain, target))) continue;
     CheckChain(chain, /*seed=*/100 + checked, {}, kStrategy, kFp32Accurate);
     ++checked;
   }

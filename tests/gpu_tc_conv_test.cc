@@ -83,7 +83,7 @@ TEST(GpuTcConv, RandomChainsBothPrecisions) {
   int checked = 0;
   for (int tries = 0; tries < 100000 && checked < 40; ++tries) {
     const Chain chain = RandomChain(rng, options);
-    if (!tc->Applies(chain, target)) continue;
+    if (!tc->Applies(codegen::PlanInput(chain, target))) continue;
     // fp32: 2e-5 rather than 1e-5: a group_norm after saturating ops (sigmoid | sigmoid, one
     // group) amplifies the few-ulp intrinsics of the ops, as in every strategy (the generic
     // store-normalize plan of such a chain is off by the same 1.03e-5).
@@ -104,7 +104,7 @@ TEST(GpuTcConv, EveryTileShape) {
   const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
   // The default and its nearest 29 neighbours (every single-parameter change among them).
   int checked = 0;
-  for (const codegen::TuneConfig& config : tc->Candidates(chain, target)) {
+  for (const codegen::TuneConfig& config : tc->Candidates(codegen::PlanInput(chain, target))) {
     if (checked == 30) break;
     CompileOptions options;
     options.use_cache = false;

@@ -201,11 +201,11 @@ TEST(Igemm, TheWgmmaTemplateCompilesForSm90a) {
 
 TEST(Igemm, AppliesOnlyToHopper) {
   const codegen::Strategy& s = Igemm();
-  EXPECT_TRUE(s.Applies(W3(), Target("sm_90")));
-  EXPECT_TRUE(s.Applies(W3(), Target("sm_90a")));
-  EXPECT_TRUE(s.Applies(W3(), Target("sm_90", Precision::kTf32)));
+  EXPECT_TRUE(s.Applies(codegen::PlanInput(W3(), Target("sm_90"))));
+  EXPECT_TRUE(s.Applies(codegen::PlanInput(W3(), Target("sm_90a"))));
+  EXPECT_TRUE(s.Applies(codegen::PlanInput(W3(), Target("sm_90", Precision::kTf32))));
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_100", "sm_120"}) {
-    EXPECT_FALSE(s.Applies(W3(), Target(arch))) << arch;
+    EXPECT_FALSE(s.Applies(codegen::PlanInput(W3(), Target(arch)))) << arch;
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(W3(), Target(arch));
     ASSERT_TRUE(plan.ok()) << plan.status();
     // Elsewhere W3 gets the portable tensor-core engine (mma.sync, sm_80 and later).
@@ -234,11 +234,11 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
   const codegen::Strategy& s = Igemm();
   const std::string base =
       "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)";
-  ASSERT_TRUE(s.Applies(Parse(base), Target("sm_90")));
-  ASSERT_TRUE(s.Applies(
+  ASSERT_TRUE(s.Applies(codegen::PlanInput(Parse(base), Target("sm_90"))));
+  ASSERT_TRUE(s.Applies(codegen::PlanInput(
       Parse("x:f32[2,64,10,10,10] | conv_transpose3d(out=256,k=3,padding=1,"
             "dilation=2,output_padding=1,bias=false) | swish | group_norm(groups=4) | gelu"),
-      Target("sm_90")));
+      Target("sm_90"))));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"stride 2",
        "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,stride=2,padding=1) | relu | "
@@ -275,8 +275,9 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
   for (const auto& [why, spec] : cases) {
     const Chain chain = Parse(spec);
     if (chain.ops.empty()) continue;
-    EXPECT_FALSE(s.Applies(chain, Target("sm_90"))) << why << ": " << spec;
-    EXPECT_FALSE(s.Applies(chain, Target("sm_90", Precision::kTf32))) << why << ": " << spec;
+    EXPECT_FALSE(s.Applies(codegen::PlanInput(chain, Target("sm_90")))) << why << ": " << spec;
+    EXPECT_FALSE(s.Applies(codegen::PlanInput(chain, Target("sm_90", Precision::kTf32))))
+        << why << ": " << spec;
     // The planner still finds a plan.
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"));
     ASSERT_TRUE(plan.ok()) << why << ": " << plan.status();
@@ -393,8 +394,9 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
       chain.ops.push_back(Mean(rng.Chance(0.5) ? std::vector<int>{2, 3, 4}
                                                : std::vector<int>{1, 2, 3, 4}));
     }
-    if (!ValidateChain(chain).ok() || !(Igemm().Applies(chain, Target("sm_90")) ||
-                                        Moments().Applies(chain, Target("sm_90")))) {
+    if (!ValidateChain(chain).ok() ||
+        !(Igemm().Applies(codegen::PlanInput(chain, Target("sm_90"))) ||
+          Moments().Applies(codegen::PlanInput(chain, Target("sm_90"))))) {
       continue;
     }
     chains.push_back(chain);
@@ -476,9 +478,9 @@ TEST(IgemmMoments, DoesNotApplyToChainsBreakingAConstraint) {
   const std::string base =
       "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8) | "
       "mean(dims=[2,3,4])";
-  ASSERT_TRUE(s.Applies(Parse(base), Target("sm_90")));
-  EXPECT_FALSE(s.Applies(Parse(base), Target("sm_80")));
-  EXPECT_FALSE(Igemm().Applies(Parse(base), Target("sm_90")));
+  ASSERT_TRUE(s.Applies(codegen::PlanInput(Parse(base), Target("sm_90"))));
+  EXPECT_FALSE(s.Applies(codegen::PlanInput(Parse(base), Target("sm_80"))));
+  EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(Parse(base), Target("sm_90"))));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"an op after group_norm",
        "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | group_norm(groups=8) | relu | "
@@ -499,8 +501,9 @@ TEST(IgemmMoments, DoesNotApplyToChainsBreakingAConstraint) {
   for (const auto& [why, spec] : cases) {
     const Chain chain = Parse(spec);
     if (chain.ops.empty()) continue;
-    EXPECT_FALSE(s.Applies(chain, Target("sm_90"))) << why << ": " << spec;
-    EXPECT_FALSE(s.Applies(chain, Target("sm_90", Precision::kTf32))) << why << ": " << spec;
+    EXPECT_FALSE(s.Applies(codegen::PlanInput(chain, Target("sm_90")))) << why << ": " << spec;
+    EXPECT_FALSE(s.Applies(codegen::PlanInput(chain, Target("sm_90", Precision::kTf32))))
+        << why << ": " << spec;
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"));
     ASSERT_TRUE(plan.ok()) << why << ": " << plan.status();
     EXPECT_NE(plan->strategy, kMoments) << why;
@@ -634,7 +637,7 @@ TEST(IgemmTuning, EveryValidCandidateOfASmallSpaceCompiles) {
   for (const auto& [strategy, spec, count] : chains) {
     const Chain chain = Parse(spec);
     const std::vector<codegen::TuneConfig> all =
-        ByName(strategy).Candidates(chain, Target("sm_90"));
+        ByName(strategy).Candidates(codegen::PlanInput(chain, Target("sm_90")));
     EXPECT_EQ(all.size(), count) << spec;
     for (const codegen::TuneConfig& c : all) jobs.emplace_back(chain, c.ToString());
   }

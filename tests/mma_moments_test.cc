@@ -72,40 +72,45 @@ TEST(MmaMoments, AppliesToSeedsW2W4) {
   for (const char* spec : {kW2, kW4}) {
     const Chain chain = Parse(spec);
     for (const char* arch : {"sm_80", "sm_90"}) {
-      ASSERT_TRUE(s->Applies(chain, Target(arch))) << spec << " " << arch;
-      const codegen::TuneConfig def = s->DefaultConfig(chain, Target(arch));
-      EXPECT_TRUE(s->Validate(chain, Target(arch), def).ok()) << def.ToString();
+      ASSERT_TRUE(s->Applies(codegen::PlanInput(chain, Target(arch)))) << spec << " " << arch;
+      const codegen::TuneConfig def = s->DefaultConfig(codegen::PlanInput(chain, Target(arch)));
+      EXPECT_TRUE(s->Validate(codegen::PlanInput(chain, Target(arch)), def).ok()) << def.ToString();
       std::printf("  %s default %s\n", arch, def.ToString().c_str());
     }
-    EXPECT_FALSE(s->Applies(chain, Target("sm_75")));
+    EXPECT_FALSE(s->Applies(codegen::PlanInput(chain, Target("sm_75"))));
     // The planner's choice for the seeds (measured faster than conv-moments-mean on the H100).
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"));
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->strategy, kStrategy) << spec;
-    EXPECT_LT(s->Cost(chain, Target("sm_90")),
-              codegen::FindStrategy("conv-moments-mean")->Cost(chain, Target("sm_90")));
+    EXPECT_LT(s->Cost(codegen::PlanInput(chain, Target("sm_90"))),
+              codegen::FindStrategy("conv-moments-mean")
+                  ->Cost(codegen::PlanInput(chain, Target("sm_90"))));
   }
   // Not for a chain with ops after group_norm, nor for 12 channels.
-  EXPECT_FALSE(s->Applies(Parse("x:f32[2,3,8,8,8] | conv3d(out=16,k=3) | group_norm(groups=4) | "
-                                "relu | mean(dims=[2,3,4])"),
-                          Target("sm_90")));
-  EXPECT_FALSE(s->Applies(Parse("x:f32[2,3,8,8,8] | conv3d(out=12,k=3) | group_norm(groups=4) | "
-                                "mean(dims=[2,3,4])"),
-                          Target("sm_90")));
+  EXPECT_FALSE(s->Applies(
+      codegen::PlanInput(Parse("x:f32[2,3,8,8,8] | conv3d(out=16,k=3) | group_norm(groups=4) | "
+                               "relu | mean(dims=[2,3,4])"),
+                         Target("sm_90"))));
+  EXPECT_FALSE(s->Applies(
+      codegen::PlanInput(Parse("x:f32[2,3,8,8,8] | conv3d(out=12,k=3) | group_norm(groups=4) | "
+                               "mean(dims=[2,3,4])"),
+                         Target("sm_90"))));
 }
 
 TEST(MmaMoments, CandidatesValidateAndBadConfigsAreRefused) {
   const codegen::Strategy* s = codegen::FindStrategy(kStrategy);
   const Chain chain = Parse(kW4);
-  const std::vector<codegen::TuneConfig> all = s->Candidates(chain, Target("sm_90"));
+  const std::vector<codegen::TuneConfig> all =
+      s->Candidates(codegen::PlanInput(chain, Target("sm_90")));
   EXPECT_GT(all.size(), 5u);
   for (const codegen::TuneConfig& c : all) {
-    EXPECT_TRUE(s->MakeTunedPlan(chain, Target("sm_90"), c).ok()) << c.ToString();
+    EXPECT_TRUE(s->MakeTunedPlan(codegen::PlanInput(chain, Target("sm_90")), c).ok())
+        << c.ToString();
   }
   absl::StatusOr<codegen::TuneConfig> bad =
       codegen::TuneConfig::Parse("mma-moments-mean:warps=8,min_blocks=2,blocks_per_sample=99,unroll_kh=1,pack=0");
   ASSERT_TRUE(bad.ok()) << bad.status();
-  absl::Status st = s->Validate(chain, Target("sm_90"), *bad);
+  absl::Status st = s->Validate(codegen::PlanInput(chain, Target("sm_90")), *bad);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("blocks_per_sample"), std::string::npos) << st;
 }
@@ -116,7 +121,7 @@ TEST(MmaMoments, PlansCompileForSm80AndSm90) {
   const codegen::Strategy* s = codegen::FindStrategy(kStrategy);
   for (int tries = 0; tries < 500 && specs.size() < 6; ++tries) {
     const std::string spec = RandomSpec(rng);
-    if (s->Applies(Parse(spec), Target("sm_90"))) specs.push_back(spec);
+    if (s->Applies(codegen::PlanInput(Parse(spec), Target("sm_90")))) specs.push_back(spec);
   }
   ASSERT_EQ(specs.size(), 6u);
   for (const std::string& spec : specs) {
@@ -139,15 +144,16 @@ TEST(MmaMoments, HostSharedBytesMatchTheTemplate) {
   Rng rng(733);
   for (int tries = 0; tries < 500 && specs.size() < 5; ++tries) {
     const std::string spec = RandomSpec(rng);
-    if (s->Applies(Parse(spec), Target("sm_90"))) specs.push_back(spec);
+    if (s->Applies(codegen::PlanInput(Parse(spec), Target("sm_90")))) specs.push_back(spec);
   }
   for (const std::string& spec : specs) {
     const Chain chain = Parse(spec);
     std::string probe;
     int count = 0;
-    for (const codegen::TuneConfig& c : s->Candidates(chain, Target("sm_90"))) {
+    for (const codegen::TuneConfig& c : s->Candidates(codegen::PlanInput(chain, Target("sm_90")))) {
       if (count == 12) break;
-      absl::StatusOr<codegen::Plan> plan = s->MakeTunedPlan(chain, Target("sm_90"), c);
+      absl::StatusOr<codegen::Plan> plan =
+          s->MakeTunedPlan(codegen::PlanInput(chain, Target("sm_90")), c);
       ASSERT_TRUE(plan.ok()) << plan.status();
       if (probe.empty()) probe = codegen::EmitSource(chain, *plan).main + "\nnamespace fj {\n";
       const codegen::TuneStruct& t = plan->tunes.back();

@@ -32,11 +32,12 @@ TEST(TcConv, AppliesToEveryConvolutionFromAmpereOn) {
       "x:f32[2,9,5,5,5] | conv_transpose3d(out=17,k=[2,3,4],stride=[2,3,1],padding=[0,1,2]) | tanh");
   const Chain none = Parse("x:f32[2,8,5,5,5] | group_norm(groups=2) | relu");
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100"}) {
-    EXPECT_TRUE(Tc().Applies(conv, Target(arch))) << arch;
-    EXPECT_TRUE(Tc().Applies(convt, Target(arch))) << arch;
-    EXPECT_FALSE(Tc().Applies(none, Target(arch))) << arch;
+    EXPECT_TRUE(Tc().Applies(codegen::PlanInput(conv, Target(arch)))) << arch;
+    EXPECT_TRUE(Tc().Applies(codegen::PlanInput(convt, Target(arch)))) << arch;
+    EXPECT_FALSE(Tc().Applies(codegen::PlanInput(none, Target(arch)))) << arch;
   }
-  EXPECT_FALSE(Tc().Applies(conv, Target("sm_75")));  // no cp.async / tf32 mma.sync
+  EXPECT_FALSE(
+      Tc().Applies(codegen::PlanInput(conv, Target("sm_75"))));  // no cp.async / tf32 mma.sync
 }
 
 TEST(TcConv, EveryTailCompilesForSm80AndSm90InBothPrecisions) {
@@ -103,7 +104,7 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
   for (const Case& c : cases) {
     absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);
     ASSERT_TRUE(config.ok()) << c.config;
-    absl::Status s = Tc().Validate(chain, Target("sm_90"), *config);
+    absl::Status s = Tc().Validate(codegen::PlanInput(chain, Target("sm_90")), *config);
     EXPECT_FALSE(s.ok()) << c.config;
     EXPECT_NE(s.message().find(c.why), std::string::npos) << c.config << ": " << s;
   }
@@ -111,8 +112,10 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
   absl::StatusOr<codegen::TuneConfig> deep =
       codegen::TuneConfig::Parse("tc-conv:bm=128,bn=128,bk=32,stages=5,split=1,wm=32,l1=0");
   ASSERT_TRUE(deep.ok());
-  EXPECT_TRUE(Tc().Validate(chain, Target("sm_90", Precision::kTf32), *deep).ok());
-  absl::Status s = Tc().Validate(chain, Target("sm_86", Precision::kTf32), *deep);
+  EXPECT_TRUE(
+      Tc().Validate(codegen::PlanInput(chain, Target("sm_90", Precision::kTf32)), *deep).ok());
+  absl::Status s =
+      Tc().Validate(codegen::PlanInput(chain, Target("sm_86", Precision::kTf32)), *deep);
   EXPECT_NE(s.message().find("bytes of shared memory"), std::string::npos) << s;
 }
 

@@ -102,11 +102,11 @@ TEST(TuneSpace, DefaultConfigIsTheHeuristicPlanForRandomChains) {
   for (int i = 0; i < 40; ++i) {
     const Chain chain = RandomChain(rng);
     for (const auto& s : codegen::AllStrategies()) {
-      if (!s->Applies(chain, Sm90())) continue;
-      const TuneConfig def = s->DefaultConfig(chain, Sm90());
+      if (!s->Applies(codegen::PlanInput(chain, Sm90()))) continue;
+      const TuneConfig def = s->DefaultConfig(codegen::PlanInput(chain, Sm90()));
       EXPECT_EQ(def.strategy, s->name());
-      EXPECT_TRUE(s->Validate(chain, Sm90(), def).ok())
-          << FormatChain(chain) << ": " << s->Validate(chain, Sm90(), def);
+      EXPECT_TRUE(s->Validate(codegen::PlanInput(chain, Sm90()), def).ok())
+          << FormatChain(chain) << ": " << s->Validate(codegen::PlanInput(chain, Sm90()), def);
       absl::StatusOr<codegen::Plan> by_name = codegen::MakePlan(chain, Sm90(), s->name());
       absl::StatusOr<codegen::Plan> by_config = codegen::MakePlan(chain, Sm90(), def);
       ASSERT_TRUE(by_name.ok() && by_config.ok()) << FormatChain(chain);
@@ -146,7 +146,7 @@ void ExpectCandidatesValid(const Chain& chain, size_t* count) {
     }
   }
   for (const auto& s : codegen::AllStrategies()) {
-    if (s->Applies(chain, Sm90())) {
+    if (s->Applies(codegen::PlanInput(chain, Sm90()))) {
       EXPECT_TRUE(strategies.count(std::string(s->name()))) << s->name();
     }
   }
