@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "codegen/cast_plan.h"
+#include "codegen/cfg_fields.h"
 #include "codegen/chain_info.h"
 #include "codegen/format_number.h"
 #include "codegen/op_table.h"
@@ -39,52 +40,32 @@ std::string OpsDerivativeFunction(const char* name, const std::vector<const Op*>
                       " return v; }\n");
 }
 
-std::string Triple(const char* a, const char* b, const char* c, const Dims3& d) {
-  return absl::StrCat("  static constexpr int ", a, " = ", d[0], ", ", b, " = ", d[1], ", ", c,
-                      " = ", d[2], ";\n");
-}
-
 std::string ConfigStruct(const Chain& chain, const Plan& plan) {
   const ChainInfo info = AnalyzeChain(chain);
-  const Shape& x = chain.input;
-  const Shape& p = info.producer_shape;
   std::string s = "struct Cfg {\n";
   if (chain.dtype != DType::kF32) {  // f32 is the templates' default element type (ElemT)
     absl::StrAppend(&s, "  using Elem = ", DeviceTypeName(chain.dtype), ";  // x, parameters, y\n");
   }
-  absl::StrAppend(&s, "  // input x", FormatShape(x), "\n");
-  absl::StrAppend(&s, "  static constexpr int kN = ", x[0], ";\n");
-  absl::StrAppend(&s, "  static constexpr int kCin = ", x[1], ", kDin = ", x[2], ", kHin = ", x[3],
-                  ", kWin = ", x[4], ";\n");
-  absl::StrAppend(&s, "  // producer output ", FormatShape(p),
-                  ": what the elementwise ops and group_norm see\n");
-  absl::StrAppend(&s, "  static constexpr int kC = ", p[1], ", kD = ", p[2], ", kH = ", p[3],
-                  ", kW = ", p[4], ";\n");
-  ConvAttrs conv;  // defaults describe "no producer"
-  conv.kernel = {1, 1, 1};
-  const char* producer = "kNoProducer";
-  if (info.producer) {
-    conv = info.producer->conv;
-    producer = info.producer->kind == OpKind::kConv3d ? "kConv3d" : "kConvTranspose3d";
-  }
-  absl::StrAppend(&s, "  static constexpr int kProducer = ", producer, ";\n");
-  absl::StrAppend(&s, Triple("kKD", "kKH", "kKW", conv.kernel));
-  absl::StrAppend(&s, Triple("kSD", "kSH", "kSW", conv.stride));
-  absl::StrAppend(&s, Triple("kPD", "kPH", "kPW", conv.padding));
-  absl::StrAppend(&s, Triple("kDilD", "kDilH", "kDilW", conv.dilation));
-  absl::StrAppend(&s, Triple("kOPD", "kOPH", "kOPW", conv.output_padding));
-  absl::StrAppend(&s, "  static constexpr bool kBias = ",
-                  info.producer && conv.bias ? "true" : "false", ";\n");
-  absl::StrAppend(&s, "  static constexpr int kGroups = ",
-                  info.group_norm ? info.group_norm->groups : 0, ";\n");
-  absl::StrAppend(&s, "  static constexpr ", chain.dtype == DType::kF64 ? "double" : "float",
-                  " kEps = ", RealLiteral(info.group_norm ? info.group_norm->eps : 1e-5, chain.dtype),
-                  ";\n");
-  static constexpr const char* kMeanNames[] = {"kNoMean", "kMeanSpatial", "kMeanAll"};
-  absl::StrAppend(&s, "  static constexpr int kMean = ", kMeanNames[static_cast<int>(info.mean)],
-                  ";\n");
-  for (const auto& [name, value] : plan.constants) {
-    absl::StrAppend(&s, "  static constexpr int ", name, " = ", value, ";\n");
+  // The chain's constants (codegen/cfg_fields.h), one declaration per line of fields.
+  const std::span<const CfgField> fields = ChainCfgFields();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const CfgField& f = fields[i];
+    if (f.name == "kN") absl::StrAppend(&s, "  // input x", FormatShape(chain.input), "\n");
+    if (f.name == "kC") {
+      absl::StrAppend(&s, "  // producer output ", FormatShape(info.producer_shape),
+                      ": what the elementwise ops and group_norm see\n");
+    }
+    if (!f.same_line) {
+      const char* type = f.type == CfgType::kInt    ? "int"
+                         : f.type == CfgType::kBool ? "bool"
+                         : chain.dtype == DType::kF64 ? "double"
+                                                      : "float";
+      absl::StrAppend(&s, "  static constexpr ", type, " ");
+    } else {
+      absl::StrAppend(&s, ", ");
+    }
+    absl::StrAppend(&s, std::string(f.name), " = ", ChainCfgValue(f.name, chain, info));
+    if (i + 1 == fields.size() || !fields[i + 1].same_line) absl::StrAppend(&s, ";\n");
   }
   absl::StrAppend(&s, OpsFunction("pre", info.pre_ops, chain.dtype));
   absl::StrAppend(&s, OpsFunction("post", info.post_ops, chain.dtype));

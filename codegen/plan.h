@@ -122,9 +122,6 @@ struct Plan {
   std::string choice;
   // Template files the source includes, in order.
   std::vector<std::string> includes;
-  // Extra `static constexpr` members of the generated Cfg struct (name, C++ value text), e.g.
-  // {"kBlock", "256"}. Shape constants and the op functions are always emitted.
-  std::vector<std::pair<std::string, std::string>> constants;
   std::vector<TuneStruct> tunes;
   std::vector<ConstantCopy> constant_copies;
   std::vector<KernelLaunch> kernels;  // launched in this order on the run's stream

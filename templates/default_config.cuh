@@ -1,7 +1,8 @@
 // templates/default_config.cuh: the chain configuration every template reads, with default
 // values so that each template compiles on its own (tests compile every template through NVRTC
 // with this file). A generated source defines its own struct with the same fields, baked for its
-// chain, instead of including this file.
+// chain (codegen/cfg_fields.h lists them once; tests/cfg_fields_test.cc checks this struct
+// against that list field by field: add a field there and here together).
 //
 // Tensors: input x [kN, kCin, kDin, kHin, kWin]; the producer's output -- the tensor that the
 // elementwise ops and group_norm see -- is [kN, kC, kD, kH, kW]. With no producer, kC == kCin etc.
@@ -25,6 +26,7 @@ struct DefaultConfig {
   static constexpr int kSD = 1, kSH = 1, kSW = 1;
   static constexpr int kPD = 0, kPH = 0, kPW = 0;
   static constexpr int kDilD = 1, kDilH = 1, kDilW = 1;
+  static constexpr int kOPD = 0, kOPH = 0, kOPW = 0;
   static constexpr bool kBias = true;
   // group_norm: kGroups == 0 when the chain has none.
   static constexpr int kGroups = 4;
@@ -42,9 +44,6 @@ struct DefaultConfig {
     d = fj::hardswish_d(v);
     return fj::hardswish(v);
   }
-  // Launch shape chosen by the plan.
-  static constexpr int kBlock = 256;
-  static constexpr int kChunks = 4;  // blocks per reduction segment
 };
 
 }  // namespace fj

@@ -12,7 +12,8 @@
 //   recompute-mean     group_norm and mean      stats_kernel<false>, stats_finalize_kernel,
 //                                               mean_partial_kernel<true>, mean_finalize_kernel
 //
-// Host-side contract (every kernel: block = (Cfg::kBlock), a multiple of 32; no dynamic shared):
+// Host-side contract (every kernel: block = (GenericTune::kBlock), a multiple of 32, the same for
+// every kernel of a plan; no dynamic shared memory):
 //   elementwise_kernel, normalize_kernel: grid.x = any (grid-stride loop over kN*kC*kD*kH*kW)
 // kChunks (a template parameter of the reduction kernels) is the number of blocks per segment.
 //   stats_kernel:         grid = (kN*kGroups, kChunks); partials: Moments[kN*kGroups*kChunks]
