@@ -1,4 +1,4 @@
-// fusejit_cache_worker: one process of the multi-process cache tests (tests/cache_process_test.cc).
+// fusejit_cache_worker: one process of the multi-process cache tests (tests/cache/cache_process_test.cc).
 //
 //   fusejit_cache_worker get DIR SEED [flags]         GetOrCompile one key, check the payload
 //   fusejit_cache_worker loop DIR NKEYS ITERS [flags] GetOrCompile random keys, check each payload

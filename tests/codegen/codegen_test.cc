@@ -90,7 +90,7 @@ TEST(Planner, NamedStrategyAndErrors) {
 }
 
 // bf16 and f16 chains: the planner offers only the strategies that read and write them natively
-// (the generic ones; Compile runs the others' f32 plans between casts, tests/dtype_test.cc);
+// (the generic ones; Compile runs the others' f32 plans between casts, tests/runtime/dtype_test.cc);
 // f64 is refused by name.
 TEST(Planner, DTypesPlanOnlyWhereStrategiesHandleThem) {
   codegen::PlanTarget target;

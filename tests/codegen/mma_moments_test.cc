@@ -1,7 +1,7 @@
 // mma-moments-mean (templates/mma_conv_moments.cuh): where it applies, that its default and
 // tuned configurations validate, and that its plans compile through NVRTC for sm_80 and sm_90
 // (seeds W2, W4 and random chains with strides, padding, dilation, odd sizes). The GPU checks are
-// in gpu_mma_moments_test.cc.
+// in tests/gpu/gpu_mma_moments_test.cc.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -2,7 +2,7 @@
 // (codegen/igemm_strategy.cc), CPU only: which chains and targets they apply to, the plans they
 // make (W3 in both precisions, mean chains in both mean modes), their tuning (wave-aware default,
 // Validate's reasons, every valid candidate of a small space compiles), and that the plans compile
-// for sm_90a (NVRTC needs no GPU). Their GPU checks are in gpu_igemm_test.cc.
+// for sm_90a (NVRTC needs no GPU). Their GPU checks are in tests/gpu/gpu_igemm_test.cc.
 #include <gtest/gtest.h>
 
 #include <atomic>

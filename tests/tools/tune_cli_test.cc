@@ -1,5 +1,5 @@
 // `fusejit autotune` without a GPU: help, usage errors, manifests, and the failure without a
-// driver (in-process through AutotuneCommand). Its measurements are tested in gpu_tune_test.cc.
+// driver (in-process through AutotuneCommand). Its measurements are tested in tests/gpu/gpu_tune_test.cc.
 #include <sstream>
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // bf16 and f16 chains (runtime/dtype_adapter.h): host conversions, signatures, plans compiled for
 // sm_80 and sm_90 forward and backward, f64 refused by name. The GPU checks are in
-// gpu_dtype_test.cc.
+// tests/gpu/gpu_dtype_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
