@@ -3,18 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/dtype_table.h"
 
 namespace fusejit::codegen {
-
-const char* DeviceTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "float";
-    case DType::kF64: return "double";
-    case DType::kBF16: return "fj::bf16_t";
-    case DType::kF16: return "fj::f16_t";
-  }
-  return "float";
-}
 
 Plan PlanCasts(const std::vector<Cast>& casts, const PlanTarget& target, const std::string& what) {
   Plan plan;

@@ -23,10 +23,6 @@ struct Cast {
   int64_t elements = 0;
 };
 
-// C++ type of one element of `dtype` in generated sources and templates: "float", "double",
-// "fj::bf16_t", "fj::f16_t" (templates/dtype.cuh).
-const char* DeviceTypeName(DType dtype);
-
 // One kernel per cast, in order; its signature lists each cast's `from` (role kInput) and `to`
 // (role kOutput) with shape {elements}. `what` names the step in the plan's description.
 // REQUIRES: casts non-empty; every pair of dtypes is one of f32 <-> bf16, f32 <-> f16.

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "codegen/cast_plan.h"
+#include "codegen/dtype_table.h"
 #include "codegen/cfg_fields.h"
 #include "codegen/chain_info.h"
 #include "codegen/format_number.h"
@@ -22,22 +22,24 @@ std::string OpsFunction(const char* name, const std::vector<const Op*>& ops, DTy
     names.emplace_back(OpName(op->kind));
     absl::StrAppend(&body, " ", Describe(op->kind).device(*op, dtype));
   }
-  const char* real = dtype == DType::kF64 ? "double" : "float";
+  const char* real = ComputeTypeName(dtype);
   return absl::StrCat("  // ", names.empty() ? "(none)" : absl::StrJoin(names, ", "), "\n",
                       "  __device__ static ", real, " ", name, "(", real, " v) {", body,
                       " return v; }\n");
 }
 
 // `float NAME(float v, float& d)`: the ops' value at v, and in d the product of their derivatives
-// (the chain rule through them), for the backward templates.
+// (the chain rule through them), for the backward templates. REQUIRES: an f32 chain (the backward
+// plans are f32's; bf16/f16 run them between casts, f64 has none).
 std::string OpsDerivativeFunction(const char* name, const std::vector<const Op*>& ops) {
+  const char* real = ComputeTypeName(DType::kF32);
   std::string body;
   for (const Op* op : ops) {
-    absl::StrAppend(&body, " { float g; ", Describe(op->kind).device_derivative(*op), " ",
+    absl::StrAppend(&body, " { ", real, " g; ", Describe(op->kind).device_derivative(*op), " ",
                     Describe(op->kind).device(*op, DType::kF32), " d *= g; }");
   }
-  return absl::StrCat("  __device__ static float ", name, "(float v, float& d) { d = 1.f;", body,
-                      " return v; }\n");
+  return absl::StrCat("  __device__ static ", real, " ", name, "(", real, " v, ", real,
+                      "& d) { d = 1.f;", body, " return v; }\n");
 }
 
 std::string ConfigStruct(const Chain& chain, const Plan& plan) {
@@ -58,8 +60,7 @@ std::string ConfigStruct(const Chain& chain, const Plan& plan) {
     if (!f.same_line) {
       const char* type = f.type == CfgType::kInt    ? "int"
                          : f.type == CfgType::kBool ? "bool"
-                         : chain.dtype == DType::kF64 ? "double"
-                                                      : "float";
+                                                    : ComputeTypeName(chain.dtype);
       absl::StrAppend(&s, "  static constexpr ", type, " ");
     } else {
       absl::StrAppend(&s, ", ");

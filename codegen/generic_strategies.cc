@@ -8,7 +8,6 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cast_plan.h"
 #include "codegen/chain_info.h"
 #include "codegen/generic_strategies.h"
 

@@ -10,7 +10,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "codegen/cast_plan.h"
 #include "codegen/chain_info.h"
 #include "codegen/planner.h"
 #include "codegen/tune_config.h"

@@ -1,7 +1,7 @@
 // templates/default_config.cuh: the chain configuration every template reads, with default
 // values so that each template compiles on its own (tests compile every template through NVRTC
 // with this file). A generated source defines its own struct with the same fields, baked for its
-// chain (codegen/cfg_fields.h lists them once; tests/cfg_fields_test.cc checks this struct
+// chain (codegen/cfg_fields.h lists them once; tests/codegen/cfg_fields_test.cc checks this struct
 // against that list field by field: add a field there and here together).
 //
 // Tensors: input x [kN, kCin, kDin, kHin, kWin]; the producer's output -- the tensor that the
