@@ -30,15 +30,14 @@ struct CfgField {
   CfgType type;
   std::string_view name;  // "kCin"
   // Declared on the previous field's line ("static constexpr int kCin = 3, kDin = 8, ...").
-  bool same_line = false;
+  bool same_line;
+  // Its value for a chain as C++ literal text ("3", "true", "1e-05f", "kConv3d").
+  // REQUIRES: info == AnalyzeChain(chain).
+  std::string (*value)(const Chain& chain, const ChainInfo& info);
 };
 
 // The fields, in declaration order.
 std::span<const CfgField> ChainCfgFields();
-
-// A field's value for `chain` as C++ literal text ("3", "true", "1e-05f", "kConv3d").
-// REQUIRES: `name` is one of ChainCfgFields(); info == AnalyzeChain(chain).
-std::string ChainCfgValue(std::string_view name, const Chain& chain, const ChainInfo& info);
 
 }  // namespace fusejit::codegen
 

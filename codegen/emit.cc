@@ -3,9 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "codegen/dtype_table.h"
 #include "codegen/cfg_fields.h"
 #include "codegen/chain_info.h"
+#include "codegen/dtype_table.h"
 #include "codegen/format_number.h"
 #include "codegen/op_table.h"
 #include "fusejit/fusejit.h"
@@ -65,7 +65,7 @@ std::string ConfigStruct(const Chain& chain, const Plan& plan) {
     } else {
       absl::StrAppend(&s, ", ");
     }
-    absl::StrAppend(&s, std::string(f.name), " = ", ChainCfgValue(f.name, chain, info));
+    absl::StrAppend(&s, std::string(f.name), " = ", f.value(chain, info));
     if (i + 1 == fields.size() || !fields[i + 1].same_line) absl::StrAppend(&s, ";\n");
   }
   absl::StrAppend(&s, OpsFunction("pre", info.pre_ops, chain.dtype));
