@@ -3,8 +3,8 @@
 // Every template reads its chain through a Cfg parameter (Cfg::kN, Cfg::kKD, Cfg::kEps, ...). The
 // emitter (codegen/emit.cc) writes a generated source's Cfg from this list, with the chain's
 // values; templates/default_config.cuh declares the same fields with default values so that each
-// template compiles on its own. tests/codegen/cfg_fields_test.cc checks that file against this list, field
-// by field (name, type, order), so the two cannot drift.
+// template compiles on its own. tests/codegen/cfg_fields_test.cc checks that file against this
+// list, field by field (name, type, order), so the two cannot drift.
 //
 // Besides these fields a Cfg has `using Elem` (bf16/f16 chains), pre()/post() (the chain's
 // elementwise ops) and, for backward plans, pre_d()/post_d().
