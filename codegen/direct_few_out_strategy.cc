@@ -69,10 +69,10 @@ class DirectFewOutStrategy final : public Strategy {
     return {{"tw", {1, 2, 4, 8}}, {"threads", {64, 128, 256}}};
   }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
-    return Parse(in.chain, in.target, config).status();
+    return Parse(in.info, config).status();
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
-    absl::StatusOr<FewOutTune> t = Parse(in.chain, in.target, config);
+    absl::StatusOr<FewOutTune> t = Parse(in.info, config);
     if (!t.ok()) return t.status();
     const ChainInfo& info = in.info;
     const Shape& p = info.producer_shape;
@@ -101,8 +101,7 @@ class DirectFewOutStrategy final : public Strategy {
   }
 
  private:
-  absl::StatusOr<FewOutTune> Parse(const Chain& chain, const PlanTarget&,
-                                   const TuneConfig& config) const {
+  absl::StatusOr<FewOutTune> Parse(const ChainInfo& info, const TuneConfig& config) const {
     if (config.strategy != name()) {
       return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(),
                                                      " is not for strategy ", std::string(name())));
@@ -110,7 +109,6 @@ class DirectFewOutStrategy final : public Strategy {
     absl::StatusOr<FewOutTune> t =
         FromConfig<FewOutTune>(config, std::span<const TuneField<FewOutTune>>(kFields));
     if (!t.ok()) return t.status();
-    const ChainInfo info = AnalyzeChain(chain);
     const bool conv = info.producer->kind == OpKind::kConv3d;
     if (t->tw < 1 || t->tw > 8) {
       return absl::InvalidArgumentError(
