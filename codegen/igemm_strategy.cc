@@ -25,6 +25,7 @@
 #include "codegen/chain_info.h"
 #include "codegen/strategy_util.h"
 #include "codegen/tune_config.h"
+#include "templates/geometry.cuh"
 
 namespace fusejit::codegen {
 namespace {
@@ -37,8 +38,7 @@ constexpr int kAbsmaxBlocks = 264;                 // IgemmPlanTune's kAbsmaxBlo
 constexpr int64_t kOptInSharedLimit = 227 * 1024;  // dynamic shared memory per block, sm_90
 constexpr int64_t kSmSharedBytes = 228 * 1024;     // shared memory per SM, sm_90
 constexpr int64_t kSharedPerBlockReserve = 1024;   // reserved by the system per resident block
-constexpr int64_t kTileN = 128;      // output channels per CTA (wgmma n = 128)
-constexpr int64_t kHaloPitch = 144;  // bytes per halo point (igemm_wgmma.cuh HaloShape::kPitch)
+constexpr int64_t kTileN = fj::geom::kIgemmTileN;  // output channels per CTA (wgmma n = 128)
 constexpr int64_t kGnApplyThreads = 128, kGnApplyVec = 4;  // gn_apply.cuh GnApply
 constexpr int64_t kMeanThreads = 256;                      // igemm_mean.cuh IgemmMean
 constexpr int64_t kMeanMaxChannels = 1024;                 // igemm_mean.cuh static_assert
@@ -72,12 +72,10 @@ IgemmPrecision PrecisionOf(const PlanTarget& target) {
   return {kPrecF16x3, 2};
 }
 
-// The compile-time shapes of the templates (IgemmShape, HaloShape, IgemmWgmmaShape, GnApply) for
-// a chain and a tuning, computed the same way.
-struct IgemmGeometry {
-  int64_t s = 0, sin = 0, taps = 0, bm = 0, threads = 0, tiles = 0;
-  int64_t smem = 0;  // dynamic shared memory of the GEMM kernel
-  int64_t prep_x_blocks_per_sample = 0, prep_w_blocks = 0;
+// The compile-time shapes of the templates for a chain and a tuning: IgemmShape, HaloShape and
+// IgemmWgmmaShape from the same function (templates/geometry.cuh), plus GnApply's grid.
+struct IgemmGeometry : fj::geom::Igemm {
+  int64_t threads = 0;
   int64_t apply_blocks_per_row = 0;
 };
 
@@ -86,23 +84,11 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   IgemmGeometry g;
-  g.s = p[2] * p[3] * p[4];
-  g.sin = x[2] * x[3] * x[4];
-  g.taps = conv.kernel[0] * conv.kernel[1] * conv.kernel[2];
-  g.bm = 64 * t.wg;
+  static_cast<fj::geom::Igemm&>(g) =
+      fj::geom::IgemmOf(p[2], p[3], p[4], x[2], x[3], x[4], x[1], p[1], conv.kernel[0],
+                        conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2],
+                        /*bm=*/64 * t.wg, t.stages);
   g.threads = 128 * t.wg;
-  g.tiles = CeilDiv(g.s, g.bm);
-  const int64_t span_h = (conv.kernel[1] - 1) * conv.dilation[1];
-  const int64_t span_w = (conv.kernel[2] - 1) * conv.dilation[2];
-  const int64_t halo_cols = p[4] + span_w;
-  const int64_t rows_spanned = (g.bm - 1 + p[4] - 1) / p[4] + 1;
-  const int64_t halo_rows = rows_spanned + 2 * span_h;
-  const int64_t halo_bytes = CeilDiv(halo_rows * halo_cols * kHaloPitch, 1024) * 1024;
-  const int64_t pipe = 2 * halo_bytes + t.stages * kTileN * 128;
-  const int64_t epilogue = kTileN * (g.bm + 4) * 4;
-  g.smem = std::max(pipe, epilogue);
-  g.prep_x_blocks_per_sample = CeilDiv(g.sin, 32);
-  g.prep_w_blocks = CeilDiv(g.taps * p[1] * (x[1] / 32) * 4, 256);
   const int64_t per_block =
       g.s % 4 == 0 ? kGnApplyThreads * kGnApplyVec * 4 : kGnApplyThreads * kGnApplyVec;
   g.apply_blocks_per_row = CeilDiv(g.s, per_block);

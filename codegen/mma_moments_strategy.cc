@@ -13,6 +13,7 @@
 #include "codegen/chain_info.h"
 #include "codegen/fast_strategies.h"
 #include "codegen/strategy_util.h"
+#include "templates/geometry.cuh"
 
 namespace fusejit::codegen {
 namespace {
@@ -30,34 +31,20 @@ constexpr TuneField<MmaMomentsTuneValues> kMmaMomentsFields[] = {
     {"pack", "kPack", &MmaMomentsTuneValues::pack},
 };
 
-// The template's compile-time shape (MmaMomentsGeom), computed the same way.
-struct MmaMomentsGeometry {
-  int64_t cinp = 0, mt = 0, nt = 0, ks = 0, winp = 0, slots = 0, slices = 0;
-  int64_t ksp = 0;  // packed k16 steps (kKSP)
-  int64_t shared_bytes = 0;
+// The template's compile-time shape (MmaMomentsGeom): the same function, templates/geometry.cuh;
+// plus a register estimate.
+struct MmaMomentsGeometry : fj::geom::MmaMoments {
   int64_t registers = 0;  // a rough per-thread estimate
 };
 
 MmaMomentsGeometry MmaGeom(const Chain& chain, const ChainInfo& info,
                            const MmaMomentsTuneValues& t) {
   const ConvAttrs& conv = info.producer->conv;
-  const int64_t cin = chain.input[1], hin = chain.input[3];
-  const int64_t c = info.producer_shape[1], w = info.producer_shape[4];
   MmaMomentsGeometry g;
-  g.cinp = Round4(cin);
-  g.mt = (w + 15) / 16;
-  g.nt = c / 8;
-  g.ks = (conv.kernel[2] * g.cinp + 15) / 16;
-  const int64_t kwr = (g.ks * 16 - 1) / g.cinp + 1;
-  g.winp = (g.mt * 16 - 1) * conv.stride[2] + (kwr - 1) * conv.dilation[2] + 1;
-  g.slots = (conv.kernel[0] - 1) * conv.dilation[0] + 1;
-  g.ksp = (conv.kernel[0] * conv.kernel[1] * conv.kernel[2] * (g.cinp / 4) + 3) / 4;
-  g.slices = t.pack ? g.ksp : conv.kernel[0] * conv.kernel[1] * g.ks;
-  const int64_t plane_bytes = (2 * hin * g.winp * g.cinp + 15) / 16 * 16;
-  const int64_t b_bytes = g.slices * g.nt * 32 * 16;
-  const int64_t floats = g.slots + c + t.warps * c * 3 + 32;
-  const int64_t hi_offset = (b_bytes + 4 * floats + 15) / 16 * 16;
-  g.shared_bytes = hi_offset + 2 * g.slots * plane_bytes;
+  static_cast<fj::geom::MmaMoments&>(g) = fj::geom::MmaMomentsOf(
+      chain.input[1], chain.input[3], info.producer_shape[1], info.producer_shape[4],
+      conv.kernel[0], conv.kernel[1], conv.kernel[2], conv.stride[2], conv.dilation[0],
+      conv.dilation[2], t.warps, t.pack != 0);
   // Fitted to ptxas (sm_90, CUDA 12): 90 registers for W2 (2 x 2 tiles), 117 for W4 (2 x 3).
   // Unrolling kh keeps more fragments live (W2 with 2: 128, no spills; W4 with 2 spilled at 128).
   g.registers = 40 + 14 * g.mt * g.nt + (t.unroll_kh > 1 ? 6 * g.mt * g.nt : 0);

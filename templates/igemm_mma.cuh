@@ -67,6 +67,7 @@
 #define FUSEJIT_TEMPLATES_IGEMM_MMA_CUH_
 
 #include "default_config.cuh"
+#include "geometry.cuh"
 
 namespace fj {
 
@@ -152,14 +153,18 @@ struct IgemmOutOf<T, void_t<decltype(T::kOut)>> {
 template <class Cfg, class Tune>
 struct IgemmShape {
   static constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
-  static constexpr int kS = Cfg::kD * Cfg::kH * Cfg::kW;
-  static constexpr int kSin = Cfg::kDin * Cfg::kHin * Cfg::kWin;
-  static constexpr int kTaps = Cfg::kKD * Cfg::kKH * Cfg::kKW;
-  static constexpr int kCB = Cfg::kCin / 32;
   static constexpr int kBM = Tune::kWarpsM * Tune::kWM;
+  // Sizes the host's launch uses too, from one function (geometry.cuh).
+  static constexpr geom::Igemm kG =
+      geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, Cfg::kC,
+                    Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages);
+  static constexpr int kS = kG.s;
+  static constexpr int kSin = kG.sin;
+  static constexpr int kTaps = kG.taps;
+  static constexpr int kCB = Cfg::kCin / 32;
   static constexpr int kBN = Tune::kWarpsN * Tune::kWN;
   static constexpr int kThreads = 32 * Tune::kWarpsM * Tune::kWarpsN;
-  static constexpr int kTiles = (kS + kBM - 1) / kBM;
+  static constexpr int kTiles = kG.tiles;
   static constexpr int kGroupsOr1 = Cfg::kGroups > 0 ? Cfg::kGroups : 1;
   static constexpr int kCg = Cfg::kC / kGroupsOr1;
   static constexpr int kRowBytes = Cfg::kCin * 4;  // bytes per point in xa (and per co in wb)
@@ -179,11 +184,11 @@ struct IgemmShape {
   static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
   // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
-  static constexpr int kPrepPts = 32;
-  static constexpr int kPrepXBlocksPerSample = (kSin + kPrepPts - 1) / kPrepPts;
+  static constexpr int kPrepPts = geom::kIgemmPrepPoints;
+  static constexpr int kPrepXBlocksPerSample = kG.prep_x_blocks_per_sample;
   static constexpr int kPrepXBlocks = Cfg::kN * kPrepXBlocksPerSample;
   static constexpr int kWChunks = kTaps * Cfg::kC * kCB * 4;  // 8-lane chunks
-  static constexpr int kPrepWBlocks = (kWChunks + 255) / 256;
+  static constexpr int kPrepWBlocks = kG.prep_w_blocks;  // kWChunks / 256, rounded up
 
   static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3,
                 "igemm: precision kPrecTF32x1 or kPrecF16x3");

@@ -178,10 +178,10 @@ struct HaloShape {
   static constexpr int kSpanW = (Cfg::kKW - 1) * Cfg::kDilW;
   static constexpr int kRmin = Sh::kStepH < 0 ? (Cfg::kKH - 1) * Sh::kStepH : 0;
   static constexpr int kCmin = Sh::kStepW < 0 ? (Cfg::kKW - 1) * Sh::kStepW : 0;
-  static constexpr int kHW = Cfg::kW + kSpanW;  // halo columns
-  static constexpr int kRowsSpanned = (Sh::kBM - 1 + Cfg::kW - 1) / Cfg::kW + 1;
-  static constexpr int kMaxSlots = kRowsSpanned + 2 * kSpanH;  // halo rows
-  static constexpr int kPitch = 144;                          // bytes per halo point
+  static constexpr int kHW = Sh::kG.halo_cols;                // halo columns
+  static constexpr int kRowsSpanned = Sh::kG.rows_spanned;
+  static constexpr int kMaxSlots = Sh::kG.halo_rows;           // halo rows
+  static constexpr int kPitch = geom::kIgemmHaloPitch;         // bytes per halo point
   static constexpr int kTapsHW = Cfg::kKH * Cfg::kKW;
   static_assert(Sh::kBM <= Cfg::kH * Cfg::kW, "igemm_wgmma: a tile must span at most 2 planes");
   static_assert(Cfg::kKD <= 8, "igemm_wgmma: kKD <= 8");
@@ -205,11 +205,12 @@ struct AAddrHalo {
 template <class Cfg, class Tune>
 struct IgemmWgmmaShape {
   using Hs = HaloShape<Cfg, Tune>;
-  static constexpr int kHaloBytes = (Hs::kMaxSlots * Hs::kHW * Hs::kPitch + 1023) / 1024 * 1024;
-  static constexpr int kBStageBytes = 128 * 128;
-  static constexpr int kPipeBytes = 2 * kHaloBytes + Tune::kStages * kBStageBytes;
-  static constexpr int kSmemBytes =
-      kPipeBytes > IgemmShape<Cfg, Tune>::kEpiBytes ? kPipeBytes : IgemmShape<Cfg, Tune>::kEpiBytes;
+  using Sh = IgemmShape<Cfg, Tune>;
+  static constexpr int kHaloBytes = Sh::kG.halo_bytes;
+  static constexpr int kBStageBytes = geom::kIgemmBStageBytes;
+  static constexpr int kPipeBytes = Sh::kG.pipe_bytes;
+  static constexpr int kSmemBytes = Sh::kG.smem;  // the host's launch: the same function
+  static_assert(Sh::kG.epi_bytes == Sh::kEpiBytes, "igemm_wgmma: epilogue tile 128 x (BM + 4)");
   static_assert(IgemmShape<Cfg, Tune>::kBN == 128 && Tune::kWN == 128 && Tune::kWM == 16 &&
                     Tune::kWarpsN == 1 && Tune::kWarpsM == 4 * Tune::kWG,
                 "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128)");

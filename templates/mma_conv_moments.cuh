@@ -63,6 +63,7 @@
 
 #include "common.cuh"
 #include "default_config.cuh"  // enums; include-guarded
+#include "geometry.cuh"
 #include "moments_util.cuh"
 
 namespace fj {
@@ -89,28 +90,32 @@ constexpr int kMmaMomentsSharedLimit = 48 * 1024;
 template <class Cfg, class Tune>
 struct MmaMomentsGeom {
   static constexpr int kThreads = 32 * Tune::kWarps;
-  static constexpr int kCinP = (Cfg::kCin + 3) / 4 * 4;
-  static constexpr int kMT = (Cfg::kW + 15) / 16;  // m16 tiles per output row
-  static constexpr int kNT = Cfg::kC / 8;          // n8 tiles
-  static constexpr int kKS = (Cfg::kKW * kCinP + 15) / 16;  // k16 steps per (kd, kh)
-  static constexpr int kKWR = (kKS * 16 - 1) / kCinP + 1;   // kw columns read (>= KW)
-  static constexpr int kWinP = (kMT * 16 - 1) * Cfg::kSW + (kKWR - 1) * Cfg::kDilW + 1;
-  static constexpr int kRowHalfs = kWinP * kCinP;
-  static constexpr int kPlaneHalfs = Cfg::kHin * kRowHalfs;
-  static constexpr int kPlaneBytes = (2 * kPlaneHalfs + 15) / 16 * 16;
-  static constexpr int kSlots = (Cfg::kKD - 1) * Cfg::kDilD + 1;
+  // The shared-memory layout, computed by the same function as the host's launch (geometry.cuh).
+  static constexpr geom::MmaMoments kG =
+      geom::MmaMomentsOf(Cfg::kCin, Cfg::kHin, Cfg::kC, Cfg::kW, Cfg::kKD, Cfg::kKH, Cfg::kKW,
+                         Cfg::kSW, Cfg::kDilD, Cfg::kDilW, Tune::kWarps, Tune::kPack != 0);
+  static constexpr int kCinP = kG.cinp;
+  static constexpr int kMT = kG.mt;    // m16 tiles per output row
+  static constexpr int kNT = kG.nt;    // n8 tiles
+  static constexpr int kKS = kG.ks;    // k16 steps per (kd, kh)
+  static constexpr int kKWR = kG.kwr;  // kw columns read (>= KW)
+  static constexpr int kWinP = kG.winp;
+  static constexpr int kRowHalfs = kG.row_halfs;
+  static constexpr int kPlaneHalfs = kG.plane_halfs;
+  static constexpr int kPlaneBytes = kG.plane_bytes;
+  static constexpr int kSlots = kG.slots;
   // Packed K (Tune::kPack): groups of 4 channels of one tap (kd, kh, kw), kKSP k16 steps of 4
   // groups for the whole kernel instead of kKS steps per (kd, kh).
-  static constexpr int kGroups4 = Cfg::kKD * Cfg::kKH * Cfg::kKW * (kCinP / 4);
-  static constexpr int kKSP = (kGroups4 + 3) / 4;
-  static constexpr int kSlices = Tune::kPack ? kKSP : Cfg::kKD * Cfg::kKH * kKS;
+  static constexpr int kGroups4 = kG.groups4;
+  static constexpr int kKSP = kG.ksp;
+  static constexpr int kSlices = kG.slices;
   static constexpr int kChunk = (Cfg::kD + Tune::kBlocksPerSample - 1) / Tune::kBlocksPerSample;
-  static constexpr int kBBytes = kSlices * kNT * 32 * 16;
+  static constexpr int kBBytes = kG.b_bytes;
   static constexpr int kFloatOffset = kBBytes;
-  static constexpr int kFloats = kSlots + Cfg::kC + Tune::kWarps * Cfg::kC * 3 + 32;
-  static constexpr int kHiOffset = (kFloatOffset + 4 * kFloats + 15) / 16 * 16;
-  static constexpr int kLoOffset = kHiOffset + kSlots * kPlaneBytes;
-  static constexpr long long kSharedBytes = (long long)kLoOffset + (long long)kSlots * kPlaneBytes;
+  static constexpr int kFloats = kG.floats;
+  static constexpr int kHiOffset = kG.hi_offset;
+  static constexpr int kLoOffset = kG.lo_offset;
+  static constexpr long long kSharedBytes = kG.shared_bytes;
   // Prefetch: with SD == 1 and DilD == 1 (or KD == 1) each od after a block's first needs one
   // new plane; its x values (kPrefetchRegs per thread) are loaded into registers before the
   // previous od's rows are computed, and converted after them (the loads' latency hidden).

@@ -1,0 +1,122 @@
+// templates/geometry.cuh: kernel geometry that both the host planner and the device templates
+// need, written once. The host compiles this file as C++ (codegen/*_strategy.cc include it as
+// "templates/geometry.cuh"); NVRTC compiles it as one of the embedded templates. So a plan's
+// launch shape (dynamic shared memory, grid) and the shape a template is compiled with come from
+// the same arithmetic and cannot drift apart.
+//
+// Contract: plain C++17, no CUDA keywords and no includes; every function is constexpr over
+// integers and returns a struct of sizes. Arguments are the chain's and the tuning's numbers
+// (Cfg:: and Tune:: fields on the device, ChainInfo and the tune struct on the host).
+#ifndef FJ_TEMPLATES_GEOMETRY_CUH_
+#define FJ_TEMPLATES_GEOMETRY_CUH_
+
+namespace fj {
+namespace geom {
+
+constexpr long long CeilDiv(long long a, long long b) { return (a + b - 1) / b; }
+constexpr long long RoundUp(long long a, long long b) { return CeilDiv(a, b) * b; }
+
+// ---- mma_conv_moments.cuh (strategy mma-moments) ----------------------------------------------
+// Input planes of kSlots input depths as f16 hi and lo halves, channels padded to 4, each output
+// row's window padded to m16 tiles; B fragments of every k16 slice; then floats.
+struct MmaMoments {
+  long long cinp;          // input channels padded to 4
+  long long mt;            // m16 tiles per output row
+  long long nt;            // n8 tiles (output channels / 8)
+  long long ks;            // k16 steps per (kd, kh)
+  long long kwr;           // kw columns read (>= KW)
+  long long winp;          // input columns of one row window
+  long long row_halfs;     // halves per input row
+  long long plane_halfs;   // halves per input plane
+  long long plane_bytes;   // bytes per plane, 16-byte aligned
+  long long slots;         // input depths a block keeps (the kd span)
+  long long groups4;       // packed K: groups of 4 channels of one tap
+  long long ksp;           // packed K: k16 steps for the whole kernel
+  long long slices;        // k16 slices of B
+  long long b_bytes;       // B fragments
+  long long floats;        // float scratch (slots, channels, per-warp moments, 32 spare)
+  long long hi_offset;     // byte offset of the hi planes
+  long long lo_offset;     // byte offset of the lo planes
+  long long shared_bytes;  // dynamic shared memory of the kernel, exactly
+};
+
+constexpr MmaMoments MmaMomentsOf(long long cin, long long hin, long long c, long long w,
+                                  long long kd, long long kh, long long kw, long long sw,
+                                  long long dild, long long dilw, long long warps, bool pack) {
+  MmaMoments g{};
+  g.cinp = RoundUp(cin, 4);
+  g.mt = CeilDiv(w, 16);
+  g.nt = c / 8;
+  g.ks = CeilDiv(kw * g.cinp, 16);
+  g.kwr = (g.ks * 16 - 1) / g.cinp + 1;
+  g.winp = (g.mt * 16 - 1) * sw + (g.kwr - 1) * dilw + 1;
+  g.row_halfs = g.winp * g.cinp;
+  g.plane_halfs = hin * g.row_halfs;
+  g.plane_bytes = RoundUp(2 * g.plane_halfs, 16);
+  g.slots = (kd - 1) * dild + 1;
+  g.groups4 = kd * kh * kw * (g.cinp / 4);
+  g.ksp = CeilDiv(g.groups4, 4);
+  g.slices = pack ? g.ksp : kd * kh * g.ks;
+  g.b_bytes = g.slices * g.nt * 32 * 16;
+  g.floats = g.slots + c + warps * c * 3 + 32;
+  g.hi_offset = RoundUp(g.b_bytes + 4 * g.floats, 16);
+  g.lo_offset = g.hi_offset + g.slots * g.plane_bytes;
+  g.shared_bytes = g.lo_offset + g.slots * g.plane_bytes;
+  return g;
+}
+
+// ---- igemm_mma.cuh / igemm_wgmma.cuh (strategies igemm-*) -------------------------------------
+// The implicit GEMM: a CTA computes bm output points x 128 channels (on Hopper bm = 64 per
+// warpgroup). Its A operand is a halo of input rows (144 bytes per point), double-buffered; B is
+// `stages` stages of 128 x 128 bytes; the epilogue reuses the space as a 128 x (bm+4) float tile.
+constexpr int kIgemmTileN = 128;      // output channels per CTA (wgmma n = 128)
+constexpr int kIgemmHaloPitch = 144;  // bytes per halo point
+constexpr int kIgemmBStageBytes = 128 * 128;
+constexpr int kIgemmPrepPoints = 32;     // prep: input points per block (all channels)
+constexpr int kIgemmPrepWThreads = 256;  // prep: weight chunks (8 lanes) per block
+
+struct Igemm {
+  long long s;                                   // output points per sample
+  long long sin;                                 // input points per sample
+  long long taps;                                // kd * kh * kw
+  long long bm;                                  // output points per CTA
+  long long tiles;                               // CTAs along the points of one sample
+  long long halo_cols, rows_spanned, halo_rows;  // the A halo: columns, output rows, input rows
+  long long halo_bytes;                          // one halo buffer, 1 KiB aligned
+  long long pipe_bytes;                          // two halos and the B stages
+  long long epi_bytes;                           // the epilogue tile
+  long long smem;                                // dynamic shared memory of the GEMM kernel
+  long long prep_x_blocks_per_sample;            // prep grid: blocks converting x, per sample
+  long long prep_w_blocks;                       // prep grid: blocks converting the weights
+};
+
+// (d, h, w): output extents; (din, hin, win): input extents; cin, c: channels; k*, dil*: kernel
+// and dilation; bm, stages: the tuning.
+constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, long long hin,
+                        long long win, long long cin, long long c, long long kd, long long kh,
+                        long long kw, long long dilh, long long dilw, long long bm,
+                        long long stages) {
+  Igemm g{};
+  g.s = d * h * w;
+  g.sin = din * hin * win;
+  g.taps = kd * kh * kw;
+  g.bm = bm;
+  g.tiles = CeilDiv(g.s, g.bm);
+  const long long span_h = (kh - 1) * dilh;
+  const long long span_w = (kw - 1) * dilw;
+  g.halo_cols = w + span_w;
+  g.rows_spanned = (g.bm - 1 + w - 1) / w + 1;
+  g.halo_rows = g.rows_spanned + 2 * span_h;
+  g.halo_bytes = RoundUp(g.halo_rows * g.halo_cols * kIgemmHaloPitch, 1024);
+  g.pipe_bytes = 2 * g.halo_bytes + stages * kIgemmBStageBytes;
+  g.epi_bytes = kIgemmTileN * (g.bm + 4) * 4;
+  g.smem = g.pipe_bytes > g.epi_bytes ? g.pipe_bytes : g.epi_bytes;
+  g.prep_x_blocks_per_sample = CeilDiv(g.sin, kIgemmPrepPoints);
+  g.prep_w_blocks = CeilDiv(g.taps * c * (cin / 32) * 4, kIgemmPrepWThreads);
+  return g;
+}
+
+}  // namespace geom
+}  // namespace fj
+
+#endif  // FJ_TEMPLATES_GEOMETRY_CUH_
