@@ -25,7 +25,8 @@ from compare_pytorch import time_cuda  # noqa: E402  (L2 flushed, CUDA events, m
 from seed_models import SEEDS  # noqa: E402
 from torch_dropin import randomized, rel_err  # noqa: E402
 
-DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+          "f64": torch.float64}
 
 
 def train_step(model, x, g, params):
@@ -84,7 +85,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--no-train", action="store_true", help="forward only")
     ap.add_argument("--ids", default="W1,W2,W3,W4")
-    ap.add_argument("--dtypes", default="bf16,f16", help="comma list of bf16, f16, f64")
+    ap.add_argument("--dtypes", default="bf16,f16", help="comma list of f32, bf16, f16, f64 (f32: the fp32-accurate baseline)")
     args = ap.parse_args()
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "rows": []}

@@ -31,7 +31,7 @@ namespace fusejit::codegen {
 namespace {
 
 // Values match fj::IgemmPrec and fj::IgemmOut (templates/igemm_mma.cuh).
-enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1 };
+enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1, kPrecBF16x1 = 2, kPrecF16x1 = 3 };
 enum IgemmOut { kOutStoreY = 0, kOutChannelMoments = 1 };
 
 constexpr int kAbsmaxBlocks = 264;                 // IgemmPlanTune's kAbsmaxBlocks
@@ -65,10 +65,17 @@ std::span<const TuneField<IgemmTune>> Fields() { return kIgemmFields; }
 // What the precision fixes (the generated IgemmFixed struct, with the epilogue).
 struct IgemmPrecision {
   int prec = kPrecF16x3;
-  int flush = 2;  // k-steps per short run of the accumulator (F16x3)
+  int flush = 2;  // k-steps per short run of the accumulator (0: none)
+  // Two 64-float accumulators per thread (the short run and the sum): at most 3 warpgroups.
+  bool two_accumulators() const { return flush > 0; }
 };
-IgemmPrecision PrecisionOf(const PlanTarget& target) {
-  if (target.precision == Precision::kTf32) return {kPrecTF32x1, 0};
+// f32 chains: the fp16 split (fp32-accurate) or TF32 when asked. bf16 and f16 chains: one product
+// of their own values (exact operands), the sum fp32-accurate unless TF32 was asked for.
+IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
+  const bool tf32 = target.precision == Precision::kTf32;
+  if (chain.dtype == DType::kBF16) return {kPrecBF16x1, tf32 ? 0 : 2};
+  if (chain.dtype == DType::kF16) return {kPrecF16x1, tf32 ? 0 : 2};
+  if (tf32) return {kPrecTF32x1, 0};
   return {kPrecF16x3, 2};
 }
 
@@ -133,8 +140,8 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   const int64_t taps_hw = conv.kernel[1] * conv.kernel[2];
   const int64_t plane = info.producer_shape[3] * info.producer_shape[4];
   if (t.wg < 1 || t.wg > 4) return Invalid(c, absl::StrCat("wg ", t.wg, " is not in [1, 4]"));
-  if (PrecisionOf(target).prec == kPrecF16x3 && t.wg > 3) {
-    return Invalid(c, absl::StrCat("wg ", t.wg, ": the fp32-accurate (F16x3) accumulators (2 x 64 "
+  if (PrecisionOf(chain, target).two_accumulators() && t.wg > 3) {
+    return Invalid(c, absl::StrCat("wg ", t.wg, ": the fp32-accurate accumulators (2 x 64 "
                                    "per thread) do not fit the register file with ",
                                    128 * t.wg, " threads; at most 3 warpgroups"));
   }
@@ -167,7 +174,7 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
 int64_t CtasPerSm(const IgemmGeometry& g, const IgemmPrecision& p) {
   const int64_t by_smem = kSmSharedBytes / (g.smem + kSharedPerBlockReserve);
   const int64_t by_threads = 2048 / g.threads;
-  const int64_t regs = p.prec == kPrecF16x3 ? 192 : 168;
+  const int64_t regs = p.two_accumulators() ? 192 : 168;
   const int64_t by_regs = 65536 / (g.threads * regs);
   return std::max<int64_t>(1, std::min({by_smem, by_threads, by_regs}));
 }
@@ -182,7 +189,7 @@ double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t cta
                     int64_t sm_count) {
   const int64_t per_sm = CtasPerSm(g, p);
   const int64_t waves = CeilDiv(ctas_total, std::max<int64_t>(1, sm_count) * per_sm);
-  const double overhead = p.prec == kPrecF16x3 ? 96 : 192;
+  const double overhead = p.two_accumulators() ? 96 : 192;
   return static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
          (static_cast<double>(g.bm) + overhead);
 }
@@ -192,9 +199,9 @@ double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t cta
 // the one of least EstimateTime() (ties: larger tiles, deeper pipelines). Returns the smallest
 // tuning when none fits (Applies() then says no).
 IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
-  const IgemmPrecision p = PrecisionOf(target);
-  const bool tf32 = p.prec == kPrecTF32x1;
-  const int64_t top_wg = tf32 ? 4 : 3, top_stages = tf32 ? 5 : 7;
+  const IgemmPrecision p = PrecisionOf(chain, target);
+  const bool one_acc = !p.two_accumulators();
+  const int64_t top_wg = one_acc ? 4 : 3, top_stages = one_acc ? 5 : 7;
   const ConvAttrs& conv = info.producer->conv;
   const int64_t ctas_per_tile_row = info.producer_shape[0] * (info.producer_shape[1] / kTileN);
   auto fits = [&](const IgemmTune& t) {
@@ -240,6 +247,11 @@ class IgemmStrategy : public Strategy {
   std::string_view name() const override {
     return out_ == kOutStoreY ? "igemm-store-normalize" : "igemm-moments-mean";
   }
+  // bf16 and f16 chains natively: x and the weights encoded as their own 16-bit values (one
+  // product), parameters read as the dtype, the output rounded once.
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
   bool Applies(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
     if (!ChainSupported(in.chain, info, in.target, out_)) return false;
@@ -282,9 +294,13 @@ class IgemmStrategy : public Strategy {
 absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig& config) const {
   const ChainInfo& info = in.info;
   const IgemmTune t = *Parse(config);
-  const IgemmPrecision pr = PrecisionOf(in.target);
+  const IgemmPrecision pr = PrecisionOf(in.chain, in.target);
   const IgemmGeometry g = Geometry(in.chain, info, t);
   const bool f16 = pr.prec == kPrecF16x3;
+  const bool x1 = pr.prec == kPrecBF16x1 || pr.prec == kPrecF16x1;
+  const std::string dtype_name(DTypeName(in.chain.dtype));
+  // bf16/f16 chains store the pre-norm values in a float workspace, normalized into y.
+  const bool pre_in_workspace = in.chain.dtype != DType::kF32;
   const bool moments = out_ == kOutChannelMoments;
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = in.chain.input[1];
   const int64_t groups = info.group_norm->groups;
@@ -297,11 +313,19 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
       moments ? "the epilogue writes per-tile per-channel moments of the pre-norm values "
                 "(nothing full-size), merged in a fixed order (double) into the mean of the "
                 "group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c. "
-              : "the epilogue stores the pre-norm values into y with per-tile group moments, "
-                "merged in a fixed order, then y is normalized in place. ",
-      f16 ? "fp32-accurate: fp16 high/low splits of x and w, three products, short-run "
-            "accumulator flushed every 2 k-steps"
-          : "TF32 (asked for): one TF32 product per term");
+      : pre_in_workspace
+          ? "the epilogue stores the pre-norm values (fp32, a workspace) with per-tile group "
+            "moments, merged in a fixed order, then normalizes them into y. "
+          : "the epilogue stores the pre-norm values into y with per-tile group moments, "
+            "merged in a fixed order, then y is normalized in place. ",
+      f16  ? "fp32-accurate: fp16 high/low splits of x and w, three products, short-run "
+             "accumulator flushed every 2 k-steps"
+      : x1 ? absl::StrCat("one ", dtype_name, " product per term (x and w are ", dtype_name,
+                          " values: exact), ",
+                          pr.flush > 0 ? "short-run accumulator flushed every 2 k-steps; "
+                                       : "no flush (TF32 asked for); ",
+                          "the output rounded once")
+           : "TF32 (asked for): one TF32 product per term");
   plan.includes = {"igemm_mma.cuh", "igemm_wgmma.cuh"};
   plan.includes.push_back(moments ? "igemm_mean.cuh" : "gn_apply.cuh");
   plan.arch_override = "sm_90a";
@@ -313,10 +337,15 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
 
   const size_t xa = plan.AddWorkspace(
       absl::StrCat("x channels-last [n][d][h][w][ci] as ",
-                   f16 ? "fp16 high/low pairs of x*sx" : "TF32", " (N*Sin*Cin*4 bytes)"),
+                   f16  ? "fp16 high/low pairs of x*sx"
+                   : x1 ? absl::StrCat(dtype_name, " (and as many zero bytes)")
+                        : "TF32",
+                   " (N*Sin*Cin*4 bytes)"),
       static_cast<size_t>(n * g.sin * cin) * 4);
   const size_t wb = plan.AddWorkspace(
-      absl::StrCat("weights [tap][co][ci] as ", f16 ? "fp16 high/low pairs of w*sw" : "TF32"),
+      absl::StrCat("weights [tap][co][ci] as ", f16  ? "fp16 high/low pairs of w*sw"
+                                                : x1 ? absl::StrCat(dtype_name, " (and zeros)")
+                                                     : "TF32"),
       static_cast<size_t>(g.taps * c * cin) * 4);
   size_t absmax = 0, scale = 0;
   if (f16) {
@@ -333,6 +362,11 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                                  static_cast<size_t>(n * groups * g.tiles) * 12);
     stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
                               static_cast<size_t>(n * groups) * 8);
+  }
+  size_t pre = 0;
+  if (pre_in_workspace && !moments) {
+    pre = plan.AddWorkspace("pre-norm values, fp32 (N*C*S*4 bytes)",
+                            static_cast<size_t>(n * c * g.s) * 4);
   }
   const std::string tune = kTuneType;
   // Nulls: operands the precision does not use.
@@ -356,8 +390,10 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   KernelLaunch prep;
   prep.symbol = "fj_igemm_prep";
   prep.body = absl::StrCat("fj::igemm_prep_body<Cfg, ", tune, ">");
-  prep.purpose = f16 ? "x -> channels-last fp16 high/low pairs, weights -> [tap][co][ci] pairs"
-                     : "x -> channels-last TF32, weights -> [tap][co][ci] TF32";
+  prep.purpose = f16  ? "x -> channels-last fp16 high/low pairs, weights -> [tap][co][ci] pairs"
+                 : x1 ? absl::StrCat("x -> channels-last ", dtype_name,
+                                     ", weights -> [tap][co][ci] ", dtype_name)
+                      : "x -> channels-last TF32, weights -> [tap][co][ci] TF32";
   prep.grid = {static_cast<unsigned>(n * g.prep_x_blocks_per_sample + g.prep_w_blocks), 1, 1};
   prep.block = {256, 1, 1};
   prep.min_blocks_per_sm = 8;
@@ -406,9 +442,11 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   gemm.symbol = "fj_igemm_wgmma";
   gemm.body = absl::StrCat("fj::igemm_wgmma_body<Cfg, ", tune, ">");
   gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
-                              " tiles (wgmma) + bias + pre-ops, pre-norm values into y, "
-                              "per-tile group moments");
-  gemm.args.push_back(KernelArg::Output());
+                              " tiles (wgmma) + bias + pre-ops, pre-norm values into ",
+                              pre_in_workspace ? "an fp32 workspace" : "y",
+                              ", per-tile group moments");
+  gemm.args.push_back(pre_in_workspace ? KernelArg::Workspace(ArgType::kFloat, "y", pre, kWrite)
+                                       : KernelArg::Output());
   gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "partials", partials, kWrite));
   plan.kernels.push_back(gemm);
   KernelLaunch fin;
@@ -423,13 +461,20 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   plan.kernels.push_back(fin);
   KernelLaunch apply;
   apply.symbol = "fj_gn_apply";
-  apply.body = "fj::gn_apply_body<Cfg>";
-  apply.purpose = "normalize y in place, affine, post-ops";
+  apply.body = pre_in_workspace ? "fj::gn_apply_out_body<Cfg>" : "fj::gn_apply_body<Cfg>";
+  apply.purpose = pre_in_workspace
+                      ? absl::StrCat("normalize, affine, post-ops, rounded once into y (",
+                                     dtype_name, ")")
+                      : "normalize y in place, affine, post-ops";
   apply.grid = {static_cast<unsigned>(g.apply_blocks_per_row), static_cast<unsigned>(n * c), 1};
   apply.block = {static_cast<unsigned>(kGnApplyThreads), 1, 1};
   apply.args = {KernelArg::Param("gamma", info.gamma_param),
                 KernelArg::Param("beta", info.beta_param),
-                KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead), KernelArg::Output()};
+                KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead)};
+  if (pre_in_workspace) {
+    apply.args.push_back(KernelArg::Workspace(ArgType::kFloat, "pre", pre, kRead));
+  }
+  apply.args.push_back(KernelArg::Output());
   apply.restrict_pointers = true;
   plan.kernels.push_back(apply);
   return plan;

@@ -54,6 +54,18 @@ __device__ __forceinline__ float ldg_f32(const f16_t* p) {
   return to_f32(f16_t{__ldg(reinterpret_cast<const unsigned short*>(p))});
 }
 
+// is_same_v<A, B>: whether A and B are one type (no <type_traits> under NVRTC).
+template <class A, class B>
+struct IsSame {
+  static constexpr bool value = false;
+};
+template <class A>
+struct IsSame<A, A> {
+  static constexpr bool value = true;
+};
+template <class A, class B>
+constexpr bool is_same_v = IsSame<A, B>::value;
+
 // ElemT<Cfg>: the element type of a chain's x, parameters and y -- Cfg::Elem when the generated
 // Cfg declares one (bf16 and f16 chains run natively by the generic kernels), else float.
 template <class...>

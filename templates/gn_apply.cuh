@@ -11,7 +11,9 @@
 //        dynamic smem. Merges the kTiles partials of each (n, g) in a fixed order.
 //   gn_apply_body<Cfg>  block GnApply<Cfg>::kThreads (__launch_bounds__ the same), grid
 //        (GnApply<Cfg>::kBlocksPerRow, kN*kC) (so kN*kC <= 65535), no dynamic smem.
-//        y[n,c,:] = post((y - mean) * rstd * gamma[c] + beta[c]) in place.
+//        y[n,c,:] = post((y - mean) * rstd * gamma[c] + beta[c]) in place (f32 chains).
+//   gn_apply_out_body<Cfg>  the same launch; reads the pre-norm values from a float workspace and
+//        writes y in the chain's dtype (ElemT<Cfg>: bf16/f16 chains), rounding once.
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_GN_APPLY_CUH_
 #define FUSEJIT_TEMPLATES_GN_APPLY_CUH_
@@ -53,27 +55,41 @@ __device__ __forceinline__ void gn_finalize_body(const float* __restrict__ parti
   }
 }
 
-template <class Cfg>
-__device__ __forceinline__ void gn_apply_body(const float* __restrict__ gamma,
-                                              const float* __restrict__ beta,
-                                              const float* __restrict__ stats,
-                                              float* __restrict__ y) {
+namespace gna {
+// Four consecutive values of a row, stored as T.
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+template <class T>
+__device__ __forceinline__ void store4(T* p, float4 v) {
+  const unsigned lo = (unsigned)from_f32<T>(v.x).bits | ((unsigned)from_f32<T>(v.y).bits << 16);
+  const unsigned hi = (unsigned)from_f32<T>(v.z).bits | ((unsigned)from_f32<T>(v.w).bits << 16);
+  *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+}
+}  // namespace gna
+
+// y[n,c,:] = post((src - mean) * rstd * gamma[c] + beta[c]): src is float (the pre-norm
+// values), y is ElemT<Cfg> (the same memory as src for f32 chains: in place).
+template <class Cfg, class TOut>
+__device__ __forceinline__ void gn_apply_rows(const ElemT<Cfg>* __restrict__ gamma,
+                                              const ElemT<Cfg>* __restrict__ beta,
+                                              const float* __restrict__ stats, const float* src,
+                                              TOut* y) {
   using A = GnApply<Cfg>;
   const int row = blockIdx.y;  // n*kC + c
   const int c = row % Cfg::kC, n = row / Cfg::kC;
   const int seg = n * Cfg::kGroups + c / (Cfg::kC / Cfg::kGroups);
   const float mean = stats[seg * 2], rstd = stats[seg * 2 + 1];
-  const float sc = rstd * gamma[c];
-  const float sh = beta[c] - mean * sc;
-  float* yr = y + (long long)row * A::kS;
+  const float sc = rstd * to_f32(gamma[c]);
+  const float sh = to_f32(beta[c]) - mean * sc;
+  const float* sr = src + (long long)row * A::kS;
+  TOut* yr = y + (long long)row * A::kS;
   if constexpr (A::kVector) {
-    float4* y4 = reinterpret_cast<float4*>(yr);
+    const float4* s4 = reinterpret_cast<const float4*>(sr);
     const int base = blockIdx.x * A::kThreads * A::kVec + threadIdx.x;
     float4 v[A::kVec];
 #pragma unroll
     for (int k = 0; k < A::kVec; ++k) {
       const int i = base + k * A::kThreads;
-      if (i < A::kS / 4) v[k] = y4[i];
+      if (i < A::kS / 4) v[k] = s4[i];
     }
 #pragma unroll
     for (int k = 0; k < A::kVec; ++k) {
@@ -84,7 +100,7 @@ __device__ __forceinline__ void gn_apply_body(const float* __restrict__ gamma,
         o.y = Cfg::post(fmaf(v[k].y, sc, sh));
         o.z = Cfg::post(fmaf(v[k].z, sc, sh));
         o.w = Cfg::post(fmaf(v[k].w, sc, sh));
-        y4[i] = o;
+        gna::store4(yr + 4 * i, o);
       }
     }
   } else {
@@ -92,9 +108,27 @@ __device__ __forceinline__ void gn_apply_body(const float* __restrict__ gamma,
 #pragma unroll
     for (int k = 0; k < A::kVec; ++k) {
       const int i = base + k * A::kThreads;
-      if (i < A::kS) yr[i] = Cfg::post(fmaf(yr[i], sc, sh));
+      if (i < A::kS) yr[i] = store_as<TOut>(Cfg::post(fmaf(sr[i], sc, sh)));
     }
   }
+}
+
+// In place (f32 chains): y holds the pre-norm values and receives the output.
+template <class Cfg>
+__device__ __forceinline__ void gn_apply_body(const ElemT<Cfg>* __restrict__ gamma,
+                                              const ElemT<Cfg>* __restrict__ beta,
+                                              const float* __restrict__ stats, float* y) {
+  gn_apply_rows<Cfg, float>(gamma, beta, stats, y, y);
+}
+
+// From a float workspace of pre-norm values into y of the chain's dtype (bf16/f16 chains).
+template <class Cfg>
+__device__ __forceinline__ void gn_apply_out_body(const ElemT<Cfg>* __restrict__ gamma,
+                                                  const ElemT<Cfg>* __restrict__ beta,
+                                                  const float* __restrict__ stats,
+                                                  const float* __restrict__ pre,
+                                                  ElemT<Cfg>* __restrict__ y) {
+  gn_apply_rows<Cfg, ElemT<Cfg>>(gamma, beta, stats, pre, y);
 }
 
 }  // namespace fj
@@ -108,6 +142,16 @@ extern "C" __global__ void __launch_bounds__(256)
 extern "C" __global__ void __launch_bounds__(fj::GnApply<fj::DefaultConfig>::kThreads)
     gn_apply_selftest(const float* gamma, const float* beta, const float* stats, float* y) {
   fj::gn_apply_body<fj::DefaultConfig>(gamma, beta, stats, y);
+}
+namespace fj_selftest_gn_apply {
+struct CfgBF16 : fj::DefaultConfig {
+  using Elem = fj::bf16_t;
+};
+}  // namespace fj_selftest_gn_apply
+extern "C" __global__ void __launch_bounds__(fj::GnApply<fj::DefaultConfig>::kThreads)
+    gn_apply_out_selftest(const fj::bf16_t* gamma, const fj::bf16_t* beta, const float* stats,
+                          const float* pre, fj::bf16_t* y) {
+  fj::gn_apply_out_body<fj_selftest_gn_apply::CfgBF16>(gamma, beta, stats, pre, y);
 }
 #endif  // FJ_GENERATED
 

@@ -44,8 +44,9 @@ struct IgemmMean {
 
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_mean_finalize_body(
-    const IgemmChannelMoments* __restrict__ cpart, const float* __restrict__ gamma,
-    const float* __restrict__ beta, float* __restrict__ y) {
+    const IgemmChannelMoments* __restrict__ cpart, const ElemT<Cfg>* __restrict__ gamma,
+    const ElemT<Cfg>* __restrict__ beta, ElemT<Cfg>* __restrict__ y) {
+  using E = ElemT<Cfg>;
   using M = IgemmMean<Cfg, Tune>;
   using Sh = typename M::Sh;
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, T = Sh::kTiles;
@@ -90,16 +91,17 @@ __device__ __forceinline__ void igemm_mean_finalize_body(
   double sum = 0;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const int g = c / CPG;
-    const double v = (double)gamma[c] * ((s_m[c] - s_mu[g]) * s_rstd[g]) + (double)beta[c];
+    const double v =
+        (double)to_f32(gamma[c]) * ((s_m[c] - s_mu[g]) * s_rstd[g]) + (double)to_f32(beta[c]);
     if constexpr (Cfg::kMean == kMeanSpatial) {
-      y[(long long)n * C + c] = (float)v;
+      y[(long long)n * C + c] = store_as<E>((float)v);
     } else {
       sum += v;
     }
   }
   if constexpr (Cfg::kMean == kMeanAll) {
     sum = block_reduce_sum<double>(sum, scratch);
-    if (threadIdx.x == 0) y[n] = (float)(sum / C);
+    if (threadIdx.x == 0) y[n] = store_as<E>((float)(sum / C));
   }
 }
 

@@ -22,6 +22,9 @@
 //                powers of two chosen from max|x|, max|w| so nothing overflows or underflows),
 //                xh*wh + xh*wl + xl*wh with fp16 tensor-core products (twice the TF32 rate),
 //                result / (sx*sw).
+//   kPrecBF16x1, kPrecF16x1  one bf16 / fp16 product: x and w are bf16 / f16 values (the chain's
+//                dtype), exact in the operand encoding, products exact in fp32; with kFlushSteps
+//                > 0 the sum is fp32-accurate.
 // The tensor cores truncate (round toward zero) when they add into the accumulator, which biases
 // long sums (~1e-5 relative for K = 1728). Tune::kFlushSteps > 0 keeps a short-run accumulator
 // that is added (round-to-nearest FADD) into the main accumulator every kFlushSteps k-steps.
@@ -35,6 +38,7 @@
 // Workspace (bytes, IgemmShape<Cfg,Tune>::k*Bytes; each offset 256-aligned by the host):
 //   xa      kN*Sin*kCin*4     x, channels-last [n][d][h][w][cb][32 lanes]:
 //                             kPrecTF32x1: fp32 values rounded to TF32 (cvt.rna);
+//                             kPrecBF16x1/F16x1: 32 values in the dtype, then 64 zero bytes;
 //                             kPrecF16x3: per (point, cb) 32 fp16 highs then 32 fp16 lows of
 //                             x*sx (128 bytes per (point, cb) always).
 //   wb      T*kC*kCin*4       weights [tap][co][cb][32 lanes], same encodings as xa (w*sw).
@@ -71,7 +75,13 @@
 
 namespace fj {
 
-enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1 };
+enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1, kPrecBF16x1 = 2, kPrecF16x1 = 3 };
+// Operands of 16 bits (fp16 or bf16 tensor-core products) in every precision but TF32.
+__host__ __device__ constexpr bool igemm_prec_16bit(int prec) { return prec != kPrecTF32x1; }
+// One 16-bit product per term: x and w are values of the chain's 16-bit dtype.
+__host__ __device__ constexpr bool igemm_prec_x1(int prec) {
+  return prec == kPrecBF16x1 || prec == kPrecF16x1;
+}
 // What the GEMM epilogue writes (Tune::kOut).
 enum IgemmOut { kIgemmOutStoreY = 0, kIgemmOutChannelMoments = 1 };
 
@@ -190,8 +200,13 @@ struct IgemmShape {
   static constexpr int kWChunks = kTaps * Cfg::kC * kCB * 4;  // 8-lane chunks
   static constexpr int kPrepWBlocks = kG.prep_w_blocks;  // kWChunks / 256, rounded up
 
-  static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3,
-                "igemm: precision kPrecTF32x1 or kPrecF16x3");
+  static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
+                    Tune::kPrec == kPrecBF16x1 || Tune::kPrec == kPrecF16x1,
+                "igemm: precision kPrecTF32x1, kPrecF16x3, kPrecBF16x1 or kPrecF16x1");
+  static_assert(Tune::kPrec != kPrecBF16x1 || is_same_v<ElemT<Cfg>, bf16_t>,
+                "igemm: kPrecBF16x1 needs a bf16 chain (its values exact in the encoding)");
+  static_assert(Tune::kPrec != kPrecF16x1 || is_same_v<ElemT<Cfg>, f16_t>,
+                "igemm: kPrecF16x1 needs an f16 chain (its values exact in the encoding)");
   static_assert(Cfg::kProducer == kConv3d || Cfg::kProducer == kConvTranspose3d,
                 "igemm: the producer must be conv3d or conv_transpose3d");
   static_assert(Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1,
@@ -258,8 +273,8 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
 // ---- 2. x -> channels-last xa, weights -> wb (both in the operand encoding) -----------------
 // Encodes 8 consecutive channel values into 16 bytes (TF32: 2 x 16 B of fp32 -> caller) ...
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
-                                                const float* __restrict__ weight,
+__device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x,
+                                                const ElemT<Cfg>* __restrict__ weight,
                                                 const float* __restrict__ absmax,
                                                 unsigned char* __restrict__ xa,
                                                 unsigned char* __restrict__ wb,
@@ -267,6 +282,8 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
                                                 int nsamples = Cfg::kN) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
+  constexpr bool kX1 = igemm_prec_x1(Tune::kPrec);
+  using E = ElemT<Cfg>;
   __shared__ float tile[Cfg::kCin][Sh::kPrepPts + 1];
   float sx = 1.f, sw = 1.f;
   if constexpr (kF16) {
@@ -300,11 +317,11 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
   if (b < xblocks) {
     const int n = b / Sh::kPrepXBlocksPerSample;
     const int p0 = (b % Sh::kPrepXBlocksPerSample) * Sh::kPrepPts;
-    const float* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
+    const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
     // Load [kCin][32 points], coalesced along points.
     for (int i = threadIdx.x; i < Cfg::kCin * Sh::kPrepPts; i += blockDim.x) {
       const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
-      tile[c][p] = p0 + p < Sh::kSin ? xs[(long long)c * Sh::kSin + p0 + p] : 0.f;
+      tile[c][p] = p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
     }
     __syncthreads();
     unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
@@ -314,7 +331,16 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
       if (p0 + p >= Sh::kSin) continue;
       unsigned char* row = out + (long long)p * Sh::kRowBytes + cb * 128;
       const int c0 = cb * 32 + j * 8;
-      if constexpr (kF16) {
+      if constexpr (kX1) {
+        unsigned v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          v[e] = (unsigned)from_f32<E>(tile[c0 + 2 * e][p]).bits |
+                 ((unsigned)from_f32<E>(tile[c0 + 2 * e + 1][p]).bits << 16);
+        }
+        *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(0u, 0u, 0u, 0u);
+      } else if constexpr (kF16) {
         unsigned hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -348,11 +374,19 @@ __device__ __forceinline__ void igemm_prep_body(const float* __restrict__ x,
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int ci = cb * 32 + j * 8 + e;
-      v[e] = Sh::kTransposed ? weight[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
-                             : weight[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap];
+      v[e] = to_f32(Sh::kTransposed ? weight[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
+                                    : weight[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap]);
     }
     unsigned char* row = wb + (((long long)tap * Cfg::kC + co) * Sh::kCB + cb) * 128;
-    if constexpr (kF16) {
+    if constexpr (kX1) {
+      unsigned u[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        u[e] = (unsigned)from_f32<E>(v[2 * e]).bits | ((unsigned)from_f32<E>(v[2 * e + 1]).bits << 16);
+      }
+      *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(u[0], u[1], u[2], u[3]);
+      *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(0u, 0u, 0u, 0u);
+    } else if constexpr (kF16) {
       unsigned hi[4], lo[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -426,7 +460,7 @@ struct IgemmCore {
   // The caller synchronizes before reading the staged tile.
   template <bool kPost>
   __device__ __forceinline__ static void stage_tile(float (&acc)[MT][NT8][4], float* epi, float s,
-                                                    const float* __restrict__ bias, int co0) {
+                                                    const ElemT<Cfg>* __restrict__ bias, int co0) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int warp_m = warp % Tune::kWarpsM, warp_n = warp / Tune::kWarpsM;
     const int g = lane >> 2, t = lane & 3;
@@ -439,7 +473,7 @@ struct IgemmCore {
           const int row = warp_m * Tune::kWM + mi * 16 + g + ((e >> 1) << 3);
           const int col = warp_n * Tune::kWN + ni * 8 + 2 * t + (e & 1);
           float v = acc[mi][ni][e] * s;
-          if constexpr (Cfg::kBias) v += bias[co0 + col];
+          if constexpr (Cfg::kBias) v += to_f32(bias[co0 + col]);
           v = Cfg::pre(v);
           if constexpr (kPost) v = Cfg::post(v);
           epi[col * Sh::kEpiPitch + row] = v;
@@ -458,7 +492,7 @@ struct IgemmCore {
   // sums) into cpart[(n*kTiles + tile)*kC + co0 + c]. Nothing else is written.
   // REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue_channel_moments(
-      float (&acc)[MT][NT8][4], unsigned char* smem, float s, const float* __restrict__ bias,
+      float (&acc)[MT][NT8][4], unsigned char* smem, float s, const ElemT<Cfg>* __restrict__ bias,
       IgemmChannelMoments* __restrict__ cpart, int tile, int co0, int n) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* epi = reinterpret_cast<float*>(smem);
@@ -487,7 +521,7 @@ struct IgemmCore {
   // [BN][BM+4] in smem, coalesced stores of the valid rows to y, per-(tile, group) moments into
   // partials. REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
-                                                  float s, const float* __restrict__ bias,
+                                                  float s, const ElemT<Cfg>* __restrict__ bias,
                                                   float* __restrict__ y,
                                                   float* __restrict__ partials, int tile,
                                                   int co0, int n) {
@@ -550,7 +584,7 @@ struct IgemmCore {
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-// Compiled on its own (tests): the prep kernels in both precisions, with a config that suits them.
+// Compiled on its own (tests): the prep kernels in three precisions, with a config that suits them.
 namespace fj_selftest_igemm {
 struct Cfg : fj::DefaultConfig {
   static constexpr int kN = 2, kCin = 32, kDin = 6, kHin = 7, kWin = 8;
@@ -582,6 +616,17 @@ extern "C" __global__ void __launch_bounds__(256, 8)
                              unsigned char* xa, unsigned char* wb, float* scale) {
   fj::igemm_prep_body<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune<fj::kPrecTF32x1>>(
       x, w, absmax, xa, wb, scale, fj_selftest_igemm::Cfg::kN);
+}
+namespace fj_selftest_igemm {
+struct CfgBF16 : Cfg {
+  using Elem = fj::bf16_t;
+};
+}  // namespace fj_selftest_igemm
+extern "C" __global__ void __launch_bounds__(256, 8)
+    igemm_prep_bf16x1_selftest(const fj::bf16_t* x, const fj::bf16_t* w, const float* absmax,
+                               unsigned char* xa, unsigned char* wb, float* scale) {
+  fj::igemm_prep_body<fj_selftest_igemm::CfgBF16, fj_selftest_igemm::Tune<fj::kPrecBF16x1>>(
+      x, w, absmax, xa, wb, scale, fj_selftest_igemm::CfgBF16::kN);
 }
 #endif  // FJ_GENERATED
 

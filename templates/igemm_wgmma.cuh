@@ -11,8 +11,9 @@
 //   - B (weights) is read by the tensor cores straight from the shared-memory stage, whose
 //     layout (128-byte rows, 16-byte chunks XOR row%8, 1024-byte aligned) is the canonical
 //     K-major 128B-swizzle layout.
-// Precisions as igemm_mma.cuh: kPrecTF32x1 (wgmma .tf32, m64n128k8) or kPrecF16x3 (wgmma .f16,
-// m64n128k16, three products, short-run accumulator flushed every kFlushSteps k-steps).
+// Precisions as igemm_mma.cuh: kPrecTF32x1 (wgmma .tf32, m64n128k8), kPrecF16x3 (wgmma .f16,
+// m64n128k16, three products, short-run accumulator flushed every kFlushSteps k-steps), or
+// kPrecBF16x1 / kPrecF16x1 (wgmma .bf16 / .f16, one product; flushed the same way).
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, kAsync
@@ -30,6 +31,8 @@
 //   tf32:          IgemmWgmmaTune<kPrecTF32x1, 4, 5, 0> + kAsync = 1 (512 threads, 212 KB smem)
 // Workspace, prep kernels, partials layout, launch order and gn_finalize/gn_apply: igemm_mma.cuh.
 //   igemm_wgmma_body<Cfg,Tune>(xa, wb, bias, scale, y, partials)            (kIgemmOutStoreY)
+//        (bias is ElemT<Cfg>; y is float: the output itself for f32 chains, a float workspace
+//        for bf16/f16 chains, normalized into the output by gn_apply_out_body)
 //   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
 //        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
 //        grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
@@ -150,6 +153,21 @@ __device__ __forceinline__ void mma_f16(float (&d)[1][16][4], const unsigned (&a
   __trap();
 #endif
 }
+// The same with bf16 operands.
+__device__ __forceinline__ void mma_bf16(float (&d)[1][16][4], const unsigned (&a)[4],
+                                         unsigned long long desc, int accumulate) {
+#ifdef FJ_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FJ_WG_D64
+      ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+      : FJ_WG_OUT64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
+      : "memory");
+#else
+  __trap();
+#endif
+}
 // D(64x128) (+)= A(64x8, registers) * B(8x128, smem desc), tf32 in, fp32 accumulate.
 __device__ __forceinline__ void mma_tf32(float (&d)[1][16][4], const unsigned (&a)[4],
                                          unsigned long long desc, int accumulate) {
@@ -214,8 +232,9 @@ struct IgemmWgmmaShape {
   static_assert(IgemmShape<Cfg, Tune>::kBN == 128 && Tune::kWN == 128 && Tune::kWM == 16 &&
                     Tune::kWarpsN == 1 && Tune::kWarpsM == 4 * Tune::kWG,
                 "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128)");
-  static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3,
-                "igemm_wgmma: precision TF32x1 or F16x3");
+  static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
+                    igemm_prec_x1(Tune::kPrec),
+                "igemm_wgmma: precision TF32x1, F16x3, BF16x1 or F16x1");
 };
 
 // Tune::kAsync when the tuning names it, else 0. 0: each k-step waits for its wgmma before
@@ -238,7 +257,9 @@ struct IgemmWgmmaLoop {
   using Ws = IgemmWgmmaShape<Cfg, Tune>;
   static constexpr int BM = K::BM, BN = K::BN, NT = K::NT;
   static constexpr int kFlush = Tune::kFlushSteps;
-  static constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
+  static constexpr bool kF16 = Tune::kPrec == kPrecF16x3;  // the split: three products, scaled
+  static constexpr bool k16 = igemm_prec_16bit(Tune::kPrec);  // 16-bit operands, k16 per wgmma
+  static constexpr bool kBF16 = Tune::kPrec == kPrecBF16x1;
   static constexpr int kAsync = AsyncOf<Tune>::value;
   static constexpr int kAhead = kAsync ? Tune::kStages - 2 : Tune::kStages - 1;  // B prefetch
   static constexpr int kHWp = Cfg::kH * Cfg::kW;
@@ -253,7 +274,7 @@ struct IgemmWgmmaLoop {
   unsigned kd_list;
   float acc[1][16][4];
   float part[1][16][4];
-  unsigned abuf[2][4][4];  // [buffer][F16: hi k0, hi k1, lo k0, lo k1 | TF32: k0..k3][reg]
+  unsigned abuf[2][4][4];  // [buffer][16-bit: hi k0, hi k1, lo k0, lo k1 | TF32: k0..k3][reg]
 
   __device__ __forceinline__ void load_halo(int blk, int hs) const {
     const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
@@ -304,12 +325,14 @@ struct IgemmWgmmaLoop {
     aaddr.hidx[0] = hbase + kh * Sh::kStepH * Hs::kHW + kw * Sh::kStepW;
     const unsigned sb = bstage0 + (ks % Tune::kStages) * Ws::kBStageBytes;
     unsigned(&a)[4][4] = abuf[P];
-    if constexpr (kF16) {
+    if constexpr (k16) {
 #pragma unroll
       for (int k2 = 0; k2 < 2; ++k2) {
         ig::ldsm_x4(aaddr(0, 2 * k2 + (q >> 1)), a[k2][0], a[k2][1], a[k2][2], a[k2][3]);
-        ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), a[2 + k2][0], a[2 + k2][1], a[2 + k2][2],
-                    a[2 + k2][3]);
+        if constexpr (kF16) {
+          ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), a[2 + k2][0], a[2 + k2][1], a[2 + k2][2],
+                      a[2 + k2][3]);
+        }
       }
       const bool first = kFlush > 0 && (ks % kFlush == 0);
       float(&dst)[1][16][4] = kFlush > 0 ? part : acc;
@@ -323,10 +346,17 @@ struct IgemmWgmmaLoop {
 #pragma unroll
       for (int k2 = 0; k2 < 2; ++k2) {
         const unsigned long long dh = igw::desc_sw128(sb + k2 * 32);
-        const unsigned long long dl = igw::desc_sw128(sb + 64 + k2 * 32);
-        igw::mma_f16(dst, a[2 + k2], dh, (first && k2 == 0) ? 0 : 1);
-        igw::mma_f16(dst, a[k2], dl, 1);
-        igw::mma_f16(dst, a[k2], dh, 1);
+        const int acc_in = (first && k2 == 0) ? 0 : 1;
+        if constexpr (kF16) {
+          const unsigned long long dl = igw::desc_sw128(sb + 64 + k2 * 32);
+          igw::mma_f16(dst, a[2 + k2], dh, acc_in);
+          igw::mma_f16(dst, a[k2], dl, 1);
+          igw::mma_f16(dst, a[k2], dh, 1);
+        } else if constexpr (kBF16) {
+          igw::mma_bf16(dst, a[k2], dh, acc_in);
+        } else {
+          igw::mma_f16(dst, a[k2], dh, acc_in);
+        }
       }
       igw::commit();
     } else {
@@ -354,7 +384,7 @@ struct IgemmWgmmaLoop {
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_wgmma_run(
     const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
-    const float* __restrict__ bias, const float* __restrict__ scale, float* __restrict__ y,
+    const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale, float* __restrict__ y,
     float* __restrict__ partials, IgemmChannelMoments* __restrict__ channel_partials) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
@@ -446,7 +476,7 @@ __device__ __forceinline__ void igemm_wgmma_run(
   } else {
     for (int ks = 0; ks < s.nks; ++ks) s.template step<0>(ks);
   }
-  if constexpr (L::kF16 && L::kFlush > 0) {
+  if constexpr (L::k16 && L::kFlush > 0) {
     if (s.nks > 0) K::add_into(s.acc, s.part);
   }
   ig::cp_async_wait<0>();
@@ -463,7 +493,7 @@ __device__ __forceinline__ void igemm_wgmma_run(
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
                                                  const unsigned char* __restrict__ wb,
-                                                 const float* __restrict__ bias,
+                                                 const ElemT<Cfg>* __restrict__ bias,
                                                  const float* __restrict__ scale,
                                                  float* __restrict__ y,
                                                  float* __restrict__ partials) {
@@ -476,7 +506,7 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_wgmma_moments_body(
     const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
-    const float* __restrict__ bias, const float* __restrict__ scale,
+    const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale,
     IgemmChannelMoments* __restrict__ channel_partials) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutChannelMoments,
                 "igemm_wgmma_moments_body: Tune::kOut must be kIgemmOutChannelMoments");
@@ -498,6 +528,14 @@ struct Cfg : fj::DefaultConfig {
 };
 using TuneF16x3 = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2, 1>;
 using TuneTF32 = fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1>;
+struct CfgBF16 : Cfg {
+  using Elem = fj::bf16_t;
+};
+using TuneBF16 = fj::IgemmWgmmaTune<fj::kPrecBF16x1, 1, 4, 2, 1>;
+struct CfgF16 : Cfg {
+  using Elem = fj::f16_t;
+};
+using TuneF16x1 = fj::IgemmWgmmaTune<fj::kPrecF16x1, 1, 4, 0, 0>;
 struct MeanCfg : Cfg {
   static constexpr int kMean = fj::kMeanAll;
 };
@@ -513,6 +551,20 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_tf32_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
                               const float* scale, float* y, float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneTF32>(
+      xa, wb, bias, scale, y, partials);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_bf16x1_selftest(const unsigned char* xa, const unsigned char* wb,
+                                const fj::bf16_t* bias, const float* scale, float* y,
+                                float* partials) {
+  fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::CfgBF16, fj_selftest_igemm_wgmma::TuneBF16>(
+      xa, wb, bias, scale, y, partials);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_f16x1_selftest(const unsigned char* xa, const unsigned char* wb,
+                               const fj::f16_t* bias, const float* scale, float* y,
+                               float* partials) {
+  fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::CfgF16, fj_selftest_igemm_wgmma::TuneF16x1>(
       xa, wb, bias, scale, y, partials);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
