@@ -146,10 +146,20 @@ TEST(Igemm, W3CompilesForSm90aInBothPrecisions) {
 
 // The generated W3 source compiled for sm_90a: wgmma instructions are emitted and nothing spills.
 TEST(Igemm, W3KernelsUseWgmmaAndDoNotSpill) {
-  for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
-    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(W3(), Target("sm_90", precision));
+  // f32 in both precisions; bf16 and f16 (one 16-bit product, kPrecBF16x1 / kPrecF16x1).
+  std::vector<std::pair<Chain, Precision>> cases = {{W3(), Precision::kFp32},
+                                                    {W3(), Precision::kTf32}};
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    Chain c = W3();
+    c.dtype = d;
+    cases.emplace_back(c, Precision::kFp32);
+  }
+  for (const auto& [chain, precision] : cases) {
+    SCOPED_TRACE(FormatChain(chain));
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90", precision));
     ASSERT_TRUE(plan.ok()) << plan.status();
-    const codegen::GeneratedSource src = codegen::EmitSource(W3(), *plan);
+    EXPECT_EQ(plan->strategy, "igemm-store-normalize");
+    const codegen::GeneratedSource src = codegen::EmitSource(chain, *plan);
     jit::NvrtcRequest req;
     req.name = src.name;
     req.source = src.main;
