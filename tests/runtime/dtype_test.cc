@@ -110,7 +110,12 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
         ASSERT_NE(s, nullptr);
         if (s->HandlesDType(dtype)) {  // natively: the same kernels
           EXPECT_EQ((*f)->kernel_count(), (*inner)->kernel_count());
-          EXPECT_EQ((*f)->workspace_bytes(), (*inner)->workspace_bytes());
+          // igemm-store-normalize keeps the pre-norm values in an fp32 workspace (y is 16-bit).
+          if ((*f)->strategy() == "igemm-store-normalize") {
+            EXPECT_GT((*f)->workspace_bytes(), (*inner)->workspace_bytes());
+          } else {
+            EXPECT_EQ((*f)->workspace_bytes(), (*inner)->workspace_bytes());
+          }
         } else {  // + a cast per input and parameter, one for y; + the f32 copies
           EXPECT_EQ((*f)->kernel_count(),
                     (*inner)->kernel_count() + ChainParams(chain).size() + 2);
