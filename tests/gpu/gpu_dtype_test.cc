@@ -1,9 +1,10 @@
 // bf16 and f16 chains on the GPU: the seeds (small batches) and 40 random chains per dtype
 // forward and backward, against the float64 reference within the dtype's tolerance
 // (tools::DefaultRtol), outputs and gradients poisoned (all-ones bytes: NaN) and checked fully
-// written, two runs bitwise identical -- and every value exactly the f32 chain's result on the same
-// inputs rounded once to the dtype (the forward's with TF32 tensor cores, exact for these
-// operands), what runtime/dtype_adapter.h promises.
+// written, two runs bitwise identical -- and every value the f32 chain's result on the same inputs
+// rounded once to the dtype (the forward's with TF32 tensor cores, exact for these operands), what
+// runtime/dtype_adapter.h promises, within one unit (or, for plans multiplying on 16-bit tensor
+// cores, an fp32 accumulation difference: see ExpectRoundedF32).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,9 +43,7 @@ std::map<std::string, HostTensor> RunTwice(CompiledChain& c,
   return first->written;
 }
 
-// Every value of `got` (dtype) is `f32` rounded to the dtype, NaN-free: bit for bit, or (where the
-// dtype's plan computes the fp32 value another way than the f32 plan: one bf16/f16 tensor-core
-// product instead of TF32, a flushed accumulator) at most one unit in the dtype's last place away.
+// One unit in the last place of v in the dtype (normal range; subnormals share the smallest).
 double UlpOf(float v, DType dtype) {
   const int mantissa = dtype == DType::kBF16 ? 7 : 10;
   const int min_exp = dtype == DType::kBF16 ? -126 : -14;  // smallest normal exponent
@@ -53,26 +52,45 @@ double UlpOf(float v, DType dtype) {
   return std::ldexp(1.0, std::max(e - 1, min_exp) - mantissa);
 }
 
+// Every value of `got` (dtype) is `f32` (the f32 plan's result on the same inputs) rounded to the
+// dtype, NaN-free: bit for bit, or at most one unit in the dtype's last place away where the
+// dtype's plan computes the fp32 value another way than the f32 plan (a flushed accumulator).
+//
+// A plan that multiplies on 16-bit tensor cores (`native_mma`: igemm's one bf16/f16 wgmma product
+// instead of TF32) sums the same exact products in another order, with the tensor cores' own
+// accumulation, so its pre-norm values differ from the f32 plan's by a few fp32 units; where the
+// group norm cancels (y near 0) that difference can exceed one unit of the (tiny) output. For such
+// plans every value must lie within half a unit of the dtype (its rounding) plus 2^-16 of the
+// tensor's largest magnitude (an fp32 accumulation difference, 2^7 (bf16) or 2^4 (f16) times below
+// the dtype's own rounding at that scale) of the f32 plan's unrounded value.
 void ExpectRoundedF32(const std::map<std::string, HostTensor>& got,
-                      const std::map<std::string, HostTensor>& f32, DType dtype) {
+                      const std::map<std::string, HostTensor>& f32, DType dtype,
+                      bool native_mma = false) {
   for (const auto& [name, t] : got) {
     const HostTensor& w = f32.at(name);
     ASSERT_EQ(t.data.size(), w.data.size()) << name;
+    double scale = 0;
+    for (float v : w.data) scale = std::max(scale, std::fabs(static_cast<double>(v)));
     int64_t differ = 0, beyond = 0, first = -1;
     for (size_t i = 0; i < t.data.size(); ++i) {
       const float want = RoundToDType(w.data[i], dtype);
       if (std::memcmp(&t.data[i], &want, sizeof(float)) == 0) continue;
       ++differ;
-      if (!(std::fabs(static_cast<double>(t.data[i]) - want) <= UlpOf(want, dtype))) {
+      const double g = t.data[i];
+      const bool ok = native_mma ? std::fabs(g - w.data[i]) <=
+                                       0.5 * UlpOf(want, dtype) + std::ldexp(scale, -16)
+                                 : std::fabs(g - want) <= UlpOf(want, dtype);
+      if (!ok) {
         if (first < 0) first = static_cast<int64_t>(i);
         ++beyond;
       }
     }
     EXPECT_EQ(beyond, 0) << name << ": first at " << first << ": "
                          << (first >= 0 ? t.data[first] : 0.f) << " vs the f32 plan's "
-                         << (first >= 0 ? w.data[first] : 0.f);
+                         << (first >= 0 ? w.data[first] : 0.f) << " (largest |value| " << scale
+                         << ")";
     if (differ > 0) {
-      std::printf("%s: %lld of %zu values one unit from the f32 plan's, rounded\n", name.c_str(),
+      std::printf("%s: %lld of %zu values differ from the f32 plan's, rounded\n", name.c_str(),
                   static_cast<long long>(differ), t.data.size());
     }
   }
@@ -91,7 +109,8 @@ void CheckForward(const Chain& chain, uint64_t seed) {
   reads["x"] = inputs.x;
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
   ASSERT_EQ(got.size(), 1u);
-  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype);
+  const bool native_mma = (*c)->strategy().rfind("igemm-", 0) == 0;
+  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype, native_mma);
   tools::CheckOptions check;
   check.samples = 2;
   absl::StatusOr<tools::CheckResult> r = tools::CheckOutput(chain, inputs, got.at("y"), check);
