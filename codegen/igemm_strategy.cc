@@ -34,6 +34,14 @@ namespace {
 enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1, kPrecBF16x1 = 2, kPrecF16x1 = 3 };
 enum IgemmOut { kOutStoreY = 0, kOutChannelMoments = 1 };
 
+// The three plans over one GEMM kernel: what follows it.
+enum class Variant {
+  kStore,           // no group_norm, no mean: the epilogue's values are y (bias, every op)
+  kStoreNormalize,  // pre-norm values stored with tile moments, then normalized in place
+  kMomentsMean,     // chain ends in group_norm | mean: per-channel moments only
+};
+IgemmOut OutOf(Variant v) { return v == Variant::kMomentsMean ? kOutChannelMoments : kOutStoreY; }
+
 constexpr int kAbsmaxBlocks = 264;                 // IgemmPlanTune's kAbsmaxBlocks
 constexpr int64_t kOptInSharedLimit = 227 * 1024;  // dynamic shared memory per block, sm_90
 constexpr int64_t kSmSharedBytes = 228 * 1024;     // shared memory per SM, sm_90
@@ -105,14 +113,17 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
 // What the kernels support, independent of the tuning (each line mirrors a static_assert of the
 // templates or a launch limit, so that Applies() never lets one fire).
 bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
-                    IgemmOut out) {
+                    Variant variant) {
   if (target.arch != "sm_90" && target.arch != "sm_90a") return false;  // wgmma: sm_90a build
-  if (!info.producer || !info.group_norm) return false;
+  if (!info.producer) return false;
+  if ((variant == Variant::kStore) != !info.group_norm) return false;
   const ConvAttrs& conv = info.producer->conv;
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
-  const int64_t n = p[0], c = p[1], groups = info.group_norm->groups;
-  if (out == kOutStoreY) {
+  const int64_t n = p[0], c = p[1], groups = info.group_norm ? info.group_norm->groups : 1;
+  if (variant == Variant::kStore) {
+    if (info.mean != MeanMode::kNone) return false;
+  } else if (variant == Variant::kStoreNormalize) {
     if (info.mean != MeanMode::kNone) return false;
     if (n * c > 65535) return false;  // grid.y of apply
   } else {
@@ -124,7 +135,7 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
   if (c % kTileN != 0) return false;                           // kC % BN == 0, BN = 128
-  if (kTileN % (c / groups) != 0) return false;                // a group inside one channel tile
+  if (info.group_norm && kTileN % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
   if (p[3] * p[4] < 64) return false;  // BM <= kH*kW for one warpgroup
@@ -240,30 +251,42 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
   return best;
 }
 
-// The strategies' shared code: one class, two epilogues.
+// The strategies' shared code: one class, three epilogues.
 class IgemmStrategy : public Strategy {
  public:
-  explicit IgemmStrategy(IgemmOut out) : out_(out) {}
+  explicit IgemmStrategy(Variant variant) : variant_(variant), out_(OutOf(variant)) {}
   std::string_view name() const override {
-    return out_ == kOutStoreY ? "igemm-store-normalize" : "igemm-moments-mean";
+    switch (variant_) {
+      case Variant::kStore:
+        return "igemm-store";
+      case Variant::kStoreNormalize:
+        return "igemm-store-normalize";
+      case Variant::kMomentsMean:
+        break;
+    }
+    return "igemm-moments-mean";
   }
   // bf16 and f16 chains natively: x and the weights encoded as their own 16-bit values (one
-  // product), parameters read as the dtype, the output rounded once.
+  // product), parameters read as the dtype, the output rounded once. igemm-store's epilogue
+  // writes float only: its bf16/f16 chains run the f32 plan between casts.
   bool HandlesDType(DType dtype) const override {
+    if (variant_ == Variant::kStore) return dtype == DType::kF32;
     return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
   }
   bool Applies(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
-    if (!ChainSupported(in.chain, info, in.target, out_)) return false;
+    if (!ChainSupported(in.chain, info, in.target, variant_)) return false;
     const IgemmTune t = DefaultTune(in.chain, info, in.target);
     return CheckTune(in.chain, info, in.target, t, ToConfig(name(), t, Fields())).ok();
   }
   double Cost(const PlanInput& in) const override {
     // The products on the tensor cores at several times the rate of the fp32 FFMA plans, x copied
-    // once (8 bytes a point); store-normalize also stores y, reads and writes it again (12 bytes
-    // a point), moments-mean writes nothing full-size.
+    // once (8 bytes a point); store writes y once (4 bytes a point), store-normalize also reads
+    // and writes it again (12 bytes a point), moments-mean writes nothing full-size.
     const ChainInfo& info = in.info;
-    const double per_point = out_ == kOutStoreY ? 12.0 / 3.0 : 0.5;
+    const double per_point = variant_ == Variant::kStore            ? 4.0 / 3.0
+                             : variant_ == Variant::kStoreNormalize ? 12.0 / 3.0
+                                                                    : 0.5;
     return static_cast<double>(info.elements) * (per_point + 2.0 * info.macs_per_point / 400.0) +
            static_cast<double>(NumElements(in.chain.input)) * 8.0 / 3.0;
   }
@@ -288,6 +311,7 @@ class IgemmStrategy : public Strategy {
     return FromConfig(config, Fields());
   }
 
+  Variant variant_;
   IgemmOut out_;
 };
 
@@ -300,10 +324,11 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   const bool x1 = pr.prec == kPrecBF16x1 || pr.prec == kPrecF16x1;
   const std::string dtype_name(DTypeName(in.chain.dtype));
   // bf16/f16 chains store the pre-norm values in a float workspace, normalized into y.
-  const bool pre_in_workspace = in.chain.dtype != DType::kF32;
+  const bool store = variant_ == Variant::kStore;
+  const bool pre_in_workspace = in.chain.dtype != DType::kF32 && !store;
   const bool moments = out_ == kOutChannelMoments;
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = in.chain.input[1];
-  const int64_t groups = info.group_norm->groups;
+  const int64_t groups = info.group_norm ? info.group_norm->groups : 0;
   Plan plan;
   plan.strategy = std::string(name());
   plan.description = absl::StrCat(
@@ -313,6 +338,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
       moments ? "the epilogue writes per-tile per-channel moments of the pre-norm values "
                 "(nothing full-size), merged in a fixed order (double) into the mean of the "
                 "group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c. "
+      : store ? "the epilogue applies bias and every op and stores y. "
       : pre_in_workspace
           ? "the epilogue stores the pre-norm values (fp32, a workspace) with per-tile group "
             "moments, merged in a fixed order, then normalizes them into y. "
@@ -327,7 +353,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                           "the output rounded once")
            : "TF32 (asked for): one TF32 product per term");
   plan.includes = {"igemm_mma.cuh", "igemm_wgmma.cuh"};
-  plan.includes.push_back(moments ? "igemm_mean.cuh" : "gn_apply.cuh");
+  if (!store) plan.includes.push_back(moments ? "igemm_mean.cuh" : "gn_apply.cuh");
   plan.arch_override = "sm_90a";
   // IgemmFixed first: the last tune struct is the tunable one (its fields are the config's).
   plan.tunes.push_back({"IgemmFixed",
@@ -357,7 +383,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   if (moments) {
     partials = plan.AddWorkspace("per-tile channel moments (mean, M2 as doubles) x N*tiles*C",
                                  static_cast<size_t>(n * g.tiles * c) * 16);
-  } else {
+  } else if (!store) {
     partials = plan.AddWorkspace("per-tile group moments (count, mean, M2) x N*groups*tiles",
                                  static_cast<size_t>(n * groups * g.tiles) * 12);
     stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
@@ -447,6 +473,13 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                               ", per-tile group moments");
   gemm.args.push_back(pre_in_workspace ? KernelArg::Workspace(ArgType::kFloat, "y", pre, kWrite)
                                        : KernelArg::Output());
+  if (store) {
+    gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
+                                " tiles (wgmma) + bias + every op, stored into y");
+    gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "partials", kWrite));
+    plan.kernels.push_back(gemm);
+    return plan;
+  }
   gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "partials", partials, kWrite));
   plan.kernels.push_back(gemm);
   KernelLaunch fin;
@@ -483,8 +516,9 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
 }  // namespace
 
 void AddIgemmStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
-  out->push_back(std::make_unique<IgemmStrategy>(kOutStoreY));
-  out->push_back(std::make_unique<IgemmStrategy>(kOutChannelMoments));
+  out->push_back(std::make_unique<IgemmStrategy>(Variant::kStore));
+  out->push_back(std::make_unique<IgemmStrategy>(Variant::kStoreNormalize));
+  out->push_back(std::make_unique<IgemmStrategy>(Variant::kMomentsMean));
 }
 
 }  // namespace fusejit::codegen

@@ -1,7 +1,8 @@
 // codegen/igemm_strategy.h: the tensor-core strategies for chains whose producer is expensive
-// (many input channels): an implicit GEMM on Hopper's wgmma, either storing the pre-norm values
-// into y and normalizing them in place (igemm-store-normalize), or, for chains ending in mean,
-// reducing per-channel moments only (igemm-moments-mean). Both tunable (wg, stages, async).
+// (many input channels): an implicit GEMM on Hopper's wgmma, either storing y directly (chains
+// without group_norm or mean: igemm-store), or storing the pre-norm values into y and normalizing
+// them in place (igemm-store-normalize), or, for chains ending in mean, reducing per-channel
+// moments only (igemm-moments-mean). All tunable (wg, stages, async).
 #ifndef FUSEJIT_CODEGEN_IGEMM_STRATEGY_H_
 #define FUSEJIT_CODEGEN_IGEMM_STRATEGY_H_
 
@@ -12,7 +13,7 @@
 
 namespace fusejit::codegen {
 
-// Appends igemm-store-normalize and igemm-moments-mean.
+// Appends igemm-store, igemm-store-normalize and igemm-moments-mean.
 void AddIgemmStrategies(std::vector<std::unique_ptr<Strategy>>* out);
 
 }  // namespace fusejit::codegen

@@ -566,6 +566,69 @@ TEST(IgemmMoments, PlansCompileForSm90aWithoutSpills) {
   for (auto& r : results) EXPECT_EQ(r.get(), "");
 }
 
+// ---- igemm-store (no group_norm, no mean) --------------------------------------------------
+
+constexpr char kStore[] = "igemm-store";
+// W3's producer with its relu (the chain its backward recomputes), and plain convolutions.
+const char* const kStoreChains[] = {
+    "x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu",
+    "x:f32[2,32,7,11,11] | conv3d(out=256,k=3,padding=1,dilation=2) | gelu | tanh",
+    "x:f32[3,96,5,9,9] | conv3d(out=128,k=1)",
+};
+
+TEST(IgemmStore, ChainsWithoutGroupNormPlanToItAndCompileWithoutSpills) {
+  std::vector<std::future<std::string>> results;
+  for (const char* spec : kStoreChains) {
+    for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
+      results.push_back(std::async(std::launch::async, [spec, precision] {
+        const Chain chain = Parse(spec);
+        absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90", precision));
+        if (!plan.ok()) return plan.status().ToString();
+        std::string errors;
+        if (plan->strategy != kStore) errors += std::string(spec) + ": " + plan->strategy + "\n";
+        // The GEMM is the last kernel and writes y itself: nothing after it.
+        if (plan->kernels.back().symbol != "fj_igemm_wgmma") errors += "GEMM not last\n";
+        const codegen::GeneratedSource src = codegen::EmitSource(chain, *plan);
+        jit::NvrtcRequest req;
+        req.name = src.name;
+        req.source = src.main;
+        req.headers = src.headers;
+        req.arch = plan->arch_override;
+        req.options = src.nvrtc_options;
+        req.options.push_back("--ptxas-options=-v");
+        req.want_ptx = true;
+        absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
+        if (!out.ok()) return std::string(spec) + ": " + out.status().ToString();
+        if (out->ptx.find("wgmma.mma_async") == std::string::npos) errors += "no wgmma\n";
+        const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
+        for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
+             it != std::sregex_iterator(); ++it) {
+          if ((*it)[1].str() != "0") errors += std::string(spec) + ": spills\n" + out->log;
+        }
+        return errors;
+      }));
+    }
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), "");
+}
+
+TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
+  const codegen::Strategy& store = ByName(kStore);
+  EXPECT_FALSE(store.Applies(codegen::PlanInput(W3(), Target("sm_90"))));  // has group_norm
+  EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
+  EXPECT_TRUE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
+  EXPECT_FALSE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_80"))));
+  // A mean needs a reduction the store does not do; 100 output channels are not whole tiles.
+  EXPECT_FALSE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[2,32,8,8,8] | conv3d(out=128,k=3) | relu | mean(dims=[2,3,4])"),
+      Target("sm_90"))));
+  EXPECT_FALSE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[2,32,8,8,8] | conv3d(out=100,k=3) | relu"), Target("sm_90"))));
+  // bf16/f16 chains run the f32 plan between casts (the epilogue stores float).
+  EXPECT_FALSE(store.HandlesDType(DType::kBF16));
+  EXPECT_TRUE(store.HandlesDType(DType::kF32));
+}
+
 // ---- tuning (both strategies) -------------------------------------------------------------
 
 // The default is the tile height of least estimated time over waves of CTAs: W3 keeps its

@@ -139,14 +139,27 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
   absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = CompileBackward(AsDType(chain, DType::kF32));
   ASSERT_TRUE(f32.ok()) << f32.status();
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
-  ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype);
+  const std::map<std::string, HostTensor> want = RunTwice(**f32, reads);
+  ExpectRoundedF32(got, want, chain.dtype);
+  // Each gradient within the dtype's tolerance of float64, plus the f32 plan's own error on the
+  // same inputs: the dtype adds only its rounding. (The f32 error is checked on its own by
+  // GpuBackward; with 16-bit inputs a relu's kink is hit more often -- u exactly or nearly 0 --
+  // where the float64 reference and an fp32 recompute may take opposite sides.)
   absl::StatusOr<tools::GradientCheckResult> r =
       tools::CheckGradients(chain, inputs, grad_y, got, {});
   ASSERT_TRUE(r.ok()) << r.status();
-  for (const tools::GradientCheck& g : r->gradients) {
-    EXPECT_TRUE(g.pass) << g.name << " rel_max " << g.rel_max << " (limit " << r->rtol
-                        << ") unwritten " << g.unwritten;
+  absl::StatusOr<tools::GradientCheckResult> r32 =
+      tools::CheckGradients(AsDType(chain, DType::kF32), inputs, grad_y, want, {});
+  ASSERT_TRUE(r32.ok()) << r32.status();
+  ASSERT_EQ(r->gradients.size(), r32->gradients.size());
+  for (size_t i = 0; i < r->gradients.size(); ++i) {
+    const tools::GradientCheck& g = r->gradients[i];
+    const double f32_err = r32->gradients[i].rel_max;
+    EXPECT_EQ(g.unwritten, 0) << g.name;
+    EXPECT_LE(g.rel_max, r->rtol + f32_err) << g.name << " rel_max " << g.rel_max << " (limit "
+                                            << r->rtol << " + the f32 plan's " << f32_err << ")";
   }
+}
 }
 
 void CheckF64Forward(const Chain& chain, uint64_t seed) {

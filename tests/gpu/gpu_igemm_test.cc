@@ -213,6 +213,31 @@ TEST(GpuIgemm, RandomChains) {
   }
 }
 
+// ---- igemm-store (no group_norm, no mean) --------------------------------------------------
+
+// The GEMM's epilogue writes y itself (bias and every op): W3's producer with relu (its
+// backward's recompute), odd sizes with scalar stores, two channel tiles, a 1x1x1 kernel.
+TEST(GpuIgemm, StoreChainsWithoutGroupNormInBothPrecisions) {
+  SKIP_WITHOUT_SM90();
+  const char* const chains[] = {
+      "x:f32[2,64,16,16,16] | conv_transpose3d(out=128,k=3,bias=false) | relu",
+      "x:f32[2,32,7,11,11] | conv3d(out=256,k=3,padding=1,dilation=2) | gelu | tanh",
+      "x:f32[3,96,5,9,9] | conv3d(out=128,k=1)",
+      "x:f32[1,32,6,7,9] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1]) | "
+      "leaky_relu(slope=0.1) | hardswish",
+  };
+  std::vector<std::pair<Chain, Precision>> list;
+  for (const char* spec : chains) {
+    for (Precision p : {Precision::kFp32, Precision::kTf32}) list.emplace_back(Parse(spec), p);
+  }
+  CompileInParallel(list, "igemm-store");
+  uint64_t seed = 900;
+  for (const auto& [chain, precision] : list) {
+    CheckChain(chain, seed++, {}, "igemm-store",
+               precision == Precision::kFp32 ? kFp32Accurate : kTf32, precision);
+  }
+}
+
 // ---- igemm-moments-mean ------------------------------------------------------------------
 
 TEST(GpuIgemmMoments, W4fFp32AccurateAndTf32) {
