@@ -160,7 +160,6 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
                                             << r->rtol << " + the f32 plan's " << f32_err << ")";
   }
 }
-}
 
 void CheckF64Forward(const Chain& chain, uint64_t seed) {
   SCOPED_TRACE(FormatChain(chain));
