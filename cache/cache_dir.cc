@@ -274,81 +274,29 @@ ReadResult CacheDir::ReadRaw(const std::string& name) {
   }
   bytes.resize(got);
   r.outcome = Outcome::kHit;
-  r.file_bytes = got;
   r.payload = std::move(bytes);
   return r;
 }
 
-ReadResult CacheDir::Read(const std::string& name, const CacheKey* expected) {
-  using Outcome = ReadResult::Outcome;
-  ReadResult r = ReadRaw(name);
-  if (r.outcome != Outcome::kHit) return r;
-  const std::string bytes = std::move(r.payload);
-  const uint64_t got = r.file_bytes;
-  auto fail = [&](Outcome outcome, std::string_view reason, std::string problem) {
-    r.outcome = outcome;
-    r.reason = std::string(reason);
-    r.problem = std::move(problem);
-    r.payload.clear();
-    return std::move(r);
-  };
-  absl::StatusOr<DecodedEntry> decoded = DecodeEntry(bytes);
-  if (!decoded.ok()) {
-    return fail(Outcome::kCorrupt, "entry-corrupt", ErrorText(decoded.status()));
-  }
-  if (expected != nullptr) {
-    absl::Status s = CheckKey(*expected, decoded->key);
-    if (!s.ok()) {
-      return fail(Outcome::kCorrupt, "entry-foreign", ErrorText(s));
-    }
-  } else if (decoded->key.EntryName() != name) {
-    return fail(Outcome::kCorrupt, "entry-foreign",
-                fmt::format("its header names entry {}", decoded->key.EntryName()));
-  }
-  r.outcome = Outcome::kHit;
-  r.file_bytes = got;
-  r.key = std::move(decoded->key);
-  r.payload = std::move(decoded->payload);
-  return r;
-}
-
-KeyLock CacheDir::LockKey(const std::string& name, absl::Time deadline,
-                          absl::FunctionRef<bool()> stop, bool* waited) {
-  *waited = false;
+absl::StatusOr<KeyLock> CacheDir::TryLockKey(const std::string& name) {
   const std::string path = PathOf(LockFileName(name));
   auto failed = [&](const absl::Status& s) {
-    counters_->lock_failures++;
+    std::string message = fmt::format("cannot lock {} ({})", path, ErrorText(s));
     if (IsPermissionErrno(ErrnoOf(s))) {
       NoteReadOnly(s);
-      return KeyLock();
+      return absl::PermissionDeniedError(std::move(message));
     }
-    warnings_->Warn("lock-failed", fmt::format("cannot lock {} ({}): compiling without the "
-                                               "cross-process lock",
-                                               path, ErrorText(s)));
-    return KeyLock();
+    return absl::UnavailableError(std::move(message));
   };
-  absl::Duration backoff = absl::Milliseconds(1);
   // Retried when a deleter (Trim, Clear) unlinked the lock file between our open and flock.
   for (int attempt = 0; attempt < 16; ++attempt) {
     absl::StatusOr<int> fd = env_->Open(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
     if (!fd.ok()) return failed(fd.status());
     KeyLock lock(env_, *fd);  // closes fd on every return below but the successful one
-    while (true) {
-      absl::Status s = env_->TryLock(*fd);
-      if (s.ok()) break;
-      if (ErrnoOf(s) != EWOULDBLOCK) return failed(s);
-      *waited = true;
-      if (stop()) return KeyLock();
-      if (absl::Now() >= deadline) {
-        counters_->lock_failures++;
-        warnings_->Warn("lock-timeout",
-                        fmt::format("gave up waiting for {} after the lock timeout: compiling "
-                                    "without it",
-                                    path));
-        return KeyLock();
-      }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Milliseconds(50));
+    absl::Status s = env_->TryLock(*fd);
+    if (!s.ok()) {
+      if (ErrnoOf(s) == EWOULDBLOCK) return KeyLock();
+      return failed(s);
     }
     absl::StatusOr<FileInfo> held = env_->Fstat(*fd);
     if (!held.ok()) return failed(held.status());
@@ -367,7 +315,6 @@ void CacheDir::NoteReadOnly(const absl::Status& status) {
 }
 
 void CacheDir::PublishFailed(const absl::Status& status, std::string_view step) {
-  counters_->write_failures++;
   const int err = ErrnoOf(status);
   if (IsPermissionErrno(err)) {
     NoteReadOnly(status);
@@ -381,18 +328,9 @@ void CacheDir::PublishFailed(const absl::Status& status, std::string_view step) 
   }
 }
 
-bool CacheDir::Publish(const std::string& name, const CacheKey& key, std::string_view payload) {
-  if (!writable()) return false;
-  return PublishBytes(name, EncodeEntry(key, payload));
-}
-
-bool CacheDir::PublishBytes(const std::string& name, std::string_view bytes) {
-  if (!writable()) return false;
-  if (options_.max_bytes != 0 && bytes.size() > options_.max_bytes) {
-    warnings_->Warn("too-large", fmt::format("a kernel of {} bytes exceeds the cache limit of {} "
-                                             "bytes: not saved",
-                                             bytes.size(), options_.max_bytes));
-    return false;
+absl::Status CacheDir::PublishBytes(const std::string& name, std::string_view bytes) {
+  if (!writable()) {
+    return absl::PermissionDeniedError(fmt::format("cache directory {} is read-only", root_));
   }
   std::string tmp;
   int fd = -1;
@@ -405,7 +343,7 @@ bool CacheDir::PublishBytes(const std::string& name, std::string_view bytes) {
     }
     if (ErrnoOf(r.status()) != EEXIST || i == 3) {
       PublishFailed(r.status(), "create temp file");
-      return false;
+      return r.status();
     }
   }
   absl::Status s;
@@ -441,10 +379,8 @@ bool CacheDir::PublishBytes(const std::string& name, std::string_view bytes) {
                                                  tmp, ErrorText(u)));
     }
     PublishFailed(s, step);
-    return false;
+    return s;
   }
-  counters_->entries_written++;
-  counters_->bytes_written += bytes.size();
   // Make the rename durable. The entry is already whole and visible whatever happens here.
   absl::StatusOr<int> dir_fd = env_->Open(root_, O_RDONLY | O_DIRECTORY, 0);
   absl::Status synced = dir_fd.status();
@@ -459,7 +395,7 @@ bool CacheDir::PublishBytes(const std::string& name, std::string_view bytes) {
                                              "may be lost on a crash",
                                              root_, ErrorText(synced)));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 void CacheDir::Touch(const std::string& name) {

@@ -1,5 +1,6 @@
 // cache/cache_dir.h (internal): the cache directory: where it is, whether it may be used, and
-// every operation on its files. KernelCache (kernel_cache.cc) decides when to call what.
+// every operation on its files. DirStore (cache/dir_store.h) is the Store built on it; the tiers
+// above decide when to call what.
 #ifndef FUSEJIT_CACHE_CACHE_DIR_H_
 #define FUSEJIT_CACHE_CACHE_DIR_H_
 
@@ -47,16 +48,14 @@ class Warnings {
 
 struct ReadResult {
   enum class Outcome {
-    kHit,      // payload and key are valid
+    kHit,      // payload holds the file
     kAbsent,   // no entry
-    kCorrupt,  // an entry of ours that fails a check: replace it
+    kCorrupt,  // an entry of ours that fails a check (too large): replace it
     kRefused,  // symlink, not a regular file, foreign owner, group/other-writable: leave it
     kError,    // I/O error reading it
   };
   Outcome outcome = Outcome::kAbsent;
   std::string payload;
-  CacheKey key;  // from the header, on kHit
-  uint64_t file_bytes = 0;
   std::string problem;  // why, for every outcome but kHit and kAbsent (without the path)
   std::string reason;   // short tag for Warnings, e.g. "entry-symlink"
 };
@@ -93,17 +92,13 @@ class CacheDir {
 
   std::string PathOf(std::string_view file_name) const;
 
-  // Reads and checks the entry. expected: the key it must belong to; nullptr: the key its name
-  // says (EntryName() of its header must equal name). Counts nothing.
-  ReadResult Read(const std::string& name, const CacheKey* expected);
-  // The file's checks and read only: on kHit, payload holds the whole file, not decoded.
+  // The file's checks and read only (no decoding): on kHit, payload holds the whole file.
   ReadResult ReadRaw(const std::string& name);
 
-  // Takes name's lock, polling with backoff until held, until stop() returns true, until
-  // deadline, or until locking fails (then an unheld lock is returned and the failure counted
-  // and warned about). *waited: whether another process held it.
-  KeyLock LockKey(const std::string& name, absl::Time deadline, absl::FunctionRef<bool()> stop,
-                  bool* waited);
+  // One attempt at name's lock: a held lock, an unheld one while another process holds it, or
+  // the failure ("cannot lock <path> (<why>)"; PermissionDenied when the directory was found
+  // read-only, noted and warned about). Counts nothing.
+  absl::StatusOr<KeyLock> TryLockKey(const std::string& name);
 
   // Deletes name's lock file while `lock` holds it (no other process can be using that file then:
   // a waiter that opened it re-checks the path after locking and starts over), then releases it.
@@ -111,21 +106,18 @@ class CacheDir {
   // Trim's sweep.
   void ReleaseKey(KeyLock& lock, const std::string& name);
 
-  // Writes the entry atomically. Faults are counted and warned about; returns whether the entry
-  // was published.
-  bool Publish(const std::string& name, const CacheKey& key, std::string_view payload);
-  // The same for bytes already encoded (cache/dir_store.h).
-  bool PublishBytes(const std::string& name, std::string_view bytes);
+  // Writes bytes (an encoded entry) as name atomically. Faults are warned about (a permission
+  // error also stops writes for good) and returned; a failed fsync of the directory after the
+  // rename is warned about and counted in write_failures, and the entry counts as written.
+  absl::Status PublishBytes(const std::string& name, std::string_view bytes);
 
   // Marks a disk hit as recent use (mtime); failures are ignored: they only age the entry.
   void Touch(const std::string& name);
 
   // Evicts least-recently-used entries down to 90% of max_bytes when over max_bytes; sweeps
-  // temp files and unused lock files older than temp_max_age.
+  // temp files and unused lock files older than temp_max_age. Counts what it evicts and sweeps.
   absl::Status Trim();
 
-  absl::StatusOr<std::vector<EntryInfo>> List();
-  absl::StatusOr<VerifyReport> Verify(bool remove_bad);
   absl::StatusOr<size_t> Clear();
   absl::StatusOr<DiskUsage> Usage();
 
@@ -134,6 +126,7 @@ class CacheDir {
   absl::Status MakeParents(const std::string& path);
   // Deletes name's lock file if no process holds it. Returns whether it was deleted.
   bool RemoveLockIfIdle(const std::string& entry_name);
+  // Warns about a failed publish.
   void PublishFailed(const absl::Status& status, std::string_view step);
   // Stops writes for good (EROFS, EACCES, EPERM) and warns once.
   void NoteReadOnly(const absl::Status& status);

@@ -1,5 +1,6 @@
-// CacheDir's maintenance: eviction and sweeping (Trim), and what `fusejit cache` shows and does
-// (List, Verify, Clear, Usage). Deletes only names the cache produces.
+// CacheDir's maintenance: eviction and sweeping (Trim), and what `fusejit cache` does to the
+// directory (Clear, Usage); the tier lists and verifies entries (cache/local_tier.cc). Deletes
+// only names the cache produces.
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -138,60 +139,6 @@ absl::Status CacheDir::Trim() {
     if (!live.contains(entry)) RemoveLockIfIdle(entry);
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<EntryInfo>> CacheDir::List() {
-  if (state_ == DiskState::kMissing) return std::vector<EntryInfo>{};
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::StatusOr<std::vector<std::string>> names = env_->ListDir(root_);
-  if (!names.ok()) return names.status();
-  std::sort(names->begin(), names->end());
-  std::vector<EntryInfo> out;
-  for (const std::string& name : *names) {
-    if (!IsEntryFileName(name)) continue;
-    absl::StatusOr<FileInfo> info = env_->Lstat(PathOf(name));
-    if (!info.ok()) continue;  // deleted meanwhile
-    EntryInfo e;
-    e.name = name;
-    e.file_bytes = info->size;
-    e.mtime_ns = info->mtime_ns;
-    e.atime_ns = info->atime_ns;
-    ReadResult r = Read(name, nullptr);
-    if (r.outcome == ReadResult::Outcome::kAbsent) continue;
-    if (r.outcome == ReadResult::Outcome::kHit) {
-      e.payload_bytes = r.payload.size();
-      e.key = std::move(r.key);
-    } else {
-      e.problem = r.problem;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-absl::StatusOr<VerifyReport> CacheDir::Verify(bool remove_bad) {
-  VerifyReport report;
-  if (state_ == DiskState::kMissing) return report;
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  if (remove_bad && read_only_) {
-    return absl::FailedPreconditionError(fmt::format("{} is read-only: cannot remove", root_));
-  }
-  absl::StatusOr<std::vector<std::string>> names = env_->ListDir(root_);
-  if (!names.ok()) return names.status();
-  std::sort(names->begin(), names->end());
-  for (const std::string& name : *names) {
-    if (!IsEntryFileName(name)) continue;
-    ReadResult r = Read(name, nullptr);
-    if (r.outcome == ReadResult::Outcome::kAbsent) continue;
-    ++report.checked;
-    if (r.outcome == ReadResult::Outcome::kHit) {
-      ++report.ok;
-      continue;
-    }
-    report.bad.emplace_back(name, r.problem);
-    if (remove_bad && env_->Unlink(PathOf(name)).ok()) ++report.removed;
-  }
-  return report;
 }
 
 absl::StatusOr<size_t> CacheDir::Clear() {

@@ -4,14 +4,13 @@
 
 #include <utility>
 
-#include "absl/time/clock.h"
 #include "cache/entry_format.h"
 #include "fmt/format.h"
 
 namespace fusejit::cache {
 namespace {
 
-CacheOptions DirOptions(std::string dir, Env* env) {
+CacheOptions SharedDirOptions(std::string dir, Env* env) {
   CacheOptions o;
   o.dir = std::move(dir);
   o.max_bytes = 0;  // no eviction: the store's owner decides what stays
@@ -19,12 +18,30 @@ CacheOptions DirOptions(std::string dir, Env* env) {
   return o;
 }
 
+// The directory's part of options (not the tiers above it).
+CacheOptions DirOptions(const CacheOptions& options) {
+  CacheOptions o = options;
+  o.warn = nullptr;
+  o.remote.reset();
+  o.store.reset();
+  return o;
+}
+
 }  // namespace
 
 DirStore::DirStore(std::string dir, Env* env)
-    : options_(DirOptions(std::move(dir), env)),
+    : options_(SharedDirOptions(std::move(dir), env)),
       env_(env != nullptr ? env : PosixEnv()),
-      dir_(options_, env_, &counters_, &warnings_) {
+      dir_(options_, env_, &own_counters_, &own_warnings_) {
+  dir_.Open();
+}
+
+DirStore::DirStore(const CacheOptions& options, ::fusejit::cache::Counters* counters,
+                   Warnings* warnings)
+    : options_(DirOptions(options)),
+      env_(options.env != nullptr ? options.env : PosixEnv()),
+      dir_(options_, env_, counters != nullptr ? counters : &own_counters_,
+           warnings != nullptr ? warnings : &own_warnings_) {
   dir_.Open();
 }
 
@@ -36,20 +53,23 @@ absl::Status DirStore::Ping() {
 absl::StatusOr<std::optional<std::string>> DirStore::Get(std::string_view name) {
   if (absl::Status s = Ping(); !s.ok()) return s;
   ReadResult r = dir_.ReadRaw(std::string(name));
+  absl::Status failure;
   switch (r.outcome) {
     case ReadResult::Outcome::kHit:
       return std::optional<std::string>(std::move(r.payload));
     case ReadResult::Outcome::kAbsent:
       return std::optional<std::string>();
     case ReadResult::Outcome::kRefused:
-      return absl::PermissionDeniedError(
-          fmt::format("refusing {}: {}", dir_.PathOf(name), r.problem));
+      failure = absl::PermissionDeniedError(r.problem);
+      break;
     case ReadResult::Outcome::kCorrupt:
-      return absl::DataLossError(fmt::format("{}: {}", dir_.PathOf(name), r.problem));
+      failure = absl::DataLossError(r.problem);
+      break;
     case ReadResult::Outcome::kError:
+      failure = absl::UnavailableError(r.problem);
       break;
   }
-  return absl::UnavailableError(fmt::format("{}: {}", dir_.PathOf(name), r.problem));
+  return WithStoreReason(std::move(failure), r.reason);
 }
 
 absl::StatusOr<bool> DirStore::Put(std::string_view name, std::string_view bytes, PutMode mode) {
@@ -61,41 +81,50 @@ absl::StatusOr<bool> DirStore::Put(std::string_view name, std::string_view bytes
     if (ErrnoOf(info.status()) != ENOENT) return info.status();
     // Two writers racing here both publish whole entries atomically; the later one stays.
   }
-  if (!dir_.PublishBytes(n, bytes)) {
-    return absl::UnavailableError(fmt::format("could not write {}", dir_.PathOf(n)));
-  }
+  if (absl::Status s = dir_.PublishBytes(n, bytes); !s.ok()) return s;
   return true;
 }
 
 absl::StatusOr<std::optional<std::string>> DirStore::TryLock(std::string_view name,
                                                              absl::Duration ttl) {
   if (absl::Status s = Ping(); !s.ok()) return s;
-  bool busy = false;
-  KeyLock lock = dir_.LockKey(std::string(name), absl::Now(), [] { return true; }, &busy);
-  if (!lock.held()) {
-    if (busy) return std::optional<std::string>();
-    return absl::UnavailableError(fmt::format("cannot lock {} in {}", name, dir_.root()));
+  if (!dir_.writable()) {
+    return absl::PermissionDeniedError(fmt::format("{} is read-only", dir_.root()));
   }
+  absl::StatusOr<KeyLock> lock = dir_.TryLockKey(std::string(name));
+  if (!lock.ok()) return lock.status();
+  if (!lock->held()) return std::optional<std::string>();
   absl::MutexLock l(&mu_);
   std::string token = fmt::format("{}:{}", name, ++serial_);
-  locks_.emplace(token, std::move(lock));
+  locks_.emplace(token, *std::move(lock));
   return std::optional<std::string>(std::move(token));
 }
 
-absl::Status DirStore::Unlock(std::string_view name, std::string_view token) {
+void DirStore::Release(std::string_view name, std::string_view token, bool delete_file) {
   KeyLock lock;
   {
     absl::MutexLock l(&mu_);
     auto it = locks_.find(std::string(token));
-    if (it == locks_.end()) return absl::OkStatus();  // not ours (any more)
+    if (it == locks_.end()) return;  // not ours (any more)
     lock = std::move(it->second);
     locks_.erase(it);
   }
+  if (delete_file) dir_.ReleaseKey(lock, std::string(name));
   lock.Release();
+}
+
+absl::Status DirStore::Unlock(std::string_view name, std::string_view token) {
+  Release(name, token, /*delete_file=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status DirStore::UnlockAndDelete(std::string_view name, std::string_view token) {
+  Release(name, token, /*delete_file=*/true);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> DirStore::List() {
+  if (dir_.state() == DiskState::kMissing) return std::vector<std::string>{};
   if (absl::Status s = Ping(); !s.ok()) return s;
   absl::StatusOr<std::vector<std::string>> names = env_->ListDir(dir_.root());
   if (!names.ok()) return names.status();
@@ -108,6 +137,9 @@ absl::StatusOr<std::vector<std::string>> DirStore::List() {
 
 absl::Status DirStore::Remove(std::string_view name) {
   if (absl::Status s = Ping(); !s.ok()) return s;
+  if (!dir_.writable()) {
+    return absl::PermissionDeniedError(fmt::format("{} is read-only", dir_.root()));
+  }
   absl::Status s = env_->Unlink(dir_.PathOf(name));
   return s.ok() || ErrnoOf(s) == ENOENT ? absl::OkStatus() : s;
 }
@@ -115,7 +147,20 @@ absl::Status DirStore::Remove(std::string_view name) {
 absl::StatusOr<StoreUsage> DirStore::Usage() {
   absl::StatusOr<DiskUsage> u = dir_.Usage();
   if (!u.ok()) return u.status();
-  return StoreUsage{u->entries, u->entry_bytes};
+  StoreUsage out;
+  out.entries = u->entries;
+  out.bytes = u->entry_bytes;
+  out.temp_files = u->temp_files;
+  out.temp_bytes = u->temp_bytes;
+  out.lock_files = u->lock_files;
+  return out;
+}
+
+absl::StatusOr<EntryStat> DirStore::Stat(std::string_view name) {
+  if (absl::Status s = Ping(); !s.ok()) return s;
+  absl::StatusOr<FileInfo> info = env_->Lstat(dir_.PathOf(name));
+  if (!info.ok()) return info.status();
+  return EntryStat{info->size, info->mtime_ns, info->atime_ns};
 }
 
 }  // namespace fusejit::cache

@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/notification.h"
 #include "cache/cache_dir.h"
+#include "cache/dir_store.h"
+#include "cache/local_tier.h"
 #include "cache/remote_tier.h"
 #include "fmt/format.h"
 
@@ -107,8 +109,6 @@ KernelCache::KernelCache(CacheOptions options)
     : options_(std::move(options)),
       counters_(std::make_unique<Counters>()),
       warnings_(std::make_unique<Warnings>(options_.warn)),
-      dir_(std::make_unique<CacheDir>(options_, options_.env ? options_.env : PosixEnv(),
-                                      counters_.get(), warnings_.get())),
       remote_fill_(options_.remote_fill) {
   if (options_.remote.has_value()) {
     remote_ = std::make_unique<RemoteTier>(*options_.remote, counters_.get(), warnings_.get());
@@ -117,14 +117,21 @@ KernelCache::KernelCache(CacheOptions options)
 
 KernelCache::~KernelCache() = default;
 
-CacheDir& KernelCache::dir() const {
-  absl::call_once(open_once_, [this] { dir_->Open(); });
-  return *dir_;
+LocalTier& KernelCache::local() const {
+  absl::call_once(open_once_, [this] {
+    std::shared_ptr<LocalStore> store = options_.store;
+    if (store == nullptr || !options_.disk_enabled) {
+      store = std::make_shared<DirStore>(options_, counters_.get(), warnings_.get());
+    }
+    local_ =
+        std::make_unique<LocalTier>(std::move(store), options_, counters_.get(), warnings_.get());
+  });
+  return *local_;
 }
 
-std::string KernelCache::directory() const { return dir().root(); }
-DiskState KernelCache::disk_state() const { return dir().state(); }
-std::string KernelCache::disk_status() const { return dir().status_text(); }
+std::string KernelCache::directory() const { return local().store().Describe(); }
+DiskState KernelCache::disk_state() const { return local().store().state(); }
+std::string KernelCache::disk_status() const { return local().store().status_text(); }
 
 void KernelCache::RecordMemoryHit() { counters_->hits_memory++; }
 
@@ -162,47 +169,11 @@ CacheStats KernelCache::Stats() const {
   return s;
 }
 
-std::optional<std::string> KernelCache::ReadCounted(const CacheKey& key, const std::string& name,
-                                                    bool* refused, bool count_rejects) {
-  using Outcome = ReadResult::Outcome;
-  ReadResult r = dir().Read(name, &key);
-  switch (r.outcome) {
-    case Outcome::kHit:
-      counters_->hits_disk++;
-      counters_->bytes_read += r.file_bytes;
-      dir().Touch(name);
-      return std::move(r.payload);
-    case Outcome::kAbsent:
-      return std::nullopt;
-    case Outcome::kRefused:
-      *refused = true;
-      [[fallthrough]];
-    case Outcome::kCorrupt:
-      if (count_rejects) counters_->rejected_entries++;
-      warnings_->Warn(
-          r.reason,
-          r.outcome == Outcome::kRefused
-              ? fmt::format("refusing cache entry {}: {}; that kernel is compiled and not cached",
-                            dir().PathOf(name), r.problem)
-              : fmt::format("cache entry {}: {}; recompiling and replacing it", dir().PathOf(name),
-                            r.problem));
-      return std::nullopt;
-    case Outcome::kError:
-      if (count_rejects) counters_->read_failures++;
-      warnings_->Warn(r.reason, fmt::format("cannot read cache entry {}: {}; recompiling",
-                                            dir().PathOf(name), r.problem));
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
   const std::string name = key.EntryName();
   bool refused = false;
-  if (dir().state() == DiskState::kUsable) {
-    if (std::optional<std::string> p = ReadCounted(key, name, &refused, /*count_rejects=*/true)) {
-      return p;
-    }
+  if (local().usable()) {
+    if (std::optional<std::string> p = local().Read(key, name, &refused)) return p;
   }
   if (remote_ == nullptr) return std::nullopt;
   bool bad = false;
@@ -213,15 +184,15 @@ std::optional<std::string> KernelCache::Lookup(const CacheKey& key) {
 }
 
 absl::Status KernelCache::Put(const CacheKey& key, std::string_view payload) {
-  CacheDir& d = dir();
+  LocalTier& d = local();
   if (remote_ != nullptr) remote_->Publish(key, key.EntryName(), payload, /*replace=*/true);
   if (!d.writable()) {
-    return absl::FailedPreconditionError(
-        fmt::format("cache directory {} is not writable: {}", d.root(), d.status_text()));
+    return absl::FailedPreconditionError(fmt::format(
+        "cache directory {} is not writable: {}", d.store().Describe(), d.store().status_text()));
   }
-  if (!d.Publish(key.EntryName(), key, payload)) {
+  if (!d.Publish(key, key.EntryName(), payload)) {
     return absl::UnavailableError(
-        fmt::format("could not write {} (see the warning)", d.PathOf(key.EntryName())));
+        fmt::format("could not write {} (see the warning)", d.store().Locate(key.EntryName())));
   }
   (void)d.Trim();  // faults are counted and warned about inside
   return absl::OkStatus();
@@ -245,10 +216,10 @@ absl::StatusOr<std::string> KernelCache::GetOrCompile(
   if (disk_hit != nullptr) *disk_hit = false;
   if (current_recorder != nullptr) current_recorder->keys_.push_back(key);
   const std::string name = key.EntryName();
-  bool use_disk = dir().state() == DiskState::kUsable;
+  bool use_disk = local().usable();
   if (use_disk) {
     bool refused = false;
-    if (std::optional<std::string> payload = ReadCounted(key, name, &refused, true)) {
+    if (std::optional<std::string> payload = local().Read(key, name, &refused)) {
       if (disk_hit != nullptr) *disk_hit = true;
       if (remote_ != nullptr && remote_fill_) {
         bool bad = false;
@@ -295,17 +266,17 @@ absl::StatusOr<std::string> KernelCache::GetOrCompile(
 absl::StatusOr<std::string> KernelCache::Lead(
     const CacheKey& key, const std::string& name, bool use_disk,
     absl::FunctionRef<absl::StatusOr<std::string>()> compile, bool* disk_hit) {
-  CacheDir& d = dir();
+  LocalTier& d = local();
   bool refused = false;
-  KeyLock lock;
+  LocalTier::Lock lock;
   if (use_disk && d.writable()) {
     // Wait for another process compiling this key; read its entry as soon as it appears.
     std::optional<std::string> published;
     bool waited = false;
-    lock = d.LockKey(
+    lock = d.Acquire(
         name, absl::Now() + options_.lock_timeout,
         [&] {
-          published = ReadCounted(key, name, &refused, /*count_rejects=*/false);
+          published = d.Read(key, name, &refused, /*count=*/false);
           return published.has_value() || refused;
         },
         &waited);
@@ -317,7 +288,7 @@ absl::StatusOr<std::string> KernelCache::Lead(
   }
   // Re-check: another process may have published between our first read and the lock.
   if (use_disk && !refused) {
-    if (std::optional<std::string> payload = ReadCounted(key, name, &refused, false)) {
+    if (std::optional<std::string> payload = d.Read(key, name, &refused, /*count=*/false)) {
       *disk_hit = true;
       return *std::move(payload);
     }
@@ -360,23 +331,23 @@ absl::StatusOr<std::string> KernelCache::Lead(
   absl::StatusOr<std::string> result = RunCompile(compile);
   if (!result.ok()) {
     remote_lock.Release();
-    d.ReleaseKey(lock, name);  // no lock file is left behind
+    lock.Release(/*delete_file=*/true);  // no lock file is left behind
     return result;
   }
-  const bool published = use_disk && d.Publish(name, key, *result);
+  const bool published = use_disk && d.Publish(key, name, *result);
   if (remote_ != nullptr) remote_->Publish(key, name, *result, /*replace=*/remote_bad);
   remote_lock.Release();
-  d.ReleaseKey(lock, name);
+  lock.Release(/*delete_file=*/true);
   if (published) (void)d.Trim();  // faults are counted and warned about inside
   return result;
 }
 
-absl::StatusOr<std::vector<EntryInfo>> KernelCache::List() { return dir().List(); }
+absl::StatusOr<std::vector<EntryInfo>> KernelCache::List() { return local().List(); }
 absl::StatusOr<VerifyReport> KernelCache::Verify(bool remove_bad) {
-  return dir().Verify(remove_bad);
+  return local().Verify(remove_bad);
 }
-absl::StatusOr<size_t> KernelCache::Clear() { return dir().Clear(); }
-absl::StatusOr<DiskUsage> KernelCache::Usage() { return dir().Usage(); }
-absl::Status KernelCache::Trim() { return dir().Trim(); }
+absl::StatusOr<size_t> KernelCache::Clear() { return local().Clear(); }
+absl::StatusOr<DiskUsage> KernelCache::Usage() { return local().Usage(); }
+absl::Status KernelCache::Trim() { return local().Trim(); }
 
 }  // namespace fusejit::cache

@@ -61,6 +61,8 @@
 
 namespace fusejit::cache {
 
+class LocalStore;  // cache/local_store.h
+
 struct CacheOptions {
   // Cache directory. Empty: $FUSEJIT_CACHE_DIR, else $XDG_CACHE_HOME/fusejit, else
   // $HOME/.cache/fusejit (relative XDG_CACHE_HOME/HOME are ignored); none: uncached. A relative
@@ -85,6 +87,10 @@ struct CacheOptions {
   // Where warnings go (one line each, no trailing newline); nullptr: stderr. Each reason is
   // warned about at most once per KernelCache (so once per process for Default()).
   std::function<void(std::string_view)> warn;
+  // The disk tier's store (cache/local_store.h); nullptr: the directory (cache/dir_store.h on dir,
+  // max_bytes, read_only, create_directory, temp_max_age and env). Another store keeps its own
+  // limits and modes; disk_enabled = false ignores it.
+  std::shared_ptr<LocalStore> store;
   // The remote tier below the disk (cache/remote_config.h); nullopt: none.
   std::optional<RemoteOptions> remote;
   // true: a disk hit the remote store lacks (or holds a bad value for) is published there too
@@ -170,7 +176,7 @@ struct DiskUsage {
   size_t lock_files = 0;
 };
 
-class CacheDir;  // cache/cache_dir.h
+class LocalTier;   // cache/local_tier.h
 class RemoteTier;  // cache/remote_tier.h
 class Warnings;
 struct Counters;
@@ -271,21 +277,18 @@ class KernelCache {
 
  private:
   struct Flight;
-  CacheDir& dir() const;  // opened on first use
+  LocalTier& local() const;  // its store opened on first use
   absl::StatusOr<std::string> Lead(const CacheKey& key, const std::string& name, bool use_disk,
                                    absl::FunctionRef<absl::StatusOr<std::string>()> compile,
                                    bool* disk_hit);
   absl::StatusOr<std::string> RunCompile(absl::FunctionRef<absl::StatusOr<std::string>()> compile);
   // A remote hit: written to the disk cache when it is usable.
   void KeepRemoteHit(const CacheKey& key, const std::string& name, std::string_view payload);
-  // Reads name; counts and warns about rejected entries. Returns the payload on a hit.
-  std::optional<std::string> ReadCounted(const CacheKey& key, const std::string& name,
-                                         bool* refused, bool count_rejects);
 
   const CacheOptions options_;
   std::unique_ptr<Counters> counters_;
   std::unique_ptr<Warnings> warnings_;
-  std::unique_ptr<CacheDir> dir_;
+  mutable std::unique_ptr<LocalTier> local_;  // set once, by local()
   std::unique_ptr<RemoteTier> remote_;  // null: no remote tier
   std::atomic<bool> remote_fill_;
   mutable absl::once_flag open_once_;

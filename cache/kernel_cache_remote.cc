@@ -6,6 +6,7 @@
 #include "cache/cache_dir.h"
 #include "cache/entry_format.h"
 #include "cache/kernel_cache.h"
+#include "cache/local_tier.h"
 #include "cache/remote_tier.h"
 #include "fmt/format.h"
 
@@ -22,9 +23,9 @@ absl::Status NoRemote() {
 
 void KernelCache::KeepRemoteHit(const CacheKey& key, const std::string& name,
                                 std::string_view payload) {
-  CacheDir& d = dir();
+  LocalTier& d = local();
   if (!d.writable()) return;
-  if (d.Publish(name, key, payload)) (void)d.Trim();  // faults are counted and warned about
+  if (d.Publish(key, name, payload)) (void)d.Trim();  // faults are counted and warned about
 }
 
 std::string KernelCache::remote_description() const {

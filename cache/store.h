@@ -1,13 +1,16 @@
-// cache/store.h: a shared place for cache entries below the disk cache, behind one small interface:
-// Redis (cache/redis_store.h) and, for tests and shared file systems, a directory
-// (cache/dir_store.h). A Store keeps opaque bytes (whole encoded entries, cache/entry_format.h)
-// under names that CacheKey::EntryName() produces; it neither encodes nor checks them: the remote
-// tier above it (cache/remote_tier.h) does, exactly as the disk cache does.
+// cache/store.h: a place for cache entries behind one small interface: the remote tier's Redis
+// (cache/redis_store.h) and the directory (cache/dir_store.h), which is also the disk tier's
+// (through the LocalStore additions, cache/local_store.h). A Store keeps opaque bytes (whole
+// encoded entries, cache/entry_format.h) under names that CacheKey::EntryName() produces; it
+// neither encodes nor decodes them: the tier above it does (cache/local_tier.h,
+// cache/remote_tier.h), the same way for every store.
 //
 // Thread safety: every method may be called from any thread at any time.
-// Failures are statuses, never exceptions: Unavailable (unreachable, slow, disconnected, or
-// skipped while a circuit breaker is open), PermissionDenied (authentication refused),
-// ResourceExhausted (the store is full), others for protocol errors.
+// Failures are statuses, never exceptions: Unavailable (unreachable, slow, disconnected, skipped
+// while a circuit breaker is open; an I/O error), PermissionDenied (authentication refused; an
+// entry or a write refused, see Get and LocalStore), ResourceExhausted (the store is full), others
+// for protocol errors. A store warns about its own faults itself (once per reason, through the
+// sink its constructor takes); the tier above counts the failures it is returned.
 #ifndef FUSEJIT_CACHE_STORE_H_
 #define FUSEJIT_CACHE_STORE_H_
 
@@ -25,7 +28,11 @@ namespace fusejit::cache {
 
 struct StoreUsage {
   size_t entries = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // of entries
+  // What a store that keeps files leaves besides entries (cache/local_store.h); 0 elsewhere.
+  size_t temp_files = 0;
+  uint64_t temp_bytes = 0;
+  size_t lock_files = 0;
 };
 
 class Store {
@@ -35,7 +42,13 @@ class Store {
   // Where it is, for messages: "redis://host:6379/0" (never a password), a directory.
   virtual std::string Describe() const = 0;
 
-  // The bytes stored under name; nullopt when there are none.
+  // The bytes stored under name; nullopt when there are none. Besides the failures above, a store
+  // that checks what it holds (a directory: cache/dir_store.h) fails with
+  //   DataLoss: what is there fails the store's own checks (too large to be an entry): a caller
+  //     may replace it (Put with kReplace);
+  //   PermissionDenied: what is there is refused (a symbolic link, another user's file): the
+  //     caller must leave it alone, never overwrite it;
+  // with a message saying what is wrong (not where: see LocalStore::Locate) and a StoreReason.
   virtual absl::StatusOr<std::optional<std::string>> Get(std::string_view name) = 0;
 
   enum class PutMode { kIfAbsent, kReplace };
@@ -67,6 +80,12 @@ class Store {
     return std::vector<std::pair<std::string, int64_t>>{};
   }
 };
+
+// A short tag for a failure a store returns, for warning once per reason ("entry-symlink",
+// "read-error"); `fallback` when the store attached none.
+std::string StoreReason(const absl::Status& status, std::string_view fallback);
+// status with `reason` attached for StoreReason().
+absl::Status WithStoreReason(absl::Status status, std::string_view reason);
 
 }  // namespace fusejit::cache
 
