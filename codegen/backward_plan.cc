@@ -204,31 +204,55 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
     const int64_t cols = (conv ? chain.input[1] : p[1]) * kv;
     const int64_t reduction =
         chain.input[0] * (conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4]);
-    const WgTile t = ChooseWgTile(rows, cols);
+    // On tensor cores (sm_80+) where the rows fill most of a 64-row tile; FFMA otherwise.
+    const bool mma = HasAmpereFeatures(target.arch) && rows >= 32;
+    const WgTile t = mma ? WgTile{64, 128, 32, 4, 4, 256} : ChooseWgTile(rows, cols);
     const int64_t threads = t.threads;
     const int64_t tiles = CeilDiv(cols, t.bn) * CeilDiv(rows, t.bm);
     const int64_t max_parts_bytes = int64_t{512} << 20;
-    // About two blocks per SM in whole waves (rounded down: a last, nearly empty wave costs a
-    // whole one), each chunk at least 64 steps long.
-    int64_t splits = std::clamp<int64_t>(2 * target.sm_count / tiles, 1,
-                                         std::max<int64_t>(1, reduction / (64 * t.bk)));
-    splits = std::max<int64_t>(1, std::min(splits, max_parts_bytes / (rows * cols * 8)));
+    const int64_t max_splits = std::max<int64_t>(
+        1, std::min(reduction / (64 * t.bk), max_parts_bytes / (rows * cols * 8)));
+    int64_t splits = 1;
+    if (mma) {
+      // One block per SM (its registers): the split count whose blocks fill their waves best
+      // (the fewest when tied), at most 64.
+      double best = 0;
+      for (int64_t s = 1; s <= std::min<int64_t>(64, max_splits); ++s) {
+        const int64_t blocks = tiles * s;
+        const double fill = static_cast<double>(blocks) /
+                            static_cast<double>(CeilDiv(blocks, target.sm_count) * target.sm_count);
+        if (fill > best + 1e-9) {
+          best = fill;
+          splits = s;
+        }
+      }
+    } else {
+      // About two blocks per SM in whole waves (rounded down: a last, nearly empty wave costs a
+      // whole one), each chunk at least 64 steps long.
+      splits = std::clamp<int64_t>(2 * target.sm_count / tiles, 1, max_splits);
+    }
     const int64_t chunk = CeilDiv(CeilDiv(reduction, splits), t.bk) * t.bk;
     splits = CeilDiv(reduction, chunk);
     plan.includes.push_back("wgrad.cuh");
+    const bool prec3 = target.precision != Precision::kTf32;
     plan.tunes.push_back({"WgTune",
                           {Int("kBM", t.bm), Int("kBN", t.bn), Int("kBK", t.bk), Int("kTM", t.tm),
                            Int("kTN", t.tn), Int("kThreads", threads), Int("kSplits", splits),
                            Int("kChunk", chunk)}});
+    if (mma) plan.tunes.back().fields.push_back(Int("kPrec3", prec3 ? 1 : 0));
     const size_t wpart =
         plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
                           static_cast<size_t>(splits * rows * cols * 8));
-    KernelLaunch w{"fj_wgrad_partial", "fj::wgrad_partial_kernel<Cfg, WgTune>",
-                   absl::StrCat("weight gradient: ", rows, " x ", cols, " GEMM over ", reduction,
-                                " (n, point) pairs in ", splits, " chunks (FFMA, double partials)"),
-                   {static_cast<unsigned>(CeilDiv(cols, t.bn)),
-                    static_cast<unsigned>(CeilDiv(rows, t.bm)), static_cast<unsigned>(splits)},
-                   {static_cast<unsigned>(threads), 1, 1}};
+    KernelLaunch w{
+        "fj_wgrad_partial",
+        mma ? "fj::wgrad_mma_partial_kernel<Cfg, WgTune>" : "fj::wgrad_partial_kernel<Cfg, WgTune>",
+        absl::StrCat("weight gradient: ", rows, " x ", cols, " GEMM over ", reduction,
+                     " (n, point) pairs in ", splits, " chunks (",
+                     mma ? (prec3 ? "tensor cores, 3xTF32" : "tensor cores, TF32") : "FFMA",
+                     ", double partials)"),
+        {static_cast<unsigned>(CeilDiv(cols, t.bn)), static_cast<unsigned>(CeilDiv(rows, t.bm)),
+         static_cast<unsigned>(splits)},
+        {static_cast<unsigned>(threads), 1, 1}};
     w.args = {in("x", std::string(kInputName)),
               in("gu", gu), ws(ArgType::kDouble, "part", wpart, kWrite)};
     plan.kernels.push_back(w);

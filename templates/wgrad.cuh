@@ -174,6 +174,204 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
   }
 }
 
+namespace wg {
+__device__ __forceinline__ unsigned tf32(float v) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+// v = hi + lo, each a TF32 value (hi rounded to nearest; lo the rounded remainder).
+__device__ __forceinline__ void split(float v, unsigned& hi, unsigned& lo) {
+  hi = tf32(v);
+  lo = tf32(v - __uint_as_float(hi));
+}
+// c += a * b (m16n8k8, TF32 operands, fp32 accumulators).
+__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// Shared-memory column of (row r, column c) in a row of a multiple of 8 columns: the column XOR
+// (r / 4) % 8, so that a warp storing one column of 32 rows (pitch = 8 mod 32 floats) and a warp
+// reading an mma fragment (rows k..k+3 or k+4..k+7, 8 consecutive columns) both hit 32 banks.
+__device__ __forceinline__ int swz(int r, int c) { return c ^ ((r >> 2) & 7); }
+}  // namespace wg
+
+// The same GEMM, staging and partials as wgrad_partial_kernel, the products on the tensor cores
+// (mma.sync m16n8k8 TF32, sm_80 and later). Tune::kPrec3 = 1: fp32-accurate (3xTF32: both
+// operands split into TF32 big and small parts, three products, the small ones first); 0: one
+// TF32 product (precision tf32 asked for). Each kBK-step's products are summed by the tensor cores
+// in fp32, then added into double accumulators, as the FFMA kernel does.
+// Tune: kBM 64, kBN 128, kBK 32, kThreads 256 (8 warps: 2 rows x 4 columns of 32 x 32 warp
+// tiles); kSplits, kChunk (a multiple of kBK) as for wgrad_partial_kernel; same grid and part.
+template <class Cfg, class Tune>
+__device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const float* __restrict__ gu,
+                                         double* __restrict__ part) {
+  using G = WgGeom<Cfg>;
+  constexpr int BM = 64, BN = 128, BK = 32, kThreads = 256;
+  static_assert(Tune::kBM == BM && Tune::kBN == BN && Tune::kBK == BK && Tune::kThreads == kThreads,
+                "wgrad_mma: tile 64 x 128 x 32, 256 threads");
+  static_assert(Tune::kChunk % BK == 0, "wgrad_mma: chunks of whole k-steps");
+  constexpr int kSLoads = BK * BN / kThreads;  // 16
+  constexpr int kTLoads = BK * BM / kThreads;  // 8
+  constexpr int kColStep = kThreads / BK;      // columns between a thread's S loads
+  constexpr int kRowStep = kThreads / BK;      // rows between a thread's T loads
+  constexpr int kQS = G::kQD * G::kQH * G::kQW;
+  constexpr int kTP = BM + 8, kSP = BN + 8;  // pitches: 8 mod 32 floats
+  const float* __restrict__ T = G::kConv ? gu : x;
+  const float* __restrict__ S = G::kConv ? x : gu;
+
+  __shared__ __align__(16) float Ts[BK * kTP];
+  __shared__ __align__(16) float Ss[BK * kSP];
+  __shared__ int4 colinfo[BN];  // (b * kQS, tap's d, h, w displacement); b * kQS < 0: no column
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp >> 2, wc = warp & 3, g = lane >> 2, t = lane & 3;
+  const int rr = tid % BK, c_first = tid / BK;
+  const int m0 = blockIdx.y * BM, c0 = blockIdx.x * BN;
+  const int r_begin = blockIdx.z * Tune::kChunk;
+  const int r_end = min(r_begin + Tune::kChunk, G::kR);
+
+  for (int cc = tid; cc < BN; cc += kThreads) {
+    const int col = c0 + cc, b = col / G::kKV, tap = col % G::kKV;
+    const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
+              kw = tap % Cfg::kKW;
+    colinfo[cc] =
+        make_int4(col < G::kNcol ? b * kQS : -1, kd * Cfg::kDilD, kh * Cfg::kDilH, kw * Cfg::kDilW);
+  }
+  __syncthreads();
+
+  float sv[kSLoads], tv[kTLoads];
+  // This thread's values of the step starting at r0 (reduction offset rr), into sv / tv.
+  auto load = [&](int r0) {
+    const int r = r0 + rr;
+    const bool ok = r < r_end;
+    const int n = r / G::kPT, p = r % G::kPT;
+    const int pd = p / (G::kTH * G::kTW), ph = (p / G::kTW) % G::kTH, pw = p % G::kTW;
+    const int sbase = n * G::kB * kQS;
+    const int qd0 = pd * Cfg::kSD - Cfg::kPD, qh0 = ph * Cfg::kSH - Cfg::kPH,
+              qw0 = pw * Cfg::kSW - Cfg::kPW;
+#pragma unroll
+    for (int j = 0; j < kSLoads; ++j) {
+      const int4 ci = colinfo[c_first + j * kColStep];
+      const int qd = qd0 + ci.y, qh = qh0 + ci.z, qw = qw0 + ci.w;
+      sv[j] = ok && ci.x >= 0 && qd >= 0 && qd < G::kQD && qh >= 0 && qh < G::kQH && qw >= 0 &&
+                      qw < G::kQW
+                  ? S[sbase + ci.x + (qd * G::kQH + qh) * G::kQW + qw]
+                  : 0.f;
+    }
+    const int tbase = n * G::kA * G::kPT + p;
+#pragma unroll
+    for (int i = 0; i < kTLoads; ++i) {
+      const int a = m0 + c_first + i * kRowStep;
+      tv[i] = ok && a < G::kA ? T[tbase + a * G::kPT] : 0.f;
+    }
+  };
+
+  float acc[2][4][4];
+  double accd[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[mi][ni][e] = 0.f;
+        accd[mi][ni][e] = 0.0;
+      }
+    }
+  }
+
+  if (r_begin < r_end) load(r_begin);
+  for (int r0 = r_begin; r0 < r_end; r0 += BK) {
+#pragma unroll
+    for (int j = 0; j < kSLoads; ++j) {
+      const int c = c_first + j * kColStep;
+      Ss[rr * kSP + wg::swz(rr, c)] = sv[j];
+    }
+#pragma unroll
+    for (int i = 0; i < kTLoads; ++i) {
+      const int a = c_first + i * kRowStep;
+      Ts[rr * kTP + wg::swz(rr, a)] = tv[i];
+    }
+    __syncthreads();
+    if (r0 + BK < r_end) load(r0 + BK);  // in flight while this step is computed
+#pragma unroll
+    for (int k8 = 0; k8 < BK; k8 += 8) {
+      const int ka = k8 + t, kb = k8 + t + 4;
+      unsigned ah[2][4], al[2][4], bh[4][2], bl[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int row = wr * 32 + mi * 16 + g;
+        const float v[4] = {Ts[ka * kTP + wg::swz(ka, row)], Ts[ka * kTP + wg::swz(ka, row + 8)],
+                            Ts[kb * kTP + wg::swz(kb, row)], Ts[kb * kTP + wg::swz(kb, row + 8)]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (Tune::kPrec3) {
+            wg::split(v[e], ah[mi][e], al[mi][e]);
+          } else {
+            ah[mi][e] = wg::tf32(v[e]);
+          }
+        }
+      }
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int col = wc * 32 + ni * 8 + g;
+        const float v[2] = {Ss[ka * kSP + wg::swz(ka, col)], Ss[kb * kSP + wg::swz(kb, col)]};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if constexpr (Tune::kPrec3) {
+            wg::split(v[e], bh[ni][e], bl[ni][e]);
+          } else {
+            bh[ni][e] = wg::tf32(v[e]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          if constexpr (Tune::kPrec3) {
+            wg::mma(acc[mi][ni], al[mi], bh[ni]);
+            wg::mma(acc[mi][ni], ah[mi], bl[ni]);
+          }
+          wg::mma(acc[mi][ni], ah[mi], bh[ni]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          accd[mi][ni][e] += acc[mi][ni][e];
+          acc[mi][ni][e] = 0.f;
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Accumulator e of (mi, ni): row g (+8 for e >= 2), column 2t (+1 for odd e) of the 16 x 8 tile.
+  double* out = part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int a = m0 + wr * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int col = c0 + wc * 32 + ni * 8 + 2 * t + (e & 1);
+        if (a < G::kA && col < G::kNcol) {
+          out[static_cast<size_t>(a) * G::kNcol + col] = accd[mi][ni][e];
+        }
+      }
+    }
+  }
+}
+
 // grad_w[i] = sum over chunks of part[chunk][i], in chunk order. One thread per weight element.
 template <class Cfg, class Tune>
 __device__ void wgrad_reduce_kernel(const double* __restrict__ part, float* __restrict__ grad_w) {
@@ -197,6 +395,13 @@ struct WgSelfTune {
 };
 extern "C" __global__ void wgrad_partial(const float* x, const float* gu, double* part) {
   fj::wgrad_partial_kernel<fj::DefaultConfig, WgSelfTune>(x, gu, part);
+}
+struct WgMmaSelfTune {
+  static constexpr int kBM = 64, kBN = 128, kBK = 32, kTM = 4, kTN = 4, kThreads = 256;
+  static constexpr int kSplits = 3, kChunk = 384, kPrec3 = 1;
+};
+extern "C" __global__ void wgrad_mma_partial(const float* x, const float* gu, double* part) {
+  fj::wgrad_mma_partial_kernel<fj::DefaultConfig, WgMmaSelfTune>(x, gu, part);
 }
 extern "C" __global__ void wgrad_reduce(const double* part, float* gw) {
   fj::wgrad_reduce_kernel<fj::DefaultConfig, WgSelfTune>(part, gw);

@@ -96,6 +96,30 @@ TEST(GpuBackward, EveryOpAndMeanMode) {
   }
 }
 
+// The weight gradient on tensor cores (sm_80+, 32 or more GEMM rows: conv3d's output channels,
+// conv_transpose3d's input channels): rows and columns that are not whole tiles, strides,
+// dilation, output_padding, a 1x1x1 kernel, several reduction chunks; fp32-accurate (3xTF32) to
+// 1e-5 and TF32 when asked.
+TEST(GpuBackward, TensorCoreWeightGradient) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,32,7,9,11] | conv3d(out=40,k=3,padding=1) | gelu | group_norm(groups=5)",
+      "x:f32[2,48,6,7,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1,output_padding=1) | "
+      "tanh | group_norm(groups=4) | mean(dims=[2,3,4])",
+      "x:f32[1,100,5,6,7] | conv3d(out=70,k=[2,3,1],stride=[1,2,1],dilation=2) | swish",
+      "x:f32[1,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)",
+      "x:f32[2,32,9,9,9] | conv3d(out=64,k=1) | sigmoid | group_norm(groups=16) | hardswish",
+      "x:f32[4,32,16,16,16] | conv3d(out=64,k=3,padding=1) | tanh",
+  };
+  uint64_t seed = 70;
+  for (const char* spec : specs) {
+    absl::StatusOr<Chain> c = ParseChain(spec);
+    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
+    CheckBackward(*c, seed++);
+    CheckBackward(*c, seed++, Precision::kTf32, 5e-3);
+  }
+}
+
 TEST(GpuBackward, RandomChains) {
   SKIP_WITHOUT_GPU();
   Rng rng(4242);
