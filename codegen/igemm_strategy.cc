@@ -58,6 +58,10 @@ TuneStruct::Field Int(std::string name, int64_t v) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Output channels padded to whole 128-channel tiles (IgemmShape::kCP).
+int64_t PaddedChannels(int64_t c) {
+  return CeilDiv(c, fj::geom::kIgemmTileN) * fj::geom::kIgemmTileN;
+}
 
 // The tunable parameters (the generated IgemmTune struct: igemm_wgmma.cuh's Tunables).
 struct IgemmTune {
@@ -99,10 +103,10 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   IgemmGeometry g;
-  static_cast<fj::geom::Igemm&>(g) =
-      fj::geom::IgemmOf(p[2], p[3], p[4], x[2], x[3], x[4], x[1], p[1], conv.kernel[0],
-                        conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2],
-                        /*bm=*/64 * t.wg, t.stages);
+  static_cast<fj::geom::Igemm&>(g) = fj::geom::IgemmOf(
+      p[2], p[3], p[4], x[2], x[3], x[4], x[1], PaddedChannels(p[1]), conv.kernel[0],
+      conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2],
+      /*bm=*/64 * t.wg, t.stages);
   g.threads = 128 * t.wg;
   const int64_t per_block =
       g.s % 4 == 0 ? kGnApplyThreads * kGnApplyVec * 4 : kGnApplyThreads * kGnApplyVec;
@@ -134,7 +138,8 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
   if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
-  if (c % kTileN != 0) return false;                           // kC % BN == 0, BN = 128
+  // kC % BN == 0, BN = 128; igemm-store pads the channels to whole tiles.
+  if (variant != Variant::kStore && c % kTileN != 0) return false;
   if (info.group_norm && kTileN % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
@@ -214,7 +219,8 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
   const bool one_acc = !p.two_accumulators();
   const int64_t top_wg = one_acc ? 4 : 3, top_stages = one_acc ? 5 : 7;
   const ConvAttrs& conv = info.producer->conv;
-  const int64_t ctas_per_tile_row = info.producer_shape[0] * (info.producer_shape[1] / kTileN);
+  const int64_t ctas_per_tile_row =
+      info.producer_shape[0] * (PaddedChannels(info.producer_shape[1]) / kTileN);
   auto fits = [&](const IgemmTune& t) {
     return CheckTune(chain, info, target, t, TuneConfig{}).ok();
   };
@@ -287,7 +293,11 @@ class IgemmStrategy : public Strategy {
     const double per_point = variant_ == Variant::kStore            ? 4.0 / 3.0
                              : variant_ == Variant::kStoreNormalize ? 12.0 / 3.0
                                                                     : 0.5;
-    return static_cast<double>(info.elements) * (per_point + 2.0 * info.macs_per_point / 400.0) +
+    // Padded channels (igemm-store) cost their share of the products.
+    const double padding = static_cast<double>(PaddedChannels(info.producer_shape[1])) /
+                           static_cast<double>(info.producer_shape[1]);
+    return static_cast<double>(info.elements) *
+               (per_point + 2.0 * info.macs_per_point * padding / 400.0) +
            static_cast<double>(NumElements(in.chain.input)) * 8.0 / 3.0;
   }
   TuneConfig DefaultConfig(const PlanInput& in) const override {
@@ -372,7 +382,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
       absl::StrCat("weights [tap][co][ci] as ", f16  ? "fp16 high/low pairs of w*sw"
                                                 : x1 ? absl::StrCat(dtype_name, " (and zeros)")
                                                      : "TF32"),
-      static_cast<size_t>(g.taps * c * cin) * 4);
+      static_cast<size_t>(g.taps * PaddedChannels(c) * cin) * 4);
   size_t absmax = 0, scale = 0;
   if (f16) {
     absmax = plan.AddWorkspace("per-block max|x| and max|w| (fp16 scales) x 264 blocks",
@@ -433,7 +443,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   prep.restrict_pointers = true;
   plan.kernels.push_back(prep);
   KernelLaunch gemm;
-  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(c / kTileN),
+  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(CeilDiv(c, kTileN)),
                static_cast<unsigned>(n)};
   gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
   gemm.min_blocks_per_sm = 1;

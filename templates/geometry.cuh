@@ -90,8 +90,9 @@ struct Igemm {
   long long prep_w_blocks;                       // prep grid: blocks converting the weights
 };
 
-// (d, h, w): output extents; (din, hin, win): input extents; cin, c: channels; k*, dil*: kernel
-// and dilation; bm, stages: the tuning.
+// (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
+// channels padded to whole 128-channel tiles; k*, dil*: kernel and dilation; bm, stages: the
+// tuning.
 constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, long long hin,
                         long long win, long long cin, long long c, long long kd, long long kh,
                         long long kw, long long dilh, long long dilw, long long bm,

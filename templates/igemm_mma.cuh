@@ -59,7 +59,7 @@
 //        scale; absmax and scale are not read or written with kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
-//   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, kC/BN, kN), reading xa, wb, bias (if
+//   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, ceil(kC/BN), kN), reading xa, wb, bias (if
 //      kBias), scale:
 //      kIgemmOutStoreY: igemm_wgmma_body writes y (pre-norm values pre(conv + bias), NCDHW) and
 //        partials; then 4. gn_finalize_body, 5. gn_apply_body (gn_apply.cuh), kTiles = tiles.
@@ -164,15 +164,18 @@ template <class Cfg, class Tune>
 struct IgemmShape {
   static constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
   static constexpr int kBM = Tune::kWarpsM * Tune::kWM;
+  static constexpr int kBN = Tune::kWarpsN * Tune::kWN;
+  // Output channels padded to whole tiles (the store epilogue without group_norm only: the
+  // padding's weights are zero and its rows are not stored).
+  static constexpr int kCP = (Cfg::kC + kBN - 1) / kBN * kBN;
   // Sizes the host's launch uses too, from one function (geometry.cuh).
   static constexpr geom::Igemm kG =
-      geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, Cfg::kC,
+      geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP,
                     Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages);
   static constexpr int kS = kG.s;
   static constexpr int kSin = kG.sin;
   static constexpr int kTaps = kG.taps;
   static constexpr int kCB = Cfg::kCin / 32;
-  static constexpr int kBN = Tune::kWarpsN * Tune::kWN;
   static constexpr int kThreads = 32 * Tune::kWarpsM * Tune::kWarpsN;
   static constexpr int kTiles = kG.tiles;
   static constexpr int kGroupsOr1 = Cfg::kGroups > 0 ? Cfg::kGroups : 1;
@@ -189,7 +192,7 @@ struct IgemmShape {
   static constexpr int kEpiBytes = kBN * kEpiPitch * 4;
   // Workspace sizes.
   static constexpr long long kXaBytes = (long long)Cfg::kN * kSin * Cfg::kCin * 4;
-  static constexpr long long kWbBytes = (long long)kTaps * Cfg::kC * Cfg::kCin * 4;
+  static constexpr long long kWbBytes = (long long)kTaps * kCP * Cfg::kCin * 4;
   static constexpr long long kPartialFloats = (long long)Cfg::kN * kGroupsOr1 * kTiles * 3;
   static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
@@ -197,7 +200,7 @@ struct IgemmShape {
   static constexpr int kPrepPts = geom::kIgemmPrepPoints;
   static constexpr int kPrepXBlocksPerSample = kG.prep_x_blocks_per_sample;
   static constexpr int kPrepXBlocks = Cfg::kN * kPrepXBlocksPerSample;
-  static constexpr int kWChunks = kTaps * Cfg::kC * kCB * 4;  // 8-lane chunks
+  static constexpr int kWChunks = kTaps * kCP * kCB * 4;  // 8-lane chunks
   static constexpr int kPrepWBlocks = kG.prep_w_blocks;  // kWChunks / 256, rounded up
 
   static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
@@ -212,7 +215,10 @@ struct IgemmShape {
   static_assert(Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1,
                 "igemm: stride 1 only (split strided transposed convs into phases first)");
   static_assert(Cfg::kCin % 32 == 0, "igemm: kCin must be a multiple of 32");
-  static_assert(Cfg::kC % kBN == 0, "igemm: kC must be a multiple of the tile width BN");
+  static_assert(Cfg::kC % kBN == 0 ||
+                    (Cfg::kGroups == 0 && IgemmOutOf<Tune>::value == kIgemmOutStoreY),
+                "igemm: kC must be a multiple of the tile width BN (or the chain has no "
+                "group_norm and the epilogue stores y: channels padded)");
   static_assert(Tune::kWM % 16 == 0 && Tune::kWN % 16 == 0, "igemm: warp tile multiple of 16");
   static_assert(kThreads % 8 == 0, "igemm: threads a multiple of 8");
   static_assert(Cfg::kGroups == 0 || (Cfg::kC % Cfg::kGroups == 0 && kBN % kCg == 0),
@@ -368,16 +374,19 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
     const int i = (b - xblocks) * 256 + threadIdx.x;
     if (i >= Sh::kWChunks) return;
     // i -> (tap, co, cb, j): 8 input channels ci = cb*32 + j*8 .. +7.
-    const int j = i % 4, cb = (i / 4) % Sh::kCB, co = (i / (4 * Sh::kCB)) % Cfg::kC;
-    const int tap = i / (4 * Sh::kCB * Cfg::kC);
+    const int j = i % 4, cb = (i / 4) % Sh::kCB, co = (i / (4 * Sh::kCB)) % Sh::kCP;
+    const int tap = i / (4 * Sh::kCB * Sh::kCP);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int ci = cb * 32 + j * 8 + e;
-      v[e] = to_f32(Sh::kTransposed ? weight[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
-                                    : weight[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap]);
+      v[e] = co >= Cfg::kC
+                 ? 0.f  // padding channels: zero weights
+                 : to_f32(Sh::kTransposed
+                              ? weight[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
+                              : weight[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap]);
     }
-    unsigned char* row = wb + (((long long)tap * Cfg::kC + co) * Sh::kCB + cb) * 128;
+    unsigned char* row = wb + (((long long)tap * Sh::kCP + co) * Sh::kCB + cb) * 128;
     if constexpr (kX1) {
       unsigned u[4];
 #pragma unroll
@@ -436,7 +445,7 @@ struct IgemmCore {
   __device__ __forceinline__ static void load_b(unsigned sb, const unsigned char* wb, int tap,
                                                 int cb, int co0, int ld_r, int ld_c) {
     const unsigned char* wsrc =
-        wb + (((long long)tap * Cfg::kC + co0) * Sh::kCB + cb) * 128 + ld_c * 16;
+        wb + (((long long)tap * Sh::kCP + co0) * Sh::kCB + cb) * 128 + ld_c * 16;
     if constexpr ((BN * 8) % NT == 0) {
 #pragma unroll
       for (int j = 0; j < BN * 8 / NT; ++j) {
@@ -473,7 +482,9 @@ struct IgemmCore {
           const int row = warp_m * Tune::kWM + mi * 16 + g + ((e >> 1) << 3);
           const int col = warp_n * Tune::kWN + ni * 8 + 2 * t + (e & 1);
           float v = acc[mi][ni][e] * s;
-          if constexpr (Cfg::kBias) v += to_f32(bias[co0 + col]);
+          if constexpr (Cfg::kBias) {
+            if (Cfg::kC % BN == 0 || co0 + col < Cfg::kC) v += to_f32(bias[co0 + col]);
+          }
           v = Cfg::pre(v);
           if constexpr (kPost) v = Cfg::post(v);
           epi[col * Sh::kEpiPitch + row] = v;
@@ -533,6 +544,7 @@ struct IgemmCore {
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
     constexpr int kWarps = NT / 32;
     for (int r = warp; r < BN; r += kWarps) {
+      if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: not stored
       float* dst = y + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
       const float* srow = epi + r * Sh::kEpiPitch;
       if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0) {

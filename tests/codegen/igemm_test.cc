@@ -574,6 +574,10 @@ const char* const kStoreChains[] = {
     "x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu",
     "x:f32[2,32,7,11,11] | conv3d(out=256,k=3,padding=1,dilation=2) | gelu | tanh",
     "x:f32[3,96,5,9,9] | conv3d(out=128,k=1)",
+    // Output channels padded to whole 128-channel tiles: 64, 100, 200 (the last tile partial).
+    "x:f32[16,64,32,32,32] | conv3d(out=64,k=3,padding=1) | swish",
+    "x:f32[1,64,6,9,9] | conv_transpose3d(out=100,k=3,padding=1) | tanh",
+    "x:f32[2,128,6,9,9] | conv3d(out=200,k=3,padding=1)",
 };
 
 TEST(IgemmStore, ChainsWithoutGroupNormPlanToItAndCompileWithoutSpills) {
@@ -618,12 +622,19 @@ TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
   EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
   EXPECT_TRUE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
   EXPECT_FALSE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_80"))));
-  // A mean needs a reduction the store does not do; 100 output channels are not whole tiles.
+  // A mean needs a reduction the store does not do; 40 input channels are not whole k-blocks of
+  // 32. 100 output channels are padded to a whole tile.
   EXPECT_FALSE(store.Applies(codegen::PlanInput(
-      Parse("x:f32[2,32,8,8,8] | conv3d(out=128,k=3) | relu | mean(dims=[2,3,4])"),
+      Parse("x:f32[2,32,10,10,10] | conv3d(out=128,k=3) | relu | mean(dims=[2,3,4])"),
       Target("sm_90"))));
   EXPECT_FALSE(store.Applies(codegen::PlanInput(
-      Parse("x:f32[2,32,8,8,8] | conv3d(out=100,k=3) | relu"), Target("sm_90"))));
+      Parse("x:f32[2,40,10,10,10] | conv3d(out=128,k=3) | relu"), Target("sm_90"))));
+  EXPECT_TRUE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[2,32,10,10,10] | conv3d(out=100,k=3) | relu"), Target("sm_90"))));
+  // group_norm's plans still need whole tiles.
+  EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(
+      Parse("x:f32[2,32,10,10,10] | conv3d(out=64,k=3) | relu | group_norm(groups=8)"),
+      Target("sm_90"))));
   // bf16/f16 chains run the f32 plan between casts (the epilogue stores float).
   EXPECT_FALSE(store.HandlesDType(DType::kBF16));
   EXPECT_TRUE(store.HandlesDType(DType::kF32));

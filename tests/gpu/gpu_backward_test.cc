@@ -99,7 +99,9 @@ TEST(GpuBackward, EveryOpAndMeanMode) {
 // The weight gradient on tensor cores (sm_80+, 32 or more GEMM rows: conv3d's output channels,
 // conv_transpose3d's input channels): rows and columns that are not whole tiles, strides,
 // dilation, output_padding, a 1x1x1 kernel, several reduction chunks; fp32-accurate (3xTF32) to
-// 1e-5 and TF32 when asked.
+// 1e-5, and TF32 when asked to 2e-2 of the magnitude (the forward TF32 tests' max-error bound:
+// every product of the recompute, the data and the weight gradient rounds its operands to 10
+// bits, and group_norm's backward divides by the group's spread).
 TEST(GpuBackward, TensorCoreWeightGradient) {
   SKIP_WITHOUT_GPU();
   const char* const specs[] = {
@@ -116,7 +118,7 @@ TEST(GpuBackward, TensorCoreWeightGradient) {
     absl::StatusOr<Chain> c = ParseChain(spec);
     ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
     CheckBackward(*c, seed++);
-    CheckBackward(*c, seed++, Precision::kTf32, 5e-3);
+    CheckBackward(*c, seed++, Precision::kTf32, 2e-2);
   }
 }
 

@@ -216,7 +216,8 @@ TEST(GpuIgemm, RandomChains) {
 // ---- igemm-store (no group_norm, no mean) --------------------------------------------------
 
 // The GEMM's epilogue writes y itself (bias and every op): W3's producer with relu (its
-// backward's recompute), odd sizes with scalar stores, two channel tiles, a 1x1x1 kernel.
+// backward's recompute), odd sizes with scalar stores, two channel tiles, a 1x1x1 kernel, output
+// channels that are not whole tiles.
 TEST(GpuIgemm, StoreChainsWithoutGroupNormInBothPrecisions) {
   SKIP_WITHOUT_SM90();
   const char* const chains[] = {
@@ -225,6 +226,10 @@ TEST(GpuIgemm, StoreChainsWithoutGroupNormInBothPrecisions) {
       "x:f32[3,96,5,9,9] | conv3d(out=128,k=1)",
       "x:f32[1,32,6,7,9] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1]) | "
       "leaky_relu(slope=0.1) | hardswish",
+      // Output channels padded to whole tiles: 64, 100, 200 (the second tile partial), bias.
+      "x:f32[2,32,7,11,11] | conv3d(out=64,k=3,padding=1) | gelu",
+      "x:f32[1,64,6,9,9] | conv_transpose3d(out=100,k=3,padding=1) | tanh",
+      "x:f32[2,128,6,9,9] | conv3d(out=200,k=3,padding=1)",
   };
   std::vector<std::pair<Chain, Precision>> list;
   for (const char* spec : chains) {
