@@ -140,6 +140,9 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
   // kC % BN == 0, BN = 128; igemm-store pads the channels to whole tiles.
   if (variant != Variant::kStore && c % kTileN != 0) return false;
+  // Padding at most doubles the products: 64 channels (half a tile) measured 2.1x faster than
+  // tc-conv (H100, 2026-11-26); with fewer, most of each tile would be padding.
+  if (PaddedChannels(c) > 2 * c) return false;
   if (info.group_norm && kTileN % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
