@@ -41,6 +41,7 @@
 
 #include "common.cuh"
 #include "default_config.cuh"
+#include "mma_tf32.cuh"
 
 namespace fj {
 
@@ -172,20 +173,6 @@ struct TcShape {
   static_assert(Fixed::kOut == kTcStoreFinal || Cfg::kC <= 1 << 20, "tc_conv: channels");
 };
 
-__device__ __forceinline__ unsigned tc_tf32(float v) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
-
-// c += a * b (m16n8k8, TF32 operands, fp32 accumulators).
-__device__ __forceinline__ void tc_mma(float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 // d = a * b.
 __device__ __forceinline__ void tc_mma_zero(float* d, const unsigned* a, const unsigned* b) {
   asm volatile(

@@ -17,6 +17,7 @@
 
 #include "common.cuh"
 #include "default_config.cuh"
+#include "mma_tf32.cuh"
 
 namespace fj {
 
@@ -37,56 +38,40 @@ struct WgGeom {
   static constexpr int kR = Cfg::kN * kPT;
 };
 
-// Grid (ceil(kNcol / kBN), ceil(kA / kBM), kSplits); block kThreads = (kBM/kTM) * (kBN/kTN).
-// part: [kSplits][kA][kNcol] doubles.
-//
-// Each kBK-step stages T[r0..r0+kBK) x [m0..m0+kBM) and the gathered S[r0..][c0..c0+kBN) in shared
-// memory. Every load of a thread is at the same reduction offset tid % kBK, so a thread decodes
-// its r once per step; per column (b, tap) the channel offset and tap displacement are decoded
-// once per block (colinfo). The next step's values are loaded into registers while the current
-// step is computed (latency hidden without a second shared buffer). Thread (ty, tx) owns rows
-// ty*4.. and columns tx*4 + g*(kBN/kTN*4) (groups of 4), read as float4.
-template <class Cfg, class Tune>
-__device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* __restrict__ gu,
-                                     double* __restrict__ part) {
+// The staging both weight-gradient kernels share, for a block tile of BM rows x BN columns,
+// kBK-long reduction steps and kThreads threads. Every load of a thread is at the same reduction
+// offset tid % BK, so a thread decodes its r once per step; per column (b, tap) the channel offset
+// and tap displacement are decoded once per block (Columns).
+template <class Cfg, int BM, int BN, int BK, int kThreads>
+struct WgStage {
   using G = WgGeom<Cfg>;
-  constexpr int BM = Tune::kBM, BN = Tune::kBN, BK = Tune::kBK, TM = Tune::kTM, TN = Tune::kTN;
-  constexpr int kRowThreads = BM / TM, kColThreads = BN / TN;
-  constexpr int kThreads = kRowThreads * kColThreads;
-  constexpr int kGroups = TN / 4;               // float4 column groups per thread
-  constexpr int kGroupStride = kColThreads * 4;  // columns between a thread's groups
-  static_assert(kThreads == Tune::kThreads, "thread count agrees with the tile");
-  static_assert(TM == 4 && TN % 4 == 0, "float4 shared-memory reads");
   static_assert(kThreads % BK == 0 && (BK * BN) % kThreads == 0, "whole loads per thread");
-  constexpr int kSLoads = BK * BN / kThreads;
-  constexpr int kTLoads = (BK * BM + kThreads - 1) / kThreads;
-  constexpr int kColStep = kThreads / BK;  // columns between a thread's S loads
-  constexpr int kQS = G::kQD * G::kQH * G::kQW;
-  const float* __restrict__ T = G::kConv ? gu : x;
-  const float* __restrict__ S = G::kConv ? x : gu;
+  static constexpr int kSLoads = BK * BN / kThreads;
+  static constexpr int kTLoads = (BK * BM + kThreads - 1) / kThreads;
+  static constexpr int kColStep = kThreads / BK;  // columns (and rows) between a thread's loads
+  static constexpr int kQS = G::kQD * G::kQH * G::kQW;
 
-  // Rows padded by 4 floats: the stores (consecutive threads at consecutive k) spread over banks.
-  __shared__ __align__(16) float Ts[BK][BM + 4];
-  __shared__ __align__(16) float Ss[BK][BN + 4];
-  __shared__ int4 colinfo[BN];  // (b * kQS, tap's d, h, w displacement); b * kQS < 0: no column
-  const int tid = threadIdx.x, ty = tid / kColThreads, tx = tid % kColThreads;
-  const int rr = tid % BK, c_first = tid / BK;
-  const int m0 = blockIdx.y * BM, c0 = blockIdx.x * BN;
-  const int r_begin = blockIdx.z * Tune::kChunk;
-  const int r_end = min(r_begin + Tune::kChunk, G::kR);
-
-  for (int cc = tid; cc < BN; cc += kThreads) {
-    const int col = c0 + cc, b = col / G::kKV, tap = col % G::kKV;
-    const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH, kw = tap % Cfg::kKW;
-    colinfo[cc] = make_int4(col < G::kNcol ? b * kQS : -1, kd * Cfg::kDilD, kh * Cfg::kDilH,
-                            kw * Cfg::kDilW);
+  // colinfo[cc] for the block's columns c0 + cc: (b * kQS, the tap's d, h, w displacement);
+  // b * kQS < 0: past the last column. All threads; the caller synchronizes after it.
+  __device__ __forceinline__ static void Columns(int4* colinfo, int c0) {
+    for (int cc = threadIdx.x; cc < BN; cc += kThreads) {
+      const int col = c0 + cc, b = col / G::kKV, tap = col % G::kKV;
+      const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
+                kw = tap % Cfg::kKW;
+      colinfo[cc] = make_int4(col < G::kNcol ? b * kQS : -1, kd * Cfg::kDilD, kh * Cfg::kDilH,
+                              kw * Cfg::kDilW);
+    }
   }
-  __syncthreads();
 
-  float sv[kSLoads], tv[kTLoads];
-  // This thread's values of the step starting at r0, into sv / tv.
-  auto load = [&](int r0) {
-    const int r = r0 + rr;
+  // This thread's values of the step starting at r0 (reduction index r0 + tid % BK, zero past
+  // r_end): sv[j] of S at column tid / BK + j * kColStep (gathered, zero outside S); tv[i] of T
+  // at row m0 + (tid + i * kThreads) / BK (zero past the rows or the tile).
+  __device__ __forceinline__ static void Load(const float* __restrict__ T,
+                                              const float* __restrict__ S, const int4* colinfo,
+                                              int r0, int r_end, int m0, float (&sv)[kSLoads],
+                                              float (&tv)[kTLoads]) {
+    const int tid = threadIdx.x, c_first = tid / BK;
+    const int r = r0 + tid % BK;
     const bool ok = r < r_end;
     const int n = r / G::kPT, p = r % G::kPT;
     const int pd = p / (G::kTH * G::kTW), ph = (p / G::kTW) % G::kTH, pw = p % G::kTW;
@@ -108,7 +93,47 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
       const int idx = tid + i * kThreads, a = m0 + idx / BK;
       tv[i] = ok && idx < BK * BM && a < G::kA ? T[tbase + a * G::kPT] : 0.f;
     }
-  };
+  }
+};
+
+// Grid (ceil(kNcol / kBN), ceil(kA / kBM), kSplits); block kThreads = (kBM/kTM) * (kBN/kTN).
+// part: [kSplits][kA][kNcol] doubles.
+//
+// Each kBK-step stages T[r0..r0+kBK) x [m0..m0+kBM) and the gathered S[r0..][c0..c0+kBN) in shared
+// memory (WgStage). The next step's values are loaded into registers while the current step is
+// computed (latency hidden without a second shared buffer). Thread (ty, tx) owns rows
+// ty*4.. and columns tx*4 + g*(kBN/kTN*4) (groups of 4), read as float4.
+template <class Cfg, class Tune>
+__device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* __restrict__ gu,
+                                     double* __restrict__ part) {
+  using G = WgGeom<Cfg>;
+  constexpr int BM = Tune::kBM, BN = Tune::kBN, BK = Tune::kBK, TM = Tune::kTM, TN = Tune::kTN;
+  constexpr int kRowThreads = BM / TM, kColThreads = BN / TN;
+  constexpr int kThreads = kRowThreads * kColThreads;
+  constexpr int kGroups = TN / 4;               // float4 column groups per thread
+  constexpr int kGroupStride = kColThreads * 4;  // columns between a thread's groups
+  static_assert(kThreads == Tune::kThreads, "thread count agrees with the tile");
+  static_assert(TM == 4 && TN % 4 == 0, "float4 shared-memory reads");
+  using St = WgStage<Cfg, BM, BN, BK, kThreads>;
+  constexpr int kSLoads = St::kSLoads, kTLoads = St::kTLoads, kColStep = St::kColStep;
+  const float* __restrict__ T = G::kConv ? gu : x;
+  const float* __restrict__ S = G::kConv ? x : gu;
+
+  // Rows padded by 4 floats: the stores (consecutive threads at consecutive k) spread over banks.
+  __shared__ __align__(16) float Ts[BK][BM + 4];
+  __shared__ __align__(16) float Ss[BK][BN + 4];
+  __shared__ int4 colinfo[BN];  // (b * kQS, tap's d, h, w displacement); b * kQS < 0: no column
+  const int tid = threadIdx.x, ty = tid / kColThreads, tx = tid % kColThreads;
+  const int rr = tid % BK, c_first = tid / BK;
+  const int m0 = blockIdx.y * BM, c0 = blockIdx.x * BN;
+  const int r_begin = blockIdx.z * Tune::kChunk;
+  const int r_end = min(r_begin + Tune::kChunk, G::kR);
+
+  St::Columns(colinfo, c0);
+  __syncthreads();
+
+  float sv[kSLoads], tv[kTLoads];
+  auto load = [&](int r0) { St::Load(T, S, colinfo, r0, r_end, m0, sv, tv); };
 
   float acc[TM][TN];
   double accd[TM][TN];
@@ -175,23 +200,10 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
 }
 
 namespace wg {
-__device__ __forceinline__ unsigned tf32(float v) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
 // v = hi + lo, each a TF32 value (hi rounded to nearest; lo the rounded remainder).
 __device__ __forceinline__ void split(float v, unsigned& hi, unsigned& lo) {
-  hi = tf32(v);
-  lo = tf32(v - __uint_as_float(hi));
-}
-// c += a * b (m16n8k8, TF32 operands, fp32 accumulators).
-__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  hi = tc_tf32(v);
+  lo = tc_tf32(v - __uint_as_float(hi));
 }
 // Shared-memory column of (row r, column c) in a row of a multiple of 8 columns: the column XOR
 // (r / 4) % 8, so that a warp storing one column of 32 rows (pitch = 8 mod 32 floats) and a warp
@@ -214,11 +226,9 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
   static_assert(Tune::kBM == BM && Tune::kBN == BN && Tune::kBK == BK && Tune::kThreads == kThreads,
                 "wgrad_mma: tile 64 x 128 x 32, 256 threads");
   static_assert(Tune::kChunk % BK == 0, "wgrad_mma: chunks of whole k-steps");
-  constexpr int kSLoads = BK * BN / kThreads;  // 16
-  constexpr int kTLoads = BK * BM / kThreads;  // 8
-  constexpr int kColStep = kThreads / BK;      // columns between a thread's S loads
-  constexpr int kRowStep = kThreads / BK;      // rows between a thread's T loads
-  constexpr int kQS = G::kQD * G::kQH * G::kQW;
+  using St = WgStage<Cfg, BM, BN, BK, kThreads>;
+  constexpr int kSLoads = St::kSLoads, kTLoads = St::kTLoads;  // 16, 8
+  constexpr int kColStep = St::kColStep;     // columns (and rows) between a thread's loads
   constexpr int kTP = BM + 8, kSP = BN + 8;  // pitches: 8 mod 32 floats
   const float* __restrict__ T = G::kConv ? gu : x;
   const float* __restrict__ S = G::kConv ? x : gu;
@@ -233,41 +243,11 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
   const int r_begin = blockIdx.z * Tune::kChunk;
   const int r_end = min(r_begin + Tune::kChunk, G::kR);
 
-  for (int cc = tid; cc < BN; cc += kThreads) {
-    const int col = c0 + cc, b = col / G::kKV, tap = col % G::kKV;
-    const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
-              kw = tap % Cfg::kKW;
-    colinfo[cc] =
-        make_int4(col < G::kNcol ? b * kQS : -1, kd * Cfg::kDilD, kh * Cfg::kDilH, kw * Cfg::kDilW);
-  }
+  St::Columns(colinfo, c0);
   __syncthreads();
 
   float sv[kSLoads], tv[kTLoads];
-  // This thread's values of the step starting at r0 (reduction offset rr), into sv / tv.
-  auto load = [&](int r0) {
-    const int r = r0 + rr;
-    const bool ok = r < r_end;
-    const int n = r / G::kPT, p = r % G::kPT;
-    const int pd = p / (G::kTH * G::kTW), ph = (p / G::kTW) % G::kTH, pw = p % G::kTW;
-    const int sbase = n * G::kB * kQS;
-    const int qd0 = pd * Cfg::kSD - Cfg::kPD, qh0 = ph * Cfg::kSH - Cfg::kPH,
-              qw0 = pw * Cfg::kSW - Cfg::kPW;
-#pragma unroll
-    for (int j = 0; j < kSLoads; ++j) {
-      const int4 ci = colinfo[c_first + j * kColStep];
-      const int qd = qd0 + ci.y, qh = qh0 + ci.z, qw = qw0 + ci.w;
-      sv[j] = ok && ci.x >= 0 && qd >= 0 && qd < G::kQD && qh >= 0 && qh < G::kQH && qw >= 0 &&
-                      qw < G::kQW
-                  ? S[sbase + ci.x + (qd * G::kQH + qh) * G::kQW + qw]
-                  : 0.f;
-    }
-    const int tbase = n * G::kA * G::kPT + p;
-#pragma unroll
-    for (int i = 0; i < kTLoads; ++i) {
-      const int a = m0 + c_first + i * kRowStep;
-      tv[i] = ok && a < G::kA ? T[tbase + a * G::kPT] : 0.f;
-    }
-  };
+  auto load = [&](int r0) { St::Load(T, S, colinfo, r0, r_end, m0, sv, tv); };
 
   float acc[2][4][4];
   double accd[2][4][4];
@@ -292,7 +272,7 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
     }
 #pragma unroll
     for (int i = 0; i < kTLoads; ++i) {
-      const int a = c_first + i * kRowStep;
+      const int a = c_first + i * kColStep;
       Ts[rr * kTP + wg::swz(rr, a)] = tv[i];
     }
     __syncthreads();
@@ -311,7 +291,7 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
           if constexpr (Tune::kPrec3) {
             wg::split(v[e], ah[mi][e], al[mi][e]);
           } else {
-            ah[mi][e] = wg::tf32(v[e]);
+            ah[mi][e] = tc_tf32(v[e]);
           }
         }
       }
@@ -324,7 +304,7 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
           if constexpr (Tune::kPrec3) {
             wg::split(v[e], bh[ni][e], bl[ni][e]);
           } else {
-            bh[ni][e] = wg::tf32(v[e]);
+            bh[ni][e] = tc_tf32(v[e]);
           }
         }
       }
@@ -333,10 +313,10 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
           if constexpr (Tune::kPrec3) {
-            wg::mma(acc[mi][ni], al[mi], bh[ni]);
-            wg::mma(acc[mi][ni], ah[mi], bl[ni]);
+            tc_mma(acc[mi][ni], al[mi], bh[ni]);
+            tc_mma(acc[mi][ni], ah[mi], bl[ni]);
           }
-          wg::mma(acc[mi][ni], ah[mi], bh[ni]);
+          tc_mma(acc[mi][ni], ah[mi], bh[ni]);
         }
       }
     }

@@ -74,6 +74,35 @@ std::string TuneValue(const codegen::Plan& plan, const std::string& field) {
   return "";
 }
 
+// Compiles the plan's source for its architecture with ptxas's report: "" when it uses wgmma, no
+// kernel spills and ptxas reported at least `min_reports` spill lines (stores and loads of each
+// kernel), else what is wrong.
+std::string WgmmaWithoutSpills(const Chain& chain, const codegen::Plan& plan, int min_reports) {
+  const codegen::GeneratedSource src = codegen::EmitSource(chain, plan);
+  jit::NvrtcRequest req;
+  req.name = src.name;
+  req.source = src.main;
+  req.headers = src.headers;
+  req.arch = plan.arch_override;
+  req.options = src.nvrtc_options;
+  req.options.push_back("--ptxas-options=-v");
+  req.want_ptx = true;
+  absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
+  const std::string name = FormatChain(chain);
+  if (!out.ok()) return name + ": " + out.status().ToString();
+  std::string errors;
+  if (out->ptx.find("wgmma.mma_async") == std::string::npos) errors += name + ": no wgmma\n";
+  const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
+  int reports = 0;
+  for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
+       it != std::sregex_iterator(); ++it) {
+    ++reports;
+    if ((*it)[1].str() != "0") errors += name + ": spills\n" + out->log;
+  }
+  if (reports < min_reports) errors += name + ": too few ptxas reports\n" + out->log;
+  return errors;
+}
+
 const Chain& W3() {
   static const Chain* w3 = new Chain(Parse(SeedWorkloads()[2].spec));
   return *w3;
@@ -159,26 +188,8 @@ TEST(Igemm, W3KernelsUseWgmmaAndDoNotSpill) {
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90", precision));
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->strategy, "igemm-store-normalize");
-    const codegen::GeneratedSource src = codegen::EmitSource(chain, *plan);
-    jit::NvrtcRequest req;
-    req.name = src.name;
-    req.source = src.main;
-    req.headers = src.headers;
-    req.arch = plan->arch_override;
-    req.options = src.nvrtc_options;
-    req.options.push_back("--ptxas-options=-v");
-    req.want_ptx = true;
-    absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
-    ASSERT_TRUE(out.ok()) << out.status();
-    EXPECT_NE(out->ptx.find("wgmma.mma_async"), std::string::npos);
-    const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
-    int reports = 0;
-    for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
-         it != std::sregex_iterator(); ++it) {
-      ++reports;
-      EXPECT_EQ((*it)[1].str(), "0") << out->log;
-    }
-    EXPECT_GE(reports, 8) << out->log;  // stores and loads of each of the 4-5 kernels
+    // Stores and loads of each of the 4-5 kernels.
+    EXPECT_EQ(WgmmaWithoutSpills(chain, *plan, /*min_reports=*/8), "");
   }
 }
 
@@ -539,28 +550,7 @@ TEST(IgemmMoments, PlansCompileForSm90aWithoutSpills) {
       absl::StatusOr<codegen::Plan> plan =
           codegen::MakePlan(chain, Target("sm_90", precision), kMoments);
       if (!plan.ok()) return plan.status().ToString();
-      const codegen::GeneratedSource src = codegen::EmitSource(chain, *plan);
-      jit::NvrtcRequest req;
-      req.name = src.name;
-      req.source = src.main;
-      req.headers = src.headers;
-      req.arch = plan->arch_override;
-      req.options = src.nvrtc_options;
-      req.options.push_back("--ptxas-options=-v");
-      req.want_ptx = true;
-      absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
-      if (!out.ok()) return spec + ": " + out.status().ToString();
-      std::string errors;
-      if (out->ptx.find("wgmma.mma_async") == std::string::npos) errors += spec + ": no wgmma\n";
-      const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
-      int reports = 0;
-      for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
-           it != std::sregex_iterator(); ++it) {
-        ++reports;
-        if ((*it)[1].str() != "0") errors += spec + ": spills\n" + out->log;
-      }
-      if (reports < 6) errors += spec + ": too few ptxas reports\n" + out->log;
-      return errors;
+      return WgmmaWithoutSpills(chain, *plan, /*min_reports=*/6);
     }));
   }
   for (auto& r : results) EXPECT_EQ(r.get(), "");
@@ -592,24 +582,7 @@ TEST(IgemmStore, ChainsWithoutGroupNormPlanToItAndCompileWithoutSpills) {
         if (plan->strategy != kStore) errors += std::string(spec) + ": " + plan->strategy + "\n";
         // The GEMM is the last kernel and writes y itself: nothing after it.
         if (plan->kernels.back().symbol != "fj_igemm_wgmma") errors += "GEMM not last\n";
-        const codegen::GeneratedSource src = codegen::EmitSource(chain, *plan);
-        jit::NvrtcRequest req;
-        req.name = src.name;
-        req.source = src.main;
-        req.headers = src.headers;
-        req.arch = plan->arch_override;
-        req.options = src.nvrtc_options;
-        req.options.push_back("--ptxas-options=-v");
-        req.want_ptx = true;
-        absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(req);
-        if (!out.ok()) return std::string(spec) + ": " + out.status().ToString();
-        if (out->ptx.find("wgmma.mma_async") == std::string::npos) errors += "no wgmma\n";
-        const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
-        for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
-             it != std::sregex_iterator(); ++it) {
-          if ((*it)[1].str() != "0") errors += std::string(spec) + ": spills\n" + out->log;
-        }
-        return errors;
+        return errors + WgmmaWithoutSpills(chain, *plan, /*min_reports=*/2);
       }));
     }
   }
