@@ -576,10 +576,10 @@ TEST(IgemmStore, ChainsWithoutGroupNormPlanToItAndCompileWithoutSpills) {
     for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
       results.push_back(std::async(std::launch::async, [spec, precision] {
         const Chain chain = Parse(spec);
-        absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90", precision));
+        absl::StatusOr<codegen::Plan> plan =
+            codegen::MakePlan(chain, Target("sm_90", precision), kStore);
         if (!plan.ok()) return plan.status().ToString();
         std::string errors;
-        if (plan->strategy != kStore) errors += std::string(spec) + ": " + plan->strategy + "\n";
         // The GEMM is the last kernel and writes y itself: nothing after it.
         if (plan->kernels.back().symbol != "fj_igemm_wgmma") errors += "GEMM not last\n";
         return errors + WgmmaWithoutSpills(chain, *plan, /*min_reports=*/2);
@@ -591,6 +591,16 @@ TEST(IgemmStore, ChainsWithoutGroupNormPlanToItAndCompileWithoutSpills) {
 
 TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
   const codegen::Strategy& store = ByName(kStore);
+  // The planner's choice for W3's producer (its backward's recompute) and a 64-channel conv.
+  for (const char* spec : {kStoreChains[0], kStoreChains[3]}) {
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(spec), Target("sm_90"));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->strategy, kStore) << spec;
+  }
+  // A grid of 64 one-warpgroup CTAs: igemm-store fp32-accurate, tc-conv in TF32 (measured).
+  const Chain small = Parse("x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) | gelu");
+  EXPECT_EQ(codegen::MakePlan(small, Target("sm_90"))->strategy, kStore);
+  EXPECT_EQ(codegen::MakePlan(small, Target("sm_90", Precision::kTf32))->strategy, "tc-conv");
   EXPECT_FALSE(store.Applies(codegen::PlanInput(W3(), Target("sm_90"))));  // has group_norm
   EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
   EXPECT_TRUE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
