@@ -137,6 +137,11 @@ class ConvTStrategy : public Strategy {
   std::string_view name() const override {
     return store_ ? "convt-store-normalize" : "convt-recompute-normalize";
   }
+  // The recompute plan reads x and the parameters as the chain's dtype and rounds y once, so
+  // bf16/f16 chains run natively; the store plan keeps pre-norm values in y (f32 only).
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || (!store_ && (dtype == DType::kBF16 || dtype == DType::kF16));
+  }
   bool Applies(const PlanInput& in) const override {
     if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
     const ChainInfo& info = in.info;

@@ -276,10 +276,9 @@ class IgemmStrategy : public Strategy {
     return "igemm-moments-mean";
   }
   // bf16 and f16 chains natively: x and the weights encoded as their own 16-bit values (one
-  // product), parameters read as the dtype, the output rounded once. igemm-store's epilogue
-  // writes float only: its bf16/f16 chains run the f32 plan between casts.
+  // product), parameters read as the dtype, the output rounded once (igemm-store's epilogue
+  // writes y in the dtype; the group_norm variants keep fp32 pre-norm values in a workspace).
   bool HandlesDType(DType dtype) const override {
-    if (variant_ == Variant::kStore) return dtype == DType::kF32;
     return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
   }
   bool Applies(const PlanInput& in) const override {

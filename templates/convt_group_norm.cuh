@@ -41,6 +41,9 @@
 //   or 3'. convt_apply_inplace<Cfg,Tune>(scale_shift, y) (after pass 1 with kStore):
 //        grid = dim3(ConvTGeom::kApplyBlocksPerRow, Cfg::kN * Cfg::kC), block = dim3(256);
 //        y = post(y * a + b) in place.
+//   x, weight, bias, gamma, beta and y are of the chain's element type ElemT<Cfg> (f32, bf16 or
+//   f16: widened exactly as loaded, all arithmetic and statistics in f32, y rounded once); the
+//   store plan (kStore, convt_apply_inplace) keeps pre-norm values in y and needs f32.
 //   Workspace total: kN*kStatBlocksPerSample*kGroups*12 + kN*kC*8 bytes. Dynamic smem:
 //   kDynSmemBytes = 4*(KD*KH*Cin*KW*round4(C) + round4(C)) bytes of weights; static: the reduction
 //   scratch (kThreads/32 * (2G+1) floats) and 8*C bytes of (scale, shift).
@@ -93,46 +96,85 @@ struct ConvTGeom {
   }
 };
 
-// Copies weight [Cin][C][KD][KH][KW] and bias [C] into s_w ([kd][kh][ci][kw][Cp], then bias)
-// with 4-byte cp.async (all of a thread's copies in flight at once: a scalar load/store loop
-// waits one L2 round trip per element, which for 55 KB of weights and small blocks cost more
-// than the convolution); padding channels are zeroed directly. Each thread waits for its own
-// copies; the caller's __syncthreads() publishes them.
-template <class Cfg, class Tune>
-__device__ __forceinline__ void convt_load_weights(const float* __restrict__ weight,
-                                                   const float* __restrict__ bias, float* s_w) {
+// The global source of shared weight slot i ([kd][kh][ci][kw][Cp], then bias [Cp]): weight
+// [Cin][C][KD][KH][KW] or bias [C], or nullptr for a padding channel (zero).
+template <class Cfg, class Tune, class E>
+__device__ __forceinline__ const E* convt_weight_src(int i, const E* __restrict__ weight,
+                                                     const E* __restrict__ bias) {
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, Cp = T::kCp, KD = Cfg::kKD, KH = Cfg::kKH, KW = Cfg::kKW, Ci = Cfg::kCin;
-  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(s_w));
-  for (int i = threadIdx.x; i < T::kSmemW; i += blockDim.x) {
-    const float* src = nullptr;
-    if (i < T::kSmemW - Cp) {
-      const int co = i % Cp;
-      int r = i / Cp;
-      const int kw = r % KW; r /= KW;
-      const int ci = r % Ci; r /= Ci;
-      const int kh = r % KH;
-      const int kd = r / KH;
-      if (co < C) src = weight + (((ci * C + co) * KD + kd) * KH + kh) * KW + kw;
-    } else {
-      const int co = i - (T::kSmemW - Cp);
-      if (co < C) src = bias + co;
+  if (i >= T::kSmemW - Cp) {
+    const int co = i - (T::kSmemW - Cp);
+    return co < C ? bias + co : nullptr;
+  }
+  const int co = i % Cp;
+  int r = i / Cp;
+  const int kw = r % KW; r /= KW;
+  const int ci = r % Ci; r /= Ci;
+  const int kh = r % KH;
+  const int kd = r / KH;
+  return co < C ? weight + (((ci * C + co) * KD + kd) * KH + kh) * KW + kw : nullptr;
+}
+
+// Copies weight and bias into s_w as float ([kd][kh][ci][kw][Cp], then bias); padding channels
+// are zeroed. f32: 4-byte cp.async, all of a thread's copies in flight at once (a scalar
+// load/store loop waits one L2 round trip per element, which for 55 KB of weights and small
+// blocks cost more than the convolution). bf16/f16: widened through registers, four loads in
+// flight per thread. Each thread waits for its own copies; the caller's __syncthreads()
+// publishes them.
+template <class Cfg, class Tune, class E>
+__device__ __forceinline__ void convt_load_weights(const E* __restrict__ weight,
+                                                   const E* __restrict__ bias, float* s_w) {
+  using T = ConvTGeom<Cfg, Tune>;
+  if constexpr (is_same_v<E, float>) {
+    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(s_w));
+    for (int i = threadIdx.x; i < T::kSmemW; i += blockDim.x) {
+      const float* src = convt_weight_src<Cfg, Tune>(i, weight, bias);
+      if (src != nullptr) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(base + 4u * i), "l"(src)
+                     : "memory");
+      } else {
+        s_w[i] = 0.f;
+      }
     }
-    if (src != nullptr) {
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(base + 4u * i), "l"(src)
-                   : "memory");
-    } else {
-      s_w[i] = 0.f;
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  } else {
+    constexpr int kInFlight = 4;
+    for (int i0 = threadIdx.x; i0 < T::kSmemW; i0 += kInFlight * blockDim.x) {
+      float v[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        const int i = i0 + k * blockDim.x;
+        const E* src = i < T::kSmemW ? convt_weight_src<Cfg, Tune>(i, weight, bias) : nullptr;
+        v[k] = src != nullptr ? ldg_f32(src) : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        if (i0 + k * blockDim.x < T::kSmemW) s_w[i0 + k * blockDim.x] = v[k];
+      }
     }
   }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Stores v as y's element type E (rounded once), with the streaming (evict-first) hint when
+// kStreaming.
+template <bool kStreaming, class E>
+__device__ __forceinline__ void convt_store(E* p, float v) {
+  if constexpr (is_same_v<E, float>) {
+    if constexpr (kStreaming) __stcs(p, v);
+    else *p = v;
+  } else {
+    const E e = from_f32<E>(v);
+    if constexpr (kStreaming) __stcs(reinterpret_cast<unsigned short*>(p), e.bits);
+    else *p = e;
+  }
 }
 
 // acc[k][rw][co] = conv_transpose3d at (od, oh_k = S_H*(ub*RB + k) + rh, ow = S_W*q + rw).
 // Runtime loops over the phase's (kd, kh) taps (warp-uniform branches), ci and kw unrolled.
-template <class Cfg, class Tune>
-__device__ __forceinline__ void convt_unit(const float* __restrict__ xn, const float* s_w, int od,
+template <class Cfg, class Tune, class E>
+__device__ __forceinline__ void convt_unit(const E* __restrict__ xn, const float* s_w, int od,
                                            int rh, int ub, int q,
                                            float (&acc)[Tune::kRowsPerUnit][Cfg::kSW][Cfg::kC]) {
   using T = ConvTGeom<Cfg, Tune>;
@@ -166,7 +208,7 @@ __device__ __forceinline__ void convt_unit(const float* __restrict__ xn, const f
         for (int k = 0; k < RB; ++k) {
           const int ih = ihb + k;
           const bool hok = ih >= 0 && ih < Hin;
-          const float* __restrict__ xr =
+          const E* __restrict__ xr =
               xn + ((size_t)(ci * Din + id) * Hin + min(max(ih, 0), Hin - 1)) * Win;
 #pragma unroll
           for (int o = 0; o < NO; ++o) {
@@ -181,7 +223,7 @@ __device__ __forceinline__ void convt_unit(const float* __restrict__ xn, const f
             if (!used) continue;
             const int iw = q + o + omin;
             const bool ok = hok && iw >= 0 && iw < Win;
-            const float v = __ldg(xr + min(max(iw, 0), Win - 1));
+            const float v = ldg_f32(xr + min(max(iw, 0), Win - 1));
             xw[k][o] = ok ? v : 0.f;
           }
         }
@@ -231,10 +273,15 @@ __device__ __forceinline__ void convt_unit_coords(int u, int& od, int& rh, int& 
 }
 
 template <class Cfg, class Tune, bool kStore = false>
-__device__ __forceinline__ void convt_group_moments(const float* __restrict__ x, const float* __restrict__ weight,
-                        const float* __restrict__ bias, Moments* __restrict__ partials,
-                        float* __restrict__ y = nullptr) {
+__device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict__ x,
+                                                    const ElemT<Cfg>* __restrict__ weight,
+                                                    const ElemT<Cfg>* __restrict__ bias,
+                                                    Moments* __restrict__ partials,
+                                                    float* __restrict__ y = nullptr) {
   convt_static_checks<Cfg>();
+  using E = ElemT<Cfg>;
+  static_assert(!kStore || is_same_v<E, float>,
+                "convt_group_moments: the pre-norm values are stored into an f32 y only");
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = T::kCPG, SW = Cfg::kSW, RB = T::RB;
   constexpr int WPB = Tune::kThreads / 32;
@@ -245,7 +292,7 @@ __device__ __forceinline__ void convt_group_moments(const float* __restrict__ x,
   __syncthreads();
   const int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / T::kLPR, ql = lane % T::kLPR;
-  const float* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  const E* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
   float* __restrict__ yn = kStore ? y + (size_t)n * C * T::kPlane : nullptr;
   float run_n = 0.f, run_m[G], run_q[G];
 #pragma unroll
@@ -314,8 +361,10 @@ __device__ __forceinline__ void convt_group_moments(const float* __restrict__ x,
 }
 
 template <class Cfg, class Tune>
-__device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict__ partials, const float* __restrict__ gamma,
-                           const float* __restrict__ beta, float2* __restrict__ scale_shift) {
+__device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict__ partials,
+                                                       const ElemT<Cfg>* __restrict__ gamma,
+                                                       const ElemT<Cfg>* __restrict__ beta,
+                                                       float2* __restrict__ scale_shift) {
   convt_static_checks<Cfg>();
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kStatBlocksPerSample;
   __shared__ float s_mu[G], s_rstd[G];
@@ -334,16 +383,19 @@ __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict
   __syncwarp();
   if (lane < C) {
     const int g = lane / CPG;
-    const float a = gamma[lane] * s_rstd[g];
-    scale_shift[(size_t)n * C + lane] = make_float2(a, fmaf(-s_mu[g], a, beta[lane]));
+    const float a = ldg_f32(gamma + lane) * s_rstd[g];
+    scale_shift[(size_t)n * C + lane] = make_float2(a, fmaf(-s_mu[g], a, ldg_f32(beta + lane)));
   }
 }
 
 template <class Cfg, class Tune>
-__device__ __forceinline__ void convt_norm_write(const float* __restrict__ x, const float* __restrict__ weight,
-                     const float* __restrict__ bias, const float2* __restrict__ scale_shift,
-                     float* __restrict__ y) {
+__device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ x,
+                                                 const ElemT<Cfg>* __restrict__ weight,
+                                                 const ElemT<Cfg>* __restrict__ bias,
+                                                 const float2* __restrict__ scale_shift,
+                                                 ElemT<Cfg>* __restrict__ y) {
   convt_static_checks<Cfg>();
+  using E = ElemT<Cfg>;
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, SW = Cfg::kSW, RB = T::RB;
   constexpr int WPB = Tune::kThreads / 32;
@@ -353,11 +405,11 @@ __device__ __forceinline__ void convt_norm_write(const float* __restrict__ x, co
   convt_load_weights<Cfg, Tune>(weight, bias, s_w);
   const int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / T::kLPR, ql = lane % T::kLPR;
-  const float* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  const E* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
   __shared__ float2 s_ab[C];  // (scale, shift) of this sample's channels
   if (threadIdx.x < C) s_ab[threadIdx.x] = scale_shift[(size_t)n * C + threadIdx.x];
   __syncthreads();
-  float* __restrict__ yn = y + (size_t)n * C * kPlane;
+  E* __restrict__ yn = y + (size_t)n * C * kPlane;
 
 #pragma unroll 1
   for (int u = blockIdx.x * WPB + warp; u < T::kUnits; u += Tune::kWriteBlocksPerSample * WPB) {
@@ -374,7 +426,7 @@ __device__ __forceinline__ void convt_norm_write(const float* __restrict__ x, co
       for (int k = 0; k < RB; ++k) {
         const int oh = Cfg::kSH * (ub * RB + k) + rh;
         if (oh >= Cfg::kH) continue;  // warp-uniform when kLR == 1
-        float* __restrict__ yr = yn + ((size_t)od * Cfg::kH + oh) * Cfg::kW;
+        E* __restrict__ yr = yn + ((size_t)od * Cfg::kH + oh) * Cfg::kW;
 #pragma unroll
         for (int co = 0; co < C; ++co) {
           const float2 ab = s_ab[co];
@@ -394,21 +446,13 @@ __device__ __forceinline__ void convt_norm_write(const float* __restrict__ x, co
                 const float t = __shfl_sync(0xffffffffu, v[rw], src & 31);
                 out = sel == rw ? t : out;
               }
-              if (ow < Cfg::kW) {
-                float* p = yr + co * kPlane + ow;
-                if constexpr (Tune::kStreamingStores) __stcs(p, out);
-                else *p = out;
-              }
+              if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(yr + co * kPlane + ow, out);
             }
           } else {
 #pragma unroll
             for (int rw = 0; rw < SW; ++rw) {
               const int ow = SW * q + rw;
-              if (ow < Cfg::kW) {
-                float* p = yr + co * kPlane + ow;
-                if constexpr (Tune::kStreamingStores) __stcs(p, v[rw]);
-                else *p = v[rw];
-              }
+              if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(yr + co * kPlane + ow, v[rw]);
             }
           }
         }

@@ -66,6 +66,18 @@ struct IsSame<A, A> {
 template <class A, class B>
 constexpr bool is_same_v = IsSame<A, B>::value;
 
+// Select<B, A, C>: A when B, else C (std::conditional_t; no <type_traits> under NVRTC).
+template <bool B, class A, class C>
+struct SelectOf {
+  using type = A;
+};
+template <class A, class C>
+struct SelectOf<false, A, C> {
+  using type = C;
+};
+template <bool B, class A, class C>
+using Select = typename SelectOf<B, A, C>::type;
+
 // ElemT<Cfg>: the element type of a chain's x, parameters and y -- Cfg::Elem when the generated
 // Cfg declares one (bf16 and f16 chains run natively by the generic kernels), else float.
 template <class...>

@@ -149,6 +149,12 @@ __device__ __forceinline__ float warp_max(float v) {
 template <class...>
 using void_t = void;
 
+// The element type of the kIgemmOutStoreY epilogue's y: without group_norm it is the chain's
+// output (ElemT<Cfg>, rounded once: igemm-store); with group_norm it holds pre-norm values, f32
+// (the chain's y for f32 chains, an fp32 workspace for bf16/f16 ones).
+template <class Cfg>
+using IgemmYT = Select<Cfg::kGroups == 0, ElemT<Cfg>, float>;
+
 // Tune::kOut when the tuning names it, else kIgemmOutStoreY.
 template <class T, class = void>
 struct IgemmOutOf {
@@ -533,9 +539,10 @@ struct IgemmCore {
   // partials. REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
                                                   float s, const ElemT<Cfg>* __restrict__ bias,
-                                                  float* __restrict__ y,
+                                                  IgemmYT<Cfg>* __restrict__ y,
                                                   float* __restrict__ partials, int tile,
                                                   int co0, int n) {
+    using Y = IgemmYT<Cfg>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* epi = reinterpret_cast<float*>(smem);
     stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
@@ -545,13 +552,22 @@ struct IgemmCore {
     constexpr int kWarps = NT / 32;
     for (int r = warp; r < BN; r += kWarps) {
       if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: not stored
-      float* dst = y + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
+      Y* dst = y + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
       const float* srow = epi + r * Sh::kEpiPitch;
-      if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0) {
+      if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && is_same_v<Y, float>) {
         for (int m = lane * 4; m < valid; m += 128)
           *reinterpret_cast<float4*>(dst + m) = *reinterpret_cast<const float4*>(srow + m);
+      } else if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && sizeof(Y) == 2) {
+        // bf16/f16: four values rounded once, one 8-byte store.
+        for (int m = lane * 4; m < valid; m += 128) {
+          const float4 v = *reinterpret_cast<const float4*>(srow + m);
+          uint2 packed;
+          packed.x = (unsigned)from_f32<Y>(v.x).bits | ((unsigned)from_f32<Y>(v.y).bits << 16);
+          packed.y = (unsigned)from_f32<Y>(v.z).bits | ((unsigned)from_f32<Y>(v.w).bits << 16);
+          *reinterpret_cast<uint2*>(dst + m) = packed;
+        }
       } else {
-        for (int m = lane; m < valid; m += 32) dst[m] = srow[m];
+        for (int m = lane; m < valid; m += 32) dst[m] = store_as<Y>(srow[m]);
       }
     }
     if constexpr (Cfg::kGroups > 0) {

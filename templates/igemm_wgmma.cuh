@@ -31,8 +31,10 @@
 //   tf32:          IgemmWgmmaTune<kPrecTF32x1, 4, 5, 0> + kAsync = 1 (512 threads, 212 KB smem)
 // Workspace, prep kernels, partials layout, launch order and gn_finalize/gn_apply: igemm_mma.cuh.
 //   igemm_wgmma_body<Cfg,Tune>(xa, wb, bias, scale, y, partials)            (kIgemmOutStoreY)
-//        (bias is ElemT<Cfg>; y is float: the output itself for f32 chains, a float workspace
-//        for bf16/f16 chains, normalized into the output by gn_apply_out_body)
+//        (bias is ElemT<Cfg>; y is IgemmYT<Cfg>: without group_norm the chain's output in its
+//        dtype, rounded once (igemm-store); with group_norm float pre-norm values -- the output
+//        itself for f32 chains, a float workspace for bf16/f16 chains, normalized into the
+//        output by gn_apply_out_body)
 //   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
 //        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
 //        grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
@@ -384,8 +386,9 @@ struct IgemmWgmmaLoop {
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_wgmma_run(
     const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
-    const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale, float* __restrict__ y,
-    float* __restrict__ partials, IgemmChannelMoments* __restrict__ channel_partials) {
+    const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale,
+    IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials,
+    IgemmChannelMoments* __restrict__ channel_partials) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
   using Sh = typename L::Sh;
@@ -495,7 +498,7 @@ __device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict
                                                  const unsigned char* __restrict__ wb,
                                                  const ElemT<Cfg>* __restrict__ bias,
                                                  const float* __restrict__ scale,
-                                                 float* __restrict__ y,
+                                                 IgemmYT<Cfg>* __restrict__ y,
                                                  float* __restrict__ partials) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutStoreY,
                 "igemm_wgmma_body: Tune::kOut must be kIgemmOutStoreY");

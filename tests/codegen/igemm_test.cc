@@ -618,9 +618,37 @@ TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
   EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(
       Parse("x:f32[2,32,10,10,10] | conv3d(out=64,k=3) | relu | group_norm(groups=8)"),
       Target("sm_90"))));
-  // bf16/f16 chains run the f32 plan between casts (the epilogue stores float).
-  EXPECT_FALSE(store.HandlesDType(DType::kBF16));
+  // bf16/f16 chains natively (the epilogue rounds y once into the dtype); f64 has no tensor cores.
+  EXPECT_TRUE(store.HandlesDType(DType::kBF16));
+  EXPECT_TRUE(store.HandlesDType(DType::kF16));
   EXPECT_TRUE(store.HandlesDType(DType::kF32));
+  EXPECT_FALSE(store.HandlesDType(DType::kF64));
+}
+
+// bf16/f16 igemm-store plans: one 16-bit product, y (the chain's output, not a workspace)
+// written by the GEMM itself, and the wgmma kernel compiles without spills.
+TEST(IgemmStore, LowPrecisionChainsWriteTheirOutputDirectly) {
+  std::vector<std::future<std::string>> results;
+  for (const char* spec : {kStoreChains[3], kStoreChains[5]}) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      results.push_back(std::async(std::launch::async, [spec, dtype] {
+        Chain chain = Parse(spec);
+        chain.dtype = dtype;
+        absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"), kStore);
+        if (!plan.ok()) return plan.status().ToString();
+        std::string errors;
+        const codegen::KernelLaunch& gemm = plan->kernels.back();
+        if (gemm.symbol != "fj_igemm_wgmma") errors += "GEMM not last\n";
+        bool writes_y = false;
+        for (const codegen::KernelArg& a : gemm.args) {
+          writes_y |= a.kind == codegen::KernelArg::Kind::kOutput;
+        }
+        if (!writes_y) errors += "the GEMM does not write y\n";
+        return errors + WgmmaWithoutSpills(chain, *plan, /*min_reports=*/1);
+      }));
+    }
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), "");
 }
 
 // ---- tuning (both strategies) -------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/strategy_util.h"  // HasAmpereFeatures
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
 #include "jit/device.h"
@@ -203,7 +204,8 @@ TEST_P(GpuDType, RandomChainsBackward) {
 }
 
 // The Hopper tensor-core strategies (igemm-*) run bf16/f16 chains natively: one product of the
-// dtype's values, pre-norm values in an fp32 workspace or channel moments. Chains of their domain
+// dtype's values, pre-norm values in an fp32 workspace or channel moments, or (igemm-store) y
+// written in the dtype by the epilogue. Chains of their domain
 // (Cin % 32 == 0, C % 128 == 0, stride 1) with padding, dilation, transposed or not, post-ops and
 // both mean modes.
 TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
@@ -219,6 +221,10 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
       "x:" + d + "[2,32,8,10,12] | conv3d(out=128,k=3) | group_norm(groups=8) | mean(dims=[2,3,4])",
       "x:" + d + "[2,64,8,9,10] | conv_transpose3d(out=128,k=2) | leaky_relu(negative_slope=0.1) | "
       "group_norm(groups=32) | mean(dims=[1,2,3,4])",
+      // igemm-store: no group_norm, y written in the dtype by the GEMM's epilogue (96 channels
+      // padded to one 128-channel tile; a grid of several tiles).
+      "x:" + d + "[2,32,10,12,14] | conv3d(out=96,k=3,padding=1) | relu",
+      "x:" + d + "[1,64,8,9,10] | conv3d(out=128,k=3,padding=1) | swish | tanh",
   };
   for (const std::string& spec : specs) {
     const Chain chain = ParseOrFail(spec);
@@ -228,6 +234,35 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
       EXPECT_EQ((*c)->strategy().rfind("igemm-", 0), 0u) << spec << " ran " << (*c)->strategy();
     }
     CheckForward(chain, 11);
+  }
+}
+
+// convt-recompute-normalize (seed W1's plan) runs bf16/f16 chains natively: x and the parameters
+// widened as loaded, the same fp32 FFMA order as the f32 plan, y rounded once -- so every value is
+// the f32 plan's rounded. Odd channel counts, strides 1-3, output_padding, dilation, post-ops.
+TEST_P(GpuDType, TransposedConvChainsRunNatively) {
+  SKIP_WITHOUT_GPU();
+  const std::string d = DTypeName(GetParam());
+  const std::vector<std::string> specs = {
+      "x:" + d + "[2,3,5,9,10] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish",
+      "x:" + d + "[3,4,4,5,6] | conv_transpose3d(out=12,k=4,stride=2,padding=1,output_padding=1) "
+      "| gelu | group_norm(groups=3)",
+      "x:" + d + "[1,2,6,7,5] | conv_transpose3d(out=5,k=3,stride=3,padding=0,output_padding=2) | "
+      "relu | group_norm(groups=5) | tanh",
+      "x:" + d + "[2,2,5,6,7] | conv_transpose3d(out=32,k=3,padding=2,dilation=2) | "
+      "leaky_relu(negative_slope=0.1) | group_norm(groups=8) | sigmoid",
+      "x:" + d + "[2,1,7,7,7] | conv_transpose3d(out=7,k=2,stride=2) | group_norm(groups=1)",
+  };
+  const absl::StatusOr<std::string> arch = jit::CurrentArch();
+  for (const std::string& spec : specs) {
+    const Chain chain = ParseOrFail(spec);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
+    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
+    if (arch.ok() && codegen::HasAmpereFeatures(*arch)) {
+      EXPECT_EQ((*c)->strategy(), "convt-recompute-normalize") << spec;
+    }
+    CheckForward(chain, 13);
   }
 }
 
