@@ -138,8 +138,7 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
   if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
-  // kC % BN == 0, BN = 128; igemm-store pads the channels to whole tiles.
-  if (variant != Variant::kStore && c % kTileN != 0) return false;
+  // Channels are padded to whole tiles of BN = 128 (zero weights, nothing stored, no moments).
   // Padding at most doubles the products: 64 channels (half a tile) measured 2.1x faster than
   // tc-conv (H100, 2026-11-26); with fewer, most of each tile would be padding.
   if (PaddedChannels(c) > 2 * c) return false;
@@ -295,24 +294,21 @@ class IgemmStrategy : public Strategy {
     const double per_point = variant_ == Variant::kStore            ? 4.0 / 3.0
                              : variant_ == Variant::kStoreNormalize ? 12.0 / 3.0
                                                                     : 0.5;
-    // Padded channels (igemm-store) cost their share of the products. For igemm-store the rate
-    // holds while the grid keeps about 3 warpgroups on every SM; fewer run the products
-    // proportionally slower (H100, 2026-11-26: x:f32[4,256,8,8,8] | conv3d(out=256,k=3,
-    // padding=1), 64 one-warpgroup CTAs, ran 0.143 ms fp32-accurate and 0.165 TF32, against
-    // tc-conv's 0.232 and 0.120). The group_norm variants keep the rate their tuning was fitted
-    // with.
+    // Padded channels cost their share of the products. The rate holds while the grid keeps
+    // about 3 warpgroups on every SM; fewer run the products proportionally slower (H100,
+    // 2026-11-26: x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1), 64 one-warpgroup CTAs,
+    // igemm-store 0.143 ms fp32-accurate and 0.165 TF32 against tc-conv's 0.232 and 0.120;
+    // x:f32[2,160,12,12,12] | conv3d(out=80,k=3,padding=1) | swish | group_norm(groups=10) |
+    // mean, igemm-moments-mean 0.110 / 0.120 against tc-conv's 0.110 / 0.077).
     const double padding = static_cast<double>(PaddedChannels(info.producer_shape[1])) /
                            static_cast<double>(info.producer_shape[1]);
-    double fill = 1.0;
-    if (variant_ == Variant::kStore) {
-      const IgemmTune t = DefaultTune(in.chain, info, in.target);
-      const IgemmGeometry g = Geometry(in.chain, info, t);
-      const double warpgroups =
-          static_cast<double>(g.tiles * (PaddedChannels(info.producer_shape[1]) / kTileN) *
-                              info.producer_shape[0] * t.wg);
-      fill = std::min(
-          1.0, warpgroups / (3.0 * static_cast<double>(std::max<int64_t>(1, in.target.sm_count))));
-    }
+    const IgemmTune t = DefaultTune(in.chain, info, in.target);
+    const IgemmGeometry g = Geometry(in.chain, info, t);
+    const double warpgroups =
+        static_cast<double>(g.tiles * (PaddedChannels(info.producer_shape[1]) / kTileN) *
+                            info.producer_shape[0] * t.wg);
+    const double fill = std::min(
+        1.0, warpgroups / (3.0 * static_cast<double>(std::max<int64_t>(1, in.target.sm_count))));
     return static_cast<double>(info.elements) *
                (per_point + 2.0 * info.macs_per_point * padding / (400.0 * fill)) +
            static_cast<double>(NumElements(in.chain.input)) * 8.0 / 3.0;

@@ -221,10 +221,6 @@ struct IgemmShape {
   static_assert(Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1,
                 "igemm: stride 1 only (split strided transposed convs into phases first)");
   static_assert(Cfg::kCin % 32 == 0, "igemm: kCin must be a multiple of 32");
-  static_assert(Cfg::kC % kBN == 0 ||
-                    (Cfg::kGroups == 0 && IgemmOutOf<Tune>::value == kIgemmOutStoreY),
-                "igemm: kC must be a multiple of the tile width BN (or the chain has no "
-                "group_norm and the epilogue stores y: channels padded)");
   static_assert(Tune::kWM % 16 == 0 && Tune::kWN % 16 == 0, "igemm: warp tile multiple of 16");
   static_assert(kThreads % 8 == 0, "igemm: threads a multiple of 8");
   static_assert(Cfg::kGroups == 0 || (Cfg::kC % Cfg::kGroups == 0 && kBN % kCg == 0),
@@ -520,6 +516,7 @@ struct IgemmCore {
     constexpr int kWarps = NT / 32;
     IgemmChannelMoments* out = cpart + ((long long)n * Sh::kTiles + tile) * Cfg::kC + co0;
     for (int r = warp; r < BN; r += kWarps) {
+      if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: no moments
       const float* srow = epi + r * Sh::kEpiPitch;
       double sum = 0;
       for (int m = lane; m < valid; m += 32) sum += (double)srow[m];
@@ -575,6 +572,8 @@ struct IgemmCore {
       // then a fixed Chan tree over the lanes.
       constexpr int kGroupsHere = BN / Sh::kCg;
       for (int gl = warp; gl < kGroupsHere; gl += kWarps) {
+        // Padding channels form whole groups past the last (kC is a multiple of kCg): skipped.
+        if (Cfg::kC % BN != 0 && co0 / Sh::kCg + gl >= Cfg::kGroups) break;
         float sum = 0.f;
         int cnt = 0;
         for (int c = 0; c < Sh::kCg; ++c) {

@@ -22,7 +22,8 @@
 // (IgemmWgmmaTune<> below fills them in; plans name IgemmPlanTune<Fixed, Tunables>, the same
 // from two generated structs: Fixed {kPrec, kFlushSteps, kAbsmaxBlocks (264), kOut} and
 // Tunables {kWG, kStages, kAsync}, the strategy's tunable parameters).
-// BM = 64*kWG, BN = 128. Static requirements (besides igemm_mma.cuh's IgemmShape): kC % 128 == 0,
+// BM = 64*kWG, BN = 128 (kC padded to whole tiles: zero weights, padding channels neither stored
+// nor in any moments). Static requirements (besides igemm_mma.cuh's IgemmShape):
 // BM <= kH*kW (a tile spans at most two output planes), kKD <= 8, kStages - 1 <= kKH*kKW,
 // kStages >= 3 with kAsync, IgemmWgmmaShape<Cfg,Tune>::kSmemBytes within the device's opt-in
 // shared memory (227 KB on the H100).
@@ -37,7 +38,7 @@
 //        output by gn_apply_out_body)
 //   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
 //        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
-//        grid (IgemmShape::kTiles, kC/128, kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
+//        grid (IgemmShape::kTiles, ceil(kC/128), kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
 //        (several CTAs share an SM where shared memory and registers allow), dynamic smem
 //        IgemmWgmmaShape<Cfg,Tune>::kSmemBytes (raise the attribute first). Needs an sm_90a
 //        build (NVRTC --gpu-architecture=sm_90a); built for anything else it compiles, but prints

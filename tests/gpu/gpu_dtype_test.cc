@@ -218,13 +218,15 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
       "hardswish",
       "x:" + d + "[1,64,9,11,13] | conv3d(out=256,k=3,padding=2,dilation=2) | swish | "
       "group_norm(groups=4) | tanh",
-      "x:" + d + "[2,32,8,10,12] | conv3d(out=128,k=3) | group_norm(groups=8) | mean(dims=[2,3,4])",
+      "x:" + d + "[4,32,12,16,16] | conv3d(out=128,k=3) | group_norm(groups=8) | mean(dims=[2,3,4])",
       "x:" + d + "[2,64,8,9,10] | conv_transpose3d(out=128,k=2) | leaky_relu(negative_slope=0.1) | "
       "group_norm(groups=32) | mean(dims=[1,2,3,4])",
       // igemm-store: no group_norm, y written in the dtype by the GEMM's epilogue (96 channels
       // padded to one 128-channel tile; a grid of several tiles).
       "x:" + d + "[2,32,10,12,14] | conv3d(out=96,k=3,padding=1) | relu",
-      "x:" + d + "[1,64,8,9,10] | conv3d(out=128,k=3,padding=1) | swish | tanh",
+      "x:" + d + "[3,64,8,16,16] | conv3d(out=128,k=3,padding=1) | swish | tanh",
+      // igemm-store-normalize with channels padded to a whole tile (64 of 128).
+      "x:" + d + "[2,32,12,16,16] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
   };
   for (const std::string& spec : specs) {
     const Chain chain = ParseOrFail(spec);

@@ -121,6 +121,10 @@ const char* const kChains[] = {
     "x:f32[3,32,21,21,21] | conv3d(out=128,k=3,padding=1,bias=false) | relu | group_norm(groups=8)",
     // W3's chain at a smaller size.
     "x:f32[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)",
+    // Channels padded to whole tiles: 64 (half a tile), 160 (the second tile holds one group of
+    // 32 and 96 padding channels, whose groups are neither stored nor merged).
+    "x:f32[2,32,7,11,11] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8) | tanh",
+    "x:f32[1,64,6,9,9] | conv_transpose3d(out=160,k=3,padding=1) | swish | group_norm(groups=5)",
 };
 
 TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
@@ -163,14 +167,15 @@ Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
   return {rng.Int(lo, hi), rng.Int(lo, hi), rng.Int(lo, hi)};
 }
 
-// A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels and a
-// group_norm whose groups fit a 128-channel tile; with `mean`, ending in a mean (either mode, no
+// A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels (or 64,
+// 96, 192: padded to whole tiles) and a group_norm whose groups fit a 128-channel tile; with `mean`, ending in a mean (either mode, no
 // ops after the group_norm). Not every one is valid or applicable.
 Chain RandomIgemmChain(Rng& rng, bool mean = false) {
   Chain chain;
   chain.input = {rng.Int(1, 3), rng.Chance(0.5) ? 32 : 64, rng.Int(4, 11), rng.Int(5, 12),
                  rng.Int(5, 12)};
-  const int64_t out = rng.Chance(0.7) ? 128 : 256;
+  static const int64_t kPadded[] = {64, 96, 192};
+  const int64_t out = rng.Chance(0.5) ? 128 : rng.Chance(0.4) ? 256 : kPadded[rng.Int(0, 2)];
   const Dims3 k = RandomDims(rng, 1, 3), padding = RandomDims(rng, 0, 2);
   const Dims3 dilation = RandomDims(rng, 1, 2);
   const bool bias = rng.Chance(0.6);
