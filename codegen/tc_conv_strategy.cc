@@ -143,7 +143,9 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
   return g;
 }
 
-TcPrec PrecOf(const PlanTarget& target) {
+// bf16/f16 chains: one TF32 product is exact (their values fit TF32), so fp32-accurate too.
+TcPrec PrecOf(const Chain& chain, const PlanTarget& target) {
+  if (chain.dtype == DType::kBF16 || chain.dtype == DType::kF16) return kPrecTF32;
   return target.precision == Precision::kTf32 ? kPrecTF32 : kPrec3xTF32;
 }
 
@@ -181,14 +183,14 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   }
   if (t.wm != 32 && t.wm != 64) return Invalid(c, absl::StrCat("wm ", t.wm, " is 32 or 64"));
   if (t.wm > t.bm) return Invalid(c, absl::StrCat("wm ", t.wm, " exceeds bm ", t.bm));
-  if (t.wm == 64 && PrecOf(target) == kPrec3xTF32 && t.bn / std::clamp<int64_t>(t.bn / 32, 1, 4) > 16) {
+  if (t.wm == 64 && PrecOf(chain, target) == kPrec3xTF32 && t.bn / std::clamp<int64_t>(t.bn / 32, 1, 4) > 16) {
     return Invalid(c, absl::StrCat("wm 64 with 3xTF32 needs warp tiles at most 16 channels wide "
                                    "(accumulators and short runs: 2 x 64 registers)"));
   }
   if (t.split < 1 || t.split > 16) {
     return Invalid(c, absl::StrCat("split ", t.split, " is not in [1, 16]"));
   }
-  const TcGeometry g = Geometry(chain, info, t, PrecOf(target));
+  const TcGeometry g = Geometry(chain, info, t, PrecOf(chain, target));
   if ((t.bm * t.bk / 4) % g.threads != 0 || t.bm * t.bk / 4 < g.threads) {
     return Invalid(c, absl::StrCat("the ", t.bm, "x", t.bk, " input tile's 16-byte segments do "
                                    "not divide among ", g.threads, " threads (larger bk or bm)"));
@@ -234,7 +236,7 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 // 3xTF32, 4 for TF32 (2 on large grids, with the input through L1, below). Falls back to the
 // valid configuration of least EstimateGemm().
 TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
-  const bool split = PrecOf(target) == kPrec3xTF32;
+  const bool split = PrecOf(chain, target) == kPrec3xTF32;
   const int64_t cin = chain.input[1], c = info.producer_shape[1], n = chain.input[0];
   TcTune t;
   t.stages = split ? 3 : 4;
@@ -254,7 +256,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     }
   }
   auto ctas = [&](const TcTune& v) {
-    const TcGeometry g = Geometry(chain, info, v, PrecOf(target));
+    const TcGeometry g = Geometry(chain, info, v, PrecOf(chain, target));
     return g.tiles * (g.c_pad / v.bn) * n;
   };
   if (c <= 16) {
@@ -295,7 +297,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
           const TcTune v{bm, bn, bk, stages, 1, 32, 0};
           if (!CheckTune(chain, info, target, v, TuneConfig{}).ok()) continue;
           const double cost =
-              EstimateGemm(Geometry(chain, info, v, PrecOf(target)), v, chain, target);
+              EstimateGemm(Geometry(chain, info, v, PrecOf(chain, target)), v, chain, target);
           if (!found || cost < best_cost * (1 - 1e-9)) {
             best = v;
             best_cost = cost;
@@ -311,6 +313,12 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
 class TcConvStrategy : public Strategy {
  public:
   std::string_view name() const override { return "tc-conv"; }
+  // bf16 and f16 chains natively: x, weights and parameters read as the dtype (one exact TF32
+  // product), the output rounded once; group_norm chains keep fp32 pre-norm values in a
+  // workspace, normalized into y.
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
   bool Applies(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
     if (!ChainSupported(in.chain, info, in.target)) return false;
@@ -325,9 +333,9 @@ class TcConvStrategy : public Strategy {
     // ~3 us of launches.
     const ChainInfo& info = in.info;
     const TcTune t = DefaultTune(in.chain, info, in.target);
-    const TcGeometry g = Geometry(in.chain, info, t, PrecOf(in.target));
+    const TcGeometry g = Geometry(in.chain, info, t, PrecOf(in.chain, in.target));
     const TcPipeline pipe = PipelineOf(info);
-    const double ps_per_mac = PrecOf(in.target) == kPrec3xTF32 ? 0.045 : 0.020;
+    const double ps_per_mac = PrecOf(in.chain, in.target) == kPrec3xTF32 ? 0.045 : 0.020;
     const double ctas =
         static_cast<double>(g.tiles * (g.c_pad / t.bn) * in.chain.input[0] * t.split);
     // Fewer CTAs than two an SM: measured slower by about fill^-0.75 (S8, K9: 0.42 -> 1.9x).
@@ -366,7 +374,7 @@ class TcConvStrategy : public Strategy {
 absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig& config) const {
   const ChainInfo& info = in.info;
   const TcTune t = *Parse(config);
-  const TcPrec prec = PrecOf(in.target);
+  const TcPrec prec = PrecOf(in.chain, in.target);
   const TcGeometry g = Geometry(in.chain, info, t, prec);
   const TcPipeline pipe = PipelineOf(info);
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
@@ -374,6 +382,8 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
   const int64_t sin = in.chain.input[2] * in.chain.input[3] * in.chain.input[4];
   const int64_t s = info.producer_shape[2] * info.producer_shape[3] * info.producer_shape[4];
   const bool transposed = info.producer->kind == OpKind::kConvTranspose3d;
+  // bf16/f16 chains with group_norm: the pre-norm values go to an fp32 workspace, not into y.
+  const bool pre_in_workspace = pipe.apply && in.chain.dtype != DType::kF32;
 
   Plan plan;
   plan.strategy = std::string(name());
@@ -395,9 +405,14 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
       "% of the products useful). ",
       prec == kPrec3xTF32 ? "fp32-accurate: 3xTF32 (big/small TF32 splits, three products, "
                             "short runs added to the accumulator every 2 k8 steps)"
-                          : "TF32 (asked for): one TF32 product per term",
+      : in.chain.dtype != DType::kF32
+          ? absl::StrCat("one TF32 product per term (", DTypeName(in.chain.dtype),
+                         " values are exact in TF32), the output rounded once")
+          : "TF32 (asked for): one TF32 product per term",
       ". Then: ",
-      pipe.apply          ? "pre-norm values stored into y with tile moments -> group statistics "
+      pre_in_workspace    ? "pre-norm values stored into an fp32 workspace with tile moments -> "
+                            "group statistics -> normalized into y"
+      : pipe.apply        ? "pre-norm values stored into y with tile moments -> group statistics "
                             "-> y normalized in place"
       : pipe.row_mean     ? "pre-norm values stored into a workspace with tile moments -> group "
                             "statistics -> per-row mean of the normalized, post-op values"
@@ -438,7 +453,7 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
     stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
                               static_cast<size_t>(n * groups) * 8);
   }
-  if (pipe.row_mean) {
+  if (pipe.row_mean || pre_in_workspace) {
     z = plan.AddWorkspace("pre-norm values [N][C][D][H][W]", static_cast<size_t>(info.elements) * 4);
     if (info.mean == MeanMode::kAll) {
       rows = plan.AddWorkspace("per-(n, c) means (double)", static_cast<size_t>(n * c) * 8);
@@ -492,7 +507,7 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kRead)
                      : KernelArg::Null(ArgType::kFloat, "wts", kRead),
                KernelArg::Param("bias", info.bias_param)};
-  if (pipe.row_mean) {
+  if (pipe.row_mean || pre_in_workspace) {
     gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "dst", z, kWrite));
   } else if (pipe.out == kMomentsOnly) {
     gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "dst", kWrite));  // null
@@ -544,15 +559,17 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
   if (pipe.apply) {
     KernelLaunch apply;
     apply.symbol = "fj_gn_apply";
-    apply.body = "fj::gn_apply_body<Cfg>";
-    apply.purpose = "normalize y in place, affine, post-ops";
+    apply.body = pre_in_workspace ? "fj::gn_apply_out_body<Cfg>" : "fj::gn_apply_body<Cfg>";
+    apply.purpose = pre_in_workspace ? "normalize the pre-norm values into y, affine, post-ops"
+                                     : "normalize y in place, affine, post-ops";
     const int64_t per_block = s % 4 == 0 ? 128 * 4 * 4 : 128 * 4;  // gn_apply.cuh GnApply
     apply.grid = {static_cast<unsigned>(CeilDiv(s, per_block)), static_cast<unsigned>(n * c), 1};
     apply.block = {128, 1, 1};
     apply.args = {KernelArg::Param("gamma", info.gamma_param),
                   KernelArg::Param("beta", info.beta_param),
-                  KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead),
-                  KernelArg::Output()};
+                  KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead)};
+    if (pre_in_workspace) apply.args.push_back(KernelArg::Workspace(ArgType::kFloat, "pre", z, kRead));
+    apply.args.push_back(KernelArg::Output());
     apply.restrict_pointers = true;
   plan.kernels.push_back(apply);
   }

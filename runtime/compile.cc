@@ -92,8 +92,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     if (!f32.ok()) return f32.status();
     const codegen::Strategy* strategy = codegen::FindStrategy(f32->plan.strategy);
     if (strategy != nullptr && strategy->HandlesDType(chain.dtype)) {
+      // The strategy only: its configuration is the dtype chain's own (a tuned one for this
+      // chain, else the default for its precision: tc-conv multiplies bf16/f16 in one TF32
+      // product, igemm in one 16-bit product, and tiles for that), unless the caller named one.
       effective.strategy = f32->plan.strategy;
-      effective.tune_config = f32->plan.tune_config;
       native_choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, "), run natively in ",
                                    DTypeName(chain.dtype));
     } else {

@@ -16,7 +16,8 @@
 //                                                   transposed: kOStride = stride)
 // Precision: Fixed::kPrec == kTcPrec3xTF32 (fp32-accurate) splits both operands into TF32
 // big + small parts and runs three products (small*big + big*small + big*big); kTcPrecTF32 runs
-// one TF32 product.
+// one TF32 product -- exact for bf16/f16 chains, whose x, weights (ElemT<Cfg>, widened by the
+// prep kernel) fit TF32's 10-bit mantissa, so those run one product at fp32 accuracy.
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Template parameters: Cfg (the chain), Fixed {kPrec, kOut, kWarpsM, kWarpsN}, Tune {kBM, kBN,
@@ -51,6 +52,11 @@ enum TcOut { kTcStoreFinal = 0, kTcStorePreNorm = 1, kTcMomentsOnly = 2 };
 struct TcChannelMoments {
   double count, mean, m2;
 };
+
+// The element type of tc_conv_body's dst: the chain's y in its dtype for kTcStoreFinal (rounded
+// once), else float pre-norm values (y itself for f32 chains, a workspace otherwise).
+template <class Cfg, class Fixed>
+using TcDstT = Select<Fixed::kOut == kTcStoreFinal, ElemT<Cfg>, float>;
 
 // Per-dimension geometry of the GEMM (see the file comment).
 struct TcDim {
@@ -213,8 +219,8 @@ __device__ __forceinline__ float tc_round_tf32(float v) { return __uint_as_float
 
 // REQUIRES (3xTF32): wts points at kWeightElems floats; null otherwise.
 template <class Cfg, class Fixed, class Tune>
-__device__ __forceinline__ void tc_prep_body(const float* __restrict__ x,
-                                             const float* __restrict__ w,
+__device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
+                                             const ElemT<Cfg>* __restrict__ w,
                                              float* __restrict__ xcl, float* __restrict__ wt,
                                              float* __restrict__ wts,
                                              int* __restrict__ counters) {
@@ -230,7 +236,8 @@ __device__ __forceinline__ void tc_prep_body(const float* __restrict__ x,
     for (int j = 0; j < 4; ++j) {
       const int c = c0 + ty + 8 * j, s = s0 + tx;
       tile[ty + 8 * j][tx] =
-          c < Cfg::kCin && s < Sh::kSin ? x[((long long)n * Cfg::kCin + c) * Sh::kSin + s] : 0.f;
+          c < Cfg::kCin && s < Sh::kSin ? to_f32(x[((long long)n * Cfg::kCin + c) * Sh::kSin + s])
+                                        : 0.f;
     }
     __syncthreads();
 #pragma unroll
@@ -256,8 +263,8 @@ __device__ __forceinline__ void tc_prep_body(const float* __restrict__ x,
     const int tap = (int)(i / ((long long)Sh::kCinPad * Sh::kCPad));
     float v = 0.f;
     if (ci < Cfg::kCin && co < Cfg::kC) {
-      v = Sh::kTransposed ? w[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
-                          : w[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap];
+      v = to_f32(Sh::kTransposed ? w[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
+                                 : w[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap]);
     }
     const float big = tc_round_tf32(v);
     wt[i] = big;
@@ -269,8 +276,8 @@ template <class Cfg, class Fixed, class Tune>
 __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
                                              const float* __restrict__ wt,
                                              const float* __restrict__ wts,
-                                             const float* __restrict__ bias,
-                                             float* __restrict__ dst,
+                                             const ElemT<Cfg>* __restrict__ bias,
+                                             TcDstT<Cfg, Fixed>* __restrict__ dst,
                                              TcChannelMoments* __restrict__ cpart,
                                              float* __restrict__ kpart,
                                              int* __restrict__ counters) {
@@ -522,7 +529,7 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int co = nb * BN + wn * Sh::kWarpN + ni * 8 + 2 * t + e;
-      const float b = Cfg::kBias && co < Cfg::kC ? bias[co] : 0.f;
+      const float b = Cfg::kBias && co < Cfg::kC ? to_f32(bias[co]) : 0.f;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -530,7 +537,8 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
           float& v = acc[mi][ni][2 * h + e];
           v = Cfg::pre(v + b);
           if (Fixed::kOut != kTcMomentsOnly && co < Cfg::kC && out_row[mi][h] >= 0) {
-            dst[((long long)n * Cfg::kC + co) * Sh::kS + out_row[mi][h]] = v;
+            dst[((long long)n * Cfg::kC + co) * Sh::kS + out_row[mi][h]] =
+                store_as<TcDstT<Cfg, Fixed>>(v);
           }
         }
     }

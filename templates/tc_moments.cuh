@@ -4,6 +4,8 @@
 //
 // ---- host-side contract -------------------------------------------------------------------
 // T = kTiles (the GEMM's tiles per sample, template argument), G = Cfg::kGroups (0: no norm).
+// gamma, beta and y are of the chain's element type ElemT<Cfg> (f32, bf16, f16; y rounded once
+// from the fp32/double result); z, stats, rows are float/double workspaces.
 //   tc_channel_merge_body<Cfg, T>(cpart, chm): grid ((kC + 7) / 8, kN), block 256.
 //       cpart TcChannelMoments [kN][T][kC] -> chm TcChannelMoments [kN][kC], each channel's
 //       tiles merged in tile order (Chan, double; lane-strided then a fixed shuffle tree).
@@ -61,11 +63,12 @@ __device__ __forceinline__ void tc_channel_merge_body(const TcChannelMoments* __
 
 template <class Cfg>
 __device__ __forceinline__ void tc_finalize_body(const TcChannelMoments* __restrict__ chm,
-                                                 const float* __restrict__ gamma,
-                                                 const float* __restrict__ beta,
+                                                 const ElemT<Cfg>* __restrict__ gamma,
+                                                 const ElemT<Cfg>* __restrict__ beta,
                                                  float* __restrict__ stats,
-                                                 float* __restrict__ y) {
+                                                 ElemT<Cfg>* __restrict__ y) {
   constexpr int G = Cfg::kGroups > 0 ? Cfg::kGroups : 1, C = Cfg::kC;
+  using E = ElemT<Cfg>;
   __shared__ double s_mu[G], s_rstd[G];
   __shared__ double scratch[32];
   const int n = blockIdx.x;
@@ -92,36 +95,37 @@ __device__ __forceinline__ void tc_finalize_body(const TcChannelMoments* __restr
     double v = p[c].mean;
     if constexpr (Cfg::kGroups > 0) {
       const int g = c / (C / G);
-      v = (double)gamma[c] * (v - s_mu[g]) * s_rstd[g] + (double)beta[c];
+      v = (double)to_f32(gamma[c]) * (v - s_mu[g]) * s_rstd[g] + (double)to_f32(beta[c]);
     }
-    if (Cfg::kMean == kMeanSpatial) y[(long long)n * C + c] = (float)v;
+    if (Cfg::kMean == kMeanSpatial) y[(long long)n * C + c] = store_as<E>((float)v);
     sum += v;
   }
   if (Cfg::kMean == kMeanAll) {
     sum = block_reduce_sum(sum, scratch);
-    if (threadIdx.x == 0) y[n] = (float)(sum / C);
+    if (threadIdx.x == 0) y[n] = store_as<E>((float)(sum / C));
   }
 }
 
 template <class Cfg>
 __device__ __forceinline__ void tc_row_mean_body(const float* __restrict__ z,
-                                                 const float* __restrict__ gamma,
-                                                 const float* __restrict__ beta,
+                                                 const ElemT<Cfg>* __restrict__ gamma,
+                                                 const ElemT<Cfg>* __restrict__ beta,
                                                  const float* __restrict__ stats,
-                                                 float* __restrict__ y, double* __restrict__ rows) {
+                                                 ElemT<Cfg>* __restrict__ y,
+                                                 double* __restrict__ rows) {
   constexpr int S = Cfg::kD * Cfg::kH * Cfg::kW, G = Cfg::kGroups > 0 ? Cfg::kGroups : 1;
   __shared__ double scratch[32];
   const int row = blockIdx.x, c = row % Cfg::kC, n = row / Cfg::kC;
   const int seg = n * G + c / (Cfg::kC / G);
-  const float sc = stats[seg * 2 + 1] * gamma[c];
-  const float sh = beta[c] - stats[seg * 2] * sc;
+  const float sc = stats[seg * 2 + 1] * to_f32(gamma[c]);
+  const float sh = to_f32(beta[c]) - stats[seg * 2] * sc;
   const float* zr = z + (long long)row * S;
   double sum = 0;
   for (int i = threadIdx.x; i < S; i += blockDim.x) sum += (double)Cfg::post(fmaf(zr[i], sc, sh));
   sum = block_reduce_sum(sum, scratch);
   if (threadIdx.x == 0) {
     if (Cfg::kMean == kMeanSpatial) {
-      y[row] = (float)(sum / S);
+      y[row] = store_as<ElemT<Cfg>>((float)(sum / S));
     } else {
       rows[row] = sum / S;
     }
@@ -130,13 +134,13 @@ __device__ __forceinline__ void tc_row_mean_body(const float* __restrict__ z,
 
 template <class Cfg>
 __device__ __forceinline__ void tc_mean_all_body(const double* __restrict__ rows,
-                                                 float* __restrict__ y) {
+                                                 ElemT<Cfg>* __restrict__ y) {
   __shared__ double scratch[32];
   const int n = blockIdx.x;
   double sum = 0;
   for (int c = threadIdx.x; c < Cfg::kC; c += blockDim.x) sum += rows[(long long)n * Cfg::kC + c];
   sum = block_reduce_sum(sum, scratch);
-  if (threadIdx.x == 0) y[n] = (float)(sum / Cfg::kC);
+  if (threadIdx.x == 0) y[n] = store_as<ElemT<Cfg>>((float)(sum / Cfg::kC));
 }
 
 }  // namespace fj

@@ -57,8 +57,9 @@ double UlpOf(float v, DType dtype) {
 // dtype, NaN-free: bit for bit, or at most one unit in the dtype's last place away where the
 // dtype's plan computes the fp32 value another way than the f32 plan (a flushed accumulator).
 //
-// A plan that multiplies on 16-bit tensor cores (`native_mma`: igemm's one bf16/f16 wgmma product
-// instead of TF32) sums the same exact products in another order, with the tensor cores' own
+// A plan that multiplies on tensor cores natively (`native_mma`: igemm's one bf16/f16 wgmma
+// product instead of TF32; tc-conv's one TF32 product of the widened values under the f32 plan's
+// tiling, not the TF32 plan's) sums the same exact products in another order, with the tensor cores' own
 // accumulation, so its pre-norm values differ from the f32 plan's by a few fp32 units; where the
 // group norm cancels (y near 0) that difference can exceed one unit of the (tiny) output. For such
 // plans every value must lie within half a unit of the dtype (its rounding) plus 2^-16 of the
@@ -97,12 +98,17 @@ void ExpectRoundedF32(const std::map<std::string, HostTensor>& got,
   }
 }
 
-void CheckForward(const Chain& chain, uint64_t seed) {
+// `strategy`: the plan asked for by name (both chains), or the planner's when empty.
+void CheckForward(const Chain& chain, uint64_t seed, const std::string& strategy = "") {
   SCOPED_TRACE(FormatChain(chain));
-  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
+  CompileOptions options;
+  options.strategy = strategy;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
   ASSERT_TRUE(c.ok()) << c.status();
+  if (!strategy.empty()) EXPECT_EQ((*c)->strategy(), strategy);
   CompileOptions tf32;
   tf32.precision = Precision::kTf32;
+  tf32.strategy = strategy;
   absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(AsDType(chain, DType::kF32), tf32);
   ASSERT_TRUE(f32.ok()) << f32.status();
   const HostInputs inputs = RandomInputs(chain, seed);  // values of the dtype
@@ -110,7 +116,8 @@ void CheckForward(const Chain& chain, uint64_t seed) {
   reads["x"] = inputs.x;
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
   ASSERT_EQ(got.size(), 1u);
-  const bool native_mma = (*c)->strategy().rfind("igemm-", 0) == 0;
+  const bool native_mma =
+      (*c)->strategy().rfind("igemm-", 0) == 0 || (*c)->strategy() == "tc-conv";
   ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype, native_mma);
   tools::CheckOptions check;
   check.samples = 2;
@@ -266,6 +273,29 @@ TEST_P(GpuDType, TransposedConvChainsRunNatively) {
     }
     CheckForward(chain, 13);
   }
+}
+
+// tc-conv (the mma.sync engine, sm_80+) runs bf16/f16 chains natively: x and the weights widened
+// by its prep kernel (one TF32 product is exact for them), y rounded once; with group_norm the
+// pre-norm values in an fp32 workspace. Every epilogue: y stored, pre-norm + normalize, channel
+// moments only (mean), pre-norm + row means (post-ops then mean), mean without group_norm;
+// transposed with stride and output_padding, odd channel counts, split-K.
+TEST_P(GpuDType, TcConvChainsRunNatively) {
+  SKIP_WITHOUT_GPU();
+  const std::string d = DTypeName(GetParam());
+  const std::vector<std::string> specs = {
+      "x:" + d + "[2,12,9,10,11] | conv3d(out=20,k=3,padding=1) | gelu",
+      "x:" + d + "[2,16,8,8,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1,output_padding=1) "
+      "| relu | group_norm(groups=4) | tanh",
+      "x:" + d + "[3,8,10,10,10] | conv3d(out=24,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=6) | mean(dims=[2,3,4])",
+      "x:" + d + "[2,24,8,8,8] | conv3d(out=40,k=3,padding=1) | relu | group_norm(groups=5) | "
+      "sigmoid | mean(dims=[1,2,3,4])",
+      "x:" + d + "[2,40,6,6,6] | conv3d(out=72,k=3,padding=1,dilation=2) | tanh | "
+      "mean(dims=[2,3,4])",
+      "x:" + d + "[1,200,4,4,4] | conv3d(out=200,k=3,padding=1) | group_norm(groups=8)",
+  };
+  for (const std::string& spec : specs) CheckForward(ParseOrFail(spec), 17, "tc-conv");
 }
 
 // f64 chains (the generic plans in double): forward against the reference, fully written, two runs
