@@ -144,17 +144,7 @@ absl::Status DirStore::Remove(std::string_view name) {
   return s.ok() || ErrnoOf(s) == ENOENT ? absl::OkStatus() : s;
 }
 
-absl::StatusOr<StoreUsage> DirStore::Usage() {
-  absl::StatusOr<DiskUsage> u = dir_.Usage();
-  if (!u.ok()) return u.status();
-  StoreUsage out;
-  out.entries = u->entries;
-  out.bytes = u->entry_bytes;
-  out.temp_files = u->temp_files;
-  out.temp_bytes = u->temp_bytes;
-  out.lock_files = u->lock_files;
-  return out;
-}
+absl::StatusOr<StoreUsage> DirStore::Usage() { return dir_.Usage(); }
 
 absl::StatusOr<EntryStat> DirStore::Stat(std::string_view name) {
   if (absl::Status s = Ping(); !s.ok()) return s;

@@ -168,14 +168,6 @@ struct VerifyReport {
   size_t removed = 0;
 };
 
-struct DiskUsage {
-  size_t entries = 0;
-  uint64_t entry_bytes = 0;
-  size_t temp_files = 0;
-  uint64_t temp_bytes = 0;
-  size_t lock_files = 0;
-};
-
 class LocalTier;   // cache/local_tier.h
 class RemoteTier;  // cache/remote_tier.h
 class Warnings;

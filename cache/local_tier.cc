@@ -215,17 +215,7 @@ absl::StatusOr<VerifyReport> LocalTier::Verify(bool remove_bad) {
 
 absl::StatusOr<size_t> LocalTier::Clear() { return store_->Clear(); }
 
-absl::StatusOr<DiskUsage> LocalTier::Usage() {
-  absl::StatusOr<StoreUsage> u = store_->Usage();
-  if (!u.ok()) return u.status();
-  DiskUsage out;
-  out.entries = u->entries;
-  out.entry_bytes = u->bytes;
-  out.temp_files = u->temp_files;
-  out.temp_bytes = u->temp_bytes;
-  out.lock_files = u->lock_files;
-  return out;
-}
+absl::StatusOr<DiskUsage> LocalTier::Usage() { return store_->Usage(); }
 
 absl::Status LocalTier::Trim() { return store_->Trim(); }
 

@@ -352,7 +352,7 @@ absl::StatusOr<StoreUsage> RedisStore::Usage() {
     if (absl::Status s = ReplyError(r->get(), "STRLEN"); !s.ok()) return s;
     if ((*r)->type != REDIS_REPLY_INTEGER || (*r)->integer == 0) continue;  // gone meanwhile
     ++usage.entries;
-    usage.bytes += static_cast<uint64_t>((*r)->integer);
+    usage.entry_bytes += static_cast<uint64_t>((*r)->integer);
   }
   return usage;
 }

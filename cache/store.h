@@ -28,12 +28,14 @@ namespace fusejit::cache {
 
 struct StoreUsage {
   size_t entries = 0;
-  uint64_t bytes = 0;  // of entries
+  uint64_t entry_bytes = 0;
   // What a store that keeps files leaves besides entries (cache/local_store.h); 0 elsewhere.
   size_t temp_files = 0;
   uint64_t temp_bytes = 0;
   size_t lock_files = 0;
 };
+// The disk tier's name for it (KernelCache::Usage, `fusejit cache stats`).
+using DiskUsage = StoreUsage;
 
 class Store {
  public:

@@ -58,7 +58,7 @@ int RemoteStats(cache::KernelCache& c, std::ostream& out) {
   }
   out << "reachable     yes\n";
   if (absl::StatusOr<cache::StoreUsage> u = c.RemoteUsage(); u.ok()) {
-    out << fmt::format("remote entries {} ({})\n", u->entries, FormatBytes(u->bytes));
+    out << fmt::format("remote entries {} ({})\n", u->entries, FormatBytes(u->entry_bytes));
   }
   // Fleet-wide: every process with this remote tier counts into it.
   std::map<std::string, int64_t> counters;

@@ -80,7 +80,7 @@ class MemoryStore final : public LocalStore {
     StoreUsage u;
     for (const auto& [name, bytes] : entries_) {
       ++u.entries;
-      u.bytes += bytes.size();
+      u.entry_bytes += bytes.size();
     }
     return u;
   }
