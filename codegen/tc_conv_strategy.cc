@@ -183,7 +183,8 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   }
   if (t.wm != 32 && t.wm != 64) return Invalid(c, absl::StrCat("wm ", t.wm, " is 32 or 64"));
   if (t.wm > t.bm) return Invalid(c, absl::StrCat("wm ", t.wm, " exceeds bm ", t.bm));
-  if (t.wm == 64 && PrecOf(chain, target) == kPrec3xTF32 && t.bn / std::clamp<int64_t>(t.bn / 32, 1, 4) > 16) {
+  if (t.wm == 64 && PrecOf(chain, target) == kPrec3xTF32 &&
+      t.bn / std::clamp<int64_t>(t.bn / 32, 1, 4) > 16) {
     return Invalid(c, absl::StrCat("wm 64 with 3xTF32 needs warp tiles at most 16 channels wide "
                                    "(accumulators and short runs: 2 x 64 registers)"));
   }
@@ -568,7 +569,8 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
     apply.args = {KernelArg::Param("gamma", info.gamma_param),
                   KernelArg::Param("beta", info.beta_param),
                   KernelArg::Workspace(ArgType::kFloat, "stats", stats, kRead)};
-    if (pre_in_workspace) apply.args.push_back(KernelArg::Workspace(ArgType::kFloat, "pre", z, kRead));
+    if (pre_in_workspace)
+      apply.args.push_back(KernelArg::Workspace(ArgType::kFloat, "pre", z, kRead));
     apply.args.push_back(KernelArg::Output());
     apply.restrict_pointers = true;
   plan.kernels.push_back(apply);

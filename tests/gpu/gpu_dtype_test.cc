@@ -59,12 +59,12 @@ double UlpOf(float v, DType dtype) {
 //
 // A plan that multiplies on tensor cores natively (`native_mma`: igemm's one bf16/f16 wgmma
 // product instead of TF32; tc-conv's one TF32 product of the widened values under the f32 plan's
-// tiling, not the TF32 plan's) sums the same exact products in another order, with the tensor cores' own
-// accumulation, so its pre-norm values differ from the f32 plan's by a few fp32 units; where the
-// group norm cancels (y near 0) that difference can exceed one unit of the (tiny) output. For such
-// plans every value must lie within half a unit of the dtype (its rounding) plus 2^-16 of the
-// tensor's largest magnitude (an fp32 accumulation difference, 2^7 (bf16) or 2^4 (f16) times below
-// the dtype's own rounding at that scale) of the f32 plan's unrounded value.
+// tiling, not the TF32 plan's) sums the same exact products in another order, with the tensor
+// cores' own accumulation, so its pre-norm values differ from the f32 plan's by a few fp32 units;
+// where the group norm cancels (y near 0) that difference can exceed one unit of the (tiny) output.
+// For such plans every value must lie within half a unit of the dtype (its rounding) plus 2^-16 of
+// the tensor's largest magnitude (an fp32 accumulation difference, 2^7 (bf16) or 2^4 (f16) times
+// below the dtype's own rounding at that scale) of the f32 plan's unrounded value.
 void ExpectRoundedF32(const std::map<std::string, HostTensor>& got,
                       const std::map<std::string, HostTensor>& f32, DType dtype,
                       bool native_mma = false) {
@@ -116,8 +116,7 @@ void CheckForward(const Chain& chain, uint64_t seed, const std::string& strategy
   reads["x"] = inputs.x;
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
   ASSERT_EQ(got.size(), 1u);
-  const bool native_mma =
-      (*c)->strategy().rfind("igemm-", 0) == 0 || (*c)->strategy() == "tc-conv";
+  const bool native_mma = (*c)->strategy().rfind("igemm-", 0) == 0 || (*c)->strategy() == "tc-conv";
   ExpectRoundedF32(got, RunTwice(**f32, reads), chain.dtype, native_mma);
   tools::CheckOptions check;
   check.samples = 2;
@@ -219,15 +218,20 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
   SKIP_WITHOUT_GPU();
   const std::string d = DTypeName(GetParam());
   const std::vector<std::string> specs = {
-      "x:" + d + "[1,64,12,12,12] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
-      "group_norm(groups=8)",
-      "x:" + d + "[2,32,10,12,14] | conv3d(out=128,k=3,padding=1) | gelu | group_norm(groups=16) | "
-      "hardswish",
-      "x:" + d + "[1,64,9,11,13] | conv3d(out=256,k=3,padding=2,dilation=2) | swish | "
-      "group_norm(groups=4) | tanh",
-      "x:" + d + "[4,32,12,16,16] | conv3d(out=128,k=3) | group_norm(groups=8) | mean(dims=[2,3,4])",
-      "x:" + d + "[2,64,8,9,10] | conv_transpose3d(out=128,k=2) | leaky_relu(negative_slope=0.1) | "
-      "group_norm(groups=32) | mean(dims=[1,2,3,4])",
+      "x:" + d +
+          "[1,64,12,12,12] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+          "group_norm(groups=8)",
+      "x:" + d +
+          "[2,32,10,12,14] | conv3d(out=128,k=3,padding=1) | gelu | group_norm(groups=16) | "
+          "hardswish",
+      "x:" + d +
+          "[1,64,9,11,13] | conv3d(out=256,k=3,padding=2,dilation=2) | swish | "
+          "group_norm(groups=4) | tanh",
+      "x:" + d +
+          "[4,32,12,16,16] | conv3d(out=128,k=3) | group_norm(groups=8) | mean(dims=[2,3,4])",
+      "x:" + d +
+          "[2,64,8,9,10] | conv_transpose3d(out=128,k=2) | leaky_relu(negative_slope=0.1) | "
+          "group_norm(groups=32) | mean(dims=[1,2,3,4])",
       // igemm-store: no group_norm, y written in the dtype by the GEMM's epilogue (96 channels
       // padded to one 128-channel tile; a grid of several tiles).
       "x:" + d + "[2,32,10,12,14] | conv3d(out=96,k=3,padding=1) | relu",
@@ -253,14 +257,18 @@ TEST_P(GpuDType, TransposedConvChainsRunNatively) {
   SKIP_WITHOUT_GPU();
   const std::string d = DTypeName(GetParam());
   const std::vector<std::string> specs = {
-      "x:" + d + "[2,3,5,9,10] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
-      "group_norm(groups=4) | hardswish",
-      "x:" + d + "[3,4,4,5,6] | conv_transpose3d(out=12,k=4,stride=2,padding=1,output_padding=1) "
-      "| gelu | group_norm(groups=3)",
-      "x:" + d + "[1,2,6,7,5] | conv_transpose3d(out=5,k=3,stride=3,padding=0,output_padding=2) | "
-      "relu | group_norm(groups=5) | tanh",
-      "x:" + d + "[2,2,5,6,7] | conv_transpose3d(out=32,k=3,padding=2,dilation=2) | "
-      "leaky_relu(negative_slope=0.1) | group_norm(groups=8) | sigmoid",
+      "x:" + d +
+          "[2,3,5,9,10] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+          "group_norm(groups=4) | hardswish",
+      "x:" + d +
+          "[3,4,4,5,6] | conv_transpose3d(out=12,k=4,stride=2,padding=1,output_padding=1) "
+          "| gelu | group_norm(groups=3)",
+      "x:" + d +
+          "[1,2,6,7,5] | conv_transpose3d(out=5,k=3,stride=3,padding=0,output_padding=2) | "
+          "relu | group_norm(groups=5) | tanh",
+      "x:" + d +
+          "[2,2,5,6,7] | conv_transpose3d(out=32,k=3,padding=2,dilation=2) | "
+          "leaky_relu(negative_slope=0.1) | group_norm(groups=8) | sigmoid",
       "x:" + d + "[2,1,7,7,7] | conv_transpose3d(out=7,k=2,stride=2) | group_norm(groups=1)",
   };
   const absl::StatusOr<std::string> arch = jit::CurrentArch();
@@ -285,14 +293,18 @@ TEST_P(GpuDType, TcConvChainsRunNatively) {
   const std::string d = DTypeName(GetParam());
   const std::vector<std::string> specs = {
       "x:" + d + "[2,12,9,10,11] | conv3d(out=20,k=3,padding=1) | gelu",
-      "x:" + d + "[2,16,8,8,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1,output_padding=1) "
-      "| relu | group_norm(groups=4) | tanh",
-      "x:" + d + "[3,8,10,10,10] | conv3d(out=24,k=3,stride=2,padding=1) | swish | "
-      "group_norm(groups=6) | mean(dims=[2,3,4])",
-      "x:" + d + "[2,24,8,8,8] | conv3d(out=40,k=3,padding=1) | relu | group_norm(groups=5) | "
-      "sigmoid | mean(dims=[1,2,3,4])",
-      "x:" + d + "[2,40,6,6,6] | conv3d(out=72,k=3,padding=1,dilation=2) | tanh | "
-      "mean(dims=[2,3,4])",
+      "x:" + d +
+          "[2,16,8,8,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1,output_padding=1) "
+          "| relu | group_norm(groups=4) | tanh",
+      "x:" + d +
+          "[3,8,10,10,10] | conv3d(out=24,k=3,stride=2,padding=1) | swish | "
+          "group_norm(groups=6) | mean(dims=[2,3,4])",
+      "x:" + d +
+          "[2,24,8,8,8] | conv3d(out=40,k=3,padding=1) | relu | group_norm(groups=5) | "
+          "sigmoid | mean(dims=[1,2,3,4])",
+      "x:" + d +
+          "[2,40,6,6,6] | conv3d(out=72,k=3,padding=1,dilation=2) | tanh | "
+          "mean(dims=[2,3,4])",
       "x:" + d + "[1,200,4,4,4] | conv3d(out=200,k=3,padding=1) | group_norm(groups=8)",
   };
   for (const std::string& spec : specs) CheckForward(ParseOrFail(spec), 17, "tc-conv");
