@@ -260,16 +260,25 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     const TcGeometry g = Geometry(chain, info, v, PrecOf(chain, target));
     return g.tiles * (g.c_pad / v.bn) * n;
   };
+  bool wide_split = false;  // a 64-channel tile on a small grid, filled by split-K (below)
   if (c <= 16) {
     t.bn = 16;
   } else {
     const int64_t pad32 = CeilDiv(c, 32) * 32, pad64 = CeilDiv(c, 64) * 64;
-    TcTune wide = t;
+    TcTune wide = t, narrow = t;
     wide.bn = 64;
+    narrow.bn = 32;
     t.bn = pad64 < pad32 || (pad64 == pad32 && ctas(wide) >= target.sm_count) ? 64 : 32;
+    // One-product precisions on a grid that does not fill the device even with 32-channel
+    // tiles: the wider 128 x 64 tile (A reused twice as often) with split-K to fill it, unless
+    // it pads the channels by more than a quarter more (`fusejit autotune`, H100 2026-11-26,
+    // TF32: x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) 0.120 -> 0.100 ms with bm 128,
+    // bn 64, split 4; [4,200,8^3] conv 200->200 | group_norm 0.139 -> 0.103 with bn 128, split 4).
+    wide_split = !split && ctas(narrow) < target.sm_count && 4 * pad64 <= 5 * pad32;
+    if (wide_split) t.bn = 64;
   }
   t.bm = 128;
-  if (ctas(t) * 2 < target.sm_count) t.bm = 64;
+  if (!wide_split && ctas(t) * 2 < target.sm_count) t.bm = 64;
   // Split-K when the tiles do not fill the device: up to two CTAs an SM, each split keeping at
   // least 8 k-steps.
   const int64_t ksteps = CeilDiv(taps * Round4(cin), t.bk);
