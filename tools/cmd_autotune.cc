@@ -94,7 +94,7 @@ const CommandSpec& AutotuneSpec() {
               {"max-candidates", "N", "most configurations measured per chain (default: no limit)"},
               {"reps", "N", "timed runs per candidate (default 10)"},
               {"threads", "N", "compile threads (default: all cores)"},
-              {"precision", "fp32|tf32", "numeric precision (default fp32)"},
+              PrecisionFlag(),
               {"seed", "N", "seed of the random inputs (default 0)"},
               {"no-store", "", "measure only; leave the tuning database alone"},
               {"verbose", "", "print every candidate's result"},
@@ -151,12 +151,9 @@ int AutotuneCommand(const std::vector<std::string>& args, std::ostream& out, std
     if (!n.ok()) return UsageError(err, spec, n.status().message());
     options.seed = static_cast<uint64_t>(*n);
   }
-  const std::string precision = parsed->Get("precision").value_or("fp32");
-  if (precision == "tf32") {
-    options.precision = Precision::kTf32;
-  } else if (precision != "fp32") {
-    return UsageError(err, spec, absl::StrCat("--precision ", precision, ": expected fp32 or tf32"));
-  }
+  absl::StatusOr<Precision> precision = PrecisionFromFlags(*parsed);
+  if (!precision.ok()) return UsageError(err, spec, precision.status().message());
+  options.precision = *precision;
   const bool store = !parsed->Has("no-store");
   const bool verbose = parsed->Has("verbose");
 

@@ -75,7 +75,7 @@ const CommandSpec& BenchSpec() {
               {"grad", "",
                "time the training step: the forward, then the backward (CompileBackward) from a "
                "random grad_y; --kernels then times the backward's kernels"},
-              {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"},
+              PrecisionFlag(),
               {"input", "FILE.npy", "the input x (default: random)"},
               {"param", "NAME=FILE.npy", "a parameter, e.g. 0.weight=w.npy (default: random)",
                /*repeated=*/true},
@@ -170,13 +170,10 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   absl::StatusOr<std::string> strategy_flag = StrategyFromFlags(*parsed);
   if (!strategy_flag.ok()) return UsageError(err, spec, strategy_flag.status().message());
   options.strategy = *strategy_flag;
-  const std::string precision = parsed->Get("precision").value_or("fp32");
-  if (precision == "tf32") {
-    options.precision = Precision::kTf32;
-  } else if (precision != "fp32") {
-    return UsageError(err, spec,
-                      absl::StrCat("--precision ", precision, ": expected fp32 or tf32"));
-  }
+  absl::StatusOr<Precision> precision_flag = PrecisionFromFlags(*parsed);
+  if (!precision_flag.ok()) return UsageError(err, spec, precision_flag.status().message());
+  options.precision = *precision_flag;
+  const std::string precision = parsed->Get("precision").value_or("fp32");  // for the report
   absl::StatusOr<TensorFiles> files = ParseTensorFlags(*parsed, *chain);
   if (!files.ok()) return UsageError(err, spec, files.status().message());
   if (absl::Status s = CheckPlannable(*chain, "", options.strategy); !s.ok()) {

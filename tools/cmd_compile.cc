@@ -26,7 +26,7 @@ const CommandSpec& CompileSpec() {
           "--load also loads the module on device 0 (needs a GPU) and times it; --hits N then\n"
           "compiles the same chain N more times in this process and prints the mean time of\n"
           "those in-memory cache hits.\n",
-      .flags = {ArchFlag(), StrategyFlag(), DumpFlag(), NoCacheFlag(),
+      .flags = {ArchFlag(), StrategyFlag(), PrecisionFlag(), DumpFlag(), NoCacheFlag(),
                 {"grad", "", "the chain's backward (CompileBackward) instead of its forward"},
                 {"load", "", "load the module on device 0 and time it (needs a GPU)"},
                 {"hits", "N", "then time N in-process cache hits (Compile of the same chain)"}},
@@ -52,6 +52,9 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
+  absl::StatusOr<Precision> precision = PrecisionFromFlags(*parsed);
+  if (!precision.ok()) return UsageError(err, spec, precision.status().message());
+  options.precision = *precision;
   if (absl::Status s = CheckPlannable(*chain, arch, options.strategy); !s.ok()) {
     return UsageError(err, spec, s.message());
   }

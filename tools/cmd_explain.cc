@@ -27,7 +27,7 @@ const CommandSpec& ExplainSpec() {
       .flags = {ArchFlag(),
                 StrategyFlag(),
                 {"grad", "", "explain the chain's backward: its steps, tensors and workspace"},
-                {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"},
+                PrecisionFlag(),
                 DumpFlag()},
   };
   return *spec;
@@ -51,12 +51,9 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
-  const std::string precision = parsed->Get("precision").value_or("fp32");
-  if (precision == "tf32") {
-    options.precision = Precision::kTf32;
-  } else if (precision != "fp32") {
-    return UsageError(err, spec, "--precision " + precision + ": expected fp32 or tf32");
-  }
+  absl::StatusOr<Precision> precision = PrecisionFromFlags(*parsed);
+  if (!precision.ok()) return UsageError(err, spec, precision.status().message());
+  options.precision = *precision;
   if (absl::Status s = CheckPlannable(*chain, arch, options.strategy); !s.ok()) {
     return UsageError(err, spec, s.message());
   }

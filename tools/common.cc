@@ -36,6 +36,9 @@ FlagSpec StrategyFlag() {
 }
 FlagSpec DumpFlag() { return {"dump", "DIR", "write the generated source (and PTX) below DIR"}; }
 FlagSpec NoCacheFlag() { return {"no-cache", "", "compile with NVRTC even if the cache has it"}; }
+FlagSpec PrecisionFlag() {
+  return {"precision", "fp32|tf32", "numeric precision (default fp32; tf32 is opt-in)"};
+}
 
 std::string StrategyNames() {
   std::string names;
@@ -130,6 +133,14 @@ absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed) {
   const std::string strategy = values.empty() ? "" : values.back();
   if (absl::Status s = ValidateStrategy(strategy); !s.ok()) return s;  // "" included: refused
   return strategy;
+}
+
+absl::StatusOr<Precision> PrecisionFromFlags(const ParsedArgs& parsed) {
+  const std::string precision = parsed.Get("precision").value_or("fp32");
+  if (precision == "fp32") return Precision::kFp32;
+  if (precision == "tf32") return Precision::kTf32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision ", precision, ": expected fp32 or tf32"));
 }
 
 absl::Status CheckPlannable(const Chain& chain, const std::string& arch,

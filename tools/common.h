@@ -44,6 +44,7 @@ FlagSpec ArchFlag();
 FlagSpec StrategyFlag();
 FlagSpec DumpFlag();
 FlagSpec NoCacheFlag();
+FlagSpec PrecisionFlag();  // --precision fp32|tf32
 
 // Names of the plan strategies, comma-separated, for help texts and errors.
 std::string StrategyNames();
@@ -58,6 +59,9 @@ absl::Status ValidateStrategy(const std::string& name);
 // is refused).
 absl::StatusOr<std::string> ArchFromFlags(const ParsedArgs& parsed);
 absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed);
+// The value of --precision: kFp32 when absent (TF32 is opt-in); an error naming the value and the
+// choices otherwise.
+absl::StatusOr<Precision> PrecisionFromFlags(const ParsedArgs& parsed);
 
 // OK when the chain can be planned: its dtype has plans and, when both are given, `strategy`
 // applies to it on `arch`. Errors are input errors (exit 2), so a command refuses what it cannot

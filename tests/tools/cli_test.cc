@@ -520,6 +520,18 @@ TEST_F(CliTest, ArchAndStrategyErrorsAreAlwaysUsageErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
+// Every command that compiles takes --precision fp32|tf32 and refuses anything else as a usage
+// error naming the choices, before compiling or touching a device.
+TEST_F(CliTest, PrecisionFlagIsCheckedByEveryCompilingCommand) {
+  for (const char* command : {"compile", "explain", "bench", "autotune"}) {
+    Result r = Run({command, kSpec, "--precision", "fp16"});
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--precision fp16: expected fp32 or tf32")) << command;
+  }
+  Result r = Run({"compile", kSpec, "--arch", "sm_90", "--precision", "tf32", "--no-cache"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(CliTest, SeedsWithoutGpuCompilesForSm90) {
   if (jit::DriverAvailable()) GTEST_SKIP() << "a CUDA driver is present: seeds would run on it";
   Result r = Run({"seeds"});
