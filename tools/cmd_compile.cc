@@ -26,7 +26,11 @@ const CommandSpec& CompileSpec() {
           "--load also loads the module on device 0 (needs a GPU) and times it; --hits N then\n"
           "compiles the same chain N more times in this process and prints the mean time of\n"
           "those in-memory cache hits.\n",
-      .flags = {ArchFlag(), StrategyFlag(), PrecisionFlag(), DumpFlag(), NoCacheFlag(),
+      .flags = {ArchFlag(),
+                StrategyFlag(),
+                PrecisionFlag(),
+                DumpFlag(),
+                NoCacheFlag(),
                 {"grad", "", "the chain's backward (CompileBackward) instead of its forward"},
                 {"load", "", "load the module on device 0 and time it (needs a GPU)"},
                 {"hits", "N", "then time N in-process cache hits (Compile of the same chain)"}},
