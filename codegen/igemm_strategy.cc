@@ -82,11 +82,17 @@ struct IgemmPrecision {
   bool two_accumulators() const { return flush > 0; }
 };
 // f32 chains: the fp16 split (fp32-accurate) or TF32 when asked. bf16 and f16 chains: one product
-// of their own values (exact operands), the sum fp32-accurate unless TF32 was asked for.
+// of their own values (exact operands). The tensor cores truncate as they accumulate (~1e-5
+// relative over K = 1728, bench/notes/igemm_w3.md); a bf16/f16 output is rounded to 8 or 11 bits,
+// 100x coarser, so its sum is not flushed (one accumulator: up to 4 warpgroups, no flush waits;
+// W3 bf16 GEMM 0.78 -> 0.67 ms, H100 2026-11-26) -- except where the chain ends in a mean: that
+// mean of a group_norm output is a near-cancelling sum whose error is relative to the channel
+// terms, not to the (small) output, so it keeps the fp32-accurate sum unless TF32 was asked for.
 IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
   const bool tf32 = target.precision == Precision::kTf32;
-  if (chain.dtype == DType::kBF16) return {kPrecBF16x1, tf32 ? 0 : 2};
-  if (chain.dtype == DType::kF16) return {kPrecF16x1, tf32 ? 0 : 2};
+  const bool mean = !chain.ops.empty() && chain.ops.back().kind == OpKind::kMean;
+  if (chain.dtype == DType::kBF16) return {kPrecBF16x1, tf32 || !mean ? 0 : 2};
+  if (chain.dtype == DType::kF16) return {kPrecF16x1, tf32 || !mean ? 0 : 2};
   if (tf32) return {kPrecTF32x1, 0};
   return {kPrecF16x3, 2};
 }
@@ -100,13 +106,15 @@ struct IgemmGeometry : fj::geom::Igemm {
 
 IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTune& t) {
   const ConvAttrs& conv = info.producer->conv;
+  // bf16/f16 chains: one 16-bit operand per value, 64 channels per 128-byte block (PrecisionOf).
+  const bool packed16 = chain.dtype == DType::kBF16 || chain.dtype == DType::kF16;
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   IgemmGeometry g;
   static_cast<fj::geom::Igemm&>(g) = fj::geom::IgemmOf(
       p[2], p[3], p[4], x[2], x[3], x[4], x[1], PaddedChannels(p[1]), conv.kernel[0],
       conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2],
-      /*bm=*/64 * t.wg, t.stages);
+      /*bm=*/64 * t.wg, t.stages, packed16);
   g.threads = 128 * t.wg;
   const int64_t per_block =
       g.s % 4 == 0 ? kGnApplyThreads * kGnApplyVec * 4 : kGnApplyThreads * kGnApplyVec;
@@ -350,14 +358,15 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   const bool store = variant_ == Variant::kStore;
   const bool pre_in_workspace = in.chain.dtype != DType::kF32 && !store;
   const bool moments = out_ == kOutChannelMoments;
+  const bool mean_chain = info.mean != MeanMode::kNone;
   const int64_t n = info.producer_shape[0], c = info.producer_shape[1], cin = in.chain.input[1];
   const int64_t groups = info.group_norm ? info.group_norm->groups : 0;
   Plan plan;
   plan.strategy = std::string(name());
   plan.description = absl::StrCat(
       "implicit GEMM on the tensor cores (wgmma, sm_90a): x copied channels-last in the operand "
-      "encoding, each CTA stages its input rows once per (kd, 32 channels) and streams the "
-      "weights; ",
+      "encoding, each CTA stages its input rows once per (kd, channel block of ", g.cin_block,
+      ") and streams the weights; ",
       moments ? "the epilogue writes per-tile per-channel moments of the pre-norm values "
                 "(nothing full-size), merged in a fixed order (double) into the mean of the "
                 "group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c. "
@@ -372,7 +381,9 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
       : x1 ? absl::StrCat("one ", dtype_name, " product per term (x and w are ", dtype_name,
                           " values: exact), ",
                           pr.flush > 0 ? "short-run accumulator flushed every 2 k-steps; "
-                                       : "no flush (TF32 asked for); ",
+                          : mean_chain ? "no flush (TF32 asked for); "
+                                       : "fp32 accumulation (not flushed: the output's "
+                                         "rounding is 100x coarser); ",
                           "the output rounded once")
            : "TF32 (asked for): one TF32 product per term");
   plan.includes = {"igemm_mma.cuh", "igemm_wgmma.cuh"};
@@ -387,15 +398,15 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   const size_t xa = plan.AddWorkspace(
       absl::StrCat("x channels-last [n][d][h][w][ci] as ",
                    f16  ? "fp16 high/low pairs of x*sx"
-                   : x1 ? absl::StrCat(dtype_name, " (and as many zero bytes)")
+                   : x1 ? absl::StrCat(dtype_name, ", 64 channels per 128-byte block")
                         : "TF32",
-                   " (N*Sin*Cin*4 bytes)"),
-      static_cast<size_t>(n * g.sin * cin) * 4);
+                   cin % g.cin_block != 0 ? " (the last block's tail zeros)" : ""),
+      static_cast<size_t>(n * g.xa_bytes_per_sample));
   const size_t wb = plan.AddWorkspace(
       absl::StrCat("weights [tap][co][ci] as ", f16  ? "fp16 high/low pairs of w*sw"
-                                                : x1 ? absl::StrCat(dtype_name, " (and zeros)")
+                                                : x1 ? dtype_name
                                                      : "TF32"),
-      static_cast<size_t>(g.taps * PaddedChannels(c) * cin) * 4);
+      static_cast<size_t>(g.wb_bytes));
   size_t absmax = 0, scale = 0;
   if (f16) {
     absmax = plan.AddWorkspace("per-block max|x| and max|w| (fp16 scales) x 264 blocks",

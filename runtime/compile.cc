@@ -87,17 +87,32 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   std::string native_choice;
   if (runtime::RunsThroughF32(chain.dtype)) {
     if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
-    absl::StatusOr<runtime::PlannedChain> f32 = runtime::PlanChain(
-        runtime::AsF32(chain), *target, runtime::InnerOptions(options), tuning_db);
-    if (!f32.ok()) return f32.status();
-    const codegen::Strategy* strategy = codegen::FindStrategy(f32->plan.strategy);
+    // A named configuration names the strategy (and is checked against the chain it runs on:
+    // this one when its strategy handles the dtype, else the f32 chain); otherwise the f32
+    // chain's plan picks it.
+    std::string strategy_name, choice;
+    if (!options.tune_config.empty()) {
+      absl::StatusOr<codegen::TuneConfig> given = codegen::TuneConfig::Parse(options.tune_config);
+      if (!given.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tune config ", options.tune_config, ": ", given.status().message()));
+      }
+      strategy_name = given->strategy;
+      choice = "the configuration given";
+    } else {
+      absl::StatusOr<runtime::PlannedChain> f32 = runtime::PlanChain(
+          runtime::AsF32(chain), *target, runtime::InnerOptions(options), tuning_db);
+      if (!f32.ok()) return f32.status();
+      strategy_name = f32->plan.strategy;
+      choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, ")");
+    }
+    const codegen::Strategy* strategy = codegen::FindStrategy(strategy_name);
     if (strategy != nullptr && strategy->HandlesDType(chain.dtype)) {
       // The strategy only: its configuration is the dtype chain's own (a tuned one for this
       // chain, else the default for its precision: tc-conv multiplies bf16/f16 in one TF32
       // product, igemm in one 16-bit product, and tiles for that), unless the caller named one.
-      effective.strategy = f32->plan.strategy;
-      native_choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, "), run natively in ",
-                                   DTypeName(chain.dtype));
+      effective.strategy = strategy_name;
+      native_choice = absl::StrCat(choice, ", run natively in ", DTypeName(chain.dtype));
     } else {
       absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
           Compile(runtime::AsF32(chain), runtime::InnerOptions(options));

@@ -69,10 +69,13 @@ constexpr MmaMoments MmaMomentsOf(long long cin, long long hin, long long c, lon
 // The implicit GEMM: a CTA computes bm output points x 128 channels (on Hopper bm = 64 per
 // warpgroup). Its A operand is a halo of input rows (144 bytes per point), double-buffered; B is
 // `stages` stages of 128 x 128 bytes; the epilogue reuses the space as a 128 x (bm+4) float tile.
+// Operands (x channels-last, weights [tap][co][ci]) are stored in 128-byte channel blocks, one
+// k-step of the GEMM each: 32 channels (TF32 values, or fp16 high/low pairs), or 64 channels when
+// every value is one 16-bit operand (`packed16`: bf16/f16 chains); the last block is zero-padded.
 constexpr int kIgemmTileN = 128;      // output channels per CTA (wgmma n = 128)
 constexpr int kIgemmHaloPitch = 144;  // bytes per halo point
 constexpr int kIgemmBStageBytes = 128 * 128;
-constexpr int kIgemmPrepPoints = 32;     // prep: input points per block (all channels)
+constexpr int kIgemmPrepPoints = 32;     // prep: input points per block (all channels); 64 packed
 constexpr int kIgemmPrepWThreads = 256;  // prep: weight chunks (8 lanes) per block
 
 struct Igemm {
@@ -86,17 +89,23 @@ struct Igemm {
   long long pipe_bytes;                          // two halos and the B stages
   long long epi_bytes;                           // the epilogue tile
   long long smem;                                // dynamic shared memory of the GEMM kernel
+  long long cin_block;                           // input channels per 128-byte block (32, 64)
+  long long cb;                                  // channel blocks per point (k-steps per tap)
+  long long row_bytes;                           // bytes per point of xa, per (tap, co) of wb
+  long long xa_bytes_per_sample;                 // x channels-last, one sample
+  long long wb_bytes;                            // the weights, all taps and padded channels
+  long long prep_points;                         // prep: input points per block
   long long prep_x_blocks_per_sample;            // prep grid: blocks converting x, per sample
   long long prep_w_blocks;                       // prep grid: blocks converting the weights
 };
 
 // (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
 // channels padded to whole 128-channel tiles; k*, dil*: kernel and dilation; bm, stages: the
-// tuning.
+// tuning; packed16: 64 channels per block (one 16-bit operand per value) instead of 32.
 constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, long long hin,
                         long long win, long long cin, long long c, long long kd, long long kh,
                         long long kw, long long dilh, long long dilw, long long bm,
-                        long long stages) {
+                        long long stages, bool packed16) {
   Igemm g{};
   g.s = d * h * w;
   g.sin = din * hin * win;
@@ -112,8 +121,15 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.pipe_bytes = 2 * g.halo_bytes + stages * kIgemmBStageBytes;
   g.epi_bytes = kIgemmTileN * (g.bm + 4) * 4;
   g.smem = g.pipe_bytes > g.epi_bytes ? g.pipe_bytes : g.epi_bytes;
-  g.prep_x_blocks_per_sample = CeilDiv(g.sin, kIgemmPrepPoints);
-  g.prep_w_blocks = CeilDiv(g.taps * c * (cin / 32) * 4, kIgemmPrepWThreads);
+  g.cin_block = packed16 ? 64 : 32;
+  g.cb = CeilDiv(cin, g.cin_block);
+  g.row_bytes = g.cb * 128;
+  g.xa_bytes_per_sample = g.sin * g.row_bytes;
+  g.wb_bytes = g.taps * c * g.row_bytes;
+  g.prep_points = packed16 ? 2 * kIgemmPrepPoints : kIgemmPrepPoints;  // the same smem bytes
+  g.prep_x_blocks_per_sample = CeilDiv(g.sin, g.prep_points);
+  // One prep thread per 8-channel chunk of a weight block (16 bytes packed, 32 otherwise).
+  g.prep_w_blocks = CeilDiv(g.taps * c * g.cb * (g.cin_block / 8), kIgemmPrepWThreads);
   return g;
 }
 

@@ -30,18 +30,22 @@
 // that is added (round-to-nearest FADD) into the main accumulator every kFlushSteps k-steps.
 //
 // ---- host-side contract -------------------------------------------------------------------
-// Notation: S = kD*kH*kW, Sin = kDin*kHin*kWin, T = kKD*kKH*kKW, CB = kCin/32,
+// Notation: S = kD*kH*kW, Sin = kDin*kHin*kWin, T = kKD*kKH*kKW,
+//           CI = channels per 128-byte block: 64 for kPrecBF16x1/F16x1 (one 16-bit value per
+//           channel), 32 otherwise; CB = ceil(kCin/CI) blocks (k-steps per tap), R = CB*128,
 //           BM = Tune::kWarpsM*Tune::kWM, BN = Tune::kWarpsN*Tune::kWN, G = kGroups,
 //           tiles = ceil(S / BM)  (IgemmShape<Cfg,Tune>::kTiles), P = Tune::kAbsmaxBlocks.
 // Tune fields read here: kPrec, kWarpsM, kWarpsN, kWM, kWN, kStages, kFlushSteps, kAbsmaxBlocks,
 // kOut (optional, IgemmOutOf: kIgemmOutStoreY when absent) (igemm_wgmma.cuh adds its own).
 // Workspace (bytes, IgemmShape<Cfg,Tune>::k*Bytes; each offset 256-aligned by the host):
-//   xa      kN*Sin*kCin*4     x, channels-last [n][d][h][w][cb][32 lanes]:
-//                             kPrecTF32x1: fp32 values rounded to TF32 (cvt.rna);
-//                             kPrecBF16x1/F16x1: 32 values in the dtype, then 64 zero bytes;
+//   xa      kN*Sin*R          x, channels-last [n][d][h][w][cb][CI lanes] (IgemmShape::kXaBytes):
+//                             kPrecTF32x1: 32 fp32 values rounded to TF32 (cvt.rna);
+//                             kPrecBF16x1/F16x1: 64 values in the dtype;
 //                             kPrecF16x3: per (point, cb) 32 fp16 highs then 32 fp16 lows of
-//                             x*sx (128 bytes per (point, cb) always).
-//   wb      T*kC*kCin*4       weights [tap][co][cb][32 lanes], same encodings as xa (w*sw).
+//                             x*sx (128 bytes per (point, cb) always);
+//                             channels past kCin (the last block's tail) are zeros.
+//   wb      T*kCP*R           weights [tap][co][cb][CI lanes], same encodings as xa (w*sw),
+//                             kCP = kC padded to whole BN tiles (zero weights).
 //   absmax  2*P floats        per-block max|x| (first P) and max|w| (next P)   (F16x3 only)
 //   scale   1 float           1/(sx*sw) (F16x3 only; written by igemm_prep_body's block 0)
 //   kIgemmOutStoreY:
@@ -55,7 +59,7 @@
 //        grid P, block 256, no dynamic smem. Reads x and all weights.
 //   2. igemm_prep_body<Cfg,Tune>(x, weight, absmax, xa, wb, scale[, nsamples = kN])
 //        grid kN*IgemmShape::kPrepXBlocksPerSample + IgemmShape::kPrepWBlocks, block 256, no
-//        dynamic smem (kCin*33*4 + 256 bytes static, so kCin <= 352). Writes xa, wb and (F16x3)
+//        dynamic smem (kCin*33*4 + 256 bytes static -- kCin*66*2 packed, the same -- so kCin <= 352). Writes xa, wb and (F16x3)
 //        scale; absmax and scale are not read or written with kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
@@ -177,16 +181,19 @@ struct IgemmShape {
   // Sizes the host's launch uses too, from one function (geometry.cuh).
   static constexpr geom::Igemm kG =
       geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP,
-                    Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages);
+                    Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages,
+                    igemm_prec_x1(Tune::kPrec));
   static constexpr int kS = kG.s;
   static constexpr int kSin = kG.sin;
   static constexpr int kTaps = kG.taps;
-  static constexpr int kCB = Cfg::kCin / 32;
+  static constexpr int kCinBlock = kG.cin_block;  // channels per 128-byte block (one k-step)
+  static constexpr int kCB = kG.cb;
+  static constexpr int kChunks = kCinBlock / 8;  // 8-channel chunks per block
   static constexpr int kThreads = 32 * Tune::kWarpsM * Tune::kWarpsN;
   static constexpr int kTiles = kG.tiles;
   static constexpr int kGroupsOr1 = Cfg::kGroups > 0 ? Cfg::kGroups : 1;
   static constexpr int kCg = Cfg::kC / kGroupsOr1;
-  static constexpr int kRowBytes = Cfg::kCin * 4;  // bytes per point in xa (and per co in wb)
+  static constexpr int kRowBytes = kG.row_bytes;  // bytes per point in xa (and per co in wb)
   // Input-point offset per dimension: i = o + kBase + k*kStep.
   static constexpr int kBaseD = kTransposed ? Cfg::kPD : -Cfg::kPD;
   static constexpr int kBaseH = kTransposed ? Cfg::kPH : -Cfg::kPH;
@@ -197,16 +204,16 @@ struct IgemmShape {
   static constexpr int kEpiPitch = kBM + 4;  // floats per channel row of the epilogue tile
   static constexpr int kEpiBytes = kBN * kEpiPitch * 4;
   // Workspace sizes.
-  static constexpr long long kXaBytes = (long long)Cfg::kN * kSin * Cfg::kCin * 4;
-  static constexpr long long kWbBytes = (long long)kTaps * kCP * Cfg::kCin * 4;
+  static constexpr long long kXaBytes = (long long)Cfg::kN * kG.xa_bytes_per_sample;
+  static constexpr long long kWbBytes = kG.wb_bytes;
   static constexpr long long kPartialFloats = (long long)Cfg::kN * kGroupsOr1 * kTiles * 3;
   static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
   // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
-  static constexpr int kPrepPts = geom::kIgemmPrepPoints;
+  static constexpr int kPrepPts = kG.prep_points;
   static constexpr int kPrepXBlocksPerSample = kG.prep_x_blocks_per_sample;
   static constexpr int kPrepXBlocks = Cfg::kN * kPrepXBlocksPerSample;
-  static constexpr int kWChunks = kTaps * kCP * kCB * 4;  // 8-lane chunks
+  static constexpr int kWChunks = kTaps * kCP * kCB * kChunks;  // 8-lane chunks
   static constexpr int kPrepWBlocks = kG.prep_w_blocks;  // kWChunks / 256, rounded up
 
   static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
@@ -231,7 +238,7 @@ struct IgemmShape {
                 "igemm: a chain ending in mean needs the channel-moments epilogue (kOut)");
   static_assert(Tune::kStages >= 2, "igemm: at least 2 pipeline stages");
   static_assert(Tune::kFlushSteps >= 0, "igemm: kFlushSteps >= 0");
-  static_assert((long long)kSin * Cfg::kCin * 4 < (1ll << 31), "igemm: sample too large");
+  static_assert((long long)kSin * kRowBytes < (1ll << 31), "igemm: sample too large");
 };
 
 // ---- 1. max|x| and max|w| per block (F16x3 scale selection) --------------------------------
@@ -279,7 +286,105 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
 }
 
 // ---- 2. x -> channels-last xa, weights -> wb (both in the operand encoding) -----------------
+// x of a one-product 16-bit chain (kPrecBF16x1/F16x1): the values' bits copied channels-last,
+// no conversion; a block moves kPrepPts (64) points of one sample, all channels, loading two
+// points per 32-bit word along each channel row where the rows are 4-byte aligned (S even).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict__ x,
+                                                    unsigned char* __restrict__ xa, int n,
+                                                    int p0) {
+  using Sh = IgemmShape<Cfg, Tune>;
+  constexpr int P = Sh::kPrepPts, kPitch = P + 2;  // even pitch: 32-bit words stay aligned
+  __shared__ unsigned short tile[Cfg::kCin][kPitch];
+  const unsigned short* xs =
+      reinterpret_cast<const unsigned short*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
+  if constexpr (Sh::kSin % 2 == 0) {
+    for (int i = threadIdx.x; i < Cfg::kCin * (P / 2); i += blockDim.x) {
+      const int c = i / (P / 2), p = 2 * (i % (P / 2));
+      const long long at = (long long)c * Sh::kSin + p0 + p;
+      // p0 + p is even and S is even: both points are in range or neither.
+      const unsigned w = p0 + p < Sh::kSin ? *reinterpret_cast<const unsigned*>(xs + at) : 0u;
+      *reinterpret_cast<unsigned*>(&tile[c][p]) = w;
+    }
+  } else {
+    for (int i = threadIdx.x; i < Cfg::kCin * P; i += blockDim.x) {
+      const int c = i / P, p = i % P;
+      tile[c][p] = p0 + p < Sh::kSin ? xs[(long long)c * Sh::kSin + p0 + p] : (unsigned short)0;
+    }
+  }
+  __syncthreads();
+  unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
+  // Each (point, cb, 8-channel chunk j): 16 bytes; channels past kCin are zeros (kCin % 32 == 0:
+  // a chunk is all channels or all padding).
+  for (int i = threadIdx.x; i < P * Sh::kCB * Sh::kChunks; i += blockDim.x) {
+    const int p = i / (Sh::kCB * Sh::kChunks), cb = (i / Sh::kChunks) % Sh::kCB;
+    const int j = i % Sh::kChunks;
+    if (p0 + p >= Sh::kSin) continue;
+    const int c0 = cb * Sh::kCinBlock + j * 8;
+    unsigned v[4] = {0u, 0u, 0u, 0u};
+    if (c0 < Cfg::kCin) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        v[e] = (unsigned)tile[c0 + 2 * e][p] | ((unsigned)tile[c0 + 2 * e + 1][p] << 16);
+      }
+    }
+    *reinterpret_cast<uint4*>(out + (long long)p * Sh::kRowBytes + cb * 128 + j * 16) =
+        make_uint4(v[0], v[1], v[2], v[3]);
+  }
+}
+
 // Encodes 8 consecutive channel values into 16 bytes (TF32: 2 x 16 B of fp32 -> caller) ...
+// x of an f32 chain in the TF32 or F16x3 encoding (x*sx split into fp16 highs and lows): a
+// block converts kPrepPts (32) points of sample n from p0, all channels.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restrict__ x,
+                                                     unsigned char* __restrict__ xa, int n,
+                                                     int p0, float sx) {
+  using Sh = IgemmShape<Cfg, Tune>;
+  constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
+  using E = ElemT<Cfg>;
+  __shared__ float tile[Cfg::kCin][Sh::kPrepPts + 1];
+  const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
+  // Load [kCin][32 points], coalesced along points.
+  for (int i = threadIdx.x; i < Cfg::kCin * Sh::kPrepPts; i += blockDim.x) {
+    const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
+    tile[c][p] = p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
+  }
+  __syncthreads();
+  unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
+  // Each (point, cb, 8-channel chunk j): 16 B of highs + 16 B of lows (F16x3), or 32 B (TF32).
+  for (int i = threadIdx.x; i < Sh::kPrepPts * Sh::kCB * Sh::kChunks; i += blockDim.x) {
+    const int p = i / (Sh::kCB * Sh::kChunks), cb = (i / Sh::kChunks) % Sh::kCB;
+    const int j = i % Sh::kChunks;
+    if (p0 + p >= Sh::kSin) continue;
+    unsigned char* row = out + (long long)p * Sh::kRowBytes + cb * 128;
+    const int c0 = cb * Sh::kCinBlock + j * 8;
+    if constexpr (kF16) {
+      unsigned hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        unsigned short h[2], l[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float v = tile[c0 + 2 * e + q][p] * sx;
+          h[q] = ig::f32_to_f16_rn(v);
+          l[q] = ig::f32_to_f16_rn(v - ig::f16_to_f32(h[q]));
+        }
+        hi[e] = (unsigned)h[0] | ((unsigned)h[1] << 16);
+        lo[e] = (unsigned)l[0] | ((unsigned)l[1] << 16);
+      }
+      *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    } else {
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = ig::round_tf32(tile[c0 + e][p]);
+      *reinterpret_cast<float4*>(row + j * 32) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(row + j * 32 + 16) = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  }
+}
+
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x,
                                                 const ElemT<Cfg>* __restrict__ weight,
@@ -292,7 +397,6 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   constexpr bool kX1 = igemm_prec_x1(Tune::kPrec);
   using E = ElemT<Cfg>;
-  __shared__ float tile[Cfg::kCin][Sh::kPrepPts + 1];
   float sx = 1.f, sw = 1.f;
   if constexpr (kF16) {
     // Every block derives the same scales from the absmax partials (max is order-free),
@@ -325,64 +429,23 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
   if (b < xblocks) {
     const int n = b / Sh::kPrepXBlocksPerSample;
     const int p0 = (b % Sh::kPrepXBlocksPerSample) * Sh::kPrepPts;
-    const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
-    // Load [kCin][32 points], coalesced along points.
-    for (int i = threadIdx.x; i < Cfg::kCin * Sh::kPrepPts; i += blockDim.x) {
-      const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
-      tile[c][p] = p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
-    }
-    __syncthreads();
-    unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
-    // Each (point, cb, 8-channel chunk j): 16 B of highs + 16 B of lows (F16), or 32 B (TF32).
-    for (int i = threadIdx.x; i < Sh::kPrepPts * Sh::kCB * 4; i += blockDim.x) {
-      const int p = i / (Sh::kCB * 4), cb = (i / 4) % Sh::kCB, j = i % 4;
-      if (p0 + p >= Sh::kSin) continue;
-      unsigned char* row = out + (long long)p * Sh::kRowBytes + cb * 128;
-      const int c0 = cb * 32 + j * 8;
-      if constexpr (kX1) {
-        unsigned v[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          v[e] = (unsigned)from_f32<E>(tile[c0 + 2 * e][p]).bits |
-                 ((unsigned)from_f32<E>(tile[c0 + 2 * e + 1][p]).bits << 16);
-        }
-        *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(0u, 0u, 0u, 0u);
-      } else if constexpr (kF16) {
-        unsigned hi[4], lo[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          unsigned short h[2], l[2];
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const float v = tile[c0 + 2 * e + q][p] * sx;
-            h[q] = ig::f32_to_f16_rn(v);
-            l[q] = ig::f32_to_f16_rn(v - ig::f16_to_f32(h[q]));
-          }
-          hi[e] = (unsigned)h[0] | ((unsigned)h[1] << 16);
-          lo[e] = (unsigned)l[0] | ((unsigned)l[1] << 16);
-        }
-        *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      } else {
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = ig::round_tf32(tile[c0 + e][p]);
-        *reinterpret_cast<float4*>(row + j * 32) = make_float4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<float4*>(row + j * 32 + 16) = make_float4(v[4], v[5], v[6], v[7]);
-      }
+    if constexpr (kX1) {
+      igemm_prep_x_packed<Cfg, Tune>(x, xa, n, p0);
+    } else {
+      igemm_prep_x_encoded<Cfg, Tune>(x, xa, n, p0, sx);
     }
   } else {
     const int i = (b - xblocks) * 256 + threadIdx.x;
     if (i >= Sh::kWChunks) return;
-    // i -> (tap, co, cb, j): 8 input channels ci = cb*32 + j*8 .. +7.
-    const int j = i % 4, cb = (i / 4) % Sh::kCB, co = (i / (4 * Sh::kCB)) % Sh::kCP;
-    const int tap = i / (4 * Sh::kCB * Sh::kCP);
+    // i -> (tap, co, cb, j): 8 input channels ci = cb*CI + j*8 .. +7.
+    constexpr int kJ = Sh::kChunks;
+    const int j = i % kJ, cb = (i / kJ) % Sh::kCB, co = (i / (kJ * Sh::kCB)) % Sh::kCP;
+    const int tap = i / (kJ * Sh::kCB * Sh::kCP);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const int ci = cb * 32 + j * 8 + e;
-      v[e] = co >= Cfg::kC
+      const int ci = cb * Sh::kCinBlock + j * 8 + e;
+      v[e] = co >= Cfg::kC || ci >= Cfg::kCin
                  ? 0.f  // padding channels: zero weights
                  : to_f32(Sh::kTransposed
                               ? weight[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
@@ -396,7 +459,6 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
         u[e] = (unsigned)from_f32<E>(v[2 * e]).bits | ((unsigned)from_f32<E>(v[2 * e + 1]).bits << 16);
       }
       *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(u[0], u[1], u[2], u[3]);
-      *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(0u, 0u, 0u, 0u);
     } else if constexpr (kF16) {
       unsigned hi[4], lo[4];
 #pragma unroll

@@ -5,6 +5,9 @@
 //     and reused by all kKH*kKW taps; input planes entirely in the padding for the tile are
 //     skipped (no loads, no mma);
 //   - each warpgroup (4 warps) owns 64 output points x 128 channels (BN = 128);
+//   - a k-step is one 128-byte channel block of one tap (igemm_mma.cuh's CB): 32 channels
+//     (TF32: four k8 wgmma; F16x3: two k16 slices of three products each) or 64 (BF16x1/F16x1:
+//     four k16 wgmma);
 //   - A (the gathered input rows) is loaded from the halo by ldmatrix into registers in the
 //     wgmma register-fragment layout (identical to mma.m16n8k16 / m16n8k8 per warp) -- "RS"
 //     wgmma, so the per-row gather stays free;
@@ -263,6 +266,7 @@ struct IgemmWgmmaLoop {
   static constexpr bool kF16 = Tune::kPrec == kPrecF16x3;  // the split: three products, scaled
   static constexpr bool k16 = igemm_prec_16bit(Tune::kPrec);  // 16-bit operands, k16 per wgmma
   static constexpr bool kBF16 = Tune::kPrec == kPrecBF16x1;
+  static constexpr int kSlices = kF16 ? 2 : 4;  // k16 (16-bit) or k8 (TF32) slices per k-step
   static constexpr int kAsync = AsyncOf<Tune>::value;
   static constexpr int kAhead = kAsync ? Tune::kStages - 2 : Tune::kStages - 1;  // B prefetch
   static constexpr int kHWp = Cfg::kH * Cfg::kW;
@@ -329,8 +333,10 @@ struct IgemmWgmmaLoop {
     const unsigned sb = bstage0 + (ks % Tune::kStages) * Ws::kBStageBytes;
     unsigned(&a)[4][4] = abuf[P];
     if constexpr (k16) {
+      // F16x3: two k16 slices, each a high (chunks 0-3) and a low (4-7) half; one product per
+      // value (BF16x1/F16x1): four k16 slices of 64 packed channels.
 #pragma unroll
-      for (int k2 = 0; k2 < 2; ++k2) {
+      for (int k2 = 0; k2 < kSlices; ++k2) {
         ig::ldsm_x4(aaddr(0, 2 * k2 + (q >> 1)), a[k2][0], a[k2][1], a[k2][2], a[k2][3]);
         if constexpr (kF16) {
           ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), a[2 + k2][0], a[2 + k2][1], a[2 + k2][2],
@@ -347,7 +353,7 @@ struct IgemmWgmmaLoop {
       igw::fence_operands(dst);
       igw::fence();
 #pragma unroll
-      for (int k2 = 0; k2 < 2; ++k2) {
+      for (int k2 = 0; k2 < kSlices; ++k2) {
         const unsigned long long dh = igw::desc_sw128(sb + k2 * 32);
         const int acc_in = (first && k2 == 0) ? 0 : 1;
         if constexpr (kF16) {

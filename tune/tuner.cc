@@ -153,6 +153,7 @@ class Bench {
   absl::Status Init(const Chain& chain, const HostInputs& inputs, const std::string& arch,
                     int sm_count) {
     if (absl::Status s = stream_.Create(); !s.ok()) return s;
+    dtype_ = chain.dtype;
     absl::StatusOr<jit::DeviceBuffer> x = Upload(inputs.x);
     if (!x.ok()) return x.status();
     x_ = *std::move(x);
@@ -165,7 +166,7 @@ class Bench {
     }
     outputs_ = NumElements(OutputShape(chain));
     for (jit::DeviceBuffer* b : {&y_, &reference_}) {
-      absl::StatusOr<jit::DeviceBuffer> buf = jit::DeviceBuffer::Allocate(outputs_ * 4);
+      absl::StatusOr<jit::DeviceBuffer> buf = jit::DeviceBuffer::Allocate(OutputBytes());
       if (!buf.ok()) return buf.status();
       *b = *std::move(buf);
     }
@@ -181,30 +182,34 @@ class Bench {
     return LoadCompare(arch);
   }
 
-  // Runs `c` once into the NaN-poisoned output and waits for it.
+  // Runs `c` once into the NaN-poisoned output (all-ones bytes: a NaN in every dtype) and waits
+  // for it.
   absl::Status RunOnce(CompiledChain& c) {
     if (absl::Status s = c.Load(); !s.ok()) return s;
     absl::StatusOr<Bindings> b = BindingsFor(c);
     if (!b.ok()) return b.status();
     FUSEJIT_CU_RETURN_IF_ERROR(
-        api_->cuMemsetD32Async(y_.ptr(), 0x7fc00000u, outputs_, stream_.get()), "poisoning y");
+        api_->cuMemsetD8Async(y_.ptr(), 0xFF, OutputBytes(), stream_.get()), "poisoning y");
     if (absl::Status s = c.Run(*b, stream_.get()); !s.ok()) return s;
     FUSEJIT_CU_RETURN_IF_ERROR(api_->cuStreamSynchronize(stream_.get()), "running the chain");
     return absl::OkStatus();
   }
 
-  // Elements [offset, offset + count) of the last output.
+  // Elements [offset, offset + count) of the last output, as floats.
   absl::StatusOr<std::vector<float>> Download(int64_t offset, int64_t count) {
-    std::vector<float> host(static_cast<size_t>(count));
+    const size_t elem = DTypeBytes(dtype_);
+    std::vector<char> raw(static_cast<size_t>(count) * elem);
     FUSEJIT_CU_RETURN_IF_ERROR(
-        api_->cuMemcpyDtoH(host.data(), y_.ptr() + static_cast<CUdeviceptr>(offset) * 4,
-                           static_cast<size_t>(count) * 4),
+        api_->cuMemcpyDtoH(raw.data(), y_.ptr() + static_cast<CUdeviceptr>(offset) * elem,
+                           raw.size()),
         "copying the output to the host");
+    std::vector<float> host(static_cast<size_t>(count));
+    DecodeDType(raw.data(), host.size(), dtype_, host.data());
     return host;
   }
 
   absl::Status KeepAsReference() {
-    FUSEJIT_CU_RETURN_IF_ERROR(api_->cuMemcpyDtoDAsync(reference_.ptr(), y_.ptr(), outputs_ * 4,
+    FUSEJIT_CU_RETURN_IF_ERROR(api_->cuMemcpyDtoDAsync(reference_.ptr(), y_.ptr(), OutputBytes(),
                                                        stream_.get()),
                                "copying the reference output");
     FUSEJIT_CU_RETURN_IF_ERROR(api_->cuStreamSynchronize(stream_.get()), "cuStreamSynchronize");
@@ -265,10 +270,15 @@ class Bench {
   }
 
  private:
+  size_t OutputBytes() const { return static_cast<size_t>(outputs_) * DTypeBytes(dtype_); }
+
+  // A tensor in the chain's dtype (RandomInputs' values are already rounded to it).
   absl::StatusOr<jit::DeviceBuffer> Upload(const HostTensor& t) {
-    absl::StatusOr<jit::DeviceBuffer> buf = jit::DeviceBuffer::Allocate(t.data.size() * 4);
+    std::vector<char> host(t.data.size() * DTypeBytes(dtype_));
+    EncodeDType(t.data.data(), t.data.size(), dtype_, host.data());
+    absl::StatusOr<jit::DeviceBuffer> buf = jit::DeviceBuffer::Allocate(host.size());
     if (!buf.ok()) return buf.status();
-    if (absl::Status s = buf->CopyFromHost(t.data.data(), t.data.size() * 4); !s.ok()) return s;
+    if (absl::Status s = buf->CopyFromHost(host.data(), host.size()); !s.ok()) return s;
     return buf;
   }
 
@@ -294,12 +304,16 @@ class Bench {
     request.name = "tune_compare.cu";
     request.source = std::string(file->text);
     request.arch = arch;
+    const templates::TemplateFile* dtype = templates::Find("dtype.cuh");
+    if (dtype == nullptr) return absl::InternalError("templates/dtype.cuh is not embedded");
+    request.headers.emplace_back(std::string(dtype->name), std::string(dtype->text));
     absl::StatusOr<jit::NvrtcResult> out = jit::CompileCuda(request);
     if (!out.ok()) return out.status();
     absl::StatusOr<std::unique_ptr<jit::LoadedModule>> module = jit::LoadedModule::Load(out->cubin);
     if (!module.ok()) return module.status();
     compare_module_ = *std::move(module);
-    absl::StatusOr<CUfunction> f = compare_module_->Function("fj_tune_compare");
+    absl::StatusOr<CUfunction> f =
+        compare_module_->Function(std::string("fj_tune_compare_") + std::string(DTypeName(dtype_)));
     if (!f.ok()) return f.status();
     compare_ = *f;
     return absl::OkStatus();
@@ -311,6 +325,7 @@ class Bench {
   jit::DeviceBuffer x_, y_, reference_, workspace_, flush_, partials_;
   std::map<std::string, jit::DeviceBuffer> params_;
   int64_t outputs_ = 0;
+  DType dtype_ = DType::kF32;
   unsigned compare_blocks_ = 1;
   std::unique_ptr<jit::LoadedModule> compare_module_;
   CUfunction compare_ = nullptr;
@@ -318,13 +333,22 @@ class Bench {
 
 // ---- the search -----------------------------------------------------------------------------
 
+// The tolerance before calibration: the one given, at least the unit roundoff of a 16-bit output
+// dtype (two correct plans round fp32 values that differ in their last bits to neighbouring bf16
+// or f16 values: a few outputs one unit apart; a wrong one is off by O(1)).
+double BaseTolerance(DType dtype, double given) {
+  if (dtype == DType::kBF16) return std::max(given, 0x1p-8);
+  if (dtype == DType::kF16) return std::max(given, 0x1p-11);
+  return given;
+}
+
 class Search {
  public:
   Search(const Chain& chain, const HostInputs& inputs, std::vector<codegen::TuneConfig> space,
          Bench& bench, CompilePool& pool, const TuneOptions& options, TuneResult& result)
       : chain_(chain), inputs_(inputs), space_(std::move(space)), bench_(bench), pool_(pool),
         options_(options), result_(result), tried_(space_.size(), false),
-        tolerance_(options.tolerance) {
+        tolerance_(BaseTolerance(chain.dtype, options.tolerance)) {
     for (size_t i = 0; i < space_.size(); ++i) default_of_.try_emplace(space_[i].strategy, i);
   }
 
@@ -440,7 +464,8 @@ class Search {
         CompareToReference(got.data(), ref->data(), static_cast<int64_t>(got.size()));
     result_.default_error = e.rel_l2;
     if (std::isfinite(e.rel_l2)) {
-      tolerance_ = std::max(options_.tolerance, options_.error_factor * e.rel_l2);
+      tolerance_ = std::max(BaseTolerance(chain_.dtype, options_.tolerance),
+                            options_.error_factor * e.rel_l2);
     }
     result_.tolerance = tolerance_;
     return absl::OkStatus();

@@ -18,7 +18,8 @@
 // `compile_threads` CPU threads while the calling thread times the ones already built. A
 // candidate counts only when its output matches the default's: relative L2 difference within the
 // tolerance and every value finite (computed on the device: templates/tune_compare.cuh);
-// otherwise it is rejected and reported. The tolerance is max(tolerance, error_factor x the
+// otherwise it is rejected and reported. The tolerance is max(tolerance (at least the unit
+// roundoff of a bf16 or f16 output, 2^-8 or 2^-11), error_factor x the
 // default's own relative L2 error against the float64 CPU reference on the first and last
 // sample): outputs that are small sums of large terms (a mean after group_norm) legitimately
 // move by more than 1e-5 when the fp32 summation order changes, and by about what the default

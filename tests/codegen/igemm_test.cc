@@ -10,6 +10,7 @@
 #include <tuple>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "codegen/emit.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -360,6 +361,14 @@ std::string ShapeProbe(const Chain& chain, const codegen::Plan& plan) {
          " && fj::GnApply<Cfg>::kThreads == " + std::to_string(apply->block[0]) +
          ", \"apply grid\");\n";
   }
+  // The operand copies: their workspace entries are the template's sizes.
+  for (const codegen::WorkspaceRegion& w : plan.workspace) {
+    if (absl::StartsWith(w.name, "x channels-last")) {
+      s += "static_assert(Sh::kXaBytes == " + std::to_string(w.bytes) + "ll, \"xa bytes\");\n";
+    } else if (absl::StartsWith(w.name, "weights [tap]")) {
+      s += "static_assert(Sh::kWbBytes == " + std::to_string(w.bytes) + "ll, \"wb bytes\");\n";
+    }
+  }
   s += "static_assert(fj::IgemmWgmmaLoop<Cfg, Tn>::kAhead >= 1, \"\");\n";
   s += "static_assert(fj::HaloShape<Cfg, Tn>::kTapsHW > 0, \"\");\n";
   return s;
@@ -423,6 +432,12 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
     ++accepted;
   }
   EXPECT_EQ(accepted, 12);
+  // bf16 and f16 chains pack 64 channels per operand block (32 for f32): 32, 64 and 96 inputs.
+  for (int i = 0; i < 4; ++i) {
+    Chain low = chains[i];
+    low.dtype = i % 2 == 0 ? DType::kBF16 : DType::kF16;
+    chains.push_back(low);
+  }
   for (const Chain& chain : chains) {
     for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
       SCOPED_TRACE(FormatChain(chain) + (precision == Precision::kTf32 ? " tf32" : ""));

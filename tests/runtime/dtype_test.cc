@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "codegen/chain_info.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -170,6 +171,29 @@ TEST(DTypeChains, GenericPlansRunNatively) {
       if (t.role != TensorRole::kWorkspace) EXPECT_EQ(t.dtype, chain.dtype) << t.name;
     }
   }
+}
+
+// A named configuration (the autotuner's candidates) is checked against the chain it runs on:
+// tc-conv tiles of one TF32 product are valid for a bf16 chain though the f32 chain (3xTF32)
+// refuses them; a strategy without native bf16 runs its configuration between casts.
+TEST(DTypeChains, NamedConfigurationsAreTheDtypeChains) {
+  const std::string body = "[2,24,8,10,10] | conv3d(out=40,k=3,padding=1) | swish";
+  const std::string wide = "tc-conv:bm=128,bn=64,bk=32,stages=2,split=1,wm=64,l1=0";
+  CompileOptions o = Arch("sm_90");
+  o.use_cache = false;
+  o.tune_config = wide;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(ParseOrFail("x:f32" + body), o);
+  ASSERT_FALSE(f32.ok());
+  EXPECT_TRUE(absl::StrContains(f32.status().message(), "3xTF32")) << f32.status();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> bf16 = Compile(ParseOrFail("x:bf16" + body), o);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ((*bf16)->strategy(), "tc-conv");
+  EXPECT_TRUE(absl::StrContains((*bf16)->Explain(), "config: " + wide)) << (*bf16)->Explain();
+  EXPECT_TRUE(absl::StrContains((*bf16)->Explain(), "the configuration given, run natively"));
+  o.tune_config = "not-a-strategy:x=1";
+  absl::StatusOr<std::shared_ptr<CompiledChain>> bad = Compile(ParseOrFail("x:bf16" + body), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "not-a-strategy")) << bad.status();
 }
 
 TEST(DTypeChains, RandomChainsCompile) {
