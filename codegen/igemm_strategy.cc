@@ -365,8 +365,8 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   plan.strategy = std::string(name());
   plan.description = absl::StrCat(
       "implicit GEMM on the tensor cores (wgmma, sm_90a): x copied channels-last in the operand "
-      "encoding, each CTA stages its input rows once per (kd, channel block of ", g.cin_block,
-      ") and streams the weights; ",
+      "encoding, each CTA stages its input rows once per (kd, channel block of ",
+      g.cin_block, ") and streams the weights; ",
       moments ? "the epilogue writes per-tile per-channel moments of the pre-norm values "
                 "(nothing full-size), merged in a fixed order (double) into the mean of the "
                 "group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c. "

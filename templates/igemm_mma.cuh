@@ -59,8 +59,9 @@
 //        grid P, block 256, no dynamic smem. Reads x and all weights.
 //   2. igemm_prep_body<Cfg,Tune>(x, weight, absmax, xa, wb, scale[, nsamples = kN])
 //        grid kN*IgemmShape::kPrepXBlocksPerSample + IgemmShape::kPrepWBlocks, block 256, no
-//        dynamic smem (kCin*33*4 + 256 bytes static -- kCin*66*2 packed, the same -- so kCin <= 352). Writes xa, wb and (F16x3)
-//        scale; absmax and scale are not read or written with kPrecTF32x1 (may be null).
+//        dynamic smem (kCin*33*4 + 256 bytes static -- kCin*66*2 packed, the same -- so kCin <=
+//        352). Writes xa, wb and (F16x3) scale; absmax and scale are not read or written with
+//        kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
 //   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, ceil(kC/BN), kN), reading xa, wb, bias (if
@@ -179,10 +180,9 @@ struct IgemmShape {
   // padding's weights are zero and its rows are not stored).
   static constexpr int kCP = (Cfg::kC + kBN - 1) / kBN * kBN;
   // Sizes the host's launch uses too, from one function (geometry.cuh).
-  static constexpr geom::Igemm kG =
-      geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP,
-                    Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages,
-                    igemm_prec_x1(Tune::kPrec));
+  static constexpr geom::Igemm kG = geom::IgemmOf(
+      Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP, Cfg::kKD,
+      Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages, igemm_prec_x1(Tune::kPrec));
   static constexpr int kS = kG.s;
   static constexpr int kSin = kG.sin;
   static constexpr int kTaps = kG.taps;
@@ -291,8 +291,7 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
 // points per 32-bit word along each channel row where the rows are 4-byte aligned (S even).
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict__ x,
-                                                    unsigned char* __restrict__ xa, int n,
-                                                    int p0) {
+                                                    unsigned char* __restrict__ xa, int n, int p0) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr int P = Sh::kPrepPts, kPitch = P + 2;  // even pitch: 32-bit words stay aligned
   __shared__ unsigned short tile[Cfg::kCin][kPitch];
@@ -338,8 +337,8 @@ __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict
 // block converts kPrepPts (32) points of sample n from p0, all channels.
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restrict__ x,
-                                                     unsigned char* __restrict__ xa, int n,
-                                                     int p0, float sx) {
+                                                     unsigned char* __restrict__ xa, int n, int p0,
+                                                     float sx) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   using E = ElemT<Cfg>;

@@ -188,8 +188,8 @@ class Bench {
     if (absl::Status s = c.Load(); !s.ok()) return s;
     absl::StatusOr<Bindings> b = BindingsFor(c);
     if (!b.ok()) return b.status();
-    FUSEJIT_CU_RETURN_IF_ERROR(
-        api_->cuMemsetD8Async(y_.ptr(), 0xFF, OutputBytes(), stream_.get()), "poisoning y");
+    FUSEJIT_CU_RETURN_IF_ERROR(api_->cuMemsetD8Async(y_.ptr(), 0xFF, OutputBytes(), stream_.get()),
+                               "poisoning y");
     if (absl::Status s = c.Run(*b, stream_.get()); !s.ok()) return s;
     FUSEJIT_CU_RETURN_IF_ERROR(api_->cuStreamSynchronize(stream_.get()), "running the chain");
     return absl::OkStatus();
@@ -209,9 +209,9 @@ class Bench {
   }
 
   absl::Status KeepAsReference() {
-    FUSEJIT_CU_RETURN_IF_ERROR(api_->cuMemcpyDtoDAsync(reference_.ptr(), y_.ptr(), OutputBytes(),
-                                                       stream_.get()),
-                               "copying the reference output");
+    FUSEJIT_CU_RETURN_IF_ERROR(
+        api_->cuMemcpyDtoDAsync(reference_.ptr(), y_.ptr(), OutputBytes(), stream_.get()),
+        "copying the reference output");
     FUSEJIT_CU_RETURN_IF_ERROR(api_->cuStreamSynchronize(stream_.get()), "cuStreamSynchronize");
     return absl::OkStatus();
   }
@@ -346,8 +346,14 @@ class Search {
  public:
   Search(const Chain& chain, const HostInputs& inputs, std::vector<codegen::TuneConfig> space,
          Bench& bench, CompilePool& pool, const TuneOptions& options, TuneResult& result)
-      : chain_(chain), inputs_(inputs), space_(std::move(space)), bench_(bench), pool_(pool),
-        options_(options), result_(result), tried_(space_.size(), false),
+      : chain_(chain),
+        inputs_(inputs),
+        space_(std::move(space)),
+        bench_(bench),
+        pool_(pool),
+        options_(options),
+        result_(result),
+        tried_(space_.size(), false),
         tolerance_(BaseTolerance(chain.dtype, options.tolerance)) {
     for (size_t i = 0; i < space_.size(); ++i) default_of_.try_emplace(space_[i].strategy, i);
   }

@@ -24,8 +24,9 @@
 // sample): outputs that are small sums of large terms (a mean after group_norm) legitimately
 // move by more than 1e-5 when the fp32 summation order changes, and by about what the default
 // already differs from the exact result. The reference is skipped (the tolerance stays as given)
-// when those samples would cost more than reference_max_macs multiply-adds. Times are medians of CUDA-event timings of `reps` runs
-// after `warmup` ones, with `l2_flush_bytes` overwritten (untimed) before each run.
+// when those samples would cost more than reference_max_macs multiply-adds. Times are medians of
+// CUDA-event timings of `reps` runs after `warmup` ones, with `l2_flush_bytes` overwritten
+// (untimed) before each run.
 #ifndef FUSEJIT_TUNE_TUNER_H_
 #define FUSEJIT_TUNE_TUNER_H_
 

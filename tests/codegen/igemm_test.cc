@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <future>
-#include <tuple>
 #include <regex>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "codegen/emit.h"

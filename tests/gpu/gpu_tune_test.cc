@@ -79,17 +79,16 @@ TEST(GpuTune, GenericChainNoSlowerThanDefaultAndCorrect) {
 
 // bf16, f16 and f64 chains: the tuner uploads the inputs, poisons, compares and downloads the
 // output in the chain's dtype, and compiles each candidate for the chain itself (a bf16 chain's
-// tc-conv tilings are those of one TF32 product, not the f32 chain's 3xTF32). Its default's error against float64 is the dtype's (a misread
-// output -- 4-byte floats over 2-byte values -- gives NaN halves or errors near 1), no candidate
-// fails, and the best is no slower than the default.
+// tc-conv tilings are those of one TF32 product, not the f32 chain's 3xTF32). Its default's error
+// against float64 is the dtype's (a misread output -- 4-byte floats over 2-byte values -- gives NaN
+// halves or errors near 1), no candidate fails, and the best is no slower than the default.
 TEST(GpuTune, ChainsOfEveryDtypeTuneInTheirDtype) {
   SKIP_WITHOUT_GPU();
   const std::pair<const char*, double> cases[] = {
       {"x:bf16[4,32,8,12,12] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)", 1e-2},
       {"x:f16[2,24,8,10,10] | conv3d(out=40,k=3,padding=1) | swish", 2e-3},
       // (The tuner reads outputs back as floats: f64 results carry a float's rounding.)
-      {"x:f64[2,3,8,16,16] | conv3d(out=16,k=3) | group_norm(groups=4) | mean(dims=[2,3,4])",
-       1e-6},
+      {"x:f64[2,3,8,16,16] | conv3d(out=16,k=3) | group_norm(groups=4) | mean(dims=[2,3,4])", 1e-6},
   };
   for (const auto& [spec, max_error] : cases) {
     SCOPED_TRACE(spec);
@@ -101,7 +100,7 @@ TEST(GpuTune, ChainsOfEveryDtypeTuneInTheirDtype) {
     std::printf("%s\n  default %.4f ms (rel err %.2e), best %.4f ms, %zu tried, %zu rejected\n",
                 spec, r->default_ms, r->default_error, r->best_ms, r->tried, r->rejected);
     EXPECT_GE(r->tried, 2u);
-    EXPECT_EQ(r->failed, 0u);   // every candidate's configuration checked against this chain
+    EXPECT_EQ(r->failed, 0u);    // every candidate's configuration checked against this chain
     EXPECT_EQ(r->rejected, 0u);  // correct plans round differently, within the dtype's tolerance
     EXPECT_LE(r->best_ms, r->default_ms * 1.02);
     EXPECT_GE(r->default_error, 0.0);  // measured (-1: not computed)
