@@ -46,7 +46,8 @@ constexpr int kAbsmaxBlocks = 264;                 // IgemmPlanTune's kAbsmaxBlo
 constexpr int64_t kOptInSharedLimit = 227 * 1024;  // dynamic shared memory per block, sm_90
 constexpr int64_t kSmSharedBytes = 228 * 1024;     // shared memory per SM, sm_90
 constexpr int64_t kSharedPerBlockReserve = 1024;   // reserved by the system per resident block
-constexpr int64_t kTileN = fj::geom::kIgemmTileN;  // output channels per CTA (wgmma n = 128)
+constexpr int64_t kTileN = fj::geom::kIgemmTileN;  // the wide channel tile (wgmma n = 128)
+constexpr int64_t kTileNSmall = fj::geom::kIgemmTileNSmall;  // the narrow one (n = 64)
 constexpr int64_t kGnApplyThreads = 128, kGnApplyVec = 4;  // gn_apply.cuh GnApply
 constexpr int64_t kMeanThreads = 256;                      // igemm_mean.cuh IgemmMean
 constexpr int64_t kMeanMaxChannels = 1024;                 // igemm_mean.cuh static_assert
@@ -58,19 +59,19 @@ TuneStruct::Field Int(std::string name, int64_t v) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-// Output channels padded to whole 128-channel tiles (IgemmShape::kCP).
-int64_t PaddedChannels(int64_t c) {
-  return CeilDiv(c, fj::geom::kIgemmTileN) * fj::geom::kIgemmTileN;
-}
+// Output channels padded to whole bn-channel tiles (IgemmShape::kCP).
+int64_t PaddedChannels(int64_t c, int64_t bn) { return CeilDiv(c, bn) * bn; }
 
 // The tunable parameters (the generated IgemmTune struct: igemm_wgmma.cuh's Tunables).
 struct IgemmTune {
   int64_t wg = 3, stages = 7, async = 1;
+  int64_t bn = kTileN;  // output channels per CTA: 128 or 64
 };
 constexpr TuneField<IgemmTune> kIgemmFields[] = {
     {"wg", "kWG", &IgemmTune::wg},
     {"stages", "kStages", &IgemmTune::stages},
     {"async", "kAsync", &IgemmTune::async},
+    {"bn", "kBN", &IgemmTune::bn},
 };
 std::span<const TuneField<IgemmTune>> Fields() { return kIgemmFields; }
 
@@ -112,9 +113,9 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
   const Shape& p = info.producer_shape;
   IgemmGeometry g;
   static_cast<fj::geom::Igemm&>(g) = fj::geom::IgemmOf(
-      p[2], p[3], p[4], x[2], x[3], x[4], x[1], PaddedChannels(p[1]), conv.kernel[0],
+      p[2], p[3], p[4], x[2], x[3], x[4], x[1], PaddedChannels(p[1], t.bn), conv.kernel[0],
       conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2],
-      /*bm=*/64 * t.wg, t.stages, packed16);
+      /*bm=*/64 * t.wg, t.bn, t.stages, packed16);
   g.threads = 128 * t.wg;
   const int64_t per_block =
       g.s % 4 == 0 ? kGnApplyThreads * kGnApplyVec * 4 : kGnApplyThreads * kGnApplyVec;
@@ -146,10 +147,10 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
   if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
-  // Channels are padded to whole tiles of BN = 128 (zero weights, nothing stored, no moments).
-  // Padding at most doubles the products: 64 channels (half a tile) measured 2.1x faster than
-  // tc-conv (H100, 2026-11-26); with fewer, most of each tile would be padding.
-  if (PaddedChannels(c) > 2 * c) return false;
+  // Channels are padded to whole tiles of BN = 128 or 64 (zero weights, nothing stored, no
+  // moments). The domain: at most twice the products on 128-channel tiles (64 channels, half a
+  // tile, measured 2.1x faster than tc-conv: H100, 2026-11-26); BN = 64 then cuts the padding.
+  if (PaddedChannels(c, kTileN) > 2 * c) return false;
   if (info.group_norm && kTileN % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
@@ -166,7 +167,15 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   const int64_t taps_hw = conv.kernel[1] * conv.kernel[2];
   const int64_t plane = info.producer_shape[3] * info.producer_shape[4];
   if (t.wg < 1 || t.wg > 4) return Invalid(c, absl::StrCat("wg ", t.wg, " is not in [1, 4]"));
-  if (PrecisionOf(chain, target).two_accumulators() && t.wg > 3) {
+  if (t.bn != kTileN && t.bn != kTileNSmall) {
+    return Invalid(c, absl::StrCat("bn ", t.bn, " is not ", kTileN, " or ", kTileNSmall));
+  }
+  if (info.group_norm && t.bn % (info.producer_shape[1] / info.group_norm->groups) != 0) {
+    return Invalid(c, absl::StrCat("bn ", t.bn, ": a group of ",
+                                   info.producer_shape[1] / info.group_norm->groups,
+                                   " channels would straddle two channel tiles"));
+  }
+  if (PrecisionOf(chain, target).two_accumulators() && t.bn == kTileN && t.wg > 3) {
     return Invalid(c, absl::StrCat("wg ", t.wg, ": the fp32-accurate accumulators (2 x 64 "
                                    "per thread) do not fit the register file with ",
                                    128 * t.wg, " threads; at most 3 warpgroups"));
@@ -196,11 +205,12 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
 }
 
 // GEMM CTAs resident per SM: shared memory, threads, and registers (F16x3 ~192 per thread: two
-// 64-float accumulators and the A fragments; TF32 ~168).
+// 64-float accumulators and the A fragments; TF32 ~168; 64-channel tiles half the accumulators).
 int64_t CtasPerSm(const IgemmGeometry& g, const IgemmPrecision& p) {
   const int64_t by_smem = kSmSharedBytes / (g.smem + kSharedPerBlockReserve);
   const int64_t by_threads = 2048 / g.threads;
-  const int64_t regs = p.two_accumulators() ? 192 : 168;
+  const int64_t regs = g.bn == kTileN ? (p.two_accumulators() ? 192 : 168)
+                                      : (p.two_accumulators() ? 128 : 104);
   const int64_t by_regs = 65536 / (g.threads * regs);
   return std::max<int64_t>(1, std::min({by_smem, by_threads, by_regs}));
 }
@@ -220,6 +230,17 @@ double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t cta
          (static_cast<double>(g.bm) + overhead);
 }
 
+// The channel tile: 64 where it cuts the padded products by at least a quarter (C = 64: half;
+// 129-192 channels: a quarter) and a group fits in it, else 128 (less A traffic per product).
+int64_t DefaultBn(const ChainInfo& info) {
+  const int64_t c = info.producer_shape[1];
+  const bool groups_fit =
+      !info.group_norm || kTileNSmall % (c / info.group_norm->groups) == 0;
+  return groups_fit && 4 * PaddedChannels(c, kTileNSmall) <= 3 * PaddedChannels(c, kTileN)
+             ? kTileNSmall
+             : kTileN;
+}
+
 // The heuristic tuning: for each tile height (warpgroups), the deepest weight pipeline that fits
 // (at most the measured 7 stages, 5 for TF32) and the deepest one that lets more CTAs share an SM;
 // the one of least EstimateTime() (ties: larger tiles, deeper pipelines). Returns the smallest
@@ -229,15 +250,16 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
   const bool one_acc = !p.two_accumulators();
   const int64_t top_wg = one_acc ? 4 : 3, top_stages = one_acc ? 5 : 7;
   const ConvAttrs& conv = info.producer->conv;
+  const int64_t bn = DefaultBn(info);
   const int64_t ctas_per_tile_row =
-      info.producer_shape[0] * (PaddedChannels(info.producer_shape[1]) / kTileN);
+      info.producer_shape[0] * (PaddedChannels(info.producer_shape[1], bn) / bn);
   auto fits = [&](const IgemmTune& t) {
     return CheckTune(chain, info, target, t, TuneConfig{}).ok();
   };
-  auto with_stages = [](int64_t wg, int64_t stages) {
-    return IgemmTune{wg, stages, stages >= 3 ? 1 : 0};
+  auto with_stages = [bn](int64_t wg, int64_t stages) {
+    return IgemmTune{wg, stages, stages >= 3 ? 1 : 0, bn};
   };
-  IgemmTune best{1, 2, 0};
+  IgemmTune best{1, 2, 0, bn};
   double best_est = 0;
   bool found = false;
   auto consider = [&](const IgemmTune& t) {
@@ -308,13 +330,13 @@ class IgemmStrategy : public Strategy {
     // igemm-store 0.143 ms fp32-accurate and 0.165 TF32 against tc-conv's 0.232 and 0.120;
     // x:f32[2,160,12,12,12] | conv3d(out=80,k=3,padding=1) | swish | group_norm(groups=10) |
     // mean, igemm-moments-mean 0.110 / 0.120 against tc-conv's 0.110 / 0.077).
-    const double padding = static_cast<double>(PaddedChannels(info.producer_shape[1])) /
-                           static_cast<double>(info.producer_shape[1]);
     const IgemmTune t = DefaultTune(in.chain, info, in.target);
+    const int64_t cp = PaddedChannels(info.producer_shape[1], t.bn);
+    const double padding =
+        static_cast<double>(cp) / static_cast<double>(info.producer_shape[1]);
     const IgemmGeometry g = Geometry(in.chain, info, t);
     const double warpgroups =
-        static_cast<double>(g.tiles * (PaddedChannels(info.producer_shape[1]) / kTileN) *
-                            info.producer_shape[0] * t.wg);
+        static_cast<double>(g.tiles * (cp / t.bn) * info.producer_shape[0] * t.wg);
     const double fill = std::min(
         1.0, warpgroups / (3.0 * static_cast<double>(std::max<int64_t>(1, in.target.sm_count))));
     return static_cast<double>(info.elements) *
@@ -325,7 +347,10 @@ class IgemmStrategy : public Strategy {
     return ToConfig(name(), DefaultTune(in.chain, in.info, in.target), Fields());
   }
   std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
-    return {{"wg", {1, 2, 3, 4}}, {"stages", {2, 3, 4, 5, 6, 7, 8}}, {"async", {0, 1}}};
+    return {{"wg", {1, 2, 3, 4}},
+            {"stages", {2, 3, 4, 5, 6, 7, 8}},
+            {"async", {0, 1}},
+            {"bn", {kTileN, kTileNSmall}}};
   }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<IgemmTune> t = Parse(config);
@@ -467,7 +492,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   prep.restrict_pointers = true;
   plan.kernels.push_back(prep);
   KernelLaunch gemm;
-  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(CeilDiv(c, kTileN)),
+  gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(CeilDiv(c, t.bn)),
                static_cast<unsigned>(n)};
   gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
   gemm.min_blocks_per_sm = 1;
@@ -479,7 +504,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   if (moments) {
     gemm.symbol = "fj_igemm_wgmma_moments";
     gemm.body = absl::StrCat("fj::igemm_wgmma_moments_body<Cfg, ", tune, ">");
-    gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
+    gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", t.bn,
                                 " tiles (wgmma) + bias + pre-ops, per-tile channel moments "
                                 "(nothing full-size stored)");
     gemm.args.push_back(
@@ -501,14 +526,14 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   }
   gemm.symbol = "fj_igemm_wgmma";
   gemm.body = absl::StrCat("fj::igemm_wgmma_body<Cfg, ", tune, ">");
-  gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
+  gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", t.bn,
                               " tiles (wgmma) + bias + pre-ops, pre-norm values into ",
                               pre_in_workspace ? "an fp32 workspace" : "y",
                               ", per-tile group moments");
   gemm.args.push_back(pre_in_workspace ? KernelArg::Workspace(ArgType::kFloat, "y", pre, kWrite)
                                        : KernelArg::Output());
   if (store) {
-    gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", kTileN,
+    gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", t.bn,
                                 " tiles (wgmma) + bias + every op, stored into y");
     gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "partials", kWrite));
     plan.kernels.push_back(gemm);

@@ -66,15 +66,17 @@ constexpr MmaMoments MmaMomentsOf(long long cin, long long hin, long long c, lon
 }
 
 // ---- igemm_mma.cuh / igemm_wgmma.cuh (strategies igemm-*) -------------------------------------
-// The implicit GEMM: a CTA computes bm output points x 128 channels (on Hopper bm = 64 per
-// warpgroup). Its A operand is a halo of input rows (144 bytes per point), double-buffered; B is
-// `stages` stages of 128 x 128 bytes; the epilogue reuses the space as a 128 x (bm+4) float tile.
+// The implicit GEMM: a CTA computes bm output points x bn channels (bm = 64 per warpgroup; bn =
+// 128 or 64, the wgmma n). Its A operand is a halo of input rows (144 bytes per point),
+// double-buffered; B is `stages` stages of bn x 128 bytes; the epilogue reuses the space as a
+// bn x (bm+4) float tile.
 // Operands (x channels-last, weights [tap][co][ci]) are stored in 128-byte channel blocks, one
 // k-step of the GEMM each: 32 channels (TF32 values, or fp16 high/low pairs), or 64 channels when
 // every value is one 16-bit operand (`packed16`: bf16/f16 chains); the last block is zero-padded.
-constexpr int kIgemmTileN = 128;      // output channels per CTA (wgmma n = 128)
+constexpr int kIgemmTileN = 128;      // output channels per CTA: the widest tile (wgmma n)
+constexpr int kIgemmTileNSmall = 64;  // the narrow tile (wgmma n = 64)
 constexpr int kIgemmHaloPitch = 144;  // bytes per halo point
-constexpr int kIgemmBStageBytes = 128 * 128;
+constexpr int kIgemmBRowBytes = 128;  // one output channel's weights of one k-step
 constexpr int kIgemmPrepPoints = 32;     // prep: input points per block (all channels); 64 packed
 constexpr int kIgemmPrepWThreads = 256;  // prep: weight chunks (8 lanes) per block
 
@@ -83,9 +85,11 @@ struct Igemm {
   long long sin;                                 // input points per sample
   long long taps;                                // kd * kh * kw
   long long bm;                                  // output points per CTA
+  long long bn;                                  // output channels per CTA
   long long tiles;                               // CTAs along the points of one sample
   long long halo_cols, rows_spanned, halo_rows;  // the A halo: columns, output rows, input rows
   long long halo_bytes;                          // one halo buffer, 1 KiB aligned
+  long long b_stage_bytes;                       // one weight stage: bn rows of 128 bytes
   long long pipe_bytes;                          // two halos and the B stages
   long long epi_bytes;                           // the epilogue tile
   long long smem;                                // dynamic shared memory of the GEMM kernel
@@ -100,17 +104,18 @@ struct Igemm {
 };
 
 // (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
-// channels padded to whole 128-channel tiles; k*, dil*: kernel and dilation; bm, stages: the
+// channels padded to whole bn-channel tiles; k*, dil*: kernel and dilation; bm, bn, stages: the
 // tuning; packed16: 64 channels per block (one 16-bit operand per value) instead of 32.
 constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, long long hin,
                         long long win, long long cin, long long c, long long kd, long long kh,
-                        long long kw, long long dilh, long long dilw, long long bm,
+                        long long kw, long long dilh, long long dilw, long long bm, long long bn,
                         long long stages, bool packed16) {
   Igemm g{};
   g.s = d * h * w;
   g.sin = din * hin * win;
   g.taps = kd * kh * kw;
   g.bm = bm;
+  g.bn = bn;
   g.tiles = CeilDiv(g.s, g.bm);
   const long long span_h = (kh - 1) * dilh;
   const long long span_w = (kw - 1) * dilw;
@@ -118,8 +123,9 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.rows_spanned = (g.bm - 1 + w - 1) / w + 1;
   g.halo_rows = g.rows_spanned + 2 * span_h;
   g.halo_bytes = RoundUp(g.halo_rows * g.halo_cols * kIgemmHaloPitch, 1024);
-  g.pipe_bytes = 2 * g.halo_bytes + stages * kIgemmBStageBytes;
-  g.epi_bytes = kIgemmTileN * (g.bm + 4) * 4;
+  g.b_stage_bytes = bn * kIgemmBRowBytes;
+  g.pipe_bytes = 2 * g.halo_bytes + stages * g.b_stage_bytes;
+  g.epi_bytes = bn * (g.bm + 4) * 4;
   g.smem = g.pipe_bytes > g.epi_bytes ? g.pipe_bytes : g.epi_bytes;
   g.cin_block = packed16 ? 64 : 32;
   g.cb = CeilDiv(cin, g.cin_block);

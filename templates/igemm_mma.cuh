@@ -182,7 +182,8 @@ struct IgemmShape {
   // Sizes the host's launch uses too, from one function (geometry.cuh).
   static constexpr geom::Igemm kG = geom::IgemmOf(
       Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP, Cfg::kKD,
-      Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, Tune::kStages, igemm_prec_x1(Tune::kPrec));
+      Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, kBN, Tune::kStages,
+      igemm_prec_x1(Tune::kPrec));
   static constexpr int kS = kG.s;
   static constexpr int kSin = kG.sin;
   static constexpr int kTaps = kG.taps;

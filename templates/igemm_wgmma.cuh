@@ -4,7 +4,8 @@
 //   - the input rows a tile needs (its "halo") are loaded into shared memory once per (kd, cb)
 //     and reused by all kKH*kKW taps; input planes entirely in the padding for the tile are
 //     skipped (no loads, no mma);
-//   - each warpgroup (4 warps) owns 64 output points x 128 channels (BN = 128);
+//   - each warpgroup (4 warps) owns 64 output points x BN channels (BN = 128, or 64 for narrow
+//     layers: wgmma n = BN);
 //   - a k-step is one 128-byte channel block of one tap (igemm_mma.cuh's CB): 32 channels
 //     (TF32: four k8 wgmma; F16x3: two k16 slices of three products each) or 64 (BF16x1/F16x1:
 //     four k16 wgmma);
@@ -14,19 +15,19 @@
 //   - B (weights) is read by the tensor cores straight from the shared-memory stage, whose
 //     layout (128-byte rows, 16-byte chunks XOR row%8, 1024-byte aligned) is the canonical
 //     K-major 128B-swizzle layout.
-// Precisions as igemm_mma.cuh: kPrecTF32x1 (wgmma .tf32, m64n128k8), kPrecF16x3 (wgmma .f16,
-// m64n128k16, three products, short-run accumulator flushed every kFlushSteps k-steps), or
+// Precisions as igemm_mma.cuh: kPrecTF32x1 (wgmma .tf32, m64nBNk8), kPrecF16x3 (wgmma .f16,
+// m64nBNk16, three products, short-run accumulator flushed every kFlushSteps k-steps), or
 // kPrecBF16x1 / kPrecF16x1 (wgmma .bf16 / .f16, one product; flushed the same way).
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, kAsync
 // (0/1, see AsyncOf; optional), kOut (igemm_mma.cuh's IgemmOut; optional) and the fields
-// igemm_mma.cuh reads, derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = 128
+// igemm_mma.cuh reads, derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = BN
 // (IgemmWgmmaTune<> below fills them in; plans name IgemmPlanTune<Fixed, Tunables>, the same
 // from two generated structs: Fixed {kPrec, kFlushSteps, kAbsmaxBlocks (264), kOut} and
-// Tunables {kWG, kStages, kAsync}, the strategy's tunable parameters).
-// BM = 64*kWG, BN = 128 (kC padded to whole tiles: zero weights, padding channels neither stored
-// nor in any moments). Static requirements (besides igemm_mma.cuh's IgemmShape):
+// Tunables {kWG, kStages, kAsync, kBN}, the strategy's tunable parameters).
+// BM = 64*kWG, BN = kBN, 128 or 64 (kC padded to whole tiles: zero weights, padding channels
+// neither stored nor in any moments). Static requirements (besides igemm_mma.cuh's IgemmShape):
 // BM <= kH*kW (a tile spans at most two output planes), kKD <= 8, kStages - 1 <= kKH*kKW,
 // kStages >= 3 with kAsync, IgemmWgmmaShape<Cfg,Tune>::kSmemBytes within the device's opt-in
 // shared memory (227 KB on the H100).
@@ -60,11 +61,11 @@ namespace fj {
 
 // A Tune for the wgmma kernel from its own parameters.
 template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kAsyncV = 0,
-          int kOutV = kIgemmOutStoreY>
+          int kOutV = kIgemmOutStoreY, int kBNV = geom::kIgemmTileN>
 struct IgemmWgmmaTune {
   static constexpr int kPrec = kPrecV;
   static constexpr int kWG = kWGV;
-  static constexpr int kWarpsM = 4 * kWGV, kWarpsN = 1, kWM = 16, kWN = 128;
+  static constexpr int kWarpsM = 4 * kWGV, kWarpsN = 1, kWM = 16, kWN = kBNV;
   static constexpr int kStages = kStagesV;
   static constexpr int kFlushSteps = kFlushV;
   static constexpr int kAbsmaxBlocks = 264;
@@ -76,10 +77,13 @@ struct IgemmWgmmaTune {
 // (warpgroups, stages, async) from two generated structs.
 template <class Fixed, class Tunables>
 struct IgemmPlanTune : IgemmWgmmaTune<Fixed::kPrec, Tunables::kWG, Tunables::kStages,
-                                      Fixed::kFlushSteps, Tunables::kAsync, Fixed::kOut> {
+                                      Fixed::kFlushSteps, Tunables::kAsync, Fixed::kOut,
+                                      Tunables::kBN> {
   static_assert(Fixed::kAbsmaxBlocks == 264, "igemm: the absmax pass has 264 blocks");
   static_assert(Tunables::kWG >= 1 && Tunables::kWG <= 4, "igemm_wgmma: 1 to 4 warpgroups");
   static_assert(Tunables::kAsync == 0 || Tunables::kAsync == 1, "igemm_wgmma: kAsync is 0 or 1");
+  static_assert(Tunables::kBN == geom::kIgemmTileN || Tunables::kBN == geom::kIgemmTileNSmall,
+                "igemm_wgmma: kBN is 128 or 64");
 };
 
 namespace igw {
@@ -116,81 +120,92 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 // Tell the compiler the accumulators change here (orders plain reads/writes of them against
 // the asynchronous wgmma).
-__device__ __forceinline__ void fence_operands(float (&d)[1][16][4]) {
+template <int NT8>
+__device__ __forceinline__ void fence_operands(float (&d)[1][NT8][4]) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < NT8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e])::"memory");
 }
 
+// The accumulator operand lists: 32 (n = 64) or 64 (n = 128) floats per thread.
+#define FJ_WG_D32                                                                            \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23," \
+  "%24,%25,%26,%27,%28,%29,%30,%31}"
 #define FJ_WG_D64                                                                            \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23," \
   "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,"  \
   "%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
-#define FJ_WG_OUT64(d)                                                                          \
-  "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),     \
-      "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[0][2][0]), "+f"(d[0][2][1]), \
-      "+f"(d[0][2][2]), "+f"(d[0][2][3]), "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), \
-      "+f"(d[0][3][3]), "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]), \
-      "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]), "+f"(d[0][6][0]), \
-      "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]), "+f"(d[0][7][0]), "+f"(d[0][7][1]), \
-      "+f"(d[0][7][2]), "+f"(d[0][7][3]), "+f"(d[0][8][0]), "+f"(d[0][8][1]), "+f"(d[0][8][2]), \
-      "+f"(d[0][8][3]), "+f"(d[0][9][0]), "+f"(d[0][9][1]), "+f"(d[0][9][2]), "+f"(d[0][9][3]), \
-      "+f"(d[0][10][0]), "+f"(d[0][10][1]), "+f"(d[0][10][2]), "+f"(d[0][10][3]),               \
-      "+f"(d[0][11][0]), "+f"(d[0][11][1]), "+f"(d[0][11][2]), "+f"(d[0][11][3]),               \
-      "+f"(d[0][12][0]), "+f"(d[0][12][1]), "+f"(d[0][12][2]), "+f"(d[0][12][3]),               \
-      "+f"(d[0][13][0]), "+f"(d[0][13][1]), "+f"(d[0][13][2]), "+f"(d[0][13][3]),               \
-      "+f"(d[0][14][0]), "+f"(d[0][14][1]), "+f"(d[0][14][2]), "+f"(d[0][14][3]),               \
-      "+f"(d[0][15][0]), "+f"(d[0][15][1]), "+f"(d[0][15][2]), "+f"(d[0][15][3])
+#define FJ_WG_OUT4(d, j) "+f"(d[0][j][0]), "+f"(d[0][j][1]), "+f"(d[0][j][2]), "+f"(d[0][j][3])
+#define FJ_WG_OUT32(d)                                                                     \
+  FJ_WG_OUT4(d, 0), FJ_WG_OUT4(d, 1), FJ_WG_OUT4(d, 2), FJ_WG_OUT4(d, 3), FJ_WG_OUT4(d, 4), \
+      FJ_WG_OUT4(d, 5), FJ_WG_OUT4(d, 6), FJ_WG_OUT4(d, 7)
+#define FJ_WG_OUT64(d)                                                                        \
+  FJ_WG_OUT32(d), FJ_WG_OUT4(d, 8), FJ_WG_OUT4(d, 9), FJ_WG_OUT4(d, 10), FJ_WG_OUT4(d, 11),   \
+      FJ_WG_OUT4(d, 12), FJ_WG_OUT4(d, 13), FJ_WG_OUT4(d, 14), FJ_WG_OUT4(d, 15)
+// The operands after D: A (4 registers), the B descriptor and the accumulate flag.
+#define FJ_WG_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
+// One wgmma: D(64xN) (+)= A(64xK, registers) * B(KxN, smem desc), fp32 accumulate; accumulate
+// == 0: D = A*B. INSTR names shape and types; SCALE_TRANS: ", 1, 1, 0" (16-bit types: scales and
+// B's transpose) or ", 1, 1" (tf32). Operand numbers: N = 64: D %0-%31, A %32-%35, desc %36,
+// flag %37; N = 128: %0-%63, %64-%67, %68, %69.
+#define FJ_WG_MMA_ASM(INSTR, SCALE_TRANS, N)                                                   \
+  if constexpr (N == 64) {                                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned." \
+                 "m64n64" INSTR " " FJ_WG_D32 ", {%32,%33,%34,%35}, %36, p" SCALE_TRANS ";\n}\n" \
+                 : FJ_WG_OUT32(d)                                                              \
+                 : FJ_WG_IN                                                                    \
+                 : "memory");                                                                  \
+  } else {                                                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned." \
+                 "m64n128" INSTR " " FJ_WG_D64 ", {%64,%65,%66,%67}, %68, p" SCALE_TRANS      \
+                 ";\n}\n"                                                                      \
+                 : FJ_WG_OUT64(d)                                                              \
+                 : FJ_WG_IN                                                                    \
+                 : "memory");                                                                  \
+  }
 
-// D(64x128) (+)= A(64x16, registers) * B(16x128, smem desc), fp16 in, fp32 accumulate.
-// accumulate == 0: D = A*B.
-__device__ __forceinline__ void mma_f16(float (&d)[1][16][4], const unsigned (&a)[4],
+// D(64xN) (+)= A(64x16, registers) * B(16xN, smem desc), fp16 in, fp32 accumulate.
+// accumulate == 0: D = A*B. N = 64 or 128.
+template <int N>
+__device__ __forceinline__ void mma_f16(float (&d)[1][N / 8][4], const unsigned (&a)[4],
                                         unsigned long long desc, int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma n: 64 or 128");
 #ifdef FJ_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FJ_WG_D64
-      ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-      : FJ_WG_OUT64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
-      : "memory");
+  FJ_WG_MMA_ASM("k16.f32.f16.f16", ", 1, 1, 0", N)
 #else
   __trap();
 #endif
 }
 // The same with bf16 operands.
-__device__ __forceinline__ void mma_bf16(float (&d)[1][16][4], const unsigned (&a)[4],
+template <int N>
+__device__ __forceinline__ void mma_bf16(float (&d)[1][N / 8][4], const unsigned (&a)[4],
                                          unsigned long long desc, int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma n: 64 or 128");
 #ifdef FJ_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FJ_WG_D64
-      ", {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-      : FJ_WG_OUT64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
-      : "memory");
+  FJ_WG_MMA_ASM("k16.f32.bf16.bf16", ", 1, 1, 0", N)
 #else
   __trap();
 #endif
 }
-// D(64x128) (+)= A(64x8, registers) * B(8x128, smem desc), tf32 in, fp32 accumulate.
-__device__ __forceinline__ void mma_tf32(float (&d)[1][16][4], const unsigned (&a)[4],
+// D(64xN) (+)= A(64x8, registers) * B(8xN, smem desc), tf32 in, fp32 accumulate.
+template <int N>
+__device__ __forceinline__ void mma_tf32(float (&d)[1][N / 8][4], const unsigned (&a)[4],
                                          unsigned long long desc, int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma n: 64 or 128");
 #ifdef FJ_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " FJ_WG_D64
-      ", {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
-      : FJ_WG_OUT64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate)
-      : "memory");
+  FJ_WG_MMA_ASM("k8.f32.tf32.tf32", ", 1, 1", N)
 #else
   __trap();
 #endif
 }
-#undef FJ_WG_D64
+#undef FJ_WG_MMA_ASM
+#undef FJ_WG_IN
 #undef FJ_WG_OUT64
+#undef FJ_WG_OUT32
+#undef FJ_WG_OUT4
+#undef FJ_WG_D64
+#undef FJ_WG_D32
 
 }  // namespace igw
 
@@ -231,13 +246,13 @@ struct IgemmWgmmaShape {
   using Hs = HaloShape<Cfg, Tune>;
   using Sh = IgemmShape<Cfg, Tune>;
   static constexpr int kHaloBytes = Sh::kG.halo_bytes;
-  static constexpr int kBStageBytes = geom::kIgemmBStageBytes;
+  static constexpr int kBStageBytes = Sh::kG.b_stage_bytes;
   static constexpr int kPipeBytes = Sh::kG.pipe_bytes;
   static constexpr int kSmemBytes = Sh::kG.smem;  // the host's launch: the same function
   static_assert(Sh::kG.epi_bytes == Sh::kEpiBytes, "igemm_wgmma: epilogue tile 128 x (BM + 4)");
-  static_assert(IgemmShape<Cfg, Tune>::kBN == 128 && Tune::kWN == 128 && Tune::kWM == 16 &&
-                    Tune::kWarpsN == 1 && Tune::kWarpsM == 4 * Tune::kWG,
-                "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128)");
+  static_assert((Sh::kBN == geom::kIgemmTileN || Sh::kBN == geom::kIgemmTileNSmall) &&
+                    Tune::kWM == 16 && Tune::kWarpsN == 1 && Tune::kWarpsM == 4 * Tune::kWG,
+                "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128 or 64 x 64)");
   static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
                     igemm_prec_x1(Tune::kPrec),
                 "igemm_wgmma: precision TF32x1, F16x3, BF16x1 or F16x1");
@@ -279,8 +294,8 @@ struct IgemmWgmmaLoop {
   int tid, co0, ld_c, ld_r, q;
   int od0, od1, oh0, slotsA, slots, nblocks, nks, hbase;
   unsigned kd_list;
-  float acc[1][16][4];
-  float part[1][16][4];
+  float acc[1][K::NT8][4];
+  float part[1][K::NT8][4];
   unsigned abuf[2][4][4];  // [buffer][16-bit: hi k0, hi k1, lo k0, lo k1 | TF32: k0..k3][reg]
 
   __device__ __forceinline__ void load_halo(int blk, int hs) const {
@@ -344,7 +359,7 @@ struct IgemmWgmmaLoop {
         }
       }
       const bool first = kFlush > 0 && (ks % kFlush == 0);
-      float(&dst)[1][16][4] = kFlush > 0 ? part : acc;
+      float(&dst)[1][K::NT8][4] = kFlush > 0 ? part : acc;
       if (first && ks > 0) {
         if constexpr (kAsync) igw::wait<0>();
         igw::fence_operands(part);
@@ -358,13 +373,13 @@ struct IgemmWgmmaLoop {
         const int acc_in = (first && k2 == 0) ? 0 : 1;
         if constexpr (kF16) {
           const unsigned long long dl = igw::desc_sw128(sb + 64 + k2 * 32);
-          igw::mma_f16(dst, a[2 + k2], dh, acc_in);
-          igw::mma_f16(dst, a[k2], dl, 1);
-          igw::mma_f16(dst, a[k2], dh, 1);
+          igw::mma_f16<BN>(dst, a[2 + k2], dh, acc_in);
+          igw::mma_f16<BN>(dst, a[k2], dl, 1);
+          igw::mma_f16<BN>(dst, a[k2], dh, 1);
         } else if constexpr (kBF16) {
-          igw::mma_bf16(dst, a[k2], dh, acc_in);
+          igw::mma_bf16<BN>(dst, a[k2], dh, acc_in);
         } else {
-          igw::mma_f16(dst, a[k2], dh, acc_in);
+          igw::mma_f16<BN>(dst, a[k2], dh, acc_in);
         }
       }
       igw::commit();
@@ -375,7 +390,7 @@ struct IgemmWgmmaLoop {
       igw::fence_operands(acc);
       igw::fence();
 #pragma unroll
-      for (int k4 = 0; k4 < 4; ++k4) igw::mma_tf32(acc, a[k4], igw::desc_sw128(sb + k4 * 32), 1);
+      for (int k4 = 0; k4 < 4; ++k4) igw::mma_tf32<BN>(acc, a[k4], igw::desc_sw128(sb + k4 * 32), 1);
       igw::commit();
     }
     if constexpr (kAsync) {
@@ -462,7 +477,7 @@ __device__ __forceinline__ void igemm_wgmma_run(
     s.hbase = (slot0 - Hs::kRmin) * Hs::kHW + ow - Hs::kCmin;
   }
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < K::NT8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s.acc[0][j][e] = 0.f;
@@ -550,6 +565,10 @@ struct MeanCfg : Cfg {
   static constexpr int kMean = fj::kMeanAll;
 };
 using TuneMoments = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 3, 2, 1, fj::kIgemmOutChannelMoments>;
+struct Cfg64 : Cfg {
+  static constexpr int kC = 64;
+};
+using TuneN64 = fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1, fj::kIgemmOutStoreY, 64>;
 }  // namespace fj_selftest_igemm_wgmma
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_f16x3_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
@@ -575,6 +594,12 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                                const fj::f16_t* bias, const float* scale, float* y,
                                float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::CfgF16, fj_selftest_igemm_wgmma::TuneF16x1>(
+      xa, wb, bias, scale, y, partials);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_n64_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
+                             const float* scale, float* y, float* partials) {
+  fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg64, fj_selftest_igemm_wgmma::TuneN64>(
       xa, wb, bias, scale, y, partials);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)

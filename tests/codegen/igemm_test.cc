@@ -134,8 +134,8 @@ TEST(Igemm, W3PlansToIgemmInBothPrecisions) {
     EXPECT_EQ(TuneValue(*plan, "kFlushSteps"), tf32 ? "0" : "2");
     EXPECT_EQ(TuneValue(*plan, "kAsync"), "1");
     EXPECT_EQ(plan->tune_config,
-              tf32 ? "igemm-store-normalize:wg=4,stages=5,async=1"
-                   : "igemm-store-normalize:wg=3,stages=7,async=1");
+              tf32 ? "igemm-store-normalize:wg=4,stages=5,async=1,bn=128"
+                   : "igemm-store-normalize:wg=3,stages=7,async=1,bn=128");
     const codegen::KernelLaunch* gemm = FindKernel(*plan, "fj_igemm_wgmma");
     ASSERT_NE(gemm, nullptr);
     const unsigned rows = tf32 ? 256 : 192, tiles = (34 * 34 * 34 + rows - 1) / rows;
@@ -401,6 +401,10 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
             "gelu | group_norm(groups=2) | mean(dims=[2,3,4])"),
       Parse("x:f32[1,32,4,8,8] | conv3d(out=1024,k=3,padding=1) | group_norm(groups=64) | "
             "mean(dims=[2,3,4])"),
+      // 64-channel tiles (the default for 64 and 129-192 channels).
+      Parse("x:f32[2,32,8,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)"),
+      Parse("x:f32[2,64,6,10,10] | conv_transpose3d(out=192,k=3) | group_norm(groups=12) | "
+            "mean(dims=[2,3,4])"),
   };
   // Random chains over a wide range of sizes, including rows so long that only small tunings
   // fit in shared memory, or none.
@@ -434,7 +438,7 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
   EXPECT_EQ(accepted, 12);
   // bf16 and f16 chains pack 64 channels per operand block (32 for f32): 32, 64 and 96 inputs.
   for (int i = 0; i < 4; ++i) {
-    Chain low = chains[i];
+    Chain low = chains[i];  // (i < 4: the chains above, before the random ones)
     low.dtype = i % 2 == 0 ? DType::kBF16 : DType::kF16;
     chains.push_back(low);
   }
@@ -678,11 +682,11 @@ TEST(IgemmTuning, DefaultIsWaveAware) {
   absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(kW3c), Target("sm_90"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->strategy, kIgemm);
-  EXPECT_EQ(plan->tune_config, "igemm-store-normalize:wg=3,stages=7,async=1");
+  EXPECT_EQ(plan->tune_config, "igemm-store-normalize:wg=3,stages=7,async=1,bn=128");
   EXPECT_EQ(FindKernel(*plan, "fj_igemm_wgmma")->grid, (std::array<unsigned, 3>{31, 2, 2}));
   plan = codegen::MakePlan(Parse(kW4f), Target("sm_90"));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->tune_config, "igemm-moments-mean:wg=3,stages=7,async=1");
+  EXPECT_EQ(plan->tune_config, "igemm-moments-mean:wg=3,stages=7,async=1,bn=128");
   // Fewer SMs, fewer waves to fill: the same chain on a 16-SM part keeps large tiles.
   absl::StatusOr<codegen::TuneConfig> small =
       codegen::DefaultTuneConfig(Parse(kW3c), {"sm_90", 16, Precision::kFp32});
@@ -698,22 +702,28 @@ TEST(IgemmTuning, ValidateRefusesWithTheReason) {
     std::string reason;
   };
   const Chain w4f = Parse(kW4f);
+  const Chain wide_groups =
+      Parse("x:f32[2,32,8,8,8] | conv3d(out=256,k=3,padding=1) | group_norm(groups=2)");
   const std::vector<Case> cases = {
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=5,stages=7,async=1", "not in [1, 4]"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=0,stages=7,async=1", "not in [1, 4]"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=4,stages=5,async=1", "register"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=11,async=1",
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1,bn=96",
+       "bn 96 is not 128 or 64"},
+      {&wide_groups, Precision::kFp32, "igemm-store-normalize:wg=2,stages=4,async=1,bn=64",
+       "a group of 128 channels would straddle two channel tiles"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=5,stages=7,async=1,bn=128", "not in [1, 4]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=0,stages=7,async=1,bn=128", "not in [1, 4]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=4,stages=5,async=1,bn=128", "register"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=11,async=1,bn=128",
        "stages 11 must be in [2, 10]"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=1,async=0", "must be in [2"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=2,async=1",
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=1,async=0,bn=128", "must be in [2"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=2,async=1,bn=128",
        "async needs stages >= 3"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=2", "0 or 1"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=8,async=1", "shared memory"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=2,bn=128", "0 or 1"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=8,async=1,bn=128", "shared memory"},
       {&W3(), Precision::kFp32, "igemm-store-normalize:stages=7,wg=3,async=1", "in that order"},
-      {&W3(), Precision::kFp32, "igemm-moments-mean:wg=3,stages=7,async=1", "does not apply"},
-      {&w4f, Precision::kTf32, "igemm-moments-mean:wg=4,stages=5,async=1",
+      {&W3(), Precision::kFp32, "igemm-moments-mean:wg=3,stages=7,async=1,bn=128", "does not apply"},
+      {&w4f, Precision::kTf32, "igemm-moments-mean:wg=4,stages=5,async=1,bn=128",
        "more than two output planes"},
-      {&w4f, Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1", "does not apply"},
+      {&w4f, Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1,bn=128", "does not apply"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);
@@ -723,9 +733,10 @@ TEST(IgemmTuning, ValidateRefusesWithTheReason) {
     EXPECT_FALSE(s.ok()) << c.config;
     EXPECT_NE(s.message().find(c.reason), std::string::npos) << c.config << ": " << s;
   }
-  // And what it accepts: the W3 TF32 tuning, a small one.
-  for (const char* ok : {"igemm-store-normalize:wg=4,stages=5,async=1",
-                         "igemm-store-normalize:wg=1,stages=2,async=0"}) {
+  // And what it accepts: the W3 TF32 tuning, a small one, 64-channel tiles.
+  for (const char* ok : {"igemm-store-normalize:wg=4,stages=5,async=1,bn=128",
+                         "igemm-store-normalize:wg=1,stages=2,async=0,bn=128",
+                         "igemm-store-normalize:wg=4,stages=4,async=1,bn=64"}) {
     const absl::Status s = codegen::ValidateConfig(W3(), Target("sm_90", Precision::kTf32),
                                                    *codegen::TuneConfig::Parse(ok));
     EXPECT_TRUE(s.ok()) << ok << ": " << s;
@@ -734,17 +745,17 @@ TEST(IgemmTuning, ValidateRefusesWithTheReason) {
 
 // Every candidate that Validate() accepts compiles (NVRTC, sm_90a: every static_assert and the
 // launch bounds), on two chains whose spaces are small: one warpgroup / up to 3 stages, and two
-// warpgroups / up to 3 stages with a mean.
+// warpgroups / up to 3 stages with a mean; each with 128- and 64-channel tiles.
 TEST(IgemmTuning, EveryValidCandidateOfASmallSpaceCompiles) {
   const std::vector<std::tuple<const char*, const char*, size_t>> chains = {
       {kIgemm,
        "x:f32[1,32,4,8,12] | conv3d(out=128,k=[3,1,2],padding=[1,0,1]) | relu | "
        "group_norm(groups=4)",
-       3},
+       6},
       {kMoments,
        "x:f32[2,64,5,10,13] | conv_transpose3d(out=256,k=[2,1,2],bias=false) | tanh | "
        "group_norm(groups=16) | mean(dims=[2,3,4])",
-       6},
+       12},
   };
   std::vector<std::pair<Chain, std::string>> jobs;
   for (const auto& [strategy, spec, count] : chains) {

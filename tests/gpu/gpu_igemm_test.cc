@@ -125,6 +125,8 @@ const char* const kChains[] = {
     // 32 and 96 padding channels, whose groups are neither stored nor merged).
     "x:f32[2,32,7,11,11] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8) | tanh",
     "x:f32[1,64,6,9,9] | conv_transpose3d(out=160,k=3,padding=1) | swish | group_norm(groups=5)",
+    // 192 channels: three 64-channel tiles (the default tile for 129-192 channels).
+    "x:f32[2,32,6,9,9] | conv3d(out=192,k=3,padding=1) | gelu | group_norm(groups=12)",
 };
 
 TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
@@ -168,8 +170,9 @@ Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
 }
 
 // A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels (or 64,
-// 96, 192: padded to whole tiles) and a group_norm whose groups fit a 128-channel tile; with `mean`, ending in a mean (either mode, no
-// ops after the group_norm). Not every one is valid or applicable.
+// 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm whose groups fit a
+// 128-channel tile; with `mean`, ending in a mean (either mode, no ops after the group_norm). Not
+// every one is valid or applicable.
 Chain RandomIgemmChain(Rng& rng, bool mean = false) {
   Chain chain;
   chain.input = {rng.Int(1, 3), rng.Chance(0.5) ? 32 : 64, rng.Int(4, 11), rng.Int(5, 12),
@@ -331,15 +334,21 @@ TEST(GpuIgemm, NonDefaultTuningsAreFp32Accurate) {
       "x:f32[3,32,10,14,14] | conv3d(out=256,k=3) | swish | group_norm(groups=32) | "
       "mean(dims=[2,3,4])");
   const std::vector<std::pair<const Chain*, std::string>> configs = {
-      {&store, "igemm-store-normalize:wg=1,stages=2,async=0"},
-      {&store, "igemm-store-normalize:wg=1,stages=3,async=1"},
-      {&store, "igemm-store-normalize:wg=2,stages=4,async=0"},
-      {&store, "igemm-store-normalize:wg=2,stages=5,async=1"},
-      {&store, "igemm-store-normalize:wg=3,stages=8,async=1"},
-      {&mean, "igemm-moments-mean:wg=1,stages=2,async=0"},
-      {&mean, "igemm-moments-mean:wg=1,stages=4,async=1"},
-      {&mean, "igemm-moments-mean:wg=2,stages=3,async=0"},
-      {&mean, "igemm-moments-mean:wg=2,stages=8,async=1"},
+      {&store, "igemm-store-normalize:wg=1,stages=2,async=0,bn=128"},
+      {&store, "igemm-store-normalize:wg=1,stages=3,async=1,bn=128"},
+      {&store, "igemm-store-normalize:wg=2,stages=4,async=0,bn=128"},
+      {&store, "igemm-store-normalize:wg=2,stages=5,async=1,bn=128"},
+      {&store, "igemm-store-normalize:wg=3,stages=8,async=1,bn=128"},
+      {&mean, "igemm-moments-mean:wg=1,stages=2,async=0,bn=128"},
+      {&mean, "igemm-moments-mean:wg=1,stages=4,async=1,bn=128"},
+      {&mean, "igemm-moments-mean:wg=2,stages=3,async=0,bn=128"},
+      {&mean, "igemm-moments-mean:wg=2,stages=8,async=1,bn=128"},
+      // 64-channel tiles (wgmma n = 64): four channel tiles, up to 4 warpgroups with the
+      // fp32-accurate pair of accumulators.
+      {&store, "igemm-store-normalize:wg=1,stages=2,async=0,bn=64"},
+      {&store, "igemm-store-normalize:wg=2,stages=5,async=1,bn=64"},
+      {&store, "igemm-store-normalize:wg=4,stages=4,async=1,bn=64"},
+      {&mean, "igemm-moments-mean:wg=2,stages=4,async=1,bn=64"},
   };
   std::vector<std::future<std::string>> compiled;
   for (const auto& [chain, config] : configs) {
@@ -358,7 +367,10 @@ TEST(GpuIgemm, NonDefaultTuningsAreFp32Accurate) {
     CheckConfig(*chain, seed++, config, Precision::kFp32, kFp32Accurate);
   }
   // The TF32 tuning of W3 (4 warpgroups) on the smaller chain.
-  CheckConfig(store, 950, "igemm-store-normalize:wg=4,stages=5,async=1", Precision::kTf32, kTf32);
+  CheckConfig(store, 950, "igemm-store-normalize:wg=4,stages=5,async=1,bn=128", Precision::kTf32,
+              kTf32);
+  CheckConfig(store, 951, "igemm-store-normalize:wg=4,stages=5,async=1,bn=64", Precision::kTf32,
+              kTf32);
 }
 
 }  // namespace
