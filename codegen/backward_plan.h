@@ -7,7 +7,9 @@
 //   2. this plan: grad_u from grad_y through mean, the post ops, group_norm and the pre ops, the
 //      group_norm and conv-bias gradients, and the conv weight gradient;
 //   3. grad_x = the data gradient of the convolution, itself a convolution of grad_u (planned as a
-//      forward chain of its own: DataGradientChain).
+//      forward chain of its own: DataGradientChain);
+//   4. only where that convolution's output is larger than x (DataGradientChain): grad_x = its
+//      leading box (cast_plan.h's PlanCrop).
 #ifndef FUSEJIT_CODEGEN_BACKWARD_PLAN_H_
 #define FUSEJIT_CODEGEN_BACKWARD_PLAN_H_
 
@@ -35,8 +37,10 @@ Chain ProducerChain(const Chain& chain);
 
 // Step 3: the forward chain computing grad_x from grad_u: for conv3d a conv_transpose3d with the
 // same weight tensor (its [Cout,Cin,k] layout is conv_transpose3d's [in,out,k]) and the
-// output_padding that restores x's size; for conv_transpose3d a conv3d. No bias. Error when the
-// dual convolution cannot give x's shape (conv_transpose3d with output_padding >= stride).
+// output_padding that restores x's size; for conv_transpose3d a conv3d. No bias. Its output has
+// x's shape, except for a conv_transpose3d with output_padding >= stride (dilation allows it):
+// there the conv3d's output is longer along that dimension (Di + floor(output_padding/stride))
+// and grad_x is its leading x-shaped box (runtime/backward.cc crops it: step 4).
 // REQUIRES: the chain is valid and has a producer.
 absl::StatusOr<Chain> DataGradientChain(const Chain& chain);
 

@@ -35,4 +35,32 @@ Plan PlanCasts(const std::vector<Cast>& casts, const PlanTarget& target, const s
   return plan;
 }
 
+Plan PlanCrop(const std::string& from, const Shape& from_shape, const std::string& to,
+              const Shape& to_shape, DType dtype, const PlanTarget& target) {
+  Plan plan;
+  plan.strategy = "crop";
+  plan.description = absl::StrCat("the leading ", FormatShape(to_shape), " box of ",
+                                  FormatShape(from_shape));
+  plan.includes = {"cast.cuh"};
+  plan.signature.push_back({from, TensorRole::kInput, dtype, from_shape, 16});
+  plan.signature.push_back({to, TensorRole::kOutput, dtype, to_shape, 16});
+  KernelLaunch k;
+  k.symbol = "fj_crop";
+  k.body = absl::StrCat("fj::crop_kernel<", DeviceTypeName(dtype), ", ",
+                        to_shape[0] * to_shape[1], "LL, ", from_shape[2], ", ", from_shape[3],
+                        ", ", from_shape[4], ", ", to_shape[2], ", ", to_shape[3], ", ",
+                        to_shape[4], ">");
+  k.purpose = absl::StrCat(from, " ", FormatShape(from_shape), " -> its leading box ", to, " ",
+                           FormatShape(to_shape));
+  const int64_t threads = 256, elements = NumElements(to_shape);
+  const int64_t blocks = std::min<int64_t>((elements + threads - 1) / threads,
+                                           static_cast<int64_t>(target.sm_count) * 8);
+  k.grid = {static_cast<unsigned>(std::max<int64_t>(1, blocks)), 1, 1};
+  k.block = {static_cast<unsigned>(threads), 1, 1};
+  k.args = {KernelArg::Tensor("in", from, KernelArg::Access::kRead),
+            KernelArg::Tensor("out", to, KernelArg::Access::kWrite)};
+  plan.kernels.push_back(std::move(k));
+  return plan;
+}
+
 }  // namespace fusejit::codegen

@@ -4,11 +4,13 @@
 //   step 1  recompute u = producer(x)            the forward plan of ProducerChain(chain)
 //   step 2  grad_y -> grad_u, parameter grads    codegen::PlanBackward
 //   step 3  grad_x = data gradient of grad_u     the forward plan of DataGradientChain(chain)
+//   step 4  (only where step 3's output is larger than x: conv_transpose3d with output_padding
+//           >= stride) grad_x = the leading box of step 3's output    codegen::PlanCrop
 //
 // Steps 1 and 3 are ordinary forward chains, so they get the planner's fastest convolution (the
 // tensor-core engine where it applies) and the kernel cache like any chain. Workspace layout:
-// [u][grad_u][scratch], scratch being the largest workspace any step needs (steps run one after
-// another on one stream, so they share it).
+// [u][grad_u][step 3's output, when cropped][scratch], scratch being the largest workspace any
+// step needs (steps run one after another on one stream, so they share it).
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/kernel_cache.h"
 #include "codegen/backward_plan.h"
+#include "codegen/cast_plan.h"
 #include "codegen/chain_info.h"
 #include "fusejit/fusejit.h"
 #include "runtime/bindings.h"
@@ -71,12 +74,20 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
   const bool producer = info.producer != nullptr;
+  absl::StatusOr<Chain> data_grad = producer ? codegen::DataGradientChain(chain) : Chain{};
+  if (!data_grad.ok()) return data_grad.status();
+  // Step 3 on a grid larger than x (conv_transpose3d with output_padding >= stride): its output
+  // goes to a workspace region, cropped into grad_x by step 4.
+  const Shape full_grad_x = producer ? OutputShape(*data_grad) : chain.input;
+  const bool cropped = full_grad_x != chain.input;
 
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
+  const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;
   const size_t u_off = 0, gu_off = producer ? Align256(u_bytes) : 0;
-  const size_t scratch_off = producer ? gu_off + Align256(u_bytes) : 0;
+  const size_t full_off = producer ? gu_off + Align256(u_bytes) : 0;
+  const size_t scratch_off = full_off + Align256(full_bytes);
   const int workspace_index = static_cast<int>(sig.size());
 
   CompileOptions sub = options;  // the forward steps: the planner's choice
@@ -88,6 +99,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const Step::Source scratch{workspace_index, scratch_off};
   const Step::Source u{workspace_index, u_off};
   const Step::Source gu{workspace_index, gu_off};
+  const Step::Source grad_x{IndexOf(sig, kGradInputName), 0};
+  const Step::Source full{workspace_index, full_off};
 
   if (producer) {
     const Chain pc = codegen::ProducerChain(chain);
@@ -116,15 +129,33 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
     }
   }
   if (producer) {
-    absl::StatusOr<Chain> dc = codegen::DataGradientChain(chain);
-    if (!dc.ok()) return dc.status();
-    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(*dc, sub);
-    if (!c.ok()) return Context(c.status(), absl::StrCat("the data gradient (", FormatChain(*dc), ")"));
-    if (absl::Status s = add_step(absl::StrCat("grad_x = the convolution's data gradient: ",
-                                               FormatChain(*dc), " on grad_u"),
-                                  *c, {{std::string(kInputName), gu},
-                                       {std::string(kOutputName), {IndexOf(sig, kGradInputName), 0}},
-                                       {std::string(kWorkspaceName), scratch}});
+    const Chain& dc = *data_grad;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(dc, sub);
+    if (!c.ok()) return Context(c.status(), absl::StrCat("the data gradient (", FormatChain(dc), ")"));
+    if (absl::Status s = add_step(
+            cropped ? absl::StrCat("the convolution's data gradient on a grid larger than x: ",
+                                   FormatChain(dc), " on grad_u")
+                    : absl::StrCat("grad_x = the convolution's data gradient: ", FormatChain(dc),
+                                   " on grad_u"),
+            *c, {{std::string(kInputName), gu},
+                 {std::string(kOutputName), cropped ? full : grad_x},
+                 {std::string(kWorkspaceName), scratch}});
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (cropped) {
+    PlannedChain planned{*data_grad, *target,
+                         codegen::PlanCrop("full", full_grad_x, "cropped", chain.input,
+                                           DType::kF32, target->plan_target),
+                         {}};
+    planned.stats.tune_origin = "default";
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = BuildPlanned(std::move(planned), options);
+    if (!c.ok()) return Context(c.status(), "cropping the data gradient");
+    if (absl::Status s = add_step(absl::StrCat("grad_x = the leading ", FormatShape(chain.input),
+                                               " box of the data gradient's ",
+                                               FormatShape(full_grad_x)),
+                                  *c, {{"full", full}, {"cropped", grad_x}});
         !s.ok()) {
       return s;
     }
@@ -137,6 +168,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   if (producer) {
     absl::StrAppend(&layout, "  +", u_off, " ", u_bytes, " bytes: u (the producer's output)\n",
                     "  +", gu_off, " ", u_bytes, " bytes: grad_u\n");
+  }
+  if (cropped) {
+    absl::StrAppend(&layout, "  +", full_off, " ", full_bytes,
+                    " bytes: the data gradient on its larger grid ", FormatShape(full_grad_x),
+                    "\n");
   }
   absl::StrAppend(&layout, "  +", scratch_off, " ", scratch_bytes,
                   " bytes: scratch (the largest step workspace)\n");

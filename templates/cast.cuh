@@ -1,9 +1,13 @@
-// templates/cast.cuh: dtype conversion kernels, the edges of a bf16/f16 chain run through its
-// f32 plan (runtime/dtype_adapter.h): the inputs and parameters are widened to f32 (exactly),
-// the outputs and gradients rounded to the chain's dtype once, at the end.
+// templates/cast.cuh: copies at the edges of composite plans.
+//   cast_kernel: dtype conversion, the edges of a bf16/f16 chain run through its f32 plan
+//     (runtime/dtype_adapter.h): the inputs and parameters are widened to f32 (exactly), the
+//     outputs and gradients rounded to the chain's dtype once, at the end.
+//   crop_kernel: the leading [kD][kH][kW] box of each of kRows [kSD][kSH][kSW] volumes (a data
+//     gradient computed on a larger grid: runtime/backward.cc).
 //
 // Host-side contract: block = (kCastThreads); grid.x = any (grid-stride loop); `in` and `out`
-// are 16-byte aligned and do not overlap; kCount elements are converted.
+// are 16-byte aligned and do not overlap; cast: kCount elements are converted; crop: every
+// element of out is written, kD <= kSD, kH <= kSH, kW <= kSW.
 #ifndef FUSEJIT_TEMPLATES_CAST_CUH_
 #define FUSEJIT_TEMPLATES_CAST_CUH_
 
@@ -33,6 +37,18 @@ __device__ void cast_kernel(const Src* __restrict__ in, Dst* __restrict__ out) {
   }
 }
 
+template <class T, long long kRows, int kSD, int kSH, int kSW, int kD, int kH, int kW>
+__device__ void crop_kernel(const T* __restrict__ in, T* __restrict__ out) {
+  static_assert(kD <= kSD && kH <= kSH && kW <= kSW, "crop: the box must fit the source");
+  constexpr long long kCount = kRows * kD * kH * kW;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < kCount; i += stride) {
+    const int w = (int)(i % kW), h = (int)(i / kW % kH), d = (int)(i / ((long long)kW * kH) % kD);
+    const long long r = i / ((long long)kW * kH * kD);
+    out[i] = in[((r * kSD + d) * kSH + h) * kSW + w];
+  }
+}
+
 }  // namespace fj
 
 #ifndef FJ_GENERATED
@@ -49,6 +65,9 @@ extern "C" __global__ void cast_f16_f32(const fj::f16_t* in, float* out) {
 }
 extern "C" __global__ void cast_f32_f16(const float* in, fj::f16_t* out) {
   fj::cast_kernel<float, fj::f16_t, 1003>(in, out);
+}
+extern "C" __global__ void crop_f32(const float* in, float* out) {
+  fj::crop_kernel<float, 6, 9, 8, 7, 8, 8, 5>(in, out);
 }
 }  // namespace fj_selftest
 #endif  // FJ_GENERATED

@@ -207,8 +207,8 @@ class Chain(object):
     backward=True compiles the chain's backward pass (fj_compile_backward) instead: its signature
     is x, the parameters, grad_y (read), grad_x and grad_<param> for every parameter (written in
     full, deterministically), then the workspace; run it like a forward chain. Raises FusejitError
-    with code 12 (FJ_UNIMPLEMENTED) for a chain without a backward plan (f64, a
-    conv_transpose3d whose output_padding >= stride) or a library without fj_compile_backward."""
+    with code 12 (FJ_UNIMPLEMENTED) for a chain without a backward plan (f64) or a library
+    without fj_compile_backward."""
 
     def __init__(self, spec: str, arch: Optional[str] = None, device: int = 0,
                  precision: str = "fp32", strategy: Optional[str] = None,

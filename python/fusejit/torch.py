@@ -32,9 +32,9 @@ How a call runs:
   included) and rounds its output (or gradients) to its dtype once, so its error against float64
   is at most PyTorch's own in that dtype. float64 runs fused in double (the generic plans: one
   thread per output point); its backward is PyTorch's (no f64 backward plans).
-  For a chain it has no backward plan for (float64, a conv_transpose3d whose
-  output_padding >= stride) backward differentiates PyTorch's own evaluation of the chain (strict
-  fp32, no TF32) recomputed from the saved input, with a warning saying why, once per chain;
+  For a chain it has no backward plan for (float64) backward differentiates PyTorch's own
+  evaluation of the chain (strict fp32, no TF32) recomputed from the saved input, with a
+  warning saying why, once per chain;
   strict=True raises instead, at the forward of a training call. The backward builds no graph
   (once differentiable): a double backward through it is an error.
 - Passes of the auto policy: an inference call (no gradients needed: torch.no_grad /

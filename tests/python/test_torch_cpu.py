@@ -241,10 +241,9 @@ def test_backward_refusals_are_unimplemented():
     with pytest.raises(fusejit.FusejitError, match="f64") as e:
         fusejit.Chain("x:f64[1,3,8,8,8] | relu", arch="sm_90", backward=True)
     assert e.value.code == 12
-    with pytest.raises(fusejit.FusejitError, match="output_padding") as e:
-        fusejit.Chain("x:f32[1,4,5,5,5] | conv_transpose3d(out=4,k=3,output_padding=1,"
-                      "dilation=2) | relu", arch="sm_90", backward=True)
-    assert e.value.code == 12
+    # conv_transpose3d with output_padding >= stride has one (its data gradient cropped).
+    fusejit.Chain("x:f32[1,4,5,5,5] | conv_transpose3d(out=4,k=3,output_padding=1,"
+                  "dilation=2) | relu", arch="sm_90", backward=True).release()
     with pytest.raises(fusejit.FusejitError, match="strategy") as e:
         fusejit.Chain("x:f32[1,3,8,8,8] | relu", arch="sm_90", strategy="elementwise",
                       backward=True)
