@@ -4,6 +4,8 @@
 //   mma-moments-mean           mma_moments_strategy.cc
 //   convt-recompute-normalize  convt_strategy.cc
 //   convt-store-normalize      convt_strategy.cc
+//   direct-few-out             direct_few_out_strategy.cc
+//   channel-moments-mean       channel_moments_strategy.cc (no producer: group_norm | mean)
 #include "codegen/fast_strategies.h"
 
 namespace fusejit::codegen {
@@ -14,6 +16,7 @@ void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
   out->push_back(MakeConvTRecomputeStrategy());
   out->push_back(MakeConvTStoreStrategy());
   out->push_back(MakeDirectFewOutStrategy());
+  out->push_back(MakeChannelMomentsMeanStrategy());
 }
 
 }  // namespace fusejit::codegen

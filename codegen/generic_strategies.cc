@@ -363,7 +363,11 @@ class RecomputeMeanStrategy : public GenericStrategy {
     const ChainInfo& info = in.info;
     return info.group_norm && info.mean != MeanMode::kNone;
   }
-  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 0, 2); }
+  // Without a producer, x itself is read twice (4 bytes a point each; channel-moments-mean reads
+  // it once).
+  double Cost(const PlanInput& in) const override {
+    return GenericCost(in.info, in.info.producer ? 0 : 8, 2);
+  }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kRecomputeMeanFields; }

@@ -364,6 +364,12 @@ class IgemmStrategy : public Strategy {
     if (config.strategy != name()) {
       return Invalid(config, absl::StrCat("not an ", std::string(name()), " config"));
     }
+    // Configurations written before bn existed (tuning databases) name wg, stages, async: the
+    // 128-channel tile they were made for.
+    if (config.values.size() + 1 == Fields().size()) {
+      absl::StatusOr<IgemmTune> t = FromConfig(config, Fields().first(Fields().size() - 1));
+      if (t.ok()) return t;
+    }
     return FromConfig(config, Fields());
   }
 

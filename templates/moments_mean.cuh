@@ -1,5 +1,6 @@
 // templates/moments_mean.cuh: finalize for "... | group_norm | mean" chains whose producer kernel
-// wrote per-block per-channel moments of the pre-norm values (direct_conv_moments.cuh).
+// wrote per-block per-channel moments of the pre-norm values (direct_conv_moments.cuh, or
+// channel_moments_body below for chains without a convolution).
 //
 // Kernel: moments_mean_finalize<Cfg, Tune>(partials, gamma, beta, y)  (partials' type deduced)
 //   One warp per sample n. Lane l merges, for channels c = l, l + 32, ..., the kBlocksPerSample
@@ -95,6 +96,46 @@ __device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ part
   }
 }
 
+// The partials' producer for chains without a convolution ("... | group_norm | mean", strategy
+// channel-moments-mean): block (b, c, n) reduces the moments of pre(x[n][c][s]) over its chunk of
+// spatial points, s in [b*K, min(S, (b+1)*K)) with K = ceil(S / kBlocksPerSample), in double
+// (each thread a strided share as sums shifted by its first value, merged in a fixed order) into
+// partials[(n*B + b)*C + c] -- the
+// layout moments_mean_finalize reads. x is read once.
+// grid (Tune::kBlocksPerSample, kC, kN), block Tune::kThreads (a multiple of 32, <= 1024).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void channel_moments_body(const ElemT<Cfg>* __restrict__ x,
+                                                     MomentsD* __restrict__ partials) {
+  static_assert(Cfg::kProducer == kNoProducer, "channel_moments_body: chains without a producer");
+  static_assert(Tune::kThreads % 32 == 0 && Tune::kThreads <= 1024, "channel_moments: threads");
+  constexpr long long S = (long long)Cfg::kD * Cfg::kH * Cfg::kW;
+  constexpr int B = Tune::kBlocksPerSample;
+  constexpr long long K = (S + B - 1) / B;
+  __shared__ MomentsD scratch[32];
+  const int b = blockIdx.x, c = blockIdx.y, n = blockIdx.z;
+  const long long s0 = b * K, s1 = s0 + K < S ? s0 + K : S;
+  const ElemT<Cfg>* row = x + ((long long)n * Cfg::kC + c) * S;
+  // A thread's share as shifted sums (shift: its first value), no division per value; then its
+  // moments, merged across the block in a fixed order.
+  double shift = 0.0, sum = 0.0, sq = 0.0, count = 0.0;
+  const long long first = s0 + threadIdx.x;
+  if (first < s1) shift = (double)Cfg::pre(ldg_f32(row + first));
+#pragma unroll 4
+  for (long long s = first; s < s1; s += Tune::kThreads) {
+    const double d = (double)Cfg::pre(ldg_f32(row + s)) - shift;
+    sum += d;
+    sq = fma(d, d, sq);
+    count += 1.0;
+  }
+  MomentsD m{count, 0.0, 0.0};
+  if (count > 0.0) {
+    m.mean = shift + sum / count;
+    m.m2 = fmax(sq - sum * (sum / count), 0.0);
+  }
+  m = block_reduce_moments(m, scratch);
+  if (threadIdx.x == 0) partials[((long long)n * B + b) * Cfg::kC + c] = m;
+}
+
 #ifndef FJ_GENERATED
 struct DefaultMeanConfig : DefaultConfig {
   static constexpr int kMean = kMeanSpatial;
@@ -102,6 +143,7 @@ struct DefaultMeanConfig : DefaultConfig {
 };
 struct DefaultMeanTune {
   static constexpr int kBlocksPerSample = 4;
+  static constexpr int kThreads = 256;
 };
 #endif
 
@@ -112,6 +154,13 @@ struct DefaultMeanTune {
 extern "C" __global__ void __launch_bounds__(32)
     moments_mean_selftest(const fj::MomentsD* p, const float* g, const float* b, float* y) {
   fj::moments_mean_finalize<fj::DefaultMeanConfig, fj::DefaultMeanTune>(p, g, b, y);
+}
+struct NoProducerMeanConfig : fj::DefaultMeanConfig {
+  static constexpr int kProducer = fj::kNoProducer;
+};
+extern "C" __global__ void __launch_bounds__(256)
+    channel_moments_selftest(const float* x, fj::MomentsD* p) {
+  fj::channel_moments_body<NoProducerMeanConfig, fj::DefaultMeanTune>(x, p);
 }
 #endif
 

@@ -733,9 +733,11 @@ TEST(IgemmTuning, ValidateRefusesWithTheReason) {
     EXPECT_FALSE(s.ok()) << c.config;
     EXPECT_NE(s.message().find(c.reason), std::string::npos) << c.config << ": " << s;
   }
-  // And what it accepts: the W3 TF32 tuning, a small one, 64-channel tiles.
+  // And what it accepts: the W3 TF32 tuning, a small one, 64-channel tiles, a configuration
+  // stored before bn existed (the 128-channel tile).
   for (const char* ok : {"igemm-store-normalize:wg=4,stages=5,async=1,bn=128",
                          "igemm-store-normalize:wg=1,stages=2,async=0,bn=128",
+                         "igemm-store-normalize:wg=4,stages=5,async=1",
                          "igemm-store-normalize:wg=4,stages=4,async=1,bn=64"}) {
     const absl::Status s = codegen::ValidateConfig(W3(), Target("sm_90", Precision::kTf32),
                                                    *codegen::TuneConfig::Parse(ok));
