@@ -140,6 +140,23 @@ __device__ __forceinline__ float f16_scale_for(float max_abs) {
   frexpf(max_abs, &e);  // max_abs < 2^e
   return ldexpf(1.f, 15 - e);
 }
+// The F16x3 encoding of 8 consecutive channels: v*scale = high + low, each rounded to fp16,
+// packed two per word (channel 2e in the low half of word e).
+__device__ __forceinline__ void split_f16x8(const float (&v)[8], float scale, unsigned (&hi)[4],
+                                            unsigned (&lo)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    unsigned short h[2], l[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float s = v[2 * e + q] * scale;
+      h[q] = f32_to_f16_rn(s);
+      l[q] = f32_to_f16_rn(s - f16_to_f32(h[q]));
+    }
+    hi[e] = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    lo[e] = (unsigned)l[0] | ((unsigned)l[1] << 16);
+  }
+}
 // v rounded to TF32 (cvt.rna).
 __device__ __forceinline__ float round_tf32(float v) {
   return __uint_as_float(to_tf32(__float_as_uint(v)));
@@ -360,19 +377,11 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
     unsigned char* row = out + (long long)p * Sh::kRowBytes + cb * 128;
     const int c0 = cb * Sh::kCinBlock + j * 8;
     if constexpr (kF16) {
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = tile[c0 + e][p];
       unsigned hi[4], lo[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        unsigned short h[2], l[2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float v = tile[c0 + 2 * e + q][p] * sx;
-          h[q] = ig::f32_to_f16_rn(v);
-          l[q] = ig::f32_to_f16_rn(v - ig::f16_to_f32(h[q]));
-        }
-        hi[e] = (unsigned)h[0] | ((unsigned)h[1] << 16);
-        lo[e] = (unsigned)l[0] | ((unsigned)l[1] << 16);
-      }
+      ig::split_f16x8(v, sx, hi, lo);
       *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     } else {
@@ -461,18 +470,7 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
       *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(u[0], u[1], u[2], u[3]);
     } else if constexpr (kF16) {
       unsigned hi[4], lo[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        unsigned short h[2], l[2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float s = v[2 * e + q] * sw;
-          h[q] = ig::f32_to_f16_rn(s);
-          l[q] = ig::f32_to_f16_rn(s - ig::f16_to_f32(h[q]));
-        }
-        hi[e] = (unsigned)h[0] | ((unsigned)h[1] << 16);
-        lo[e] = (unsigned)l[0] | ((unsigned)l[1] << 16);
-      }
+      ig::split_f16x8(v, sw, hi, lo);
       *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(row + 64 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     } else {
