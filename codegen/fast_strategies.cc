@@ -6,6 +6,7 @@
 //   convt-store-normalize      convt_strategy.cc
 //   direct-few-out             direct_few_out_strategy.cc
 //   channel-moments-mean       channel_moments_strategy.cc (no producer: group_norm | mean)
+//   slice-normalize            slice_normalize_strategy.cc (no producer: a group slice on chip)
 #include "codegen/fast_strategies.h"
 
 namespace fusejit::codegen {
@@ -17,6 +18,7 @@ void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
   out->push_back(MakeConvTStoreStrategy());
   out->push_back(MakeDirectFewOutStrategy());
   out->push_back(MakeChannelMomentsMeanStrategy());
+  out->push_back(MakeSliceNormalizeStrategy());
 }
 
 }  // namespace fusejit::codegen

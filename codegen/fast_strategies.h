@@ -16,6 +16,7 @@ std::unique_ptr<Strategy> MakeConvTRecomputeStrategy();   // convt_strategy.cc
 std::unique_ptr<Strategy> MakeConvTStoreStrategy();       // convt_strategy.cc
 std::unique_ptr<Strategy> MakeDirectFewOutStrategy();     // direct_few_out_strategy.cc
 std::unique_ptr<Strategy> MakeChannelMomentsMeanStrategy();  // channel_moments_strategy.cc
+std::unique_ptr<Strategy> MakeSliceNormalizeStrategy();      // slice_normalize_strategy.cc
 
 // Appends conv-moments-mean, mma-moments-mean, convt-recompute-normalize,
 // convt-store-normalize and direct-few-out.

@@ -320,9 +320,12 @@ class NormalizeStrategy : public GenericStrategy {
     const ChainInfo& info = in.info;
     return info.group_norm && info.mean == MeanMode::kNone;
   }
+  // Without a producer x itself is read: once more by store-normalize (16 bytes a point), twice
+  // by recompute-normalize (12).
   double Cost(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
-    return store_ ? GenericCost(info, 12, 1) : GenericCost(info, 4, 2);
+    const bool x_read = !info.producer;
+    return store_ ? GenericCost(info, x_read ? 16 : 12, 1) : GenericCost(info, x_read ? 12 : 4, 2);
   }
 
  protected:

@@ -130,7 +130,7 @@ int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** o
  * fj_chain_workspace_bytes is not 0. A run writes every grad_ tensor in full, deterministically
  * (two runs give bitwise identical gradients); it recomputes what it needs from x and the
  * parameters, so it needs no forward run before it. FJ_UNIMPLEMENTED for chains without a
- * backward plan: f64, a conv_transpose3d whose output_padding >= stride. */
+ * backward plan: f64 chains. */
 int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_chain** out);
 
 int fj_chain_release(fj_chain* chain);
