@@ -9,6 +9,7 @@
 #include "fusejit/fusejit.h"
 #include "tests/gpu_support.h"
 #include "tests/random_chains.h"
+#include "tests/strategy_checks.h"
 
 namespace fusejit {
 namespace {
@@ -50,46 +51,22 @@ TEST(ChannelMomentsMean, AppliesToGroupNormMeanChainsWithoutAConvolution) {
 }
 
 TEST(ChannelMomentsMean, CompilesForSm80AndSm90InEveryDtype) {
-  for (const char* spec : kSpecs) {
-    for (const char* dtype : {"f32", "bf16", "f16"}) {
-      std::string s = spec;
-      s.replace(2, 3, dtype);
-      for (const char* arch : {"sm_80", "sm_90"}) {
-        CompileOptions o;
-        o.arch = arch;
-        o.use_cache = false;
-        absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(ParseOrFail(s), o);
-        ASSERT_TRUE(c.ok()) << s << " " << arch << ": " << c.status();
-        EXPECT_EQ((*c)->strategy(), kName) << s;
-      }
-    }
-  }
+  testing::ExpectCompilesForEveryArchAndDtype(kSpecs, kName);
 }
 
 TEST(ChannelMomentsMean, ValidateRefusesWithTheReason) {
-  const Chain chain = ParseOrFail(kSpecs[1]);  // 210 spatial points
-  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (const auto& [config, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"channel-moments-mean:threads=48,blocks_per_sample=1", "threads 48"},
-           {"channel-moments-mean:threads=128,blocks_per_sample=0", "blocks_per_sample 0"},
-           {"channel-moments-mean:threads=128,blocks_per_sample=211", "blocks_per_sample 211"},
-           {"channel-moments-mean:blocks_per_sample=1,threads=128", "in that order"},
-       }) {
-    const absl::Status s = codegen::ValidateConfig(chain, t, *codegen::TuneConfig::Parse(config));
-    EXPECT_FALSE(s.ok()) << config;
-    EXPECT_NE(s.message().find(reason), std::string::npos) << config << ": " << s;
-  }
+  testing::ExpectValidateRefuses(
+      ParseOrFail(kSpecs[1]),  // 210 spatial points
+      {"sm_90", 132, Precision::kFp32},
+      {{"channel-moments-mean:threads=48,blocks_per_sample=1", "threads 48"},
+       {"channel-moments-mean:threads=128,blocks_per_sample=0", "blocks_per_sample 0"},
+       {"channel-moments-mean:threads=128,blocks_per_sample=211", "blocks_per_sample 211"},
+       {"channel-moments-mean:blocks_per_sample=1,threads=128", "in that order"}});
 }
 
 // The GPU test's random chains: enough of them reach the strategy.
 TEST(ChannelMomentsMean, RandomChainsReachIt) {
-  Rng rng(99);
-  int reached = 0;
-  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (int i = 0; i < 4000 && reached < 20; ++i) {
-    if (ChannelMoments().Applies(codegen::PlanInput(RandomChain(rng), t))) ++reached;
-  }
-  EXPECT_GE(reached, 10);
+  EXPECT_GE(testing::RandomChainsReaching(ChannelMoments(), 99, 20).size(), 10u);
 }
 
 TEST(GpuChannelMomentsMean, MatchesTheReference) {
@@ -105,19 +82,11 @@ TEST(GpuChannelMomentsMean, MatchesTheReference) {
     }
     ++seed;
   }
-  // Random chains it applies to (RandomChainsReachIt: at least 10 of them).
-  Rng rng(99);
-  int checked = 0;
-  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (int i = 0; i < 4000 && checked < 20; ++i) {
-    const Chain c = RandomChain(rng);
-    if (!ChannelMoments().Applies(codegen::PlanInput(c, t))) continue;
-    CompileOptions o;
-    o.strategy = kName;
-    testing::CheckChainWithOptions(c, 200 + i, o);
-    ++checked;
+  CompileOptions o;
+  o.strategy = kName;
+  for (const Chain& c : testing::RandomChainsReaching(ChannelMoments(), 99, 20)) {
+    testing::CheckChainWithOptions(c, 200 + seed++, o);
   }
-  EXPECT_GE(checked, 10);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "fusejit/fusejit.h"
 #include "tests/gpu_support.h"
 #include "tests/random_chains.h"
+#include "tests/strategy_checks.h"
 
 namespace fusejit {
 namespace {
@@ -57,46 +58,19 @@ TEST(SliceNormalize, AppliesToSmallGroupsWithoutAConvolutionOrMean) {
 }
 
 TEST(SliceNormalize, CompilesForSm80AndSm90InEveryDtype) {
-  for (const char* spec : kSpecs) {
-    for (const char* dtype : {"f32", "bf16", "f16"}) {
-      std::string s = spec;
-      s.replace(2, 3, dtype);
-      for (const char* arch : {"sm_80", "sm_90"}) {
-        CompileOptions o;
-        o.arch = arch;
-        o.use_cache = false;
-        o.strategy = kName;
-        absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(ParseOrFail(s), o);
-        ASSERT_TRUE(c.ok()) << s << " " << arch << ": " << c.status();
-        EXPECT_EQ((*c)->strategy(), kName) << s;
-      }
-    }
-  }
+  testing::ExpectCompilesForEveryArchAndDtype(kSpecs, kName);
 }
 
 TEST(SliceNormalize, ValidateRefusesWithTheReason) {
-  const Chain chain = ParseOrFail(kSpecs[1]);
-  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (const auto& [config, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"slice-normalize:threads=48", "threads 48"},
-           {"slice-normalize:threads=2048", "threads 2048"},
-           {"slice-normalize:warps=4", "takes the parameters threads"},
-       }) {
-    const absl::Status s = codegen::ValidateConfig(chain, t, *codegen::TuneConfig::Parse(config));
-    EXPECT_FALSE(s.ok()) << config;
-    EXPECT_NE(s.message().find(reason), std::string::npos) << config << ": " << s;
-  }
+  testing::ExpectValidateRefuses(ParseOrFail(kSpecs[1]), {"sm_90", 132, Precision::kFp32},
+                                 {{"slice-normalize:threads=48", "threads 48"},
+                                  {"slice-normalize:threads=2048", "threads 2048"},
+                                  {"slice-normalize:warps=4", "takes the parameters threads"}});
 }
 
 // The GPU test's random chains: enough of them reach the strategy.
 TEST(SliceNormalize, RandomChainsReachIt) {
-  Rng rng(7);
-  int reached = 0;
-  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (int i = 0; i < 4000 && reached < 20; ++i) {
-    if (Slice().Applies(codegen::PlanInput(RandomChain(rng), t))) ++reached;
-  }
-  EXPECT_GE(reached, 10);
+  EXPECT_GE(testing::RandomChainsReaching(Slice(), 7, 20).size(), 10u);
 }
 
 TEST(GpuSliceNormalize, MatchesTheReference) {
@@ -111,18 +85,11 @@ TEST(GpuSliceNormalize, MatchesTheReference) {
     }
     ++seed;
   }
-  Rng rng(7);
-  int checked = 0;
-  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
-  for (int i = 0; i < 4000 && checked < 20; ++i) {
-    const Chain c = RandomChain(rng);
-    if (!Slice().Applies(codegen::PlanInput(c, t))) continue;
-    CompileOptions o;
-    o.strategy = kName;
-    testing::CheckChainWithOptions(c, 300 + i, o);
-    ++checked;
+  CompileOptions o;
+  o.strategy = kName;
+  for (const Chain& c : testing::RandomChainsReaching(Slice(), 7, 20)) {
+    testing::CheckChainWithOptions(c, 300 + seed++, o);
   }
-  EXPECT_GE(checked, 10);
 }
 
 }  // namespace

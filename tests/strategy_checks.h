@@ -1,0 +1,33 @@
+// tests/strategy_checks.h: checks every strategy's tests make the same way (one place for them):
+// that its plans compile for each arch and dtype, that Validate refuses a configuration with the
+// reason, and that random chains reach it (CPU) and match the float64 reference (GPU).
+#ifndef FUSEJIT_TESTS_STRATEGY_CHECKS_H_
+#define FUSEJIT_TESTS_STRATEGY_CHECKS_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/planner.h"
+#include "fusejit/chain.h"
+
+namespace fusejit::testing {
+
+// Every spec (written "x:f32[...] | ...") in f32, bf16 and f16, compiled for sm_80 and sm_90 with
+// `strategy` forced and no cache: each compiles and runs that strategy (gtest failures).
+void ExpectCompilesForEveryArchAndDtype(std::span<const char* const> specs,
+                                        const std::string& strategy);
+
+// Each (config, reason): ValidateConfig(chain, target, config) fails with `reason` in its message.
+void ExpectValidateRefuses(const Chain& chain, const codegen::PlanTarget& target,
+                           const std::vector<std::pair<std::string, std::string>>& cases);
+
+// The first `want` chains of RandomChain(Rng(seed)) (at most 4000 tried) that `strategy` applies
+// to on sm_90.
+std::vector<Chain> RandomChainsReaching(const codegen::Strategy& strategy, uint64_t seed, int want);
+
+}  // namespace fusejit::testing
+
+#endif  // FUSEJIT_TESTS_STRATEGY_CHECKS_H_
