@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "fusejit/fusejit.h"
+#include "tests/gpu_support.h"
 #include "tests/random_chains.h"
 
 namespace fusejit::testing {
@@ -49,6 +50,27 @@ std::vector<Chain> RandomChainsReaching(const codegen::Strategy& strategy, uint6
     if (strategy.Applies(codegen::PlanInput(c, t))) out.push_back(std::move(c));
   }
   return out;
+}
+
+void CheckStrategyOnTheGpu(const codegen::Strategy& strategy, std::span<const char* const> specs,
+                           const std::vector<std::string>& configs, uint64_t chain_seed) {
+  const std::string name(strategy.name());
+  uint64_t seed = 1;
+  for (const char* spec : specs) {
+    CompileOptions o;
+    o.strategy = name;
+    CheckChainWithOptions(ParseOrFail(spec), seed, o);
+    for (const std::string& config : configs) {
+      o.tune_config = name + ":" + config;
+      CheckChainWithOptions(ParseOrFail(spec), seed, o);
+    }
+    ++seed;
+  }
+  CompileOptions o;
+  o.strategy = name;
+  for (const Chain& c : RandomChainsReaching(strategy, chain_seed, 20)) {
+    CheckChainWithOptions(c, 100 + seed++, o);
+  }
 }
 
 }  // namespace fusejit::testing

@@ -28,6 +28,12 @@ void ExpectValidateRefuses(const Chain& chain, const codegen::PlanTarget& target
 // to on sm_90.
 std::vector<Chain> RandomChainsReaching(const codegen::Strategy& strategy, uint64_t seed, int want);
 
+// On the GPU (CheckChainWithOptions: float64 reference, poisoned outputs, two runs bitwise equal)
+// with `strategy` forced: every spec under its default configuration and each of `configs`
+// (the parameters, "threads=128"), then RandomChainsReaching(strategy, chain_seed, 20).
+void CheckStrategyOnTheGpu(const codegen::Strategy& strategy, std::span<const char* const> specs,
+                           const std::vector<std::string>& configs, uint64_t chain_seed);
+
 }  // namespace fusejit::testing
 
 #endif  // FUSEJIT_TESTS_STRATEGY_CHECKS_H_

@@ -71,22 +71,9 @@ TEST(ChannelMomentsMean, RandomChainsReachIt) {
 
 TEST(GpuChannelMomentsMean, MatchesTheReference) {
   SKIP_WITHOUT_GPU();
-  uint64_t seed = 1;
-  for (const char* spec : kSpecs) {
-    for (const char* config :
-         {"", "threads=64,blocks_per_sample=3", "threads=512,blocks_per_sample=1"}) {
-      CompileOptions o;
-      o.strategy = kName;
-      if (*config) o.tune_config = std::string(kName) + ":" + config;
-      testing::CheckChainWithOptions(ParseOrFail(spec), seed, o);
-    }
-    ++seed;
-  }
-  CompileOptions o;
-  o.strategy = kName;
-  for (const Chain& c : testing::RandomChainsReaching(ChannelMoments(), 99, 20)) {
-    testing::CheckChainWithOptions(c, 200 + seed++, o);
-  }
+  testing::CheckStrategyOnTheGpu(
+      ChannelMoments(), kSpecs,
+      {"threads=64,blocks_per_sample=3", "threads=512,blocks_per_sample=1"}, 99);
 }
 
 }  // namespace

@@ -75,21 +75,7 @@ TEST(SliceNormalize, RandomChainsReachIt) {
 
 TEST(GpuSliceNormalize, MatchesTheReference) {
   SKIP_WITHOUT_GPU();
-  uint64_t seed = 1;
-  for (const char* spec : kSpecs) {
-    for (const char* config : {"", "threads=128", "threads=1024"}) {
-      CompileOptions o;
-      o.strategy = kName;
-      if (*config) o.tune_config = std::string(kName) + ":" + config;
-      testing::CheckChainWithOptions(ParseOrFail(spec), seed, o);
-    }
-    ++seed;
-  }
-  CompileOptions o;
-  o.strategy = kName;
-  for (const Chain& c : testing::RandomChainsReaching(Slice(), 7, 20)) {
-    testing::CheckChainWithOptions(c, 300 + seed++, o);
-  }
+  testing::CheckStrategyOnTheGpu(Slice(), kSpecs, {"threads=128", "threads=1024"}, 7);
 }
 
 }  // namespace
