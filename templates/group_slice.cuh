@@ -64,10 +64,15 @@ __device__ __forceinline__ void slice_normalize_body(const ElemT<Cfg>* __restric
   if (threadIdx.x == 0) stats[1] = 1.0 / sqrt(m2 / (double)G::kSlice + (double)Cfg::kEps);
   __syncthreads();
   const float mu = (float)mean, rstd = (float)stats[1];
-  for (long long i = threadIdx.x; i < G::kSlice; i += Tune::kThreads) {
-    const int c = g * G::kCg + (int)(i / G::kS);
-    const float v = (slice[i] - mu) * rstd * to_f32(gamma[c]) + to_f32(beta[c]);
-    y[base + i] = from_f32<ElemT<Cfg>>(Cfg::post(v));
+  // Channel by channel: the affine pair is loaded once per channel, no index division.
+  for (int k = 0; k < G::kCg; ++k) {
+    const int c = g * G::kCg + k;
+    const float scale = rstd * to_f32(gamma[c]), shift = to_f32(beta[c]);
+    const float* src = slice + (long long)k * G::kS;
+    ElemT<Cfg>* dst = y + base + (long long)k * G::kS;
+    for (long long s = threadIdx.x; s < G::kS; s += Tune::kThreads) {
+      dst[s] = from_f32<ElemT<Cfg>>(Cfg::post((src[s] - mu) * scale + shift));
+    }
   }
 }
 
