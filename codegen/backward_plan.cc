@@ -8,6 +8,7 @@
 #include "codegen/chain_info.h"
 #include "codegen/strategy_util.h"
 #include "fusejit/signature.h"
+#include "templates/geometry.cuh"
 
 namespace fusejit::codegen {
 namespace {
@@ -37,6 +38,173 @@ WgTile ChooseWgTile(int64_t rows, int64_t cols) {
     t.threads /= 2;
   }
   return t;
+}
+
+// The weight gradient's GEMM: rows x cols (cols = s_channels * kv) over `reduction` (n, point)
+// pairs (templates/wgrad.cuh's T, S notation).
+struct WeightGradient {
+  int64_t rows;        // T's channels (conv3d: output channels; conv_transpose3d: input ones)
+  int64_t s_channels;  // S's channels
+  int64_t kv;          // kernel taps
+  int64_t reduction;   // n * T's points
+  int64_t t_points, s_points;  // per sample
+  int64_t cols() const { return s_channels * kv; }
+};
+
+// The split count (at most 64, at most max_splits) whose `tiles * splits` blocks fill whole
+// waves of `slots` resident blocks best, the fewest when tied.
+int64_t FillingSplits(int64_t tiles, int64_t slots, int64_t max_splits) {
+  double best = 0;
+  int64_t splits = 1;
+  for (int64_t s = 1; s <= std::min<int64_t>(64, max_splits); ++s) {
+    const int64_t blocks = tiles * s;
+    const double fill =
+        static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, slots) * slots);
+    if (fill > best + 1e-9) {
+      best = fill;
+      splits = s;
+    }
+  }
+  return splits;
+}
+
+constexpr int64_t kMaxPartsBytes = int64_t{512} << 20;
+
+// wgrad_reduce_kernel: grad_w = the partials summed in chunk order.
+void AddWeightGradientReduce(const WeightGradient& wg, const ChainInfo& info, size_t wpart,
+                             Plan& plan) {
+  KernelLaunch wr{"fj_wgrad_reduce",
+                  "fj::wgrad_reduce_kernel<Cfg, WgTune>",
+                  "weight gradient: sum the chunks in order",
+                  {static_cast<unsigned>(CeilDiv(wg.rows * wg.cols(), kThreads)), 1, 1},
+                  {kThreads, 1, 1}};
+  wr.args = {KernelArg::Workspace(ArgType::kDouble, "part", wpart, kRead),
+             KernelArg::Tensor("grad_w", GradName(info.weight_param), kWrite)};
+  plan.kernels.push_back(wr);
+}
+
+// templates/wgrad.cuh: on tensor cores (mma.sync, sm_80+) where the rows fill most of a 64-row
+// tile; FFMA otherwise.
+void AddMmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
+                          const std::string& gu, const PlanTarget& target, Plan& plan) {
+  const int64_t rows = wg.rows, cols = wg.cols(), reduction = wg.reduction;
+  const bool mma = HasAmpereFeatures(target.arch) && rows >= 32;
+  const WgTile t = mma ? WgTile{64, 128, 32, 4, 4, 256} : ChooseWgTile(rows, cols);
+  const int64_t threads = t.threads;
+  const int64_t tiles = CeilDiv(cols, t.bn) * CeilDiv(rows, t.bm);
+  const int64_t max_splits =
+      std::max<int64_t>(1, std::min(reduction / (64 * t.bk), kMaxPartsBytes / (rows * cols * 8)));
+  // mma: one block per SM (its registers). FFMA: about two blocks per SM in whole waves (rounded
+  // down: a last, nearly empty wave costs a whole one), each chunk at least 64 steps long.
+  int64_t splits = mma ? FillingSplits(tiles, target.sm_count, max_splits)
+                       : std::clamp<int64_t>(2 * target.sm_count / tiles, 1, max_splits);
+  const int64_t chunk = CeilDiv(CeilDiv(reduction, splits), t.bk) * t.bk;
+  splits = CeilDiv(reduction, chunk);
+  plan.includes.push_back("wgrad.cuh");
+  const bool prec3 = target.precision != Precision::kTf32;
+  plan.tunes.push_back(
+      {"WgTune",
+       {Int("kBM", t.bm), Int("kBN", t.bn), Int("kBK", t.bk), Int("kTM", t.tm), Int("kTN", t.tn),
+        Int("kThreads", threads), Int("kSplits", splits), Int("kChunk", chunk)}});
+  if (mma) plan.tunes.back().fields.push_back(Int("kPrec3", prec3 ? 1 : 0));
+  const size_t wpart = plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
+                                         static_cast<size_t>(splits * rows * cols * 8));
+  KernelLaunch w{
+      "fj_wgrad_partial",
+      mma ? "fj::wgrad_mma_partial_kernel<Cfg, WgTune>" : "fj::wgrad_partial_kernel<Cfg, WgTune>",
+      absl::StrCat("weight gradient: ", rows, " x ", cols, " GEMM over ", reduction,
+                   " (n, point) pairs in ", splits, " chunks (",
+                   mma ? (prec3 ? "tensor cores, 3xTF32" : "tensor cores, TF32") : "FFMA",
+                   ", double partials)"),
+      {static_cast<unsigned>(CeilDiv(cols, t.bn)), static_cast<unsigned>(CeilDiv(rows, t.bm)),
+       static_cast<unsigned>(splits)},
+      {static_cast<unsigned>(threads), 1, 1}};
+  w.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
+            KernelArg::Tensor("gu", gu, kRead),
+            KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
+  plan.kernels.push_back(w);
+  AddWeightGradientReduce(wg, info, wpart, plan);
+}
+
+// wgmma (templates/wgrad_wgmma.cuh) on sm_90 where both channel counts fill half a 64-wide tile.
+bool UseWgmmaWeightGradient(const WeightGradient& wg, const PlanTarget& target) {
+  if (target.arch != "sm_90" && target.arch != "sm_90a") return false;
+  return wg.rows >= 32 && wg.s_channels >= 32 && wg.reduction < (int64_t{1} << 31);
+}
+
+void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
+                            const std::string& gu, const PlanTarget& target, Plan& plan) {
+  // The widest tile the S channels fill; as many stages as let two CTAs share an SM (measured
+  // on W3's weight gradient, H100: n = 128 with 2 stages 1.74 ms, 4 stages (one CTA per
+  // SM) 2.23 ms; n = 64 with 3 stages 2.27 ms, 4 stages 3.21 ms).
+  const int64_t bn = wg.s_channels <= 64 ? 64 : 128;
+  const int64_t stages = bn == 128 ? 2 : 3;
+  const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(chain.input[0], wg.rows, wg.s_channels,
+                                                        wg.t_points, wg.s_points, bn, stages);
+  const int64_t per_sm = std::max<int64_t>(1, (227 * 1024) / g.smem);
+  const int64_t tiles = wg.kv * g.b_ctas * g.a_tiles;
+  const int64_t step = fj::geom::kWgradKStep;
+  const int64_t max_splits = std::max<int64_t>(
+      1, std::min(wg.reduction / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
+  int64_t splits = FillingSplits(tiles, per_sm * target.sm_count, max_splits);
+  const int64_t chunk = CeilDiv(CeilDiv(wg.reduction, splits), step) * step;
+  splits = CeilDiv(wg.reduction, chunk);
+  plan.includes.push_back("wgrad_wgmma.cuh");
+  plan.arch_override = "sm_90a";
+  plan.tunes.push_back(
+      {"WgTune",
+       {Int("kBN", bn), Int("kStages", stages), Int("kSplits", splits), Int("kChunk", chunk),
+        Int("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks)}});
+  const size_t absmax = plan.AddWorkspace("weight gradient: max|T|, max|S| per block",
+                                          2 * fj::geom::kWgradAbsmaxBlocks * 4);
+  const size_t tp = plan.AddWorkspace("weight gradient: T channels-last, fp16 highs and lows",
+                                      static_cast<size_t>(g.t_bytes));
+  const size_t sp = plan.AddWorkspace("weight gradient: S channels-last, fp16 highs and lows",
+                                      static_cast<size_t>(g.s_bytes));
+  const size_t wpart = plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
+                                         static_cast<size_t>(splits * wg.rows * wg.cols() * 8));
+  const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
+    return KernelArg::Workspace(type, name, offset, access);
+  };
+  const KernelArg x = KernelArg::Tensor("x", std::string(kInputName), kRead);
+  const KernelArg gu_arg = KernelArg::Tensor("gu", gu, kRead);
+  const std::array<unsigned, 3> block256 = {256, 1, 1};
+  KernelLaunch am{"fj_wgrad_absmax",
+                  "fj::wgrad_absmax_kernel<Cfg, WgTune>",
+                  "weight gradient: max|T| and max|S| (the F16x3 scales)",
+                  {static_cast<unsigned>(fj::geom::kWgradAbsmaxBlocks), 1, 1},
+                  block256};
+  am.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kWrite)};
+  plan.kernels.push_back(am);
+  for (int which = 0; which < 2; ++which) {
+    const int64_t points = which == 0 ? wg.t_points : wg.s_points;
+    KernelLaunch pr{which == 0 ? "fj_wgrad_prep_t" : "fj_wgrad_prep_s",
+                    absl::StrCat("fj::wgrad_prep_kernel<Cfg, WgTune, ", which, ">"),
+                    which == 0 ? "weight gradient: T channels-last as fp16 highs and lows"
+                               : "weight gradient: S channels-last as fp16 highs and lows",
+                    {static_cast<unsigned>(CeilDiv(points, 64)),
+                     static_cast<unsigned>(which == 0 ? g.a_tiles : g.b_tiles),
+                     static_cast<unsigned>(chain.input[0])},
+                    block256};
+    pr.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kRead),
+               ws(ArgType::kBytes, "out", which == 0 ? tp : sp, kWrite)};
+    plan.kernels.push_back(pr);
+  }
+  KernelLaunch w{"fj_wgrad_wgmma",
+                 "fj::wgrad_wgmma_kernel<Cfg, WgTune>",
+                 absl::StrCat("weight gradient: ", wg.kv, " taps of a ", wg.rows, " x ",
+                              wg.s_channels, " GEMM over ", wg.reduction, " (n, point) pairs in ",
+                              splits, " chunks (wgmma, F16x3, double partials)"),
+                 {static_cast<unsigned>(wg.kv * g.b_ctas), static_cast<unsigned>(g.a_tiles),
+                  static_cast<unsigned>(splits)},
+                 {128, 1, 1}};
+  w.shared_bytes = static_cast<unsigned>(g.smem);
+  w.restrict_pointers = true;
+  w.args = {ws(ArgType::kBytes, "tp", tp, kRead), ws(ArgType::kBytes, "sp", sp, kRead),
+            ws(ArgType::kFloat, "absmax", absmax, kRead),
+            ws(ArgType::kDouble, "part", wpart, kWrite)};
+  plan.kernels.push_back(w);
+  AddWeightGradientReduce(wg, info, wpart, plan);
 }
 
 }  // namespace
@@ -203,68 +371,17 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
     const ConvAttrs& a = info.producer->conv;
     const int64_t rows = conv ? p[1] : chain.input[1];
     const int64_t kv = a.kernel[0] * a.kernel[1] * a.kernel[2];
-    const int64_t cols = (conv ? chain.input[1] : p[1]) * kv;
     const int64_t reduction =
         chain.input[0] * (conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4]);
-    // On tensor cores (sm_80+) where the rows fill most of a 64-row tile; FFMA otherwise.
-    const bool mma = HasAmpereFeatures(target.arch) && rows >= 32;
-    const WgTile t = mma ? WgTile{64, 128, 32, 4, 4, 256} : ChooseWgTile(rows, cols);
-    const int64_t threads = t.threads;
-    const int64_t tiles = CeilDiv(cols, t.bn) * CeilDiv(rows, t.bm);
-    const int64_t max_parts_bytes = int64_t{512} << 20;
-    const int64_t max_splits = std::max<int64_t>(
-        1, std::min(reduction / (64 * t.bk), max_parts_bytes / (rows * cols * 8)));
-    int64_t splits = 1;
-    if (mma) {
-      // One block per SM (its registers): the split count whose blocks fill their waves best
-      // (the fewest when tied), at most 64.
-      double best = 0;
-      for (int64_t s = 1; s <= std::min<int64_t>(64, max_splits); ++s) {
-        const int64_t blocks = tiles * s;
-        const double fill = static_cast<double>(blocks) /
-                            static_cast<double>(CeilDiv(blocks, target.sm_count) * target.sm_count);
-        if (fill > best + 1e-9) {
-          best = fill;
-          splits = s;
-        }
-      }
+    const int64_t s_channels = conv ? chain.input[1] : p[1];
+    const int64_t t_points = conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4];
+    const int64_t s_points = conv ? chain.input[2] * chain.input[3] * chain.input[4] : spatial;
+    WeightGradient wg{rows, s_channels, kv, reduction, t_points, s_points};
+    if (UseWgmmaWeightGradient(wg, target)) {
+      AddWgmmaWeightGradient(wg, chain, info, gu, target, plan);
     } else {
-      // About two blocks per SM in whole waves (rounded down: a last, nearly empty wave costs a
-      // whole one), each chunk at least 64 steps long.
-      splits = std::clamp<int64_t>(2 * target.sm_count / tiles, 1, max_splits);
+      AddMmaWeightGradient(wg, chain, info, gu, target, plan);
     }
-    const int64_t chunk = CeilDiv(CeilDiv(reduction, splits), t.bk) * t.bk;
-    splits = CeilDiv(reduction, chunk);
-    plan.includes.push_back("wgrad.cuh");
-    const bool prec3 = target.precision != Precision::kTf32;
-    plan.tunes.push_back({"WgTune",
-                          {Int("kBM", t.bm), Int("kBN", t.bn), Int("kBK", t.bk), Int("kTM", t.tm),
-                           Int("kTN", t.tn), Int("kThreads", threads), Int("kSplits", splits),
-                           Int("kChunk", chunk)}});
-    if (mma) plan.tunes.back().fields.push_back(Int("kPrec3", prec3 ? 1 : 0));
-    const size_t wpart =
-        plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
-                          static_cast<size_t>(splits * rows * cols * 8));
-    KernelLaunch w{
-        "fj_wgrad_partial",
-        mma ? "fj::wgrad_mma_partial_kernel<Cfg, WgTune>" : "fj::wgrad_partial_kernel<Cfg, WgTune>",
-        absl::StrCat("weight gradient: ", rows, " x ", cols, " GEMM over ", reduction,
-                     " (n, point) pairs in ", splits, " chunks (",
-                     mma ? (prec3 ? "tensor cores, 3xTF32" : "tensor cores, TF32") : "FFMA",
-                     ", double partials)"),
-        {static_cast<unsigned>(CeilDiv(cols, t.bn)), static_cast<unsigned>(CeilDiv(rows, t.bm)),
-         static_cast<unsigned>(splits)},
-        {static_cast<unsigned>(threads), 1, 1}};
-    w.args = {in("x", std::string(kInputName)),
-              in("gu", gu), ws(ArgType::kDouble, "part", wpart, kWrite)};
-    plan.kernels.push_back(w);
-    KernelLaunch wr{"fj_wgrad_reduce", "fj::wgrad_reduce_kernel<Cfg, WgTune>",
-                    "weight gradient: sum the chunks in order",
-                    {static_cast<unsigned>(CeilDiv(rows * cols, kThreads)), 1, 1},
-                    {kThreads, 1, 1}};
-    wr.args = {ws(ArgType::kDouble, "part", wpart, kRead),
-               out("grad_w", GradName(info.weight_param))};
-    plan.kernels.push_back(wr);
   }
   if (plan.workspace_bytes > 0) {
     sig.push_back({std::string(kWorkspaceName), TensorRole::kWorkspace, DType::kF32,

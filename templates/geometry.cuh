@@ -139,6 +139,36 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   return g;
 }
 
+// ---- wgrad_wgmma.cuh (the weight gradient on wgmma) ---------------------------------------------
+// One GEMM per tap: M = T's channels (a), N = S's channels (b), K = (sample, point) pairs of T's
+// grid in k-steps of 64. Operands channels-last in 64-channel tiles of 256 bytes per point (64
+// fp16 highs, 64 fp16 lows); a CTA (one warpgroup) computes 64 a x bn b of one tap over one chunk
+// of K, `stages` stages of 64 K rows: A highs and lows, B highs and lows (bn/64 blocks each), 8 KiB
+// per 64 channels.
+constexpr int kWgradKStep = 64;               // K rows per k-step
+constexpr int kWgradOperandBytes = 64 * 128;  // 64 K rows x 64 fp16 values
+constexpr int kWgradAbsmaxBlocks = 264;
+struct WgradWgmma {
+  long long a_tiles, b_tiles;  // 64-channel tiles of T and of S (operand rows of 256 bytes)
+  long long b_ctas;            // CTAs along b: ceil(b / bn)
+  long long t_bytes, s_bytes;  // the channels-last operands
+  long long stage_bytes;       // one pipeline stage
+  long long smem;              // dynamic shared memory of the GEMM kernel (+1 KiB alignment)
+};
+// a, b: channels of T and S; t_points, s_points: points per sample of T's and S's grids.
+constexpr WgradWgmma WgradWgmmaOf(long long n, long long a, long long b, long long t_points,
+                                  long long s_points, long long bn, long long stages) {
+  WgradWgmma g{};
+  g.a_tiles = CeilDiv(a, 64);
+  g.b_tiles = CeilDiv(b, 64);
+  g.b_ctas = CeilDiv(b, bn);
+  g.t_bytes = n * t_points * g.a_tiles * 256;
+  g.s_bytes = n * s_points * g.b_tiles * 256;
+  g.stage_bytes = 2 * kWgradOperandBytes * (1 + bn / 64);
+  g.smem = stages * g.stage_bytes + 1024;
+  return g;
+}
+
 }  // namespace geom
 }  // namespace fj
 

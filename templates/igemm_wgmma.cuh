@@ -199,13 +199,9 @@ __device__ __forceinline__ void mma_tf32(float (&d)[1][N / 8][4], const unsigned
   __trap();
 #endif
 }
+// FJ_WG_D32/D64 and FJ_WG_OUT32/OUT64 stay defined: wgrad_wgmma.cuh's wgmma use them too.
 #undef FJ_WG_MMA_ASM
 #undef FJ_WG_IN
-#undef FJ_WG_OUT64
-#undef FJ_WG_OUT32
-#undef FJ_WG_OUT4
-#undef FJ_WG_D64
-#undef FJ_WG_D32
 
 }  // namespace igw
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/chain_info.h"
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
 #include "tests/gpu_support.h"
@@ -119,6 +120,28 @@ TEST(GpuBackward, TensorCoreWeightGradient) {
     CheckBackward(*c, seed++);
     CheckBackward(*c, seed++, Precision::kTf32, 2e-2);
   }
+}
+
+// The wgmma weight gradient (sm_90, both channel counts of the GEMM 32 or more) on random chains
+// of the grammar with 32-160 channels: odd counts (tiles padded), strides, dilations, paddings,
+// output_padding, batch 1-3; fp32-accurate to 1e-5 and in TF32 mode.
+TEST(GpuBackward, WgmmaWeightGradientRandomChains) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(90210);
+  RandomChainOptions options;
+  options.max_batch = 3;
+  options.max_spatial = 9;
+  options.max_channels = 160;
+  int checked = 0;
+  for (int i = 0; i < 400 && checked < 16; ++i) {
+    const Chain c = RandomChain(rng, options);
+    const codegen::ChainInfo info = codegen::AnalyzeChain(c);
+    if (info.producer == nullptr || c.input[1] < 32 || info.producer_shape[1] < 32) continue;
+    CheckBackward(c, 300 + i, checked % 4 == 3 ? Precision::kTf32 : Precision::kFp32,
+                  checked % 4 == 3 ? 2e-2 : 1e-5);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16);
 }
 
 TEST(GpuBackward, RandomChains) {

@@ -6,6 +6,9 @@
 #include <string>
 
 #include "codegen/backward_plan.h"
+#include "codegen/chain_info.h"
+#include "codegen/plan.h"
+#include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
 #include "tests/random_chains.h"
@@ -128,6 +131,74 @@ TEST(Backward, RandomChainsCompileForSm80AndSm90) {
     }
   }
   EXPECT_EQ(compiled, 24);  // every f32 chain has a backward
+}
+
+// The weight gradient's engine: wgmma (templates/wgrad_wgmma.cuh, an sm_90a build) on sm_90 where
+// both channel counts of its GEMM are 32 or more; mma.sync on sm_80, and on sm_90 where S has fewer
+// channels; FFMA below 32 rows. Its grid covers every tap x 64-row tile x column tile x chunk, the
+// chunks cover the reduction, and the GEMM's shared memory fits two CTAs per SM.
+TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
+  struct Case {
+    const char* spec;
+    const char* arch;
+    const char* body;  // the weight-gradient kernel's
+  };
+  const Case cases[] = {
+      {"x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+       "group_norm(groups=8)",
+       "sm_90", "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
+      {"x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+       "group_norm(groups=8)",
+       "sm_80", "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
+      {"x:f32[2,33,7,9,11] | conv3d(out=97,k=[3,2,1],stride=[1,2,1],dilation=2) | tanh", "sm_90",
+       "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
+      {"x:f32[2,48,6,7,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1) | tanh", "sm_90",
+       "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
+      {"x:f32[2,3,16,16,16] | conv3d(out=16,k=3) | relu", "sm_90",
+       "fj::wgrad_partial_kernel<Cfg, WgTune>"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.spec) + " " + c.arch);
+    const Chain chain = Parse(c.spec);
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::PlanBackward(chain, codegen::PlanTarget{c.arch, 132, Precision::kFp32});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const codegen::KernelLaunch* gemm = nullptr;
+    for (const codegen::KernelLaunch& k : plan->kernels) {
+      if (k.body == c.body) gemm = &k;
+    }
+    ASSERT_NE(gemm, nullptr) << codegen::ExplainPlan(*plan);
+    const bool wgmma = std::string(c.body).find("wgmma") != std::string::npos;
+    EXPECT_EQ(plan->arch_override, wgmma ? "sm_90a" : "");
+    if (!wgmma) continue;
+    int64_t chunk = 0, splits = 0, bn = 0;
+    for (const codegen::TuneStruct& t : plan->tunes) {
+      if (t.name != "WgTune") continue;
+      for (const codegen::TuneStruct::Field& f : t.fields) {
+        if (f.name == "kChunk") chunk = std::stoll(f.value);
+        if (f.name == "kSplits") splits = std::stoll(f.value);
+        if (f.name == "kBN") bn = std::stoll(f.value);
+      }
+    }
+    const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
+    const bool conv = info.producer->kind == OpKind::kConv3d;
+    const Shape& u = info.producer_shape;
+    const int64_t t_channels = conv ? u[1] : chain.input[1];
+    const int64_t s_channels = conv ? chain.input[1] : u[1];
+    const int64_t t_points =
+        conv ? u[2] * u[3] * u[4] : chain.input[2] * chain.input[3] * chain.input[4];
+    const ConvAttrs& a = info.producer->conv;
+    const int64_t taps = a.kernel[0] * a.kernel[1] * a.kernel[2];
+    EXPECT_EQ(gemm->grid[2], splits);
+    EXPECT_EQ(chunk % 64, 0);
+    EXPECT_GE(chunk * splits, chain.input[0] * t_points);
+    EXPECT_LT(chunk * (splits - 1), chain.input[0] * t_points);
+    EXPECT_EQ(gemm->grid[0], taps * ((s_channels + bn - 1) / bn));
+    EXPECT_EQ(gemm->grid[1], (t_channels + 63) / 64);
+    EXPECT_EQ(gemm->grid[2], splits);
+    EXPECT_EQ(gemm->block[0], 128u);
+    EXPECT_LE(2 * gemm->shared_bytes, 227u * 1024);
+  }
 }
 
 TEST(Backward, ClearErrors) {
