@@ -20,8 +20,10 @@ PyTorch   the chain as an nn.Sequential (bench/compare_pytorch.py's build/setup_
           and g): ||a-b||/||b||, for x.grad and the max over the parameters' gradients.
 fusejit   `fusejit bench SPEC --grad --json --reps N --warmup 2 --input x.npy --param ...` on the
           same x and parameters (its grad_y is its own random draw, also U[-1,1)): forward_ms,
-          backward_ms, step_ms (their sum, each a median with the L2 flushed) and the backward's
-          workspace (its extra memory; the gradients themselves not counted); with --kernels the
+          backward_ms, step_ms (their sum, each a median with the L2 flushed; the training forward
+          saving the convolution's output u where the chain has one, as the drop-in runs it) and
+          its extra memory: the backward's workspace plus u (the gradients themselves not
+          counted); with --kernels the
           backward's kernels timed one by one (differences of prefix medians).
           --check: `fusejit run SPEC' --grad --check --check-samples B --reps 0` on the chain with
           its batch replaced by B = --check-batch (default 2), so that every sample, and so every
@@ -205,16 +207,22 @@ def failure(proc):
     return "exit %d: %s" % (proc.returncode, " ".join(lines[-3:])[:400])
 
 
-def fusejit_bench(fusejit, spec, reps, kernels, inputs, timeout):
+def fusejit_bench(fusejit, spec, reps, kernels, inputs, timeout, recompute=False):
     cmd = fusejit + ["bench", spec, "--grad", "--json", "--reps", str(reps), "--warmup", "2"]
+    if recompute:
+        cmd.append("--recompute")
     cmd += inputs + (["--kernels"] if kernels else [])
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=timeout)
     if proc.returncode != 0:
         return {"fusejit_error": failure(proc)}
     r = last_json(proc.stdout)
+    # Extra memory: the backward's workspace plus u, saved by the training forward and held
+    # until the backward (0 where the backward recomputes it).
     out = {"fusejit_forward_ms": r["forward_ms"], "fusejit_backward_ms": r["backward_ms"],
-           "fusejit_step_ms": r["step_ms"], "fusejit_extra_bytes": r["backward_workspace_bytes"],
+           "fusejit_step_ms": r["step_ms"],
+           "fusejit_extra_bytes": r["backward_workspace_bytes"] + r.get("saved_bytes", 0),
+           "fusejit_saved_bytes": r.get("saved_bytes", 0),
            "fusejit_compile_ms": r.get("compile_ms"), "device": r.get("device")}
     if "kernels" in r:
         out["fusejit_backward_kernels"] = r["kernels"]
@@ -266,7 +274,8 @@ def run_row(name, spec, fusejit, args, tmp):
     free_device_memory()  # before fusejit's process needs the device memory
     inputs = row.pop("fusejit_inputs", [])
     try:
-        row.update(fusejit_bench(fusejit, spec, args.reps, args.kernels, inputs, args.timeout))
+        row.update(fusejit_bench(fusejit, spec, args.reps, args.kernels, inputs, args.timeout,
+                                 args.recompute))
     except Exception as e:  # noqa: BLE001
         row["fusejit_error"] = describe(e)
     if args.check:
@@ -357,6 +366,10 @@ def main():
     ap.add_argument("--check-batch", type=int, default=2,
                     help="batch of the --check chain: every sample is checked (default 2)")
     ap.add_argument("--kernels", action="store_true", help="time fusejit's backward kernels too")
+    ap.add_argument("--recompute", action="store_true",
+                    help="fusejit's plain forward and the backward recomputing the convolution "
+                         "(fusejit bench --grad --recompute) instead of the training forward "
+                         "saving its output")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per fusejit command")
     ap.add_argument("--out", help="write every row's raw numbers as JSON here")
     args = ap.parse_args()

@@ -232,6 +232,17 @@ int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_
   return CompileHandle("fj_compile_backward", fusejit::CompileBackward, spec, options, out);
 }
 
+int fj_compile_training_forward(const char* spec, const fj_compile_options* options,
+                                fj_chain** out) {
+  return CompileHandle("fj_compile_training_forward", fusejit::CompileTrainingForward, spec,
+                       options, out);
+}
+
+int fj_compile_backward_saved(const char* spec, const fj_compile_options* options, fj_chain** out) {
+  return CompileHandle("fj_compile_backward_saved", fusejit::CompileBackwardFromSaved, spec,
+                       options, out);
+}
+
 const char* fj_role_name(int role) {
   if (role < FJ_ROLE_INPUT || role > FJ_ROLE_SAVED) return nullptr;
   return fusejit::TensorRoleName(static_cast<fusejit::TensorRole>(role));

@@ -29,6 +29,7 @@
 #include "runtime/composite.h"
 #include "runtime/dtype_adapter.h"
 #include "runtime/stages.h"
+#include "runtime/training.h"
 #include "tune/tuning_db.h"
 
 namespace fusejit {
@@ -52,8 +53,10 @@ absl::Status Context(const absl::Status& s, const std::string& what) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
+// from_saved: u is the signature's kSaved tensor (CompileTrainingForward wrote it), not step 1's.
 absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
-                                                     const CompileOptions& options) {
+                                                     const CompileOptions& options,
+                                                     bool from_saved) {
   if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
   if (!options.strategy.empty() || !options.tune_config.empty()) {
     return absl::InvalidArgumentError(
@@ -62,6 +65,13 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   absl::StatusOr<Target> target = ResolveTarget(options);
   if (!target.ok()) return target.status();
+  if (from_saved) {
+    if (const SaveDecision d = DecideSave(chain, target->plan_target); !d.saves) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CompileBackwardFromSaved: the training forward of ", FormatChain(chain),
+                       " saves nothing (", d.why, "); use CompileBackward, which recomputes"));
+    }
+  }
   if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
     absl::StatusOr<std::shared_ptr<CompiledChain>> inner = CompileBackward(AsF32(chain), options);
     if (!inner.ok()) return inner.status();
@@ -83,9 +93,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
 
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
+  if (from_saved) {  // u after grad_y
+    sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1, SavedProducerOutput(chain));
+  }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;
-  const size_t u_off = 0, gu_off = producer ? Align256(u_bytes) : 0;
+  const size_t u_off = 0, gu_off = producer && !from_saved ? Align256(u_bytes) : 0;
   const size_t full_off = producer ? gu_off + Align256(u_bytes) : 0;
   const size_t scratch_off = full_off + Align256(full_bytes);
   const int workspace_index = static_cast<int>(sig.size());
@@ -97,12 +110,13 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
     return builder.Add(std::move(what), std::move(compiled), map);
   };
   const Step::Source scratch{workspace_index, scratch_off};
-  const Step::Source u{workspace_index, u_off};
+  const Step::Source u = from_saved ? Step::Source{IndexOf(sig, codegen::kProducerOutputName), 0}
+                                    : Step::Source{workspace_index, u_off};
   const Step::Source gu{workspace_index, gu_off};
   const Step::Source grad_x{IndexOf(sig, kGradInputName), 0};
   const Step::Source full{workspace_index, full_off};
 
-  if (producer) {
+  if (producer && !from_saved) {
     const Chain pc = codegen::ProducerChain(chain);
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(pc, sub);
     if (!c.ok()) return Context(c.status(), absl::StrCat("recomputing the producer (", FormatChain(pc), ")"));
@@ -165,10 +179,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   for (const Step& s : steps) scratch_bytes = std::max(scratch_bytes, s.compiled->workspace_bytes());
   const size_t total = scratch_off + Align256(scratch_bytes);
   std::string layout = absl::StrCat("workspace: ", total, " bytes\n");
-  if (producer) {
-    absl::StrAppend(&layout, "  +", u_off, " ", u_bytes, " bytes: u (the producer's output)\n",
-                    "  +", gu_off, " ", u_bytes, " bytes: grad_u\n");
+  if (producer && !from_saved) {
+    absl::StrAppend(&layout, "  +", u_off, " ", u_bytes, " bytes: u (the producer's output)\n");
   }
+  if (producer) absl::StrAppend(&layout, "  +", gu_off, " ", u_bytes, " bytes: grad_u\n");
   if (cropped) {
     absl::StrAppend(&layout, "  +", full_off, " ", full_bytes,
                     " bytes: the data gradient on its larger grid ", FormatShape(full_grad_x),
@@ -190,22 +204,26 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   CompositeInfo composite;
   composite.chain = chain;
   composite.arch = target->plan_target.arch;
-  composite.strategy = "backward";
-  composite.header = absl::StrCat("backward of chain: ", FormatChain(chain), "\n", "arch: ",
-                             composite.arch, "\n",
-                             "saved by the forward: nothing (the backward recomputes from x and "
-                             "the parameters)\n",
-                             layout);
+  composite.strategy = from_saved ? "backward-from-saved" : "backward";
+  composite.header =
+      absl::StrCat("backward of chain: ", FormatChain(chain), "\n", "arch: ", composite.arch, "\n",
+                   from_saved ? absl::StrCat("saved by the forward: u, the producer's output (",
+                                             u_bytes, " bytes, CompileTrainingForward)\n")
+                              : std::string("saved by the forward: nothing (the backward "
+                                            "recomputes from x and the parameters)\n"),
+                   layout);
   composite.output_shape = chain.input;  // grad_x
-  composite.source_step = producer ? 1 : 0;  // the backward kernels'
+  composite.source_step = producer && !from_saved ? 1 : 0;  // the backward kernels'
   return MakeComposite(std::move(composite), std::move(steps), std::move(sig));
 }
 
 }  // namespace
 }  // namespace runtime
 
-absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
-                                                               const CompileOptions& options) {
+namespace {
+absl::StatusOr<std::shared_ptr<CompiledChain>> CachedBackward(const Chain& chain,
+                                                              const CompileOptions& options,
+                                                              bool from_saved) {
   // The forward steps are cached by Compile; this caches the assembled backward by everything its
   // steps depend on.
   struct Memory {
@@ -215,22 +233,34 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
   static auto* memory = new Memory();
   absl::StatusOr<runtime::Target> target = runtime::ResolveTarget(options);
   if (!target.ok()) return target.status();
-  const std::string key = absl::StrCat(
-      ValidateChain(chain).ok() ? FormatChain(chain) : "", "|", target->plan_target.arch, "|",
-      target->plan_target.sm_count, "|", static_cast<int>(options.precision), "|",
-      runtime::DumpDir(options), "|", target->device.name, "|", target->device.driver_version, "|",
-      options.use_tuning, "|", reinterpret_cast<uintptr_t>(options.kernel_cache), "|",
-      reinterpret_cast<uintptr_t>(options.tuning_db));
+  const std::string key =
+      absl::StrCat(ValidateChain(chain).ok() ? FormatChain(chain) : "", "|", from_saved, "|",
+                   target->plan_target.arch, "|", target->plan_target.sm_count, "|",
+                   static_cast<int>(options.precision), "|", runtime::DumpDir(options), "|",
+                   target->device.name, "|", target->device.driver_version, "|", options.use_tuning,
+                   "|", reinterpret_cast<uintptr_t>(options.kernel_cache), "|",
+                   reinterpret_cast<uintptr_t>(options.tuning_db));
   if (options.use_cache && options.strategy.empty() && options.tune_config.empty()) {
     absl::MutexLock lock(&memory->mu);
     auto it = memory->entries.find(key);
     if (it != memory->entries.end()) return it->second;
   }
-  absl::StatusOr<std::shared_ptr<CompiledChain>> built = runtime::Build(chain, options);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> built = runtime::Build(chain, options, from_saved);
   if (!built.ok() || !options.use_cache) return built;
   absl::MutexLock lock(&memory->mu);
   auto [it, inserted] = memory->entries.emplace(key, *built);
   return it->second;
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
+                                                               const CompileOptions& options) {
+  return CachedBackward(chain, options, /*from_saved=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardFromSaved(
+    const Chain& chain, const CompileOptions& options) {
+  return CachedBackward(chain, options, /*from_saved=*/true);
 }
 
 }  // namespace fusejit

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
 #include "fmt/format.h"
 #include "fusejit/chain.h"
@@ -73,8 +74,13 @@ const CommandSpec& BenchSpec() {
               {"json", "", "print one JSON object (median_ms, ...) instead of text"},
               {"kernels", "", "also time each kernel of the plan (differences of prefix medians)"},
               {"grad", "",
-               "time the training step: the forward, then the backward (CompileBackward) from a "
-               "random grad_y; --kernels then times the backward's kernels"},
+               "time the training step: the forward, then the backward from a random grad_y; "
+               "where the chain has a convolution's output to save, the training forward "
+               "(CompileTrainingForward) and the backward reading it; --kernels then times the "
+               "backward's kernels"},
+              {"recompute", "",
+               "with --grad: the plain forward and the backward that recomputes the convolution "
+               "(CompileBackward) instead"},
               PrecisionFlag(),
               {"input", "FILE.npy", "the input x (default: random)"},
               {"param", "NAME=FILE.npy", "a parameter, e.g. 0.weight=w.npy (default: random)",
@@ -101,13 +107,16 @@ std::string KernelsJson(const std::vector<KernelTime>& kernels) {
 // The training step: forward and backward timed separately (each median over `reps`, L2 flushed),
 // their sum the step.
 int BenchGrad(const Chain& chain, const CompileOptions& options, const HostInputs& inputs,
-              uint64_t seed, int64_t reps, int64_t warmup, bool kernels, bool json,
+              uint64_t seed, int64_t reps, int64_t warmup, bool kernels, bool json, bool recompute,
               const std::string& device, std::ostream& out, std::ostream& err) {
   const CommandSpec& spec = BenchSpec();
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::shared_ptr<CompiledChain>> forward = Compile(chain, options);
+  const bool saves = !recompute && TrainingForwardSaves(chain, options);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> forward =
+      saves ? CompileTrainingForward(chain, options) : Compile(chain, options);
   if (!forward.ok()) return Failure(err, spec, forward.status().message());
-  absl::StatusOr<std::shared_ptr<CompiledChain>> backward = CompileBackward(chain, options);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> backward =
+      saves ? CompileBackwardFromSaved(chain, options) : CompileBackward(chain, options);
   if (!backward.ok()) return Failure(err, spec, backward.status().message());
   const double compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -120,22 +129,28 @@ int BenchGrad(const Chain& chain, const CompileOptions& options, const HostInput
   run_options.l2_flush_bytes = kL2FlushBytes;
   absl::StatusOr<SignatureRunResult> f = RunSignatureOnDevice(**forward, reads, run_options);
   if (!f.ok()) return Failure(err, spec, f.status().message());
+  if (saves) reads[std::string(codegen::kProducerOutputName)] = f->written.at("u");
   run_options.per_kernel = kernels;
   absl::StatusOr<SignatureRunResult> b = RunSignatureOnDevice(**backward, reads, run_options);
   if (!b.ok()) return Failure(err, spec, b.status().message());
   const size_t extra = (*backward)->workspace_bytes();
+  const size_t saved_bytes =  // u, held from the forward to the backward
+      saves ? static_cast<size_t>(NumElements(codegen::AnalyzeChain(chain).producer_shape)) * 4 : 0;
   if (json) {
     out << fmt::format(
         "{{\"spec\": {}, \"device\": {}, \"forward_ms\": {:.6f}, \"backward_ms\": {:.6f}, "
         "\"step_ms\": {:.6f}, \"reps\": {}, \"compile_ms\": {:.3f}, "
-        "\"backward_workspace_bytes\": {}{}}}\n",
+        "\"backward_workspace_bytes\": {}, \"saved_bytes\": {}{}}}\n",
         JsonString(FormatChain(chain)), JsonString(device), f->median_ms, b->median_ms,
-        f->median_ms + b->median_ms, reps, compile_ms, extra, KernelsJson(b->kernels));
+        f->median_ms + b->median_ms, reps, compile_ms, extra, saved_bytes, KernelsJson(b->kernels));
     return kExitOk;
   }
   out << fmt::format("chain:      {}\n", FormatChain(chain));
   out << fmt::format("device:     {}, forward plan {}\n", device, (*forward)->strategy());
-  out << fmt::format("forward:    {:.4f} ms median of {} runs (L2 flushed)\n", f->median_ms, reps);
+  out << fmt::format(
+      "forward:    {:.4f} ms median of {} runs (L2 flushed){}\n", f->median_ms, reps,
+      saves ? fmt::format(", saving u ({:.1f} MB) for the backward", saved_bytes * 1e-6)
+            : std::string(recompute ? ", the backward recomputes u" : ""));
   out << fmt::format("backward:   {:.4f} ms median ({} kernels, workspace {:.1f} MB)\n",
                      b->median_ms, (*backward)->kernel_count(), extra * 1e-6);
   out << fmt::format("step:       {:.4f} ms (forward + backward)\n", f->median_ms + b->median_ms);
@@ -194,9 +209,10 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
     if (!options.strategy.empty()) {
       return UsageError(err, spec, "--strategy names a forward plan; leave it out with --grad");
     }
-    return BenchGrad(*chain, options, InputsWith(*chain, static_cast<uint64_t>(seed), std::move(given)),
+    return BenchGrad(*chain, options,
+                     InputsWith(*chain, static_cast<uint64_t>(seed), std::move(given)),
                      static_cast<uint64_t>(seed), reps, warmup, parsed->Has("kernels"),
-                     parsed->Has("json"), device->name, out, err);
+                     parsed->Has("json"), parsed->Has("recompute"), device->name, out, err);
   }
   absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = Compile(*chain, options);
   const double compile_ms =

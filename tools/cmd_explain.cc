@@ -5,6 +5,8 @@
 #include "fusejit/chain.h"
 #include "fusejit/fusejit.h"
 #include "jit/dump.h"
+#include "runtime/stages.h"
+#include "runtime/training.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
@@ -27,6 +29,9 @@ const CommandSpec& ExplainSpec() {
       .flags = {ArchFlag(),
                 StrategyFlag(),
                 {"grad", "", "explain the chain's backward: its steps, tensors and workspace"},
+                {"training", "",
+                 "explain the chain's training forward: whether it saves the convolution's "
+                 "output for the backward, and why"},
                 PrecisionFlag(),
                 DumpFlag()},
   };
@@ -70,8 +75,23 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
     options.dump_dir = *dir;
   }
 
-  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = (parsed->Has("grad") ? CompileBackward : Compile)(*chain, options);
+  if (parsed->Has("grad") && parsed->Has("training")) {
+    return UsageError(err, spec, "--grad and --training explain different passes: give one");
+  }
+  if (parsed->Has("training") && !options.strategy.empty()) {
+    return UsageError(err, spec, "--strategy names one forward plan; leave it out with --training");
+  }
+  auto compile = parsed->Has("grad")       ? CompileBackward
+                 : parsed->Has("training") ? CompileTrainingForward
+                                           : Compile;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> compiled = compile(*chain, options);
   if (!compiled.ok()) return Failure(err, spec, compiled.status().message());
+  if (parsed->Has("training") && !TrainingForwardSaves(*chain, options)) {
+    absl::StatusOr<runtime::Target> t = runtime::ResolveTarget(options);
+    out << "training forward: saves nothing ("
+        << (t.ok() ? runtime::DecideSave(*chain, t->plan_target).why : t.status().ToString())
+        << "); the forward below, and the backward recomputes\n";
+  }
   const CompiledChain& c = **compiled;
   const std::string explained = c.Explain();
   out << explained;

@@ -75,6 +75,12 @@ bool IsWritten(TensorRole role) {
          role == TensorRole::kGradParam;
 }
 
+// A saved tensor is written by the training forward and read by its backward: read when `reads`
+// has it.
+bool IsWrittenGiven(const TensorSpec& t, const std::map<std::string, HostTensor>& reads) {
+  return IsWritten(t.role) || (t.role == TensorRole::kSaved && reads.count(t.name) == 0);
+}
+
 absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
     CompiledChain& compiled, const std::map<std::string, HostTensor>& reads,
     const DeviceRunOptions& options) {
@@ -91,7 +97,7 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
       continue;
     }
     absl::StatusOr<jit::DeviceBuffer> buf;
-    if (IsWritten(t.role)) {
+    if (IsWrittenGiven(t, reads)) {
       buf = jit::DeviceBuffer::Allocate(NumElements(t.shape) * DTypeBytes(t.dtype));
       if (!buf.ok()) return buf.status();
       // Poison: any element the kernels fail to write stays NaN and is counted by the checks.
@@ -123,7 +129,7 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
   }
   SignatureRunResult result;
   for (const TensorSpec& t : sig) {
-    if (!IsWritten(t.role)) continue;
+    if (!IsWrittenGiven(t, reads)) continue;
     HostTensor& h = result.written[t.name];
     h.shape = t.shape;
     h.data.resize(NumElements(t.shape));

@@ -62,7 +62,10 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
     CompiledChain& compiled, const std::map<std::string, HostTensor>& reads,
     const DeviceRunOptions& options = {});
 
-// Whether a signature role is written by a run (output and gradients) rather than read.
+// Whether a signature role is written by a run (output and gradients) rather than read. A kSaved
+// tensor (fusejit::CompileTrainingForward's u) is RunSignatureOnDevice's to write -- poisoned,
+// returned in `written` -- when `reads` lacks it, and uploaded from `reads` when it has it (the
+// backward reading it).
 bool IsWritten(TensorRole role);
 
 // `k` batch indices spread evenly over [0, batch), the first and the last included, ascending;

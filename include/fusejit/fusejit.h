@@ -186,6 +186,28 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
                                                                const CompileOptions& options = {});
 
+// Training: the forward of `chain` that also saves what its backward would otherwise recompute,
+// and the backward that reads it.
+//
+// CompileTrainingForward: y as Compile's forward gives it and, where saving pays, the producer's
+// output "u" (role kSaved, f32, the producer's output shape, written in full): two steps, the
+// producer alone into u, then the ops after it from u into y. Saving turns a step of fused
+// forward + recompute + backward into producer + the ops from u + backward, so it pays when the
+// ops from u cost less than the fused forward: the planner's cost model decides (Explain gives
+// both estimates and u's bytes, held until the backward). Only f32 chains with ops after their
+// conv3d / conv_transpose3d can save. Where it does not save it is Compile's forward and its
+// signature has no kSaved tensor.
+// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (kSaved, read) bound after
+// grad_y: the u a CompileTrainingForward run of the same x and parameters wrote. InvalidArgument
+// for a chain whose training forward saves nothing (use CompileBackward).
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
+    const Chain& chain, const CompileOptions& options);
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardFromSaved(
+    const Chain& chain, const CompileOptions& options);
+// Whether CompileTrainingForward of `chain` with `options` saves u (false for an invalid chain or
+// when the options' target cannot be resolved: no arch and no device).
+bool TrainingForwardSaves(const Chain& chain, const CompileOptions& options = {});
+
 // Convenience for callers who want fusejit to own the workspace: allocates WorkspaceBytes() in
 // the current context. Freed by the destructor.
 class Workspace {

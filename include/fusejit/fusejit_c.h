@@ -33,6 +33,7 @@
  *   and put their symbols in a new version node FUSEJIT_1.<minor> of capi/fusejit_c.map, so a
  *   program linked against them names what it needs from the library. Minor 1 added
  *   fj_compile_backward, the backward roles FJ_ROLE_GRAD_*, fj_role_name and fj_abi_minor.
+ *   Minor 2 added fj_compile_training_forward and fj_compile_backward_saved (FJ_ROLE_SAVED).
  */
 #ifndef FUSEJIT_FUSEJIT_C_H_
 #define FUSEJIT_FUSEJIT_C_H_
@@ -45,7 +46,7 @@ extern "C" {
 #endif
 
 #define FUSEJIT_C_ABI_VERSION 1
-#define FUSEJIT_C_ABI_MINOR 1
+#define FUSEJIT_C_ABI_MINOR 2
 
 typedef struct CUstream_st* CUstream; /* as cuda.h declares it */
 typedef unsigned long long fj_deviceptr; /* CUdeviceptr */
@@ -66,8 +67,9 @@ enum {
 /* Tensor roles and dtypes, as fusejit/signature.h and fusejit/chain.h number them. Roles 0-3 are
  * the forward's; a backward chain (fj_compile_backward) has x (INPUT), the parameters (PARAM),
  * grad_y (GRAD_OUTPUT, read), grad_x (GRAD_INPUT, written), grad_<param> (GRAD_PARAM, written)
- * and the WORKSPACE. FJ_ROLE_SAVED (a tensor a forward saves for its backward) is reserved: no
- * signature of this version has one. New roles may be added; treat an unknown one as an error. */
+ * and the WORKSPACE. FJ_ROLE_SAVED (minor 2): a tensor a training forward
+ * (fj_compile_training_forward) writes and its backward (fj_compile_backward_saved) reads. New
+ * roles may be added; treat an unknown one as an error. */
 enum {
   FJ_ROLE_INPUT = 0,
   FJ_ROLE_OUTPUT = 1,
@@ -76,7 +78,7 @@ enum {
   FJ_ROLE_GRAD_OUTPUT = 4, /* minor 1 */
   FJ_ROLE_GRAD_INPUT = 5,  /* minor 1 */
   FJ_ROLE_GRAD_PARAM = 6,  /* minor 1 */
-  FJ_ROLE_SAVED = 7,       /* minor 1, reserved */
+  FJ_ROLE_SAVED = 7,       /* minor 1 (reserved), used from minor 2 */
 };
 enum { FJ_DTYPE_F32 = 0, FJ_DTYPE_F16 = 1, FJ_DTYPE_BF16 = 2, FJ_DTYPE_F64 = 3 };
 
@@ -132,6 +134,18 @@ int fj_compile(const char* spec, const fj_compile_options* options, fj_chain** o
  * parameters, so it needs no forward run before it. FJ_UNIMPLEMENTED for chains without a
  * backward plan: f64 chains. */
 int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_chain** out);
+
+/* Training (minor 2): a forward that saves the convolution's output for its backward, and the
+ * backward that reads it instead of recomputing the convolution (fusejit.h,
+ * CompileTrainingForward). fj_compile_training_forward's signature is the forward's (x, the
+ * parameters, y) then "u" (FJ_ROLE_SAVED, f32, the convolution's output shape, written) and the
+ * workspace -- for f32 chains with ops after their convolution; for any other chain it is
+ * fj_compile's chain, with no SAVED tensor. fj_compile_backward_saved's is fj_compile_backward's
+ * with "u" (FJ_ROLE_SAVED, read) after grad_y; FJ_INVALID_ARGUMENT for a chain whose training
+ * forward saves nothing. Same options as fj_compile_backward (strategy, tune_config NULL). */
+int fj_compile_training_forward(const char* spec, const fj_compile_options* options,
+                                fj_chain** out);
+int fj_compile_backward_saved(const char* spec, const fj_compile_options* options, fj_chain** out);
 
 int fj_chain_release(fj_chain* chain);
 

@@ -12,10 +12,12 @@ import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 ABI_VERSION = 1  # FUSEJIT_C_ABI_VERSION: the library must have exactly this one
-ABI_MINOR = 1  # FUSEJIT_C_ABI_MINOR this package was written for (1: fj_compile_backward)
+ABI_MINOR = 2  # FUSEJIT_C_ABI_MINOR this package was written for (1: fj_compile_backward,
+#                2: fj_compile_training_forward and fj_compile_backward_saved)
 
 # FJ_ROLE_* (fusejit_c.h): the forward's x, y, parameters and workspace; the backward's grad_y
-# (read), grad_x and grad_<param> (written). ROLE_SAVED is reserved (no signature has it yet).
+# (read), grad_x and grad_<param> (written); ROLE_SAVED: the u a training forward writes and its
+# backward reads (Chain(..., saved=True)).
 ROLE_INPUT, ROLE_OUTPUT, ROLE_PARAM, ROLE_WORKSPACE = 0, 1, 2, 3
 ROLE_GRAD_OUTPUT, ROLE_GRAD_INPUT, ROLE_GRAD_PARAM, ROLE_SAVED = 4, 5, 6, 7
 ROLE_NAMES = ("input", "output", "param", "workspace", "grad_output", "grad_input", "grad_param",
@@ -108,6 +110,10 @@ def _declare(lib):
         "fj_abi_minor": ([], c.c_int),
         "fj_compile_backward": ([c.c_char_p, P(_CompileOptions), P(c.c_void_p)], c.c_int),
         "fj_role_name": ([c.c_int], c.c_char_p),
+        # ABI minor 2 (has_training()).
+        "fj_compile_training_forward": ([c.c_char_p, P(_CompileOptions), P(c.c_void_p)],
+                                        c.c_int),
+        "fj_compile_backward_saved": ([c.c_char_p, P(_CompileOptions), P(c.c_void_p)], c.c_int),
     }
     for name, (args, res) in optional.items():
         f = getattr(lib, name, None)
@@ -162,6 +168,13 @@ def has_backward() -> bool:
     return hasattr(library(), "fj_compile_backward")
 
 
+def has_training() -> bool:
+    """Whether the loaded library compiles training forwards that save the convolution's output
+    and backwards that read it (ABI minor 2)."""
+    lib = library()
+    return hasattr(lib, "fj_compile_training_forward") and hasattr(lib, "fj_compile_backward_saved")
+
+
 def _check(code: int) -> None:
     if code != 0:
         raise FusejitError(code, library().fj_last_error().decode("utf-8", "replace"))
@@ -208,16 +221,28 @@ class Chain(object):
     is x, the parameters, grad_y (read), grad_x and grad_<param> for every parameter (written in
     full, deterministically), then the workspace; run it like a forward chain. Raises FusejitError
     with code 12 (FJ_UNIMPLEMENTED) for a chain without a backward plan (f64) or a library
-    without fj_compile_backward."""
+    without fj_compile_backward.
+
+    saved=True (ABI minor 2) compiles the training pair instead: with backward=False the forward
+    that also writes "u" (role SAVED: the convolution's output) where the chain has one to save
+    (fj_compile_training_forward; else the plain forward, no SAVED tensor), with backward=True the
+    backward reading that u after grad_y (fj_compile_backward_saved)."""
 
     def __init__(self, spec: str, arch: Optional[str] = None, device: int = 0,
                  precision: str = "fp32", strategy: Optional[str] = None,
                  tune_config: Optional[str] = None, use_cache: bool = True,
-                 use_tuning: bool = True, backward: bool = False):
+                 use_tuning: bool = True, backward: bool = False, saved: bool = False):
         lib = library()
         self._handle = None
         compile_fn = lib.fj_compile
-        if backward:
+        if saved:
+            name = "fj_compile_backward_saved" if backward else "fj_compile_training_forward"
+            compile_fn = getattr(lib, name, None)
+            if compile_fn is None:
+                raise FusejitError(12, "the libfusejit.so loaded (%s) has no %s (C ABI minor %d, "
+                                       "training needs 2): rebuild or reinstall it"
+                                   % (_lib_path, name, abi_minor()))
+        elif backward:
             compile_fn = getattr(lib, "fj_compile_backward", None)
             if compile_fn is None:
                 raise FusejitError(12, "the libfusejit.so loaded (%s) has no fj_compile_backward "
@@ -237,6 +262,7 @@ class Chain(object):
         _check(compile_fn(spec.encode(), ctypes.byref(opts), ctypes.byref(handle)))
         self._handle = handle
         self.backward = bool(backward)
+        self.saved = bool(saved)
         self.device = int(device)
         out = ctypes.c_char_p()
         _check(lib.fj_chain_spec(handle, ctypes.byref(out)))

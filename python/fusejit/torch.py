@@ -24,10 +24,14 @@ How a call runs:
   decision stored beside the tuning database for other processes on that kind of GPU
   (fusejit._policy). "fused" / "eager" force one.
 - Gradients: when x or a parameter requires grad, backward runs fusejit's fused backward of the
-  chain (fusejit::CompileBackward, compiled per shape and device like the forward and cached):
-  it recomputes what it needs from the saved input and parameters, writes dL/dx and every
+  chain (compiled per shape and device like the forward and cached): it writes dL/dx and every
   dL/dparam in the chain's dtype and is deterministic (two backward runs give bitwise identical
-  gradients).
+  gradients). A float32 chain with ops after its convolution runs the training forward
+  (fusejit::CompileTrainingForward) on such a call: it also saves the convolution's output u
+  (float32, kept for the backward like PyTorch's saved tensors), and the backward
+  (CompileBackwardFromSaved) reads u instead of recomputing the convolution. Otherwise (and under
+  torch.compile's custom op) the backward recomputes what it needs from the saved input and
+  parameters (fusejit::CompileBackward); the gradients are bitwise the same either way.
 - Dtypes: float32, bfloat16 and float16 run fused. A bf16/f16 chain computes in fp32 (statistics
   included) and rounds its output (or gradients) to its dtype once, so its error against float64
   is at most PyTorch's own in that dtype. float64 runs fused in double (the generic plans: one
@@ -91,7 +95,7 @@ _compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a Fus
 _compiled_bwd = {}  # type: Dict[Tuple[str, int], object]   # the same for the backward
 # Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
 # fused backward and by the eager fallback.
-_stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0}
+_stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0, "saved_backward": 0}
 _ops_cache = {}  # type: Dict[str, list]
 
 
@@ -102,7 +106,7 @@ def _ops(spec: str):
     return ops
 
 
-def _compile_cached(cache: dict, spec: str, device: int, backward: bool):
+def _compile_cached(cache: dict, spec: str, device: int, backward: bool, saved: bool = False):
     """The compiled chain of `spec` (its backward with backward=True) for CUDA device `device`,
     loaded there. Raises FusejitError; refusals of the chain itself (invalid, no plan) are
     remembered, so they are not recompiled on every call, other failures (driver, I/O) are tried
@@ -115,10 +119,12 @@ def _compile_cached(cache: dict, spec: str, device: int, backward: bool):
             if c is None:
                 try:
                     with torch.cuda.device(device):
-                        c = _lib.Chain(spec, device=device, backward=backward)
+                        c = _lib.Chain(spec, device=device, backward=backward, saved=saved)
                         c.load()
                     if backward:
-                        _check_backward_layout(c, spec)
+                        _check_backward_layout(c, spec, saved)
+                    elif saved:
+                        _check_training_layout(c, spec)
                 except _lib.FusejitError as e:
                     if e.code not in _REFUSALS:
                         raise
@@ -140,23 +146,69 @@ def _compiled_backward(spec: str, device: int):
     return _compile_cached(_compiled_bwd, spec, device, backward=True)
 
 
-def _check_backward_layout(chain, spec: str) -> None:
+def _check_backward_layout(chain, spec: str, saved: bool = False) -> None:
     """The backward signature _launch_backward relies on (fusejit/signature.h's
-    BackwardSignature): x, the n parameters, grad_y, grad_x, grad_<param> for each parameter in
-    the same order, then the workspace when there is one. Raises FusejitError(12,
-    FJ_UNIMPLEMENTED: this package cannot bind it, a refusal like a chain without a plan)
-    otherwise."""
+    BackwardSignature): x, the n parameters, grad_y, (saved=True: u, the SAVED tensor,) grad_x,
+    grad_<param> for each parameter in the same order, then the workspace when there is one.
+    Raises FusejitError(12, FJ_UNIMPLEMENTED: this package cannot bind it, a refusal like a chain
+    without a plan) otherwise."""
     sig = chain.signature
     n = _chain.param_count(_ops(spec))
-    roles = ([_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_GRAD_OUTPUT,
-             _lib.ROLE_GRAD_INPUT] + [_lib.ROLE_GRAD_PARAM] * n +
+    s = 1 if saved else 0
+    roles = ([_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_GRAD_OUTPUT] +
+             [_lib.ROLE_SAVED] * s + [_lib.ROLE_GRAD_INPUT] + [_lib.ROLE_GRAD_PARAM] * n +
              ([_lib.ROLE_WORKSPACE] if chain.workspace_bytes else []))
     ok = [t.role for t in sig] == roles and all(
-        sig[n + 3 + i].name == "grad_" + sig[1 + i].name for i in range(n))
+        sig[n + 3 + s + i].name == "grad_" + sig[1 + i].name for i in range(n))
     if not ok:
         raise _lib.FusejitError(12, "the backward of %s has the signature %s, not x, the "
                                     "parameters, grad_y, grad_x, grad_<param>... this package "
                                     "binds" % (spec, sig))
+
+
+def _check_training_layout(chain, spec: str) -> None:
+    """A training forward's signature: the forward's (x, the n parameters, y), then -- where it
+    saves one -- u (SAVED), then the workspace. Raises FusejitError(12) otherwise."""
+    n = _chain.param_count(_ops(spec))
+    roles = [t.role for t in chain.signature]
+    head = [_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_OUTPUT]
+    tail = [_lib.ROLE_WORKSPACE] if chain.workspace_bytes else []
+    if roles != head + tail and roles != head + [_lib.ROLE_SAVED] + tail:
+        raise _lib.FusejitError(12, "the training forward of %s has the signature %s, not x, the "
+                                    "parameters, y[, u] this package binds" % (spec, chain.signature))
+
+
+_compiled_train = {}  # (spec, device) -> the training forward (or the refusal)
+_compiled_bwd_saved = {}  # (spec, device) -> its backward reading u
+
+
+def _training_pair(spec: str, device: int):
+    """(training forward, backward reading its u) for `spec` on `device` where the library has
+    them and the chain saves u (an f32 chain with ops after its convolution), else None: the
+    caller runs the plain forward and the recomputing backward, which give the same gradients."""
+    if not _lib.has_training() or _backward_or_why(spec, device)[0] is None:
+        return None  # (without a fused backward the caller differentiates PyTorch's forward)
+    try:
+        fwd = _compile_cached(_compiled_train, spec, device, backward=False, saved=True)
+        if not any(t.role == _lib.ROLE_SAVED for t in fwd.signature):
+            return None
+        return fwd, _compile_cached(_compiled_bwd_saved, spec, device, backward=True, saved=True)
+    except _lib.FusejitError:
+        return None
+
+
+def _launch_training(fwd, x: torch.Tensor, params: List[torch.Tensor]):
+    """Enqueues the training forward: returns (y, u), both new and written in full."""
+    device = x.device
+    n = len(params)
+    y = _new_output(fwd.signature[n + 1].shape, x.dtype, device)
+    u = _new_output(fwd.signature[n + 2].shape, torch.float32, device)
+    pointers = [x.data_ptr()] + [p.data_ptr() for p in params] + [y.data_ptr(), u.data_ptr()]
+    if fwd.workspace_bytes:
+        ws = _empty(fwd.workspace_bytes, dtype=torch.uint8, device=device)
+        pointers.append(ws.data_ptr())  # freed after the enqueue: stream-ordered reuse is safe
+    fwd.run_pointers(pointers, _stream(fwd.device))
+    return y, u
 
 
 def _backward_or_why(spec: str, device: int):
@@ -221,8 +273,8 @@ def _run(spec: str, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor
     return _launch(chain, x, [x.data_ptr()] + [p.data_ptr() for p in params])
 
 
-def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor],
-                     grad: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor], grad: torch.Tensor,
+                     u: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, List[torch.Tensor]]:
     """Enqueues the compiled backward `chain` on the current stream and returns (dL/dx,
     [dL/dparam]), every one of them new and written in full.
     REQUIRES: x, params (the forward's, in signature order) and grad (dL/dy, the output's shape)
@@ -231,9 +283,12 @@ def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor],
     device = x.device
     sig = chain.signature
     n = len(params)
-    # grad_x, then grad_<param> for each parameter: signature entries n+2 .. 2n+2
-    grads = [_new_output(t.shape, x.dtype, device) for t in sig[n + 2:2 * n + 3]]
+    s = 0 if u is None else 1  # the backward reading a training forward's u: u after grad_y
+    # grad_x, then grad_<param> for each parameter: signature entries n+2+s .. 2n+2+s
+    grads = [_new_output(t.shape, x.dtype, device) for t in sig[n + 2 + s:2 * n + 3 + s]]
     pointers = [x.data_ptr()] + [p.data_ptr() for p in params] + [grad.data_ptr()]
+    if u is not None:
+        pointers.append(u.data_ptr())
     pointers += [g.data_ptr() for g in grads]
     if chain.workspace_bytes:  # 256-byte alignment wanted; the caching allocator gives 512
         ws = _empty(chain.workspace_bytes, dtype=torch.uint8, device=device)
@@ -343,12 +398,29 @@ class _ChainFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, x, *params):
         ctx.spec = spec
+        # A call whose backward will run: the training forward saves the convolution's output u
+        # where it has one, and the backward reads u instead of recomputing the convolution.
+        pair = _training_pair(spec, x.device.index) if any(ctx.needs_input_grad[1:]) else None
+        ctx.backward_saved = None
+        if pair is not None:
+            y, u = _launch_training(pair[0], x, list(params))
+            ctx.backward_saved = pair[1]
+            ctx.save_for_backward(x, u, *params)
+            return y
         ctx.save_for_backward(x, *params)
         return _run(spec, x, list(params))
 
     @staticmethod
     @once_differentiable  # the fused backward builds no graph: differentiating it is an error
     def backward(ctx, grad):
+        if ctx.backward_saved is not None:
+            x, u, *params = ctx.saved_tensors
+            gx, gps = _launch_backward(ctx.backward_saved, x, params, _aligned(grad, x.dtype), u)
+            _stats["fused_backward"] += 1
+            _stats["saved_backward"] += 1
+            needs = [bool(n) for n in ctx.needs_input_grad[1:]]
+            return (None, gx if needs[0] else None) + tuple(
+                g if need else None for g, need in zip(gps, needs[1:]))
         x, *params = ctx.saved_tensors
         needs = [bool(n) for n in ctx.needs_input_grad[1:]]
         gx, gps = _backward(ctx.spec, x, params, grad, needs)
@@ -600,7 +672,12 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
     gen.manual_seed(0)
     g = torch.randn(y_fused.shape, generator=gen, device=x.device, dtype=x.dtype)
 
+    pair = _training_pair(spec, x.device.index)  # what a training call runs, where it can
+
     def fused_step():
+        if pair is not None:
+            _, u = _launch_training(pair[0], x, params)
+            return _launch_backward(pair[1], x, params, g, u)
         _run(spec, x, params)
         return _launch_backward(backward, x, params, g)
 

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fusejit/fusejit_c.h"
@@ -403,6 +404,48 @@ TEST(CApi, ThreadsCompileAndQueryConcurrentlyWithTheirOwnErrors) {
   }
   for (std::thread& t : threads) t.join();
   for (int t = 0; t < 8; ++t) EXPECT_EQ(ok[t], 1) << "thread " << t;
+}
+
+// Minor 2: the training forward writes u (SAVED) after y; the backward reading it has u after
+// grad_y; a chain with nothing to save gets the plain forward and a clear refusal of the backward.
+TEST(CApi, TrainingForwardAndTheBackwardReadingItsSavedTensor) {
+  const char* spec = "x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | relu | group_norm(groups=2)";
+  fj_compile_options o = Sm90();
+  fj_chain* fwd = nullptr;
+  ASSERT_EQ(fj_compile_training_forward(spec, &o, &fwd), FJ_OK) << fj_last_error();
+  std::vector<std::pair<std::string, int>> got;
+  size_t n = 0;
+  ASSERT_EQ(fj_chain_tensor_count(fwd, &n), FJ_OK);
+  for (size_t i = 0; i < n; ++i) {
+    fj_tensor_info info{};
+    ASSERT_EQ(fj_chain_tensor(fwd, i, &info), FJ_OK);
+    got.push_back({info.name, info.role});
+  }
+  std::vector<std::pair<std::string, int>> want = {
+      {"x", FJ_ROLE_INPUT},        {"0.weight", FJ_ROLE_PARAM}, {"0.bias", FJ_ROLE_PARAM},
+      {"2.weight", FJ_ROLE_PARAM}, {"2.bias", FJ_ROLE_PARAM},   {"y", FJ_ROLE_OUTPUT},
+      {"u", FJ_ROLE_SAVED}};
+  size_t ws = 0;
+  ASSERT_EQ(fj_chain_workspace_bytes(fwd, &ws), FJ_OK);
+  if (ws > 0) want.push_back({"workspace", FJ_ROLE_WORKSPACE});
+  EXPECT_EQ(got, want);
+  EXPECT_STREQ(fj_role_name(FJ_ROLE_SAVED), "saved");
+  EXPECT_EQ(fj_chain_release(fwd), FJ_OK);
+
+  fj_chain* bwd = nullptr;
+  ASSERT_EQ(fj_compile_backward_saved(spec, &o, &bwd), FJ_OK) << fj_last_error();
+  fj_tensor_info info{};
+  ASSERT_EQ(fj_chain_tensor(bwd, 6, &info), FJ_OK);  // after x, 4 parameters, grad_y
+  EXPECT_STREQ(info.name, "u");
+  EXPECT_EQ(info.role, FJ_ROLE_SAVED);
+  EXPECT_EQ(fj_chain_release(bwd), FJ_OK);
+
+  fj_chain* none = nullptr;
+  EXPECT_EQ(fj_compile_backward_saved("x:f32[2,3,8,8,8] | conv3d(out=4,k=3)", &o, &none),
+            FJ_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_NE(std::string(fj_last_error()).find("use CompileBackward"), std::string::npos)
+      << fj_last_error();
 }
 
 }  // namespace

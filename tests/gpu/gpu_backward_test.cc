@@ -3,6 +3,7 @@
 // backward, gradient buffers NaN-poisoned and checked fully written, two runs bitwise identical.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -142,6 +143,96 @@ TEST(GpuBackward, WgmmaWeightGradientRandomChains) {
     ++checked;
   }
   EXPECT_EQ(checked, 16);
+}
+
+// The training pair (CompileTrainingForward, CompileBackwardFromSaved) of a chain that saves: y
+// against the float64 reference, u poisoned and written in full, and every gradient bitwise equal
+// to the recomputing backward's (u is the same producer plan's output either way) and within 1e-5
+// of float64.
+void CheckSavedGradients(const Chain& chain, uint64_t seed, CompiledChain& fwd_chain) {
+  absl::StatusOr<std::shared_ptr<CompiledChain>> bwd = CompileBackwardFromSaved(chain, {});
+  ASSERT_TRUE(bwd.ok()) << bwd.status();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> plain = CompileBackward(chain, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const HostInputs inputs = RandomInputs(chain, seed);
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads["x"] = inputs.x;
+  absl::StatusOr<tools::SignatureRunResult> f =
+      tools::RunSignatureOnDevice(fwd_chain, reads, {.reps = 0});
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->written.count("u"), 1u);
+  for (double v : f->written.at("u").data) ASSERT_TRUE(std::isfinite(v)) << "u not written in full";
+  absl::StatusOr<tools::CheckResult> y =
+      tools::CheckOutput(chain, inputs, f->written.at("y"), tools::CheckOptions{});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(y->pass) << "y rel_l2 " << y->errors.rel_l2 << " unwritten " << y->unwritten;
+
+  reads["grad_y"] = tools::RandomGradOutput(chain, seed);
+  absl::StatusOr<tools::SignatureRunResult> recomputed =
+      tools::RunSignatureOnDevice(**plain, reads, {.reps = 0});
+  ASSERT_TRUE(recomputed.ok()) << recomputed.status();
+  reads["u"] = f->written.at("u");
+  absl::StatusOr<tools::SignatureRunResult> b =
+      tools::RunSignatureOnDevice(**bwd, reads, {.reps = 0});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->written.count("u"), 0u);  // read, not written
+  for (const auto& [name, t] : recomputed->written) {
+    const HostTensor& got = b->written.at(name);
+    ASSERT_EQ(t.data.size(), got.data.size());
+    EXPECT_EQ(std::memcmp(t.data.data(), got.data.data(), t.data.size() * sizeof(t.data[0])), 0)
+        << name << " differs from the recomputing backward's";
+  }
+  absl::StatusOr<tools::GradientCheckResult> r = tools::CheckGradients(
+      chain, inputs, reads.at("grad_y"), b->written, tools::CheckOptions{.rtol = 1e-5});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const tools::GradientCheck& g : r->gradients) {
+    EXPECT_TRUE(g.pass) << g.name << " rel_max " << g.rel_max << " unwritten " << g.unwritten;
+  }
+}
+
+// A chain that does not save gets the plain forward (no kSaved tensor) and a refusal of the saved
+// backward. Returns whether the chain saves.
+bool CheckTrainingPair(const Chain& chain, uint64_t seed) {
+  SCOPED_TRACE(FormatChain(chain));
+  absl::StatusOr<std::shared_ptr<CompiledChain>> fwd = CompileTrainingForward(chain, {});
+  EXPECT_TRUE(fwd.ok()) << fwd.status();
+  if (!fwd.ok()) return false;
+  if (!TrainingForwardSaves(chain)) {
+    for (const TensorSpec& t : (*fwd)->signature()) EXPECT_NE(t.role, TensorRole::kSaved);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(chain, {});
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
+    return false;
+  }
+  CheckSavedGradients(chain, seed, **fwd);
+  return true;
+}
+
+TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[1,64,12,12,12] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+      "group_norm(groups=8)",
+      "x:f32[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[2,3,6,7,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish",
+      "x:f32[2,5,6,7,8] | conv3d(out=6,k=3,stride=2,padding=1) | sigmoid | mean(dims=[1,2,3,4])",
+      "x:f32[2,4,5,5,5] | conv_transpose3d(out=4,k=3,output_padding=1,dilation=2) | relu | "
+      "group_norm(groups=2)",
+  };
+  uint64_t seed = 700;
+  int saved = 0;
+  for (const char* spec : specs) saved += CheckTrainingPair(ParseOrFail(spec), seed++);
+  EXPECT_EQ(saved, 4);  // the stride-2 conv_transpose3d's ops from u cost more than its forward
+  Rng rng(777);
+  int checked = 0;
+  for (int i = 0; i < 200 && checked < 12; ++i) {
+    const Chain c = RandomChain(rng);
+    if (!TrainingForwardSaves(c)) continue;
+    CheckTrainingPair(c, 800 + i);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 12);
 }
 
 TEST(GpuBackward, RandomChains) {

@@ -294,6 +294,7 @@ def _pretend_cuda(monkeypatch):
     monkeypatch.setattr(fj, "_why_not", lambda x, named: None)
     monkeypatch.setattr(fj, "_compiled_chain", lambda spec, device: object())
     monkeypatch.setattr(fj, "_run", lambda spec, x, params: _chain.eager(fj._ops(spec), x, params))
+    monkeypatch.setattr(fj, "_training_pair", lambda spec, device: None)  # no u to save here
 
 
 def test_training_without_a_fused_backward(monkeypatch):

@@ -174,6 +174,19 @@ def check_gradients(model, shape, needs_x=True, fused_backward=True, seed=0):
         assert torch.equal(a, b), "two backward runs differ"
 
 
+def test_training_calls_save_the_convolution_output():
+    """A training call of a chain with ops after its convolution runs the training forward (u
+    saved) and the backward reading u (no recompute); one without a convolution recomputes
+    nothing and runs the plain pair. Both match float64 autograd (check_gradients)."""
+    for case, saves in (("W3", True), ("conv3d-relu-gn-mean", True), ("gn-only", False)):
+        make, shape = GRAD_CASES[case]
+        torch.manual_seed(0)
+        before = fj._stats["saved_backward"]
+        check_gradients(randomized(make(), seed=4).cuda(), shape)
+        # check_gradients runs three backwards: the checked one and the two bitwise-compared
+        assert fj._stats["saved_backward"] == before + (3 if saves else 0), (case, fj._stats)
+
+
 @pytest.mark.parametrize("case", sorted(GRAD_CASES))
 def test_fused_backward_matches_float64_autograd(case):
     make, shape = GRAD_CASES[case]

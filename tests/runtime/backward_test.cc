@@ -201,6 +201,65 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
   }
 }
 
+// The training pair: the forward saving u (the producer's output) and the backward reading it.
+TEST(Backward, TrainingForwardSavesTheProducerOutput) {
+  const Chain w3 = Parse(
+      "x:f32[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)");
+  EXPECT_TRUE(TrainingForwardSaves(w3, Arch("sm_90")));
+  EXPECT_FALSE(TrainingForwardSaves(w3));  // no GPU here: no target to decide for
+  struct NoSave {
+    const char* spec;
+    const char* why;
+  };
+  for (const NoSave& n :
+       {NoSave{"x:f32[2,6,5,6,7] | group_norm(groups=3) | swish", "no convolution"},
+        NoSave{"x:f32[2,3,8,8,8] | conv3d(out=4,k=3)", "the last op"},
+        NoSave{"x:bf16[2,3,8,8,8] | conv3d(out=4,k=3) | relu", "only f32"},
+        // W1: its fused forward (conv_transpose3d recomputed per group) costs less than the
+        // ops after the convolution reading a 1 GB u.
+        NoSave{"x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | "
+               "swish | group_norm(groups=4,eps=1e-5) | hardswish",
+               "recomputing u in the backward is cheaper"}}) {
+    const char* spec = n.spec;
+    const Chain c = Parse(spec);
+    EXPECT_FALSE(TrainingForwardSaves(c, Arch("sm_90"))) << spec;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, Arch("sm_90"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (const TensorSpec& t : (*f)->signature()) EXPECT_NE(t.role, TensorRole::kSaved) << spec;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(c, Arch("sm_90"));
+    ASSERT_FALSE(b.ok()) << spec;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("use CompileBackward"), std::string::npos) << b.status();
+    EXPECT_NE(b.status().message().find(n.why), std::string::npos) << b.status();
+  }
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(w3, Arch(arch));
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(
+        Names((*f)->signature()),
+        (std::vector<std::string>{"x", "0.weight", "2.weight", "2.bias", "y", "u", "workspace"}));
+    const TensorSpec& u = (*f)->signature()[5];
+    EXPECT_EQ(u.role, TensorRole::kSaved);
+    EXPECT_EQ(u.shape, (Shape{2, 128, 10, 10, 10}));
+    EXPECT_NE((*f)->Explain().find("saves for the backward: u"), std::string::npos);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(w3, Arch(arch));
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(
+        Names((*b)->signature()),
+        (std::vector<std::string>{"x", "0.weight", "2.weight", "2.bias", "grad_y", "u", "grad_x",
+                                  "grad_0.weight", "grad_2.weight", "grad_2.bias", "workspace"}));
+    EXPECT_EQ((*b)->signature()[5].role, TensorRole::kSaved);
+    EXPECT_EQ((*b)->strategy(), "backward-from-saved");
+    const std::string e = (*b)->Explain();
+    EXPECT_EQ(e.find("recompute u"), std::string::npos) << e;
+    EXPECT_NE(e.find("saved by the forward: u"), std::string::npos) << e;
+    // No workspace region for u: the recomputing backward's minus u's bytes, at most.
+    absl::StatusOr<std::shared_ptr<CompiledChain>> plain = CompileBackward(w3, Arch(arch));
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_LE((*b)->workspace_bytes() + u.bytes(), (*plain)->workspace_bytes());
+  }
+}
+
 TEST(Backward, ClearErrors) {
   const Chain c = Parse("x:f32[2,3,6,6,6] | conv3d(out=4,k=3) | relu");
   CompileOptions o = Arch("sm_90");

@@ -1,0 +1,174 @@
+// runtime/training.cc: fusejit::CompileTrainingForward -- a composite of two forward chains, the
+// producer alone writing u (a tensor of the signature), then the ops after it reading u and
+// writing y -- so that CompileBackwardFromSaved (runtime/backward.cc) reads u instead of
+// recomputing the convolution. Workspace: the larger of the two steps', shared (they run one
+// after the other on one stream).
+#include "runtime/training.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/backward_plan.h"
+#include "codegen/chain_info.h"
+#include "fusejit/fusejit.h"
+#include "runtime/bindings.h"
+#include "runtime/composite.h"
+#include "runtime/stages.h"
+
+namespace fusejit {
+namespace runtime {
+
+TensorSpec SavedProducerOutput(const Chain& chain) {
+  return {std::string(codegen::kProducerOutputName), TensorRole::kSaved, DType::kF32,
+          codegen::AnalyzeChain(chain).producer_shape, 16};
+}
+
+Chain TailChain(const Chain& chain) {
+  const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
+  Chain tail;
+  tail.input = info.producer_shape;
+  tail.dtype = chain.dtype;
+  tail.ops.assign(chain.ops.begin() + info.producer_index + 1, chain.ops.end());
+  return tail;
+}
+
+namespace {
+
+// The lowest estimated cost (the cost models' units) of the strategies applicable to `c`.
+double LowestCost(const Chain& c, const codegen::PlanTarget& target) {
+  const codegen::PlanInput in(c, target);
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& s : codegen::AllStrategies()) {
+    if (codegen::StrategyApplies(*s, c, target)) best = std::min(best, s->Cost(in));
+  }
+  return best;
+}
+
+}  // namespace
+
+SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
+  SaveDecision d;
+  if (!ValidateChain(chain).ok()) return d;
+  if (chain.dtype != DType::kF32) {
+    d.why = "only f32 chains save u (bf16/f16 backwards recompute it in f32)";
+    return d;
+  }
+  const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
+  if (info.producer == nullptr) {
+    d.why = "no convolution: nothing to recompute";
+    return d;
+  }
+  if (info.producer_index + 1 >= static_cast<int>(chain.ops.size())) {
+    d.why = "the convolution is the last op: its output is y";
+    return d;
+  }
+  const double fused = LowestCost(chain, target);
+  const double tail = LowestCost(TailChain(chain), target);
+  d.saves = tail < fused;
+  // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
+  char costs[160];
+  std::snprintf(costs, sizeof(costs),
+                "the ops after the convolution from u cost %.1f model us, the fused forward %.1f",
+                tail / 1e6, fused / 1e6);
+  d.why = absl::StrCat(costs, d.saves ? ": saving u spares the backward its recompute for less"
+                                      : ": recomputing u in the backward is cheaper");
+  return d;
+}
+
+namespace {
+
+absl::Status Context(const absl::Status& s, const std::string& what) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain& chain,
+                                                                    const CompileOptions& options,
+                                                                    const std::string& why) {
+  const Chain producer = codegen::ProducerChain(chain);
+  const Chain tail = TailChain(chain);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> first = Compile(producer, options);
+  if (!first.ok())
+    return Context(first.status(), absl::StrCat("the producer (", FormatChain(producer), ")"));
+  absl::StatusOr<std::shared_ptr<CompiledChain>> second = Compile(tail, options);
+  if (!second.ok())
+    return Context(second.status(), absl::StrCat("the ops after it (", FormatChain(tail), ")"));
+
+  // x, the parameters, y, u, the workspace.
+  std::vector<TensorSpec> sig = ForwardSignature(chain, 0);
+  sig.push_back(SavedProducerOutput(chain));
+  const size_t ws_bytes = std::max((*first)->workspace_bytes(), (*second)->workspace_bytes());
+  if (ws_bytes > 0) {
+    sig.push_back({std::string(kWorkspaceName),
+                   TensorRole::kWorkspace,
+                   DType::kF32,
+                   {static_cast<int64_t>(ws_bytes)},
+                   256});
+  }
+  const int ws = ws_bytes > 0 ? IndexOf(sig, kWorkspaceName) : -1;
+  const Step::Source u{IndexOf(sig, codegen::kProducerOutputName), 0};
+  StepsBuilder builder(&sig);
+  if (absl::Status s =
+          builder.Add(absl::StrCat("u = the producer's output: ", FormatChain(producer)), *first,
+                      {{std::string(kOutputName), u}, {std::string(kWorkspaceName), {ws, 0}}});
+      !s.ok()) {
+    return s;
+  }
+  // The tail's parameters are the chain's after the producer, in the same order.
+  std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kInputName), u},
+                                                           {std::string(kWorkspaceName), {ws, 0}}};
+  const std::vector<ParamSpec> tail_params = ChainParams(tail);
+  const std::vector<ParamSpec> all_params = ChainParams(chain);
+  const size_t skip = all_params.size() - tail_params.size();
+  for (size_t i = 0; i < tail_params.size(); ++i) {
+    map.push_back({tail_params[i].name, {IndexOf(sig, all_params[skip + i].name), 0}});
+  }
+  if (absl::Status s = builder.Add(
+          absl::StrCat("y = the ops after it, from u: ", FormatChain(tail)), *second, map);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t u_bytes = NumElements(codegen::AnalyzeChain(chain).producer_shape) * 4;
+  CompositeInfo info;
+  info.chain = chain;
+  info.arch = (*first)->arch();
+  info.strategy = "training-forward";
+  info.header =
+      absl::StrCat("training forward of chain: ", FormatChain(chain), "\n", "arch: ", info.arch,
+                   "\n", "saves for the backward: u, the producer's output (", u_bytes,
+                   " bytes, held until CompileBackwardFromSaved reads it): ", why, "\n",
+                   "workspace: ", ws_bytes, " bytes (shared by the two steps)\n");
+  info.output_shape = OutputShape(chain);
+  info.source_step = 0;
+  return MakeComposite(std::move(info), std::move(builder.steps()), std::move(sig));
+}
+
+}  // namespace
+}  // namespace runtime
+
+bool TrainingForwardSaves(const Chain& chain, const CompileOptions& options) {
+  if (!ValidateChain(chain).ok()) return false;
+  absl::StatusOr<runtime::Target> target = runtime::ResolveTarget(options);
+  return target.ok() && runtime::DecideSave(chain, target->plan_target).saves;
+}
+
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
+    const Chain& chain, const CompileOptions& options) {
+  if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
+  absl::StatusOr<runtime::Target> target = runtime::ResolveTarget(options);
+  if (!target.ok()) return target.status();
+  const runtime::SaveDecision d = runtime::DecideSave(chain, target->plan_target);
+  if (!d.saves) return Compile(chain, options);
+  if (!options.strategy.empty() || !options.tune_config.empty()) {
+    return absl::InvalidArgumentError(
+        "CompileTrainingForward: options.strategy and options.tune_config name one forward plan; "
+        "a training forward that saves u runs two (leave them empty)");
+  }
+  return runtime::BuildTrainingForward(chain, options, d.why);
+}
+
+}  // namespace fusejit
