@@ -139,8 +139,9 @@ int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_
  * backward that reads it instead of recomputing the convolution (fusejit.h,
  * CompileTrainingForward). fj_compile_training_forward's signature is the forward's (x, the
  * parameters, y) then "u" (FJ_ROLE_SAVED, f32, the convolution's output shape, written) and the
- * workspace -- for f32 chains with ops after their convolution; for any other chain it is
- * fj_compile's chain, with no SAVED tensor. fj_compile_backward_saved's is fj_compile_backward's
+ * workspace -- where saving pays (f32 chains with ops after their convolution that cost less from
+ * u than the fused forward, by the planner's cost model); for any other chain it is fj_compile's
+ * chain, with no SAVED tensor. fj_compile_backward_saved's is fj_compile_backward's
  * with "u" (FJ_ROLE_SAVED, read) after grad_y; FJ_INVALID_ARGUMENT for a chain whose training
  * forward saves nothing. Same options as fj_compile_backward (strategy, tune_config NULL). */
 int fj_compile_training_forward(const char* spec, const fj_compile_options* options,

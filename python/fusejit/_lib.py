@@ -224,7 +224,7 @@ class Chain(object):
     without fj_compile_backward.
 
     saved=True (ABI minor 2) compiles the training pair instead: with backward=False the forward
-    that also writes "u" (role SAVED: the convolution's output) where the chain has one to save
+    that also writes "u" (role SAVED: the convolution's output) where saving it pays
     (fj_compile_training_forward; else the plain forward, no SAVED tensor), with backward=True the
     backward reading that u after grad_y (fj_compile_backward_saved)."""
 

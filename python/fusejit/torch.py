@@ -26,10 +26,11 @@ How a call runs:
 - Gradients: when x or a parameter requires grad, backward runs fusejit's fused backward of the
   chain (compiled per shape and device like the forward and cached): it writes dL/dx and every
   dL/dparam in the chain's dtype and is deterministic (two backward runs give bitwise identical
-  gradients). A float32 chain with ops after its convolution runs the training forward
-  (fusejit::CompileTrainingForward) on such a call: it also saves the convolution's output u
-  (float32, kept for the backward like PyTorch's saved tensors), and the backward
-  (CompileBackwardFromSaved) reads u instead of recomputing the convolution. Otherwise (and under
+  gradients). A float32 chain with ops after its convolution, where saving pays (the planner's
+  cost model), runs the training forward (fusejit::CompileTrainingForward) on such a call: it
+  also saves the convolution's output u (float32, kept for the backward like PyTorch's saved
+  tensors), and the backward (CompileBackwardFromSaved) reads u instead of recomputing the
+  convolution. Otherwise (and under
   torch.compile's custom op) the backward recomputes what it needs from the saved input and
   parameters (fusejit::CompileBackward); the gradients are bitwise the same either way.
 - Dtypes: float32, bfloat16 and float16 run fused. A bf16/f16 chain computes in fp32 (statistics
@@ -184,8 +185,9 @@ _compiled_bwd_saved = {}  # (spec, device) -> its backward reading u
 
 def _training_pair(spec: str, device: int):
     """(training forward, backward reading its u) for `spec` on `device` where the library has
-    them and the chain saves u (an f32 chain with ops after its convolution), else None: the
-    caller runs the plain forward and the recomputing backward, which give the same gradients."""
+    them and the chain saves u (an f32 chain with ops after its convolution, where the planner's
+    cost model says saving pays), else None: the caller runs the plain forward and the
+    recomputing backward, which give the same gradients."""
     if not _lib.has_training() or _backward_or_why(spec, device)[0] is None:
         return None  # (without a fused backward the caller differentiates PyTorch's forward)
     try:
