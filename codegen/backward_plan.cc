@@ -85,8 +85,8 @@ void AddWeightGradientReduce(const WeightGradient& wg, const ChainInfo& info, si
 
 // templates/wgrad.cuh: on tensor cores (mma.sync, sm_80+) where the rows fill most of a 64-row
 // tile; FFMA otherwise.
-void AddMmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
-                          const std::string& gu, const PlanTarget& target, Plan& plan) {
+void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const std::string& gu,
+                          const PlanTarget& target, Plan& plan) {
   const int64_t rows = wg.rows, cols = wg.cols(), reduction = wg.reduction;
   const bool mma = HasAmpereFeatures(target.arch) && rows >= 32;
   const WgTile t = mma ? WgTile{64, 128, 32, 4, 4, 256} : ChooseWgTile(rows, cols);
@@ -141,7 +141,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   const int64_t stages = bn == 128 ? 2 : 3;
   const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(chain.input[0], wg.rows, wg.s_channels,
                                                         wg.t_points, wg.s_points, bn, stages);
-  const int64_t per_sm = std::max<int64_t>(1, (227 * 1024) / g.smem);
+  const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / g.smem);
   const int64_t tiles = wg.kv * g.b_ctas * g.a_tiles;
   const int64_t step = fj::geom::kWgradKStep;
   const int64_t max_splits = std::max<int64_t>(
@@ -380,7 +380,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
     if (UseWgmmaWeightGradient(wg, target)) {
       AddWgmmaWeightGradient(wg, chain, info, gu, target, plan);
     } else {
-      AddMmaWeightGradient(wg, chain, info, gu, target, plan);
+      AddMmaWeightGradient(wg, info, gu, target, plan);
     }
   }
   if (plan.workspace_bytes > 0) {
