@@ -108,6 +108,15 @@ std::string CostRanking(const Chain& chain, const PlanTarget& target) {
                       absl::StrJoin(parts, ", "));
 }
 
+double LowestCost(const Chain& chain, const PlanTarget& target) {
+  const PlanInput in(chain, target);
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& s : AllStrategies()) {
+    if (StrategyApplies(*s, in)) best = std::min(best, s->Cost(in));
+  }
+  return best;
+}
+
 absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               std::string_view strategy) {
   absl::StatusOr<const Strategy*> best = ChooseStrategy(chain, target, strategy);

@@ -100,6 +100,12 @@ const std::vector<std::unique_ptr<Strategy>>& AllStrategies();
 absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
                               std::string_view strategy = "");
 
+// The lowest estimated cost of the strategies applicable to `chain` (the cost models' units,
+// about picoseconds on an H100; what MakePlan ranks by), infinity when none applies. Comparable
+// across chains on the same target: runtime/training.cc weighs a chain against its parts with it.
+// REQUIRES: chain is valid.
+double LowestCost(const Chain& chain, const PlanTarget& target);
+
 // The strategy named `name`, or nullptr.
 const Strategy* FindStrategy(std::string_view name);
 

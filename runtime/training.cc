@@ -5,9 +5,7 @@
 // after the other on one stream).
 #include "runtime/training.h"
 
-#include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
+#include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "runtime/bindings.h"
 #include "runtime/composite.h"
@@ -37,20 +36,6 @@ Chain TailChain(const Chain& chain) {
   return tail;
 }
 
-namespace {
-
-// The lowest estimated cost (the cost models' units) of the strategies applicable to `c`.
-double LowestCost(const Chain& c, const codegen::PlanTarget& target) {
-  const codegen::PlanInput in(c, target);
-  double best = std::numeric_limits<double>::infinity();
-  for (const auto& s : codegen::AllStrategies()) {
-    if (codegen::StrategyApplies(*s, c, target)) best = std::min(best, s->Cost(in));
-  }
-  return best;
-}
-
-}  // namespace
-
 SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
   SaveDecision d;
   if (!ValidateChain(chain).ok()) return d;
@@ -67,8 +52,8 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
     d.why = "the convolution is the last op: its output is y";
     return d;
   }
-  const double fused = LowestCost(chain, target);
-  const double tail = LowestCost(TailChain(chain), target);
+  const double fused = codegen::LowestCost(chain, target);
+  const double tail = codegen::LowestCost(TailChain(chain), target);
   d.saves = tail < fused;
   // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
   char costs[160];
