@@ -9,12 +9,14 @@
 //   group_norm | mean (no post) GEMM -> tile channel moments -> mean from moments (4)
 //   group_norm | ops | mean     GEMM stores pre-norm values in a workspace -> group stats ->
 //                               per-row mean of post(normalized)            (5-6)
-// Channels are padded, not refused: input channels to a multiple of 4 (k-steps run across taps),
-// output channels to the tile width kBN.
+// Channels are padded, not refused: input channels to whole 16-byte segments (4 fp32 or 8 16-bit
+// values; k-steps run across taps), output channels to the tile width kBN.
 // Precision: kFp32 runs 3xTF32 (big/small TF32 split of both operands, three products; fp32
-// accurate), kTf32 one TF32 product.
-// Tunable: bm (64, 128 output points per tile), bn (16..128 channels), bk (8, 16, 32: the GEMM's
-// k per pipeline step, over (tap, input channel)), stages (cp.async pipeline depth).
+// accurate), kTf32 one TF32 product; bf16/f16 chains one bf16/f16 product (m16n8k16: their values
+// multiply exactly, at twice TF32's rate).
+// Tunable: bm (64, 128 output points per tile), bn (16..128 channels), bk (8, 16, 32: 32-bit
+// words of the GEMM's k per pipeline step, over (tap, input channel): 8 to 32 fp32 values, 16 to
+// 64 16-bit ones), stages (cp.async pipeline depth).
 #include "codegen/tc_conv_strategy.h"
 
 #include <algorithm>
@@ -31,11 +33,21 @@ namespace fusejit::codegen {
 namespace {
 
 // Values match fj::TcPrec and fj::TcOut (templates/tc_conv.cuh).
-enum TcPrec { kPrecTF32 = 0, kPrec3xTF32 = 1 };
+enum TcPrec { kPrecTF32 = 0, kPrec3xTF32 = 1, kPrec16 = 2 };
 enum TcOut { kStoreFinal = 0, kStorePreNorm = 1, kMomentsOnly = 2 };
 constexpr int64_t kMomentsBytes = 24;  // fj::TcChannelMoments
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes of one GEMM operand element (fj::TcOpT), and the values a 32-bit word of a shared row
+// holds (fj::TcShape::kElemsPerWord).
+int64_t OperandBytes(TcPrec prec) { return prec == kPrec16 ? 2 : 4; }
+int64_t ElemsPerWord(TcPrec prec) { return prec == kPrec16 ? 2 : 1; }
+// Input channels padded to whole 16-byte segments (fj::TcShape::kCinPad).
+int64_t CinPad(int64_t cin, TcPrec prec) {
+  const int64_t vec = 16 / OperandBytes(prec);
+  return CeilDiv(cin, vec) * vec;
+}
 
 struct TcTune {
   int64_t bm = 128, bn = 64, bk = 32, stages = 3, split = 1;
@@ -110,7 +122,8 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
   g.warps_m = std::max<int64_t>(1, t.bm / t.wm);
   g.warps_n = std::clamp<int64_t>(t.bn / 32, 1, 4);
   g.threads = 32 * g.warps_m * g.warps_n;
-  g.cin_pad = Round4(x[1]);  // whole 16-byte segments; k-steps run across taps
+  g.cin_pad = CinPad(x[1], prec);                 // whole 16-byte segments; k-steps run across taps
+  const int64_t bke = t.bk * ElemsPerWord(prec);  // k (values) per k-step
   g.c_pad = CeilDiv(p[1], t.bn) * t.bn;
   const int64_t b_tiles = prec == kPrec3xTF32 ? 2 : 1;  // weight big (and small) parts
   const int64_t stage_floats = (t.bm + b_tiles * t.bn) * (t.bk + 4);
@@ -131,7 +144,7 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
         const int64_t tiles = CeilDiv(points, t.bm);
         g.tiles += tiles;
         g.padded_macs += static_cast<double>(tiles * t.bm) *
-                         static_cast<double>(CeilDiv(taps * g.cin_pad, t.bk) * t.bk) *
+                         static_cast<double>(CeilDiv(taps * g.cin_pad, bke) * bke) *
                          static_cast<double>(g.c_pad);
       }
     }
@@ -143,9 +156,9 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
   return g;
 }
 
-// bf16/f16 chains: one TF32 product is exact (their values fit TF32), so fp32-accurate too.
+// bf16/f16 chains: one product of the 16-bit values (exact in fp32).
 TcPrec PrecOf(const Chain& chain, const PlanTarget& target) {
-  if (chain.dtype == DType::kBF16 || chain.dtype == DType::kF16) return kPrecTF32;
+  if (chain.dtype == DType::kBF16 || chain.dtype == DType::kF16) return kPrec16;
   return target.precision == Precision::kTf32 ? kPrecTF32 : kPrec3xTF32;
 }
 
@@ -161,7 +174,9 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   const Shape& p = info.producer_shape;
   const int64_t sin = x[2] * x[3] * x[4], s = p[2] * p[3] * p[4];
   if (x[0] > 65535) return false;                       // grid.z
-  if (sin * Round4(x[1]) * 4 >= (int64_t{1} << 31)) return false;  // int offsets in a sample
+  if (sin * Round4(x[1]) * 4 >= (int64_t{1} << 31))
+    return false;                                       // int offsets in a sample
+                                                        // (the fp32 operands' bound)
   if (s >= (int64_t{1} << 31) / 2) return false;        // int output offsets
   const TcPipeline pipe = PipelineOf(info);
   if (pipe.apply && p[0] * p[1] > 65535) return false;  // gn_apply's grid.y
@@ -237,7 +252,9 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 // 3xTF32, 4 for TF32 (2 on large grids, with the input through L1, below). Falls back to the
 // valid configuration of least EstimateGemm().
 TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
-  const bool split = PrecOf(chain, target) == kPrec3xTF32;
+  const TcPrec prec = PrecOf(chain, target);
+  const bool split = prec == kPrec3xTF32;
+  const int64_t epw = ElemsPerWord(prec);
   const int64_t cin = chain.input[1], c = info.producer_shape[1], n = chain.input[0];
   TcTune t;
   t.stages = split ? 3 : 4;
@@ -249,8 +266,9 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
       1, conv.kernel[0] * conv.kernel[1] * conv.kernel[2] / phases);  // a phase's, about
   for (int64_t bk : {32, 16, 8}) {
     const double eff = bk == 8 ? 0.7 : bk == 16 ? 0.9 : (split && cin < 128 ? 0.85 : 1.0);
-    const double useful = static_cast<double>(taps * cin) /
-                          static_cast<double>(CeilDiv(taps * Round4(cin), bk) * bk);
+    const double useful =
+        static_cast<double>(taps * cin) /
+        static_cast<double>(CeilDiv(taps * CinPad(cin, prec), bk * epw) * bk * epw);
     if (useful * eff > best_bk * (1 + 1e-9)) {
       best_bk = useful * eff;
       t.bk = bk;
@@ -281,7 +299,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   if (!wide_split && ctas(t) * 2 < target.sm_count) t.bm = 64;
   // Split-K when the tiles do not fill the device: up to two CTAs an SM, each split keeping at
   // least 8 k-steps.
-  const int64_t ksteps = CeilDiv(taps * Round4(cin), t.bk);
+  const int64_t ksteps = CeilDiv(taps * CinPad(cin, prec), t.bk * epw);
   const int64_t tiles = ctas(t);
   if (tiles < target.sm_count) {
     t.split = std::clamp<int64_t>(2 * target.sm_count / std::max<int64_t>(1, tiles), 1,
@@ -340,12 +358,13 @@ class TcConvStrategy : public Strategy {
     // GEMM's padded multiply-adds at the measured rate of large, full-device tiles (2026-11-23,
     // bench/conv_engine_sweep.py S2: 3xTF32 0.045 ps, TF32 0.020 ps a multiply-add), slower with
     // fewer CTAs; the channels-last copy of x; the tail's full-size traffic; and
-    // ~3 us of launches.
+    // ~3 us of launches. bf16/f16 products: TF32's rate doubled, not yet fitted.
     const ChainInfo& info = in.info;
     const TcTune t = DefaultTune(in.chain, info, in.target);
-    const TcGeometry g = Geometry(in.chain, info, t, PrecOf(in.chain, in.target));
+    const TcPrec prec = PrecOf(in.chain, in.target);
+    const TcGeometry g = Geometry(in.chain, info, t, prec);
     const TcPipeline pipe = PipelineOf(info);
-    const double ps_per_mac = PrecOf(in.chain, in.target) == kPrec3xTF32 ? 0.045 : 0.020;
+    const double ps_per_mac = prec == kPrec3xTF32 ? 0.045 : prec == kPrec16 ? 0.010 : 0.020;
     const double ctas =
         static_cast<double>(g.tiles * (g.c_pad / t.bn) * in.chain.input[0] * t.split);
     // Fewer CTAs than two an SM: measured slower by about fill^-0.75 (S8, K9: 0.42 -> 1.9x).
@@ -354,8 +373,9 @@ class TcConvStrategy : public Strategy {
     double bytes_per_point = pipe.out == kMomentsOnly ? 0.2 : 4.0;
     if (pipe.apply) bytes_per_point += 8.0;
     if (pipe.row_mean) bytes_per_point += 4.0;
-    const double in_bytes = static_cast<double>(NumElements(in.chain.input)) *
-                            (4.0 + 8.0 * static_cast<double>(g.cin_pad) / in.chain.input[1]);
+    const double in_bytes =
+        static_cast<double>(NumElements(in.chain.input)) *
+        (4.0 + 2.0 * static_cast<double>(OperandBytes(prec) * g.cin_pad) / in.chain.input[1]);
     return static_cast<double>(info.elements) * bytes_per_point / 3.0 + in_bytes / 3.0 + gemm +
            3e6;
   }
@@ -399,7 +419,7 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
   plan.strategy = std::string(name());
   plan.description = absl::StrCat(
       "implicit GEMM on the tensor cores (mma.sync, cp.async ", t.stages, "-stage pipeline), ",
-      t.bm, " output points x ", t.bn, " channels per tile, k-steps of ", t.bk,
+      t.bm, " output points x ", t.bn, " channels per tile, k-steps of ", t.bk * ElemsPerWord(prec),
       " (tap, input channel) pairs", t.l1 ? ", the input through L1" : "",
       transposed ? ", the transposed convolution split into output phases (only the taps that "
                    "reach a phase)"
@@ -415,9 +435,10 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
       "% of the products useful). ",
       prec == kPrec3xTF32 ? "fp32-accurate: 3xTF32 (big/small TF32 splits, three products, "
                             "short runs added to the accumulator every 2 k8 steps)"
-      : in.chain.dtype != DType::kF32
-          ? absl::StrCat("one TF32 product per term (", DTypeName(in.chain.dtype),
-                         " values are exact in TF32), the output rounded once")
+      : prec == kPrec16
+          ? absl::StrCat("one ", DTypeName(in.chain.dtype), " product per term (m16n8k16; ",
+                         DTypeName(in.chain.dtype),
+                         " operands, exact products, fp32 accumulation), the output rounded once")
           : "TF32 (asked for): one TF32 product per term",
       ". Then: ",
       pre_in_workspace    ? "pre-norm values stored into an fp32 workspace with tile moments -> "
@@ -443,13 +464,20 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
   plan.tunes.push_back(ToTuneStruct("TcTune", t, Fields()));
   const std::string tpl = "<Cfg, TcFixed, TcTune>";
 
-  const size_t xcl = plan.AddWorkspace("x channels-last [n][d][h][w][ci padded]",
-                                       static_cast<size_t>(n * sin * g.cin_pad) * 4);
-  const size_t weight_bytes = static_cast<size_t>(g.taps * g.c_pad * g.cin_pad) * 4;
+  // The GEMM operands (fj::TcOpT): float, or the chain's 16-bit dtype.
+  const int64_t op_bytes = OperandBytes(prec);
+  const ArgType op_type = prec == kPrec16 ? ArgType::kTensorDType : ArgType::kFloat;
+  const size_t xcl = plan.AddWorkspace(
+      absl::StrCat("x channels-last [n][d][h][w][ci padded]",
+                   prec == kPrec16 ? absl::StrCat(", ", DTypeName(in.chain.dtype)) : ""),
+      static_cast<size_t>(n * sin * g.cin_pad * op_bytes));
+  const size_t weight_bytes = static_cast<size_t>(g.taps * g.c_pad * g.cin_pad * op_bytes);
   const bool split = prec == kPrec3xTF32;
   const size_t wt = plan.AddWorkspace(
       split ? "weights [tap][co padded][ci padded], TF32 big parts"
-            : "weights [tap][co padded][ci padded], TF32-rounded",
+      : prec == kPrec16
+          ? absl::StrCat("weights [tap][co padded][ci padded], ", DTypeName(in.chain.dtype))
+          : "weights [tap][co padded][ci padded], TF32-rounded",
       weight_bytes);
   const size_t wts =
       split ? plan.AddWorkspace("weights, TF32 small parts (w - big)", weight_bytes) : 0;
@@ -492,8 +520,8 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
   prep.block = {256, 1, 1};
   prep.args = {KernelArg::Input(),
                KernelArg::Param("weight", info.weight_param),
-               KernelArg::Workspace(ArgType::kFloat, "xcl", xcl, kWrite),
-               KernelArg::Workspace(ArgType::kFloat, "wt", wt, kWrite),
+               KernelArg::Workspace(op_type, "xcl", xcl, kWrite),
+               KernelArg::Workspace(op_type, "wt", wt, kWrite),
                split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kWrite)
                      : KernelArg::Null(ArgType::kFloat, "wts", kWrite),
                counters_arg};
@@ -512,8 +540,8 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                static_cast<unsigned>(n)};
   gemm.block = {static_cast<unsigned>(g.threads), 1, 1};
   gemm.shared_bytes = static_cast<unsigned>(g.smem);
-  gemm.args = {KernelArg::Workspace(ArgType::kFloat, "xcl", xcl, kRead),
-               KernelArg::Workspace(ArgType::kFloat, "wt", wt, kRead),
+  gemm.args = {KernelArg::Workspace(op_type, "xcl", xcl, kRead),
+               KernelArg::Workspace(op_type, "wt", wt, kRead),
                split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kRead)
                      : KernelArg::Null(ArgType::kFloat, "wts", kRead),
                KernelArg::Param("bias", info.bias_param)};

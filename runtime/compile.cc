@@ -82,9 +82,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
   }
 
   // bf16, f16: natively when the f32 chain's strategy reads and writes the dtype itself (the
-  // generic ones: the same kernels, fewer bytes); else the f32 chain between casts.
+  // generic ones: the same kernels, fewer bytes); else the f32 chain between casts. Natively, the
+  // dtype chain is planned again among the strategies that run the dtype, by their costs for it
+  // (16-bit tensor-core products run at other rates than the f32 chain's), unless the caller
+  // named a strategy or configuration.
   CompileOptions effective = options;
-  std::string native_choice;
+  std::string native_choice, native_note;
   if (runtime::RunsThroughF32(chain.dtype)) {
     if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
     // A named configuration names the strategy (and is checked against the chain it runs on:
@@ -108,11 +111,16 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     }
     const codegen::Strategy* strategy = codegen::FindStrategy(strategy_name);
     if (strategy != nullptr && strategy->HandlesDType(chain.dtype)) {
-      // The strategy only: its configuration is the dtype chain's own (a tuned one for this
-      // chain, else the default for its precision: tc-conv multiplies bf16/f16 in one TF32
-      // product, igemm in one 16-bit product, and tiles for that), unless the caller named one.
-      effective.strategy = strategy_name;
-      native_choice = absl::StrCat(choice, ", run natively in ", DTypeName(chain.dtype));
+      // The configuration is the dtype chain's own (a tuned one for this chain, else the default
+      // for its precision: tc-conv and igemm multiply bf16/f16 in one 16-bit product and tile
+      // for that), unless the caller named one.
+      if (options.strategy.empty() && options.tune_config.empty()) {
+        native_note = absl::StrCat("; natively in ", DTypeName(chain.dtype), " (", choice, " is ",
+                                   strategy_name, ")");
+      } else {
+        effective.strategy = strategy_name;
+        native_choice = absl::StrCat(choice, ", run natively in ", DTypeName(chain.dtype));
+      }
     } else {
       absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
           Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
@@ -128,6 +136,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
       runtime::PlanChain(chain, *target, effective, tuning_db);
   if (!planned.ok()) return planned.status();
   if (!native_choice.empty()) planned->plan.choice = native_choice;
+  planned->plan.choice += native_note;
   runtime::EmittedChain emitted = runtime::EmitChain(&*planned, /*want_ptx=*/!dump_dir.empty());
   CompileStats& stats = planned->stats;
   absl::StatusOr<std::string> cubin = runtime::BuildCubin(

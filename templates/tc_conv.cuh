@@ -16,8 +16,11 @@
 //                                                   transposed: kOStride = stride)
 // Precision: Fixed::kPrec == kTcPrec3xTF32 (fp32-accurate) splits both operands into TF32
 // big + small parts and runs three products (small*big + big*small + big*big); kTcPrecTF32 runs
-// one TF32 product -- exact for bf16/f16 chains, whose x, weights (ElemT<Cfg>, widened by the
-// prep kernel) fit TF32's 10-bit mantissa, so those run one product at fp32 accuracy.
+// one TF32 product; kTcPrec16 (bf16/f16 chains) keeps x and the weights in the chain's 16-bit
+// dtype and runs one m16n8k16 product (exact in fp32, twice TF32's rate, half the bytes).
+// The operands live in shared memory as 32-bit words either way (TcOpT: a float, or two 16-bit
+// values), so tiles, pitches, ldmatrix addressing and cp.async segments are the same in bytes;
+// only the k a word holds differs (TcShape::kElemsPerWord).
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Template parameters: Cfg (the chain), Fixed {kPrec, kOut, kWarpsM, kWarpsN}, Tune {kBM, kBN,
@@ -25,8 +28,9 @@
 // list what must hold (the strategy checks each before compiling).
 // Kernel bodies, in launch order:
 //   tc_prep_body: grid TcShape::kPrepBlocks, block 256, no dynamic smem.
-//       x [N][Cin][Sin] -> xcl [N][Sin][kCinPad] (channels-last, zero-padded channels);
-//       weight -> wt [kTaps][kCPad][kCinPad] (zero-padded; 3xTF32: big parts, wts the small);
+//       x [N][Cin][Sin] -> xcl [N][Sin][kCinPad] (TcOpT; channels-last, zero-padded channels);
+//       weight -> wt [kTaps][kCPad][kCinPad] (TcOpT, zero-padded; 3xTF32: big parts, wts the
+//       small);
 //       zeroes the kCounters split-K tile counters.
 //   Split-K (kSplit > 1): kpart holds kN*kTiles*kCTiles*kSplit*kBM*kBN floats.
 //   tc_conv_body: grid (TcShape::kTiles, kCTiles * kSplit, kN), block kThreads, dynamic smem
@@ -46,7 +50,7 @@
 
 namespace fj {
 
-enum TcPrec { kTcPrecTF32 = 0, kTcPrec3xTF32 = 1 };
+enum TcPrec { kTcPrecTF32 = 0, kTcPrec3xTF32 = 1, kTcPrec16 = 2 };
 enum TcOut { kTcStoreFinal = 0, kTcStorePreNorm = 1, kTcMomentsOnly = 2 };
 
 struct TcChannelMoments {
@@ -57,6 +61,10 @@ struct TcChannelMoments {
 // once), else float pre-norm values (y itself for f32 chains, a workspace otherwise).
 template <class Cfg, class Fixed>
 using TcDstT = Select<Fixed::kOut == kTcStoreFinal, ElemT<Cfg>, float>;
+
+// The GEMM operands' element type: the chain's 16-bit dtype for kTcPrec16, else float.
+template <class Cfg, class Fixed>
+using TcOpT = Select<Fixed::kPrec == kTcPrec16, ElemT<Cfg>, float>;
 
 // Per-dimension geometry of the GEMM (see the file comment).
 struct TcDim {
@@ -106,7 +114,12 @@ struct TcShape {
   __host__ __device__ static constexpr TcDim DimW() {
     return {Cfg::kWin, Cfg::kW, Cfg::kKW, Cfg::kSW, Cfg::kPW, Cfg::kDilW, kTransposed};
   }
+  // kBK counts 32-bit words of a k-step's shared rows; kBKE the k (elements) they hold.
+  static constexpr bool kNative = Fixed::kPrec == kTcPrec16;
+  static constexpr int kElemsPerWord = kNative ? 2 : 1;
+  static constexpr int kVec = 4 * kElemsPerWord;  // elements per 16-byte segment
   static constexpr int kBM = Tune::kBM, kBN = Tune::kBN, kBK = Tune::kBK;
+  static constexpr int kBKE = kBK * kElemsPerWord;
   static constexpr int kWarpsM = Fixed::kWarpsM, kWarpsN = Fixed::kWarpsN, kStages = Tune::kStages;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
@@ -114,9 +127,9 @@ struct TcShape {
   // Input channels padded to whole 16-byte segments only: k = tap * kCinPad + ci runs over the
   // phase's taps back to back, a k-step (kBK wide) may span several taps, and only the last
   // k-step of a tile is partly zero (the taps' end).
-  static constexpr int kCinPad = (Cfg::kCin + 3) / 4 * 4;
+  static constexpr int kCinPad = (Cfg::kCin + kVec - 1) / kVec * kVec;
   static constexpr int kCPad = (Cfg::kC + kBN - 1) / kBN * kBN;
-  static constexpr int kPitch = kBK + 4;         // floats per shared row (conflict-free frags)
+  static constexpr int kPitch = kBK + 4;  // words per shared row (conflict-free frags)
   static constexpr bool kSplit = Fixed::kPrec == kTcPrec3xTF32;
   static constexpr int kBTiles = kSplit ? 2 : 1;  // weight tiles per stage: big (and small)
   static constexpr int kStageFloats = (kBM + kBTiles * kBN) * kPitch;
@@ -161,6 +174,8 @@ struct TcShape {
   static_assert(Cfg::kProducer == kConv3d || Cfg::kProducer == kConvTranspose3d,
                 "tc_conv: the chain needs a convolution");
   static_assert(kBK == 8 || kBK == 16 || kBK == 32, "tc_conv: kBK is 8, 16 or 32");
+  static_assert(!kNative || is_same_v<ElemT<Cfg>, bf16_t> || is_same_v<ElemT<Cfg>, f16_t>,
+                "tc_conv: kTcPrec16 is for bf16 and f16 chains");
   static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0 && kMI >= 1 && kNI >= 1,
                 "tc_conv: warp tiles are multiples of 16 x 8");
   static_assert((kBM * kSegsPerRow) % kThreads == 0 && kALoads >= 1,
@@ -199,7 +214,7 @@ __device__ __forceinline__ void tc_ldsm_x4(unsigned* r, const float* p) {
 // 16-byte cp.async; fills zeros when !valid (src must still be a mapped address). kL1: through
 // the L1 cache (.ca: the input, re-read by the next taps), else L2 only (.cg: the weights).
 template <bool kL1 = false>
-__device__ __forceinline__ void tc_cp_async16(float* dst, const float* src, bool valid) {
+__device__ __forceinline__ void tc_cp_async16(float* dst, const void* src, bool valid) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   const int n = valid ? 16 : 0;
   if constexpr (kL1) {
@@ -221,10 +236,11 @@ __device__ __forceinline__ float tc_round_tf32(float v) { return __uint_as_float
 template <class Cfg, class Fixed, class Tune>
 __device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
                                              const ElemT<Cfg>* __restrict__ w,
-                                             float* __restrict__ xcl, float* __restrict__ wt,
-                                             float* __restrict__ wts,
-                                             int* __restrict__ counters) {
+                                             TcOpT<Cfg, Fixed>* __restrict__ xcl,
+                                             TcOpT<Cfg, Fixed>* __restrict__ wt,
+                                             float* __restrict__ wts, int* __restrict__ counters) {
   using Sh = TcShape<Cfg, Fixed, Tune>;
+  using OpT = TcOpT<Cfg, Fixed>;
   __shared__ float tile[32][33];
   if (blockIdx.x < Sh::kPrepXBlocks) {
     constexpr int kSBlocks = (Sh::kSin + 31) / 32, kCBlocks = (Sh::kCinPad + 31) / 32;
@@ -244,9 +260,15 @@ __device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
     for (int j = 0; j < 4; ++j) {
       const int s = s0 + ty + 8 * j, c = c0 + tx;
       if (s < Sh::kSin && c < Sh::kCinPad) {
-        // TF32: rounded here once (the GEMM feeds the bits as they are); 3xTF32: split there.
+        // TF32: rounded here once (the GEMM feeds the bits as they are); 3xTF32: split there;
+        // 16-bit: x's own value (exact back from float).
         const float v = tile[tx][ty + 8 * j];
-        xcl[((long long)n * Sh::kSin + s) * Sh::kCinPad + c] = Sh::kSplit ? v : tc_round_tf32(v);
+        OpT& out = xcl[((long long)n * Sh::kSin + s) * Sh::kCinPad + c];
+        if constexpr (Sh::kNative) {
+          out = from_f32<OpT>(v);
+        } else {
+          out = Sh::kSplit ? v : tc_round_tf32(v);
+        }
       }
     }
     return;
@@ -266,21 +288,22 @@ __device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
       v = to_f32(Sh::kTransposed ? w[((long long)ci * Cfg::kC + co) * Sh::kTaps + tap]
                                  : w[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap]);
     }
-    const float big = tc_round_tf32(v);
-    wt[i] = big;
-    if (Sh::kSplit) wts[i] = tc_round_tf32(v - big);
+    if constexpr (Sh::kNative) {
+      wt[i] = from_f32<OpT>(v);  // exact: v is a weight of the dtype
+    } else {
+      const float big = tc_round_tf32(v);
+      wt[i] = big;
+      if (Sh::kSplit) wts[i] = tc_round_tf32(v - big);
+    }
   }
 }
 
 template <class Cfg, class Fixed, class Tune>
-__device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
-                                             const float* __restrict__ wt,
-                                             const float* __restrict__ wts,
-                                             const ElemT<Cfg>* __restrict__ bias,
-                                             TcDstT<Cfg, Fixed>* __restrict__ dst,
-                                             TcChannelMoments* __restrict__ cpart,
-                                             float* __restrict__ kpart,
-                                             int* __restrict__ counters) {
+__device__ __forceinline__ void tc_conv_body(
+    const TcOpT<Cfg, Fixed>* __restrict__ xcl, const TcOpT<Cfg, Fixed>* __restrict__ wt,
+    const float* __restrict__ wts, const ElemT<Cfg>* __restrict__ bias,
+    TcDstT<Cfg, Fixed>* __restrict__ dst, TcChannelMoments* __restrict__ cpart,
+    float* __restrict__ kpart, int* __restrict__ counters) {
   using Sh = TcShape<Cfg, Fixed, Tune>;
   constexpr int BM = Sh::kBM, BN = Sh::kBN, BK = Sh::kBK, P = Sh::kPitch, MI = Sh::kMI,
                 NI = Sh::kNI;
@@ -337,8 +360,8 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
       bw[i] = 0;
     }
   }
-  const float* x_n = xcl + (long long)n * Sh::kSin * Sh::kCinPad;
-  const int ksteps = (taps * Sh::kCinPad + BK - 1) / BK;
+  const TcOpT<Cfg, Fixed>* x_n = xcl + (long long)n * Sh::kSin * Sh::kCinPad;
+  const int ksteps = (taps * Sh::kCinPad + Sh::kBKE - 1) / Sh::kBKE;
   const int k_per = (ksteps + Sh::kSplitK - 1) / Sh::kSplitK;
   const int k_begin = split * k_per < ksteps ? split * k_per : ksteps;
   const int k_end = k_begin + k_per < ksteps ? k_begin + k_per : ksteps;
@@ -350,7 +373,7 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
     float* as = smem + stage * Sh::kStageFloats;
     float* bs = as + BM * P;
     {
-      const int kk = ks * BK + seg * 4;
+      const int kk = ks * Sh::kBKE + seg * Sh::kVec;
       const int j = kk / Sh::kCinPad, ci = kk - j * Sh::kCinPad;
       const bool kvalid = j < taps;
       const int4 tap = s_tap[kvalid ? j : 0];
@@ -360,22 +383,22 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
         const int id = bd[i] + tap.x, ih = bh[i] + tap.y, iw = bw[i] + tap.z;
         const bool ok = kvalid && (unsigned)id < (unsigned)Cfg::kDin &&
                         (unsigned)ih < (unsigned)Cfg::kHin && (unsigned)iw < (unsigned)Cfg::kWin;
-        const float* src =
-            ok ? x_n + (long long)((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kCinPad + ci
-               : xcl;
+        const void* src =
+            ok ? x_n + (long long)((id * Cfg::kHin + ih) * Cfg::kWin + iw) * Sh::kCinPad + ci : xcl;
         tc_cp_async16<Tune::kInputL1>(as + row * P + seg * 4, src, ok);
       }
     }
     for (int s = threadIdx.x; s < Sh::kBTiles * BN * Sh::kSegsPerRow; s += Sh::kThreads) {
       const int tile = s / (BN * Sh::kSegsPerRow), r = s % (BN * Sh::kSegsPerRow);
       const int row = r / Sh::kSegsPerRow, sg = r % Sh::kSegsPerRow;
-      const int kk = ks * BK + sg * 4;
+      const int kk = ks * Sh::kBKE + sg * Sh::kVec;
       const int j = kk / Sh::kCinPad, ci = kk - j * Sh::kCinPad;
       const bool kvalid = j < taps;
-      const float* src =
-          kvalid ? (tile == 0 ? wt : wts) +
-                       ((long long)s_tap[j].w * Sh::kCPad + nb * BN + row) * Sh::kCinPad + ci
-                 : wt;
+      const long long off =
+          ((long long)s_tap[kvalid ? j : 0].w * Sh::kCPad + nb * BN + row) * Sh::kCinPad + ci;
+      const void* src = !kvalid     ? (const void*)wt
+                        : tile == 0 ? (const void*)(wt + off)
+                                    : (const void*)(wts + off);
       tc_cp_async16(bs + (tile * BN + row) * P + sg * 4, src, kvalid);
     }
   };
@@ -423,7 +446,13 @@ __device__ __forceinline__ void tc_conv_body(const float* __restrict__ xcl,
         b[2 * nj + 1][0] = r[2];
         b[2 * nj + 1][1] = r[3];
       }
-      if constexpr (!Sh::kSplit) {
+      if constexpr (Sh::kNative) {  // one k16 product per 32-byte slice
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni)
+            tc_mma16<is_same_v<ElemT<Cfg>, f16_t>>(acc[mi][ni], a[mi], b[ni]);
+      } else if constexpr (!Sh::kSplit) {
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/emit.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -63,6 +64,45 @@ TEST(TcConv, EveryTailCompilesForSm80AndSm90InBothPrecisions) {
         absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(spec), options);
         ASSERT_TRUE(c.ok()) << spec << " " << arch << ": " << c.status();
         EXPECT_EQ((*c)->strategy(), "tc-conv");
+      }
+    }
+  }
+}
+
+// bf16/f16 chains multiply natively (one m16n8k16 product of the 16-bit values): the operand
+// copies are in the dtype, input channels are padded to 8 (16 bytes), and the plans compile for
+// sm_80 and sm_90 under every k-step width (16, 32, 64 values).
+TEST(TcConv, Bf16AndF16ChainsMultiplyTheirOwnValues) {
+  for (const char* d : {"bf16", "f16"}) {
+    const std::string dt = d;
+    const Chain conv = Parse("x:" + dt +
+                             "[2,13,9,10,11] | conv3d(out=21,k=3,padding=1) | gelu | "
+                             "group_norm(groups=3)");
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(conv, Target("sm_90"), "tc-conv");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->description.find("one " + dt + " product per term (m16n8k16"),
+              std::string::npos)
+        << plan->description;
+    EXPECT_NE(plan->description.find("input channels padded 13 -> 16"), std::string::npos)
+        << plan->description;
+    ASSERT_FALSE(plan->workspace.empty());
+    EXPECT_EQ(plan->workspace[0].bytes, size_t{2} * 9 * 10 * 11 * 16 * 2);  // x, 2 bytes a value
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      for (const char* bk : {"8", "16", "32"}) {
+        CompileOptions options;
+        options.arch = arch;
+        options.use_cache = false;
+        options.tune_config =
+            absl::StrCat("tc-conv:bm=128,bn=32,bk=", bk, ",stages=3,split=1,wm=32,l1=1");
+        for (const Chain& chain :
+             {conv, Parse("x:" + dt +
+                          "[2,12,5,6,7] | conv_transpose3d(out=20,k=3,stride=2,padding=1,"
+                          "output_padding=1) | swish | mean(dims=[2,3,4])")}) {
+          absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
+          ASSERT_TRUE(c.ok()) << FormatChain(chain) << " " << arch << " bk " << bk << ": "
+                              << c.status();
+          EXPECT_EQ((*c)->strategy(), "tc-conv");
+        }
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/planner.h"
 #include "codegen/strategy_util.h"  // HasAmpereFeatures
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
@@ -98,11 +99,14 @@ void ExpectRoundedF32(const std::map<std::string, HostTensor>& got,
   }
 }
 
-// `strategy`: the plan asked for by name (both chains), or the planner's when empty.
-void CheckForward(const Chain& chain, uint64_t seed, const std::string& strategy = "") {
-  SCOPED_TRACE(FormatChain(chain));
+// `strategy`: the plan asked for by name (both chains), or the planner's when empty;
+// `tune_config`: the dtype chain's configuration (its strategy's), when given.
+void CheckForward(const Chain& chain, uint64_t seed, const std::string& strategy = "",
+                  const std::string& tune_config = "") {
+  SCOPED_TRACE(FormatChain(chain) + " " + tune_config);
   CompileOptions options;
   options.strategy = strategy;
+  options.tune_config = tune_config;
   absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
   ASSERT_TRUE(c.ok()) << c.status();
   if (!strategy.empty()) EXPECT_EQ((*c)->strategy(), strategy);
@@ -241,14 +245,17 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
           "[4,96,12,16,16] | conv3d(out=128,k=3,padding=1) | group_norm(groups=4) | "
           "mean(dims=[2,3,4])",
   };
+  // The igemm plan asked for by name: the dtype chain's own costs may prefer tc-conv.
   for (const std::string& spec : specs) {
     const Chain chain = ParseOrFail(spec);
-    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
-    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
-    if (absl::StatusOr<std::string> arch = jit::CurrentArch(); arch.ok() && *arch == "sm_90") {
-      EXPECT_EQ((*c)->strategy().rfind("igemm-", 0), 0u) << spec << " ran " << (*c)->strategy();
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(AsDType(chain, DType::kF32));
+    ASSERT_TRUE(f32.ok()) << spec << ": " << f32.status();
+    if (absl::StatusOr<std::string> arch = jit::CurrentArch(); !arch.ok() || *arch != "sm_90") {
+      CheckForward(chain, 11);
+      continue;
     }
-    CheckForward(chain, 11);
+    EXPECT_EQ((*f32)->strategy().rfind("igemm-", 0), 0u) << spec << " ran " << (*f32)->strategy();
+    CheckForward(chain, 11, (*f32)->strategy());
   }
 }
 
@@ -285,11 +292,11 @@ TEST_P(GpuDType, TransposedConvChainsRunNatively) {
   }
 }
 
-// tc-conv (the mma.sync engine, sm_80+) runs bf16/f16 chains natively: x and the weights widened
-// by its prep kernel (one TF32 product is exact for them), y rounded once; with group_norm the
-// pre-norm values in an fp32 workspace. Every epilogue: y stored, pre-norm + normalize, channel
-// moments only (mean), pre-norm + row means (post-ops then mean), mean without group_norm;
-// transposed with stride and output_padding, odd channel counts, split-K.
+// tc-conv (the mma.sync engine, sm_80+) runs bf16/f16 chains natively: x and the weights copied
+// in the dtype by its prep kernel, one m16n8k16 bf16/f16 product per term (exact in fp32), y
+// rounded once; with group_norm the pre-norm values in an fp32 workspace. Every epilogue: y stored,
+// pre-norm + normalize, channel moments only (mean), pre-norm + row means (post-ops then mean),
+// mean without group_norm; transposed with stride and output_padding, odd channel counts, split-K.
 TEST_P(GpuDType, TcConvChainsRunNatively) {
   SKIP_WITHOUT_GPU();
   const std::string d = DTypeName(GetParam());
@@ -310,6 +317,26 @@ TEST_P(GpuDType, TcConvChainsRunNatively) {
       "x:" + d + "[1,200,4,4,4] | conv3d(out=200,k=3,padding=1) | group_norm(groups=8)",
   };
   for (const std::string& spec : specs) CheckForward(ParseOrFail(spec), 17, "tc-conv");
+}
+
+// The native bf16/f16 tc-conv under its tilings: the default and its nearest neighbours (every
+// k-step width: 16, 32 and 64 values a k-step over 4 taps x 12 (padded to 16) channels; tile
+// shapes, warp tiles, split-K, stages), each against the f32 plan rounded.
+TEST_P(GpuDType, TcConvEveryTileShape) {
+  SKIP_WITHOUT_GPU();
+  const Chain chain = ParseOrFail(std::string("x:") + DTypeName(GetParam()) +
+                                  "[2,12,7,9,11] | conv3d(out=36,k=[1,2,2],padding=1) | swish | "
+                                  "group_norm(groups=6)");
+  const codegen::Strategy* tc = codegen::FindStrategy("tc-conv");
+  ASSERT_NE(tc, nullptr);
+  const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  int checked = 0;
+  for (const codegen::TuneConfig& config : tc->Candidates(codegen::PlanInput(chain, target))) {
+    if (checked == 24) break;
+    CheckForward(chain, 19, "tc-conv", config.ToString());
+    ++checked;
+  }
+  EXPECT_GE(checked, 16);
 }
 
 // f64 chains (the generic plans in double): forward against the reference, fully written, two runs

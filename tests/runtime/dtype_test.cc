@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -129,10 +130,10 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
           EXPECT_GT((*f)->workspace_bytes(), (*inner)->workspace_bytes());
         }
         const std::string explain = (*f)->Explain();
-        EXPECT_NE(explain.find(s->HandlesDType(dtype)
-                                   ? std::string("run natively in ") + DTypeName(dtype)
-                                   : std::string("dtype ") + DTypeName(dtype)),
-                  std::string::npos)
+        EXPECT_NE(
+            explain.find(s->HandlesDType(dtype) ? std::string("natively in ") + DTypeName(dtype)
+                                                : std::string("dtype ") + DTypeName(dtype)),
+            std::string::npos)
             << explain;
         EXPECT_EQ((*f)->strategy(), (*inner)->strategy());
         EXPECT_EQ((*f)->output_shape(), (*inner)->output_shape());
@@ -144,6 +145,39 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
       }
     }
   }
+}
+
+// A bf16/f16 chain whose f32 plan runs natively is planned again by its own costs: 16-bit
+// products run at other rates than TF32's. S8 of the sweep: its f32 chain takes igemm-store,
+// the bf16 chain tc-conv (H100, 2026-11-26: tc-conv 0.057 ms against igemm-store's 0.101 in bf16);
+// W3 keeps igemm-store-normalize (0.90 against tc-conv's 1.59). A named strategy is kept.
+TEST(DTypeChains, NativeChainsArePlannedByTheirOwnCosts) {
+  Chain s8 = ParseOrFail("x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) | gelu");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = Compile(s8, Arch("sm_90"));
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ((*f32)->strategy(), "igemm-store");
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    s8.dtype = dtype;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(s8, Arch("sm_90"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->strategy(), "tc-conv");
+    const std::string explain = (*c)->Explain();
+    EXPECT_NE(
+        explain.find(absl::StrCat("natively in ", DTypeName(dtype), " (the f32 chain's plan")),
+        std::string::npos)
+        << explain;
+    EXPECT_NE(explain.find("is igemm-store)"), std::string::npos) << explain;
+    CompileOptions named = Arch("sm_90");
+    named.strategy = "igemm-store";
+    c = Compile(s8, named);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->strategy(), "igemm-store");
+  }
+  Chain w3 = ParseOrFail(SeedWorkloads()[2].spec);
+  w3.dtype = DType::kBF16;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(w3, Arch("sm_90"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->strategy(), "igemm-store-normalize");
 }
 
 // A chain whose f32 plan is a generic strategy runs natively: the same kernels reading and
