@@ -49,10 +49,6 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& 
   return BuildPlanned(std::move(planned), options);
 }
 
-absl::Status Context(const absl::Status& s, const std::string& what) {
-  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
-}
-
 // from_saved: u is the signature's kSaved tensor (CompileTrainingForward wrote it), not step 1's.
 absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
                                                      const CompileOptions& options,
@@ -119,7 +115,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   if (producer && !from_saved) {
     const Chain pc = codegen::ProducerChain(chain);
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(pc, sub);
-    if (!c.ok()) return Context(c.status(), absl::StrCat("recomputing the producer (", FormatChain(pc), ")"));
+    if (!c.ok()) return WithContext(c.status(), absl::StrCat("recomputing the producer (", FormatChain(pc), ")"));
     if (absl::Status s = add_step(absl::StrCat("recompute u, the producer's output: ", FormatChain(pc)),
                                   *c, {{std::string(kOutputName), u}, {std::string(kWorkspaceName), scratch}});
         !s.ok()) {
@@ -128,7 +124,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   {
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = CompileBackwardPlan(chain, *target, options);
-    if (!c.ok()) return Context(c.status(), "the backward kernels");
+    if (!c.ok()) return WithContext(c.status(), "the backward kernels");
     std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kWorkspaceName), scratch}};
     if (producer) {
       map.push_back({std::string(codegen::kProducerOutputName), u});
@@ -145,7 +141,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   if (producer) {
     const Chain& dc = *data_grad;
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(dc, sub);
-    if (!c.ok()) return Context(c.status(), absl::StrCat("the data gradient (", FormatChain(dc), ")"));
+    if (!c.ok()) return WithContext(c.status(), absl::StrCat("the data gradient (", FormatChain(dc), ")"));
     if (absl::Status s = add_step(
             cropped ? absl::StrCat("the convolution's data gradient on a grid larger than x: ",
                                    FormatChain(dc), " on grad_u")
@@ -165,7 +161,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
                          {}};
     planned.stats.tune_origin = "default";
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = BuildPlanned(std::move(planned), options);
-    if (!c.ok()) return Context(c.status(), "cropping the data gradient");
+    if (!c.ok()) return WithContext(c.status(), "cropping the data gradient");
     if (absl::Status s = add_step(absl::StrCat("grad_x = the leading ", FormatShape(chain.input),
                                                " box of the data gradient's ",
                                                FormatShape(full_grad_x)),

@@ -202,6 +202,10 @@ std::string DumpDir(const CompileOptions& options) {
   return env ? env : "";
 }
 
+absl::Status WithContext(const absl::Status& s, const std::string& what) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
 absl::StatusOr<std::shared_ptr<CompiledChain>> BuildPlanned(PlannedChain planned,
                                                             const CompileOptions& options) {
   const std::string dump_dir = DumpDir(options);

@@ -76,6 +76,9 @@ std::string DumpDir(const CompileOptions& options);
 absl::StatusOr<std::shared_ptr<CompiledChain>> BuildPlanned(PlannedChain planned,
                                                             const CompileOptions& options);
 
+// s with "what: " before its message (same code): which step of a composite build failed.
+absl::Status WithContext(const absl::Status& s, const std::string& what);
+
 }  // namespace fusejit::runtime
 
 #endif  // FUSEJIT_RUNTIME_STAGES_H_

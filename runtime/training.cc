@@ -67,10 +67,6 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
 
 namespace {
 
-absl::Status Context(const absl::Status& s, const std::string& what) {
-  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
-}
-
 absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain& chain,
                                                                     const CompileOptions& options,
                                                                     const std::string& why) {
@@ -78,10 +74,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain&
   const Chain tail = TailChain(chain);
   absl::StatusOr<std::shared_ptr<CompiledChain>> first = Compile(producer, options);
   if (!first.ok())
-    return Context(first.status(), absl::StrCat("the producer (", FormatChain(producer), ")"));
+    return WithContext(first.status(), absl::StrCat("the producer (", FormatChain(producer), ")"));
   absl::StatusOr<std::shared_ptr<CompiledChain>> second = Compile(tail, options);
   if (!second.ok())
-    return Context(second.status(), absl::StrCat("the ops after it (", FormatChain(tail), ")"));
+    return WithContext(second.status(), absl::StrCat("the ops after it (", FormatChain(tail), ")"));
 
   // x, the parameters, y, u, the workspace.
   std::vector<TensorSpec> sig = ForwardSignature(chain, 0);

@@ -165,6 +165,25 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
+// The largest v of the block; every thread gets it. REQUIRES: every thread of the block calls it,
+// blockDim.x a multiple of 32; red: 32 floats of shared memory (free again on return).
+__device__ __forceinline__ float block_max(float v, float* red) {
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float m = 0.f;
+  for (int i = 0; i < (int)(blockDim.x >> 5); ++i) m = fmaxf(m, red[i]);
+  __syncthreads();
+  return m;
+}
+// The F16x3 scale of an operand from the absmax pass's n per-block maxima p[0..n), read by the
+// whole block (max is order-free: every block derives the same scale). As block_max.
+__device__ __forceinline__ float scale_from_partials(const float* __restrict__ p, int n,
+                                                     float* red) {
+  float m = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, p[i]);
+  return f16_scale_for(block_max(m, red));
+}
 
 }  // namespace ig
 
@@ -266,7 +285,7 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
                                                   float* __restrict__ absmax,
                                                   int nsamples = Cfg::kN) {
   using Sh = IgemmShape<Cfg, Tune>;
-  __shared__ float red[2][32];
+  __shared__ float red[32];
   const long long nx = (long long)nsamples * Cfg::kCin * Sh::kSin;
   const long long nw = (long long)Sh::kTaps * Cfg::kC * Cfg::kCin;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -282,24 +301,11 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
     for (long long i = tid; i < nx; i += stride) mx = fmaxf(mx, fabsf(x[i]));
   }
   for (long long i = tid; i < nw; i += stride) mw = fmaxf(mw, fabsf(weight[i]));
-  mx = ig::warp_max(mx);
-  mw = ig::warp_max(mw);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    red[0][warp] = mx;
-    red[1][warp] = mw;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int nwarps = blockDim.x >> 5;
-    mx = lane < nwarps ? red[0][lane] : 0.f;
-    mw = lane < nwarps ? red[1][lane] : 0.f;
-    mx = ig::warp_max(mx);
-    mw = ig::warp_max(mw);
-    if (lane == 0) {
-      absmax[blockIdx.x] = mx;
-      absmax[gridDim.x + blockIdx.x] = mw;
-    }
+  mx = ig::block_max(mx, red);
+  mw = ig::block_max(mw, red);
+  if (threadIdx.x == 0) {
+    absmax[blockIdx.x] = mx;
+    absmax[gridDim.x + blockIdx.x] = mw;
   }
 }
 
@@ -408,29 +414,9 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
   using E = ElemT<Cfg>;
   float sx = 1.f, sw = 1.f;
   if constexpr (kF16) {
-    // Every block derives the same scales from the absmax partials (max is order-free),
-    // reading them cooperatively.
-    __shared__ float red[2][32];
-    float mx = 0.f, mw = 0.f;
-    for (int i = threadIdx.x; i < Tune::kAbsmaxBlocks; i += blockDim.x) {
-      mx = fmaxf(mx, absmax[i]);
-      mw = fmaxf(mw, absmax[Tune::kAbsmaxBlocks + i]);
-    }
-    mx = ig::warp_max(mx);
-    mw = ig::warp_max(mw);
-    if ((threadIdx.x & 31) == 0) {
-      red[0][threadIdx.x >> 5] = mx;
-      red[1][threadIdx.x >> 5] = mw;
-    }
-    __syncthreads();
-    mx = 0.f;
-    mw = 0.f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) {
-      mx = fmaxf(mx, red[0][i]);
-      mw = fmaxf(mw, red[1][i]);
-    }
-    sx = ig::f16_scale_for(mx);
-    sw = ig::f16_scale_for(mw);
+    __shared__ float red[32];
+    sx = ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red);
+    sw = ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale_out[0] = 1.f / (sx * sw);
   }
   const int b = blockIdx.x;

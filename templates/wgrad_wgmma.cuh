@@ -106,26 +106,6 @@ __device__ __forceinline__ void mma_ss_f16_mn(float (&d)[1][N / 8][4], unsigned 
 #endif
 }
 
-__device__ __forceinline__ float block_max(float v, float* red) {
-  v = ig::warp_max(v);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float m = 0.f;
-  for (int i = 0; i < (int)(blockDim.x >> 5); ++i) m = fmaxf(m, red[i]);
-  __syncthreads();
-  return m;
-}
-
-// The scale of T (which = 0) or S (1) from the absmax partials; every thread gets it.
-template <class Tune>
-__device__ __forceinline__ float operand_scale(const float* __restrict__ absmax, int which,
-                                               float* red) {
-  float m = 0.f;
-  for (int i = threadIdx.x; i < Tune::kAbsmaxBlocks; i += blockDim.x) {
-    m = fmaxf(m, absmax[which * Tune::kAbsmaxBlocks + i]);
-  }
-  return ig::f16_scale_for(block_max(m, red));
-}
 }  // namespace wgw
 
 // ---- 1. max|T|, max|S| per block ----------------------------------------------------------------
@@ -144,8 +124,8 @@ __device__ void wgrad_absmax_kernel(const float* __restrict__ x, const float* __
   float mt = 0.f, ms = 0.f;
   for (long long i = tid; i < nt; i += stride) mt = fmaxf(mt, fabsf(T[i]));
   for (long long i = tid; i < ns; i += stride) ms = fmaxf(ms, fabsf(S[i]));
-  mt = wgw::block_max(mt, red);
-  ms = wgw::block_max(ms, red);
+  mt = ig::block_max(mt, red);
+  ms = ig::block_max(ms, red);
   if (threadIdx.x == 0) {
     absmax[blockIdx.x] = mt;
     absmax[Tune::kAbsmaxBlocks + blockIdx.x] = ms;
@@ -167,7 +147,8 @@ __device__ void wgrad_prep_kernel(const float* __restrict__ x, const float* __re
   __shared__ float red[32];
   __shared__ float tile[64][65];
   const float* src = (kT == G::kConv) ? gu : x;  // T is gu for conv3d, S is gu for convT
-  const float s = wgw::operand_scale<Tune>(absmax, kWhich, red);
+  const float s =
+      ig::scale_from_partials(absmax + kWhich * Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red);
   const int p0 = blockIdx.x * 64, ct = blockIdx.y, n = blockIdx.z;
   const float* base = src + (long long)n * C * P;
   for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {
@@ -212,8 +193,10 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
   const int nks = (r_end - r_begin + 63) / 64;
 
   // The inverse operand scales (every thread; block_max synchronizes).
-  const double inv_scale = 1.0 / ((double)wgw::operand_scale<Tune>(absmax, 0, red) *
-                                  (double)wgw::operand_scale<Tune>(absmax, 1, red));
+  const double inv_scale =
+      1.0 / ((double)ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red) *
+             (double)ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks,
+                                             red));
 
   // Loads: a K row is 16 chunks of 16 bytes per 64-channel tile (8 of highs, 8 of lows); thread
   // tid copies chunk tid % 16 of rows tid / 16 + 8i (i < 8), so a warp reads two whole rows of
