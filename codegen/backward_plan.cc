@@ -218,6 +218,49 @@ Chain ProducerChain(const Chain& chain) {
   return c;
 }
 
+TensorSpec SavedProducerOutputSpec(const Chain& chain) {
+  return {std::string(kProducerOutputName), TensorRole::kSaved, DType::kF32,
+          AnalyzeChain(chain).producer_shape, 16};
+}
+
+namespace {
+// An argument where the kernel can store u, left null.
+bool IsOpenSaveSlot(const KernelArg& a) {
+  return a.name == kProducerOutputName && a.kind == KernelArg::Kind::kParam && a.param.empty() &&
+         a.type == ArgType::kFloat && a.access == KernelArg::Access::kWrite;
+}
+}  // namespace
+
+bool CanSaveProducerOutput(const Plan& plan) {
+  for (const KernelLaunch& k : plan.kernels) {
+    for (const KernelArg& a : k.args) {
+      if (IsOpenSaveSlot(a)) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status SaveProducerOutput(const Chain& chain, Plan* plan) {
+  if (!CanSaveProducerOutput(*plan) || !plan->signature.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", plan->strategy, " plan cannot also write u, the convolution's output"));
+  }
+  for (KernelLaunch& k : plan->kernels) {
+    for (KernelArg& a : k.args) {
+      if (IsOpenSaveSlot(a)) a.param = std::string(kProducerOutputName);
+    }
+  }
+  // x, the parameters, y, u, the workspace (as the composite training forward's).
+  plan->signature = ForwardSignature(chain, plan->workspace_bytes);
+  auto at = plan->signature.end();
+  if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
+  plan->signature.insert(at, SavedProducerOutputSpec(chain));
+  const int64_t bytes = NumElements(AnalyzeChain(chain).producer_shape) * 4;
+  absl::StrAppend(&plan->description, "; also writes u, the convolution's output (", bytes,
+                  " bytes), for the backward");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Chain> DataGradientChain(const Chain& chain) {
   const ChainInfo info = AnalyzeChain(chain);
   const ConvAttrs& a = info.producer->conv;

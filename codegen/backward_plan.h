@@ -19,6 +19,7 @@
 #include "codegen/plan.h"
 #include "codegen/planner.h"
 #include "fusejit/chain.h"
+#include "fusejit/signature.h"
 
 namespace fusejit::codegen {
 
@@ -34,6 +35,18 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target);
 
 // Step 1: the chain up to and including its producer. REQUIRES: the chain has a producer.
 Chain ProducerChain(const Chain& chain);
+
+// The training forward's saved tensor u (runtime/training.cc, read by the backward in place of
+// step 1): the producer's output, f32, role kSaved. REQUIRES: the chain has a producer.
+TensorSpec SavedProducerOutputSpec(const Chain& chain);
+
+// The training forward's fused form: `plan`, a forward plan of `chain`, changed so that it also
+// writes u (bias added, before any op) into the signature tensor kProducerOutputName. A strategy
+// offers this by leaving a null float argument named "u" where its kernel can store u (as
+// mma-moments-mean's does); SaveProducerOutput binds every such argument to u and gives the plan
+// the forward signature plus u. FailedPrecondition where the plan has no such argument.
+bool CanSaveProducerOutput(const Plan& plan);
+absl::Status SaveProducerOutput(const Chain& chain, Plan* plan);
 
 // Step 3: the forward chain computing grad_x from grad_u: for conv3d a conv_transpose3d with the
 // same weight tensor (its [Cout,Cin,k] layout is conv_transpose3d's [in,out,k]) and the

@@ -247,6 +247,8 @@ class MmaMomentsMeanStrategy : public Strategy {
     k.shared_bytes = static_cast<unsigned>(g.shared_bytes);  // MmaMomentsGeom::kSharedBytes
     k.args = ProducerArgs(info);
     k.args.push_back(KernelArg::Workspace(ArgType::kMoments, "partials", partials, kWrite));
+    // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
+    k.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     plan.kernels.push_back(k);
     plan.kernels.push_back(
         MomentsMeanFinalizeLaunch(info, "MmaMomentsTune", ArgType::kMoments, partials));

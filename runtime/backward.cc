@@ -90,7 +90,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
   if (from_saved) {  // u after grad_y
-    sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1, SavedProducerOutput(chain));
+    sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
+               codegen::SavedProducerOutputSpec(chain));
   }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;

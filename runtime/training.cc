@@ -1,8 +1,10 @@
-// runtime/training.cc: fusejit::CompileTrainingForward -- a composite of two forward chains, the
-// producer alone writing u (a tensor of the signature), then the ops after it reading u and
-// writing y -- so that CompileBackwardFromSaved (runtime/backward.cc) reads u instead of
-// recomputing the convolution. Workspace: the larger of the two steps', shared (they run one
-// after the other on one stream).
+// runtime/training.cc: fusejit::CompileTrainingForward -- a forward that also writes u, the
+// convolution's output (a tensor of the signature), so that CompileBackwardFromSaved
+// (runtime/backward.cc) reads u instead of recomputing the convolution. Either the chain's own
+// fused plan storing u on the side (codegen::SaveProducerOutput, where its strategy can), or a
+// composite of two forward chains: the producer alone writing u, then the ops after it reading u
+// and writing y (workspace: the larger of the two steps', shared: they run one after the other
+// on one stream).
 #include "runtime/training.h"
 
 #include <cstdio>
@@ -18,14 +20,10 @@
 #include "runtime/bindings.h"
 #include "runtime/composite.h"
 #include "runtime/stages.h"
+#include "tune/tuning_db.h"
 
 namespace fusejit {
 namespace runtime {
-
-TensorSpec SavedProducerOutput(const Chain& chain) {
-  return {std::string(codegen::kProducerOutputName), TensorRole::kSaved, DType::kF32,
-          codegen::AnalyzeChain(chain).producer_shape, 16};
-}
 
 Chain TailChain(const Chain& chain) {
   const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
@@ -52,10 +50,25 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
     d.why = "the convolution is the last op: its output is y";
     return d;
   }
+  // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
   const double fused = codegen::LowestCost(chain, target);
+  if (absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
+      plan.ok() && codegen::CanSaveProducerOutput(*plan)) {
+    const double write = static_cast<double>(NumElements(info.producer_shape)) * 4.0 / 3.0;
+    const double recompute = codegen::LowestCost(codegen::ProducerChain(chain), target);
+    d.fused = true;
+    d.saves = write < recompute;
+    char costs[200];
+    std::snprintf(costs, sizeof(costs),
+                  "the fused forward (%s) can also write u: writing it costs %.1f model us, the "
+                  "backward's recompute of the convolution %.1f",
+                  plan->strategy.c_str(), write / 1e6, recompute / 1e6);
+    d.why = absl::StrCat(
+        costs, d.saves ? ": saving u costs less" : ": recomputing u in the backward is cheaper");
+    return d;
+  }
   const double tail = codegen::LowestCost(TailChain(chain), target);
   d.saves = tail < fused;
-  // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
   char costs[160];
   std::snprintf(costs, sizeof(costs),
                 "the ops after the convolution from u cost %.1f model us, the fused forward %.1f",
@@ -66,6 +79,27 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
 }
 
 namespace {
+
+// The chain's own forward plan writing u on the side; FailedPrecondition where the plan chosen
+// (a tuned configuration may name another strategy) cannot.
+absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
+    const Chain& chain, const Target& target, const CompileOptions& options,
+    const std::string& why) {
+  tune::TuningDb& tuning_db =
+      options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
+  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
+  if (!planned.ok()) return planned.status();
+  if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan); !s.ok()) return s;
+  const int64_t u_bytes = NumElements(codegen::AnalyzeChain(chain).producer_shape) * 4;
+  absl::StrAppend(&planned->plan.choice,
+                  "; training forward, saves for the backward: u, the "
+                  "convolution's output (",
+                  u_bytes,
+                  " bytes, held until "
+                  "CompileBackwardFromSaved reads it), written by this plan: ",
+                  why);
+  return BuildPlanned(*std::move(planned), options);
+}
 
 absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain& chain,
                                                                     const CompileOptions& options,
@@ -81,7 +115,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain&
 
   // x, the parameters, y, u, the workspace.
   std::vector<TensorSpec> sig = ForwardSignature(chain, 0);
-  sig.push_back(SavedProducerOutput(chain));
+  sig.push_back(codegen::SavedProducerOutputSpec(chain));
   const size_t ws_bytes = std::max((*first)->workspace_bytes(), (*second)->workspace_bytes());
   if (ws_bytes > 0) {
     sig.push_back({std::string(kWorkspaceName),
@@ -148,6 +182,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
     return absl::InvalidArgumentError(
         "CompileTrainingForward: options.strategy and options.tune_config name one forward plan; "
         "a training forward that saves u runs two (leave them empty)");
+  }
+  if (d.fused) {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> fused =
+        runtime::BuildFusedTrainingForward(chain, *target, options, d.why);
+    if (fused.ok() || fused.status().code() != absl::StatusCode::kFailedPrecondition) return fused;
   }
   return runtime::BuildTrainingForward(chain, options, d.why);
 }

@@ -11,20 +11,19 @@
 
 namespace fusejit::runtime {
 
-// Whether the training forward of `chain` saves u, and why. Saving turns a step of F + P + B
-// (the fused forward, the backward's recompute of the producer P, the rest of the backward) into
-// P + T + B (the producer, then the ops after it, T, from u): it pays when T < F. Both are the
-// planner's estimates (the cost model that ranks strategies; the lowest applicable). Only f32
-// chains with ops after a producer can save.
+// Whether the training forward of `chain` saves u, and how, and why. A step without saving is
+// F + P + B (the fused forward, the backward's recompute of the producer P, the rest of the
+// backward). Where the fused forward's plan can also write u (codegen::SaveProducerOutput), the
+// step becomes F + W + B (W: writing u), which pays when W < P; otherwise saving runs the
+// producer, then the ops after it (T) from u: P + T + B, which pays when T < F. All are the
+// planner's estimates (the cost model that ranks strategies; the lowest applicable; W is u's
+// bytes at the models' 3 bytes a picosecond). Only f32 chains with ops after a producer save.
 struct SaveDecision {
   bool saves = false;
-  std::string why;  // one line for explain
+  bool fused = false;  // saves by the fused forward writing u (else: producer, then the tail)
+  std::string why;     // one line for explain
 };
 SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target);
-
-// The saved tensor: "u", the producer's output (kSaved, f32, its shape).
-// REQUIRES: TrainingForwardSaves(chain).
-TensorSpec SavedProducerOutput(const Chain& chain);
 
 // The ops after the producer as a chain of their own on u (their parameters renumbered from 0).
 // REQUIRES: TrainingForwardSaves(chain).

@@ -5,7 +5,7 @@
 // by moments_mean.cuh's moments_mean_finalize: chains "conv3d | ew* | group_norm | mean" with few
 // input channels (seeds W2, W4).
 //
-// Kernel: mma_conv_moments<Cfg, Tune>(x, weight, bias, partials)
+// Kernel: mma_conv_moments<Cfg, Tune>(x, weight, bias, partials, u)
 //   Block (b, n) computes the output planes od in [b*kChunk, min(kD, (b+1)*kChunk)) of sample n.
 //   Input staging: the input planes id that the current od needs (id = od*SD - PD + kd*DilD) sit
 //   in shared memory, in a ring of kSlots = (KD-1)*DilD + 1 plane slots (slot id % kSlots; a
@@ -49,7 +49,9 @@
 //   reads : x [N,Cin,Din,Hin,Win]; weight [C,Cin,KD,KH,KW], bias [C] (global pointers).
 //   writes: partials, Cfg::kN * Tune::kBlocksPerSample * Cfg::kC fj::Moments, layout
 //           [N][kBlocksPerSample][C], every entry each launch (a block with no planes writes
-//           count 0).
+//           count 0); u, when not null (the training forward: codegen::SaveProducerOutput), the
+//           convolution's output acc + bias (before the ops) as float [N][C][D][H][W], every
+//           element.
 //   next  : moments_mean.cuh's moments_mean_finalize<Cfg, Tune> (reads Tune::kBlocksPerSample).
 //   Tune fields: kWarps, kMinBlocksPerSM (the wrapper's __launch_bounds__), kBlocksPerSample,
 //   kUnrollKH, kPack (MmaMomentsDefaultTune).
@@ -57,7 +59,8 @@
 //   kW <= 64 (kMT <= 4), KW*kCinP <= 64 (kKS <= 4), 1 <= kBlocksPerSample <= kD, 1 <= kWarps
 //   <= 32, kUnrollKH >= 1, kPack 0 or 1 (1: kPD == kPH == 0, kKSP <= 16), shared memory as
 //   above. Measured (H100, 2026-11-22, fusejit bench, L2 flushed): W2 1.245 ms (kUnrollKH 2),
-//   W4 0.220 ms (kPack 1); conv_moments (FFMA) 1.981 and 0.286 ms. Stride, padding and dilation are general.
+//   W4 0.220 ms (kPack 1); conv_moments (FFMA) 1.981 and 0.286 ms. Stride, padding and dilation are
+//   general.
 #ifndef FUSEJIT_TEMPLATES_MMA_CONV_MOMENTS_CUH_
 #define FUSEJIT_TEMPLATES_MMA_CONV_MOMENTS_CUH_
 
@@ -183,7 +186,8 @@ template <class Cfg, class Tune>
 __device__ __forceinline__ void mma_conv_moments(const ElemT<Cfg>* __restrict__ x,
                                                  const ElemT<Cfg>* __restrict__ weight,
                                                  const ElemT<Cfg>* __restrict__ bias,
-                                                 Moments* __restrict__ partials) {
+                                                 Moments* __restrict__ partials,
+                                                 float* __restrict__ u = nullptr) {
   using G = MmaMomentsGeom<Cfg, Tune>;
   static_assert(Cfg::kProducer == kConv3d, "mma_conv_moments: the producer must be conv3d");
   static_assert(Cfg::kBias, "mma_conv_moments: needs a bias");
@@ -511,6 +515,24 @@ __device__ __forceinline__ void mma_conv_moments(const ElemT<Cfg>* __restrict__ 
     for (int oh = warp; oh < Cfg::kH; oh += Tune::kWarps) {
       float acc[MT][NT][4];
       conv_row(lo_id, oh, acc);
+      if (u != nullptr) {  // the convolution's output for the backward (block-uniform)
+        float* const u_row =
+            u + (((size_t)n * C) * Cfg::kD + od) * (size_t)(Cfg::kH * Cfg::kW) + oh * Cfg::kW;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh) {
+                const int ow = mt * 16 + g + 8 * hh;
+                if (ow < Cfg::kW) {
+                  u_row[(size_t)(nt * 8 + 2 * t + e) * (Cfg::kD * Cfg::kH * Cfg::kW) + ow] =
+                      acc[mt][nt][2 * hh + e] + bch[2 * nt + e];
+                }
+              }
+      }
       // Points of this thread: ow = mt*16 + g (+8 for i >= 2); channels nt*8 + 2t + (i & 1).
       float cnt = 0.f;
 #pragma unroll

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
@@ -146,9 +147,11 @@ TEST(GpuBackward, WgmmaWeightGradientRandomChains) {
 }
 
 // The training pair (CompileTrainingForward, CompileBackwardFromSaved) of a chain that saves: y
-// against the float64 reference, u poisoned and written in full, and every gradient bitwise equal
-// to the recomputing backward's (u is the same producer plan's output either way) and within 1e-5
-// of float64.
+// against the float64 reference, u poisoned and written in full, and every gradient within 1e-5
+// of float64. Where the training forward runs the producer's own plan (the composite), every
+// gradient is bitwise the recomputing backward's (u is the same plan's output either way); where
+// the fused forward writes u (codegen::SaveProducerOutput), u is checked against the float64
+// convolution and two backward runs are bitwise identical.
 void CheckSavedGradients(const Chain& chain, uint64_t seed, CompiledChain& fwd_chain) {
   absl::StatusOr<std::shared_ptr<CompiledChain>> bwd = CompileBackwardFromSaved(chain, {});
   ASSERT_TRUE(bwd.ok()) << bwd.status();
@@ -176,11 +179,27 @@ void CheckSavedGradients(const Chain& chain, uint64_t seed, CompiledChain& fwd_c
       tools::RunSignatureOnDevice(**bwd, reads, {.reps = 0});
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->written.count("u"), 0u);  // read, not written
-  for (const auto& [name, t] : recomputed->written) {
+  const bool fused = fwd_chain.strategy() != "training-forward";
+  absl::StatusOr<tools::SignatureRunResult> again;
+  if (fused) {
+    const Chain producer = codegen::ProducerChain(chain);
+    HostInputs producer_inputs{inputs.x, {}};
+    for (const ParamSpec& p : ChainParams(producer)) {
+      producer_inputs.params[p.name] = inputs.params.at(p.name);
+    }
+    absl::StatusOr<tools::CheckResult> u =
+        tools::CheckOutput(producer, producer_inputs, f->written.at("u"), tools::CheckOptions{});
+    ASSERT_TRUE(u.ok()) << u.status();
+    EXPECT_TRUE(u->pass) << "u rel_l2 " << u->errors.rel_l2 << " unwritten " << u->unwritten;
+    again = tools::RunSignatureOnDevice(**bwd, reads, {.reps = 0});
+    ASSERT_TRUE(again.ok()) << again.status();
+  }
+  for (const auto& [name, t] : (fused ? again : recomputed)->written) {
     const HostTensor& got = b->written.at(name);
     ASSERT_EQ(t.data.size(), got.data.size());
     EXPECT_EQ(std::memcmp(t.data.data(), got.data.data(), t.data.size() * sizeof(t.data[0])), 0)
-        << name << " differs from the recomputing backward's";
+        << name
+        << (fused ? " differs between two runs" : " differs from the recomputing backward's");
   }
   absl::StatusOr<tools::GradientCheckResult> r = tools::CheckGradients(
       chain, inputs, reads.at("grad_y"), b->written, tools::CheckOptions{.rtol = 1e-5});
@@ -224,6 +243,24 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   int saved = 0;
   for (const char* spec : specs) saved += CheckTrainingPair(ParseOrFail(spec), seed++);
   EXPECT_EQ(saved, 4);  // the stride-2 conv_transpose3d's ops from u cost more than its forward
+  // mma-moments-mean writes u in its own forward (W2's and W4's plan; odd sizes, kernels and
+  // channel counts, both mean modes).
+  const char* const fused[] = {
+      "x:f32[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
+      "x:f32[2,5,9,11,10] | conv3d(out=8,k=[3,4,3]) | swish | group_norm(groups=2) | "
+      "mean(dims=[1,2,3,4])",
+      "x:f32[3,8,7,12,9] | conv3d(out=32,k=3) | tanh | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+  };
+  for (const char* spec : fused) {
+    const Chain c = ParseOrFail(spec);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, {});
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->strategy(), "mma-moments-mean") << spec;
+    EXPECT_TRUE(CheckTrainingPair(c, seed++)) << spec;
+  }
   Rng rng(777);
   int checked = 0;
   for (int i = 0; i < 200 && checked < 12; ++i) {

@@ -258,6 +258,33 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     ASSERT_TRUE(plain.ok()) << plain.status();
     EXPECT_LE((*b)->workspace_bytes() + u.bytes(), (*plain)->workspace_bytes());
   }
+  // W2's and W4's plan (mma-moments-mean) writes u itself: one plan, its kernel's null u
+  // argument bound (codegen::SaveProducerOutput), u before the workspace. The plain forward
+  // leaves it null.
+  const Chain w4 = Parse(
+      "x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])");
+  EXPECT_TRUE(TrainingForwardSaves(w4, Arch("sm_90")));
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(w4, Arch(arch));
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->strategy(), "mma-moments-mean");
+    EXPECT_EQ(Names((*f)->signature()),
+              (std::vector<std::string>{"x", "0.weight", "0.bias", "1.weight", "1.bias", "y", "u",
+                                        "workspace"}));
+    EXPECT_EQ((*f)->signature()[6].role, TensorRole::kSaved);
+    EXPECT_EQ((*f)->signature()[6].shape, (Shape{3, 24, 8, 10, 10}));
+    const std::string e = (*f)->Explain();
+    EXPECT_NE(e.find("saves for the backward: u"), std::string::npos) << e;
+    EXPECT_NE(e.find("written by this plan"), std::string::npos) << e;
+    EXPECT_NE(e.find("u=u"), std::string::npos) << e;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(w4, Arch(arch));
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_NE((*plain)->Explain().find("u=null"), std::string::npos);
+    for (const TensorSpec& t : (*plain)->signature()) EXPECT_NE(t.role, TensorRole::kSaved);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(w4, Arch(arch));
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->strategy(), "backward-from-saved");
+  }
 }
 
 TEST(Backward, ClearErrors) {
