@@ -269,6 +269,8 @@ class ConvTStrategy : public Strategy {
       k3.args = ProducerArgs(info);
       k3.args.push_back(ss);
       k3.args.push_back(y);
+      // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
+      k3.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     }
     plan.kernels.push_back(k3);
     return plan;

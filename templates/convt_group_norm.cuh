@@ -388,33 +388,54 @@ __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict
   }
 }
 
-template <class Cfg, class Tune>
-__device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ x,
-                                                 const ElemT<Cfg>* __restrict__ weight,
-                                                 const ElemT<Cfg>* __restrict__ bias,
-                                                 const float2* __restrict__ scale_shift,
-                                                 ElemT<Cfg>* __restrict__ y) {
-  convt_static_checks<Cfg>();
-  using E = ElemT<Cfg>;
+// Stores this lane's Cfg::kSW values v[rw] (ow = kSW * q + rw) of one output row into
+// row[0, kW). kCoalesce: transposed through shuffles so that store e of the warp writes
+// ow = 32 e + lane (full 128-byte lines) instead of every kSW-th value (REQUIRES: the warp's lanes
+// hold q = 0..31 of one row).
+template <class Cfg, class Tune, bool kCoalesce, class D>
+__device__ __forceinline__ void convt_store_row(D* __restrict__ row, const float (&v)[Cfg::kSW],
+                                                int q, int lane) {
+  constexpr int SW = Cfg::kSW;
+  if constexpr (kCoalesce) {
+#pragma unroll
+    for (int e = 0; e < SW; ++e) {
+      const int ow = 32 * e + lane;
+      const int src = ow / SW, sel = ow - (ow / SW) * SW;
+      float out = 0.f;
+#pragma unroll
+      for (int rw = 0; rw < SW; ++rw) {
+        const float t = __shfl_sync(0xffffffffu, v[rw], src & 31);
+        out = sel == rw ? t : out;
+      }
+      if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(row + ow, out);
+    }
+  } else {
+#pragma unroll
+    for (int rw = 0; rw < SW; ++rw) {
+      const int ow = SW * q + rw;
+      if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(row + ow, v[rw]);
+    }
+  }
+}
+
+// The write pass's work units (see convt_norm_write); kSaveU: also u (un: sample n's u).
+template <class Cfg, class Tune, bool kSaveU>
+__device__ __forceinline__ void convt_norm_write_units(const ElemT<Cfg>* __restrict__ xn,
+                                                       const float* s_w, const float2* s_ab,
+                                                       ElemT<Cfg>* __restrict__ yn,
+                                                       float* __restrict__ un) {
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, SW = Cfg::kSW, RB = T::RB;
+  constexpr bool kCoalesce = Tune::kCoalesceStores && T::kJ == 1 && T::kLR == 1;
   constexpr int WPB = Tune::kThreads / 32;
   constexpr size_t kPlane = T::kPlane;
-  extern __shared__ __align__(16) float fj_convt_smem[];
-  float* s_w = fj_convt_smem;
-  convt_load_weights<Cfg, Tune>(weight, bias, s_w);
-  const int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / T::kLPR, ql = lane % T::kLPR;
-  const E* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
-  __shared__ float2 s_ab[C];  // (scale, shift) of this sample's channels
-  if (threadIdx.x < C) s_ab[threadIdx.x] = scale_shift[(size_t)n * C + threadIdx.x];
-  __syncthreads();
-  E* __restrict__ yn = y + (size_t)n * C * kPlane;
-
 #pragma unroll 1
-  for (int u = blockIdx.x * WPB + warp; u < T::kUnits; u += Tune::kWriteBlocksPerSample * WPB) {
+  for (int unit = blockIdx.x * WPB + warp; unit < T::kUnits;
+       unit += Tune::kWriteBlocksPerSample * WPB) {
     int od, rh, ub0;
-    convt_unit_coords<Cfg, Tune>(u, od, rh, ub0);
+    convt_unit_coords<Cfg, Tune>(unit, od, rh, ub0);
     if (Cfg::kSH * ub0 * T::kLR * RB + rh >= Cfg::kH) continue;  // no valid row (warp-uniform)
     const int ub = ub0 * T::kLR + sub;  // this lane's row block
 #pragma unroll 1
@@ -426,38 +447,53 @@ __device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ 
       for (int k = 0; k < RB; ++k) {
         const int oh = Cfg::kSH * (ub * RB + k) + rh;
         if (oh >= Cfg::kH) continue;  // warp-uniform when kLR == 1
-        E* __restrict__ yr = yn + ((size_t)od * Cfg::kH + oh) * Cfg::kW;
+        const size_t row = ((size_t)od * Cfg::kH + oh) * Cfg::kW;
 #pragma unroll
         for (int co = 0; co < C; ++co) {
           const float2 ab = s_ab[co];
           float v[SW];
 #pragma unroll
           for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
-          if constexpr (Tune::kCoalesceStores && T::kJ == 1 && T::kLR == 1) {
-            // Transpose through shuffles so that store e of the warp writes ow = 32 e + lane
-            // (full 128-byte lines) instead of every SW-th float.
+          convt_store_row<Cfg, Tune, kCoalesce>(yn + co * kPlane + row, v, q, lane);
+          if constexpr (kSaveU) {
+            float w[SW];
 #pragma unroll
-            for (int e = 0; e < SW; ++e) {
-              const int ow = 32 * e + lane;
-              const int src = ow / SW, sel = ow - (ow / SW) * SW;
-              float out = 0.f;
-#pragma unroll
-              for (int rw = 0; rw < SW; ++rw) {
-                const float t = __shfl_sync(0xffffffffu, v[rw], src & 31);
-                out = sel == rw ? t : out;
-              }
-              if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(yr + co * kPlane + ow, out);
-            }
-          } else {
-#pragma unroll
-            for (int rw = 0; rw < SW; ++rw) {
-              const int ow = SW * q + rw;
-              if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(yr + co * kPlane + ow, v[rw]);
-            }
+            for (int rw = 0; rw < SW; ++rw) w[rw] = acc[k][rw][co];
+            convt_store_row<Cfg, Tune, kCoalesce>(un + co * kPlane + row, w, q, lane);
           }
         }
       }
     }
+  }
+}
+
+// u, when not null (the training forward: codegen::SaveProducerOutput), also gets the
+// convolution's output (bias added, before any op) as float [N][C][D][H][W], every element (a
+// loop of its own: the plain forward's code is as without u).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ x,
+                                                 const ElemT<Cfg>* __restrict__ weight,
+                                                 const ElemT<Cfg>* __restrict__ bias,
+                                                 const float2* __restrict__ scale_shift,
+                                                 ElemT<Cfg>* __restrict__ y,
+                                                 float* __restrict__ u = nullptr) {
+  convt_static_checks<Cfg>();
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr int C = Cfg::kC;
+  constexpr size_t kPlane = T::kPlane;
+  extern __shared__ __align__(16) float fj_convt_smem[];
+  float* s_w = fj_convt_smem;
+  convt_load_weights<Cfg, Tune>(weight, bias, s_w);
+  const int n = blockIdx.y;
+  const ElemT<Cfg>* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  __shared__ float2 s_ab[C];  // (scale, shift) of this sample's channels
+  if (threadIdx.x < C) s_ab[threadIdx.x] = scale_shift[(size_t)n * C + threadIdx.x];
+  __syncthreads();
+  ElemT<Cfg>* __restrict__ yn = y + (size_t)n * C * kPlane;
+  if (u != nullptr) {
+    convt_norm_write_units<Cfg, Tune, true>(xn, s_w, s_ab, yn, u + (size_t)n * C * kPlane);
+  } else {
+    convt_norm_write_units<Cfg, Tune, false>(xn, s_w, s_ab, yn, nullptr);
   }
 }
 

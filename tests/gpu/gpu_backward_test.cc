@@ -242,7 +242,7 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   uint64_t seed = 700;
   int saved = 0;
   for (const char* spec : specs) saved += CheckTrainingPair(ParseOrFail(spec), seed++);
-  EXPECT_EQ(saved, 4);  // the stride-2 conv_transpose3d's ops from u cost more than its forward
+  EXPECT_EQ(saved, 5);  // the stride-2 conv_transpose3d: its fused forward writes u
   // mma-moments-mean writes u in its own forward (W2's and W4's plan; odd sizes, kernels and
   // channel counts, both mean modes).
   const char* const fused[] = {
@@ -259,6 +259,23 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
     absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, {});
     ASSERT_TRUE(f.ok()) << f.status();
     EXPECT_EQ((*f)->strategy(), "mma-moments-mean") << spec;
+    EXPECT_TRUE(CheckTrainingPair(c, seed++)) << spec;
+  }
+  // convt-recompute-normalize's write pass writes u (W1's plan): coalesced rows (stride 2 along
+  // w) and direct ones, output_padding, per-dimension strides.
+  const char* const fused_convt[] = {
+      "x:f32[4,3,8,16,16] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4,eps=1e-5) | hardswish",
+      "x:f32[2,3,8,10,17] | conv_transpose3d(out=8,k=3,stride=2,padding=1,output_padding=1) | "
+      "gelu | group_norm(groups=2) | tanh",
+      "x:f32[2,2,5,6,7] | conv_transpose3d(out=12,k=[3,2,3],stride=[1,2,3]) | relu | "
+      "group_norm(groups=3)",
+  };
+  for (const char* spec : fused_convt) {
+    const Chain c = ParseOrFail(spec);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, {});
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->strategy(), "convt-recompute-normalize") << spec;
     EXPECT_TRUE(CheckTrainingPair(c, seed++)) << spec;
   }
   Rng rng(777);

@@ -215,10 +215,10 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
        {NoSave{"x:f32[2,6,5,6,7] | group_norm(groups=3) | swish", "no convolution"},
         NoSave{"x:f32[2,3,8,8,8] | conv3d(out=4,k=3)", "the last op"},
         NoSave{"x:bf16[2,3,8,8,8] | conv3d(out=4,k=3) | relu", "only f32"},
-        // W1: its fused forward (conv_transpose3d recomputed per group) costs less than the
-        // ops after the convolution reading a 1 GB u.
-        NoSave{"x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | "
-               "swish | group_norm(groups=4,eps=1e-5) | hardswish",
+        // Its fused forward (recompute-mean: the convolution recomputed per pass, cannot write
+        // u) costs less than the ops after the convolution reading u.
+        NoSave{"x:f32[8,2,16,16,16] | conv_transpose3d(out=4,k=2,stride=2) | gelu | "
+               "group_norm(groups=2) | mean(dims=[1,2,3,4])",
                "recomputing u in the backward is cheaper"}}) {
     const char* spec = n.spec;
     const Chain c = Parse(spec);
@@ -257,6 +257,18 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     absl::StatusOr<std::shared_ptr<CompiledChain>> plain = CompileBackward(w3, Arch(arch));
     ASSERT_TRUE(plain.ok()) << plain.status();
     EXPECT_LE((*b)->workspace_bytes() + u.bytes(), (*plain)->workspace_bytes());
+  }
+  // W1's plan (convt-recompute-normalize: its write pass) writes u itself: writing 1 GB costs
+  // less than the backward's recompute of the convolution.
+  const Chain w1 = Parse(
+      "x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4,eps=1e-5) | hardswish");
+  EXPECT_TRUE(TrainingForwardSaves(w1, Arch("sm_90")));
+  {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(w1, Arch("sm_90"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->strategy(), "convt-recompute-normalize");
+    EXPECT_NE((*f)->Explain().find("u=u"), std::string::npos);
   }
   // W2's and W4's plan (mma-moments-mean) writes u itself: one plan, its kernel's null u
   // argument bound (codegen::SaveProducerOutput), u before the workspace. The plain forward
