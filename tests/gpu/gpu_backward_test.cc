@@ -243,40 +243,41 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   int saved = 0;
   for (const char* spec : specs) saved += CheckTrainingPair(ParseOrFail(spec), seed++);
   EXPECT_EQ(saved, 5);  // the stride-2 conv_transpose3d: its fused forward writes u
-  // mma-moments-mean writes u in its own forward (W2's and W4's plan; odd sizes, kernels and
-  // channel counts, both mean modes).
-  const char* const fused[] = {
-      "x:f32[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
-      "mean(dims=[2,3,4])",
-      "x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
-      "x:f32[2,5,9,11,10] | conv3d(out=8,k=[3,4,3]) | swish | group_norm(groups=2) | "
-      "mean(dims=[1,2,3,4])",
-      "x:f32[3,8,7,12,9] | conv3d(out=32,k=3) | tanh | group_norm(groups=4) | "
-      "mean(dims=[2,3,4])",
+  // Plans writing u in their own forward (codegen::SaveProducerOutput): mma-moments-mean (W2's
+  // and W4's plan; odd sizes, kernels and channel counts, both mean modes) and
+  // convt-recompute-normalize's write pass (W1's plan; coalesced rows (stride 2 along w) and
+  // direct ones, output_padding, per-dimension strides).
+  struct Fused {
+    const char* spec;
+    const char* strategy;
   };
-  for (const char* spec : fused) {
-    const Chain c = ParseOrFail(spec);
+  const Fused fused[] = {
+      {"x:f32[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+       "mean(dims=[2,3,4])",
+       "mma-moments-mean"},
+      {"x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
+       "mma-moments-mean"},
+      {"x:f32[2,5,9,11,10] | conv3d(out=8,k=[3,4,3]) | swish | group_norm(groups=2) | "
+       "mean(dims=[1,2,3,4])",
+       "mma-moments-mean"},
+      {"x:f32[3,8,7,12,9] | conv3d(out=32,k=3) | tanh | group_norm(groups=4) | mean(dims=[2,3,4])",
+       "mma-moments-mean"},
+      {"x:f32[4,3,8,16,16] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+       "group_norm(groups=4,eps=1e-5) | hardswish",
+       "convt-recompute-normalize"},
+      {"x:f32[2,3,8,10,17] | conv_transpose3d(out=8,k=3,stride=2,padding=1,output_padding=1) | "
+       "gelu | group_norm(groups=2) | tanh",
+       "convt-recompute-normalize"},
+      {"x:f32[2,2,5,6,7] | conv_transpose3d(out=12,k=[3,2,3],stride=[1,2,3]) | relu | "
+       "group_norm(groups=3)",
+       "convt-recompute-normalize"},
+  };
+  for (const Fused& t : fused) {
+    const Chain c = ParseOrFail(t.spec);
     absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, {});
     ASSERT_TRUE(f.ok()) << f.status();
-    EXPECT_EQ((*f)->strategy(), "mma-moments-mean") << spec;
-    EXPECT_TRUE(CheckTrainingPair(c, seed++)) << spec;
-  }
-  // convt-recompute-normalize's write pass writes u (W1's plan): coalesced rows (stride 2 along
-  // w) and direct ones, output_padding, per-dimension strides.
-  const char* const fused_convt[] = {
-      "x:f32[4,3,8,16,16] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
-      "group_norm(groups=4,eps=1e-5) | hardswish",
-      "x:f32[2,3,8,10,17] | conv_transpose3d(out=8,k=3,stride=2,padding=1,output_padding=1) | "
-      "gelu | group_norm(groups=2) | tanh",
-      "x:f32[2,2,5,6,7] | conv_transpose3d(out=12,k=[3,2,3],stride=[1,2,3]) | relu | "
-      "group_norm(groups=3)",
-  };
-  for (const char* spec : fused_convt) {
-    const Chain c = ParseOrFail(spec);
-    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, {});
-    ASSERT_TRUE(f.ok()) << f.status();
-    EXPECT_EQ((*f)->strategy(), "convt-recompute-normalize") << spec;
-    EXPECT_TRUE(CheckTrainingPair(c, seed++)) << spec;
+    EXPECT_EQ((*f)->strategy(), t.strategy) << t.spec;
+    EXPECT_TRUE(CheckTrainingPair(c, seed++)) << t.spec;
   }
   Rng rng(777);
   int checked = 0;
