@@ -181,7 +181,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
   if (!options.strategy.empty() || !options.tune_config.empty()) {
     return absl::InvalidArgumentError(
         "CompileTrainingForward: options.strategy and options.tune_config name one forward plan; "
-        "a training forward that saves u runs two (leave them empty)");
+        "a training forward that saves u chooses its own (its plan writing u, or two plans: leave "
+        "them empty)");
   }
   if (d.fused) {
     absl::StatusOr<std::shared_ptr<CompiledChain>> fused =
