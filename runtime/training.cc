@@ -51,7 +51,6 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
     return d;
   }
   // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
-  const double fused = codegen::LowestCost(chain, target);
   if (absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
       plan.ok() && codegen::CanSaveProducerOutput(*plan)) {
     const double write = static_cast<double>(NumElements(info.producer_shape)) * 4.0 / 3.0;
@@ -67,6 +66,7 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
         costs, d.saves ? ": saving u costs less" : ": recomputing u in the backward is cheaper");
     return d;
   }
+  const double fused = codegen::LowestCost(chain, target);
   const double tail = codegen::LowestCost(TailChain(chain), target);
   d.saves = tail < fused;
   char costs[160];
