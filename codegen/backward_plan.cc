@@ -1,6 +1,7 @@
 #include "codegen/backward_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,15 +49,17 @@ struct WeightGradient {
   int64_t kv;          // kernel taps
   int64_t reduction;   // n * T's points
   int64_t t_points, s_points;  // per sample
+  Dims3 t_grid;                // T's grid (d, h, w)
+  ConvAttrs conv;              // the producer's kernel, stride, padding, dilation
   int64_t cols() const { return s_channels * kv; }
 };
 
-// The split count (at most 64, at most max_splits) whose `tiles * splits` blocks fill whole
-// waves of `slots` resident blocks best, the fewest when tied.
+// The split count (at most max_splits) whose `tiles * splits` blocks fill whole waves of `slots`
+// resident blocks best, the fewest when tied.
 int64_t FillingSplits(int64_t tiles, int64_t slots, int64_t max_splits) {
   double best = 0;
   int64_t splits = 1;
-  for (int64_t s = 1; s <= std::min<int64_t>(64, max_splits); ++s) {
+  for (int64_t s = 1; s <= max_splits; ++s) {
     const int64_t blocks = tiles * s;
     const double fill =
         static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, slots) * slots);
@@ -66,6 +69,18 @@ int64_t FillingSplits(int64_t tiles, int64_t slots, int64_t max_splits) {
     }
   }
   return splits;
+}
+
+// The mma.sync kernel's block tile (templates/wgrad.cuh WgMmaWarps): the smallest of 16, 32 and
+// 64 rows holding the rows; for 64 rows 128 columns, else the multiple of 64 up to 256 that pads
+// the columns least (the widest when tied: T is read once per column tile).
+WgTile ChooseMmaWgTile(int64_t rows, int64_t cols) {
+  if (rows > 32) return WgTile{64, 128, 32, 4, 4, 256};
+  int64_t bn = 64;
+  for (int64_t b = 64; b <= 256; b += 64) {
+    if (CeilDiv(cols, b) * b <= CeilDiv(cols, bn) * bn) bn = b;
+  }
+  return WgTile{rows > 16 ? 32 : 16, static_cast<int>(bn), 32, 4, 4, 256};
 }
 
 constexpr int64_t kMaxPartsBytes = int64_t{512} << 20;
@@ -83,25 +98,105 @@ void AddWeightGradientReduce(const WeightGradient& wg, const ChainInfo& info, si
   plan.kernels.push_back(wr);
 }
 
-// templates/wgrad.cuh: on tensor cores (mma.sync, sm_80+) where the rows fill most of a 64-row
-// tile; FFMA otherwise.
+// The halo kernel's tiles (templates/wgrad_halo.cuh) for T with 8 to 32 channels, if its two
+// stages fit 110 KiB of shared memory (two blocks per SM). Fewer channels fill less than half of
+// a 16-row mma tile: FFMA (wgrad_partial_kernel) is faster there (W1, 3 channels: 1.46 ms
+// against 3.30 ms on the halo kernel, H100, 2026-11-26).
+struct HaloTile {
+  int64_t bm, bn, rh, seg;
+  fj::geom::WgradHalo g;
+};
+constexpr int64_t kHaloSharedLimit = 110 * 1024;
+std::optional<HaloTile> ChooseHaloTile(const WeightGradient& wg, int64_t n) {
+  if (wg.rows > 32 || wg.rows < 8) return std::nullopt;
+  const WgTile mma = ChooseMmaWgTile(wg.rows, wg.cols());
+  const ConvAttrs& a = wg.conv;
+  const int64_t th = wg.t_grid[1], tw = wg.t_grid[2];
+  std::optional<HaloTile> best;
+  double best_cost = 0;
+  // Width segments of up to 64 points (narrower ones when the halo does not fit); up to 128
+  // points per k-step. Cost: the k-steps' padded length plus a fixed 16 per step (staging).
+  for (int64_t seg_cap : {64, 32, 16}) {
+    const int64_t seg = std::min(tw, seg_cap);
+    for (int64_t rh = 1; rh <= std::min<int64_t>(th, std::max<int64_t>(1, 128 / seg)); ++rh) {
+      const fj::geom::WgradHalo g = fj::geom::WgradHaloOf(
+          n, wg.t_grid[0], th, tw, a.kernel[0], a.kernel[1], a.kernel[2], a.stride[1], a.stride[2],
+          a.dilation[1], a.dilation[2], wg.s_channels, rh, seg, mma.bm, mma.bn);
+      if (g.smem > kHaloSharedLimit) continue;
+      const double cost = static_cast<double>(g.steps) * static_cast<double>(g.bk + 16);
+      if (!best || cost <= best_cost) {
+        best = HaloTile{mma.bm, mma.bn, rh, seg, g};
+        best_cost = cost;
+      }
+    }
+    if (best) return best;
+  }
+  return std::nullopt;
+}
+
+// templates/wgrad_halo.cuh: T's tile and S's halo staged once per k-step, two blocks per SM.
+void AddHaloWeightGradient(const WeightGradient& wg, const HaloTile& h, const ChainInfo& info,
+                           const std::string& gu, const PlanTarget& target, bool prec3,
+                           Plan& plan) {
+  const int64_t tiles = CeilDiv(wg.cols(), h.bn) * CeilDiv(wg.rows, h.bm);
+  const int64_t max_splits = std::max<int64_t>(
+      1, std::min<int64_t>({h.g.steps / 8, 1024, kMaxPartsBytes / (wg.rows * wg.cols() * 8)}));
+  int64_t splits = FillingSplits(tiles, 2 * target.sm_count, max_splits);
+  const int64_t chunk = CeilDiv(h.g.steps, splits);
+  splits = CeilDiv(h.g.steps, chunk);
+  plan.includes.push_back("wgrad_halo.cuh");
+  plan.tunes.push_back(
+      {"WgTune",
+       {Int("kBM", h.bm), Int("kBN", h.bn), Int("kRH", h.rh), Int("kSeg", h.seg),
+        Int("kSplits", splits), Int("kChunk", chunk), Int("kPrec3", prec3 ? 1 : 0)}});
+  const size_t wpart = plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
+                                         static_cast<size_t>(splits * wg.rows * wg.cols() * 8));
+  KernelLaunch w{
+      "fj_wgrad_partial",
+      "fj::wgrad_halo_kernel<Cfg, WgTune>",
+      absl::StrCat("weight gradient: ", wg.rows, " x ", wg.cols(), " GEMM over ", wg.reduction,
+                   " (n, point) pairs in ", splits, " chunks of ", chunk, " tiles of ", h.rh, " x ",
+                   h.seg, " points, S staged once per tile (",
+                   prec3 ? "tensor cores, 3xTF32" : "tensor cores, TF32", ", double partials)"),
+      {static_cast<unsigned>(CeilDiv(wg.cols(), h.bn)),
+       static_cast<unsigned>(CeilDiv(wg.rows, h.bm)), static_cast<unsigned>(splits)},
+      {256, 1, 1}};
+  w.shared_bytes = static_cast<unsigned>(h.g.smem);
+  w.min_blocks_per_sm = 2;
+  w.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
+            KernelArg::Tensor("gu", gu, kRead),
+            KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
+  plan.kernels.push_back(w);
+  AddWeightGradientReduce(wg, info, wpart, plan);
+}
+
+// templates/wgrad.cuh: on tensor cores (mma.sync) on sm_80 and later where T has 8 or more
+// channels, in 16-, 32- or 64-row tiles; FFMA below 8 rows and before sm_80 (sm_75).
 void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const std::string& gu,
                           const PlanTarget& target, Plan& plan) {
   const int64_t rows = wg.rows, cols = wg.cols(), reduction = wg.reduction;
-  const bool mma = HasAmpereFeatures(target.arch) && rows >= 32;
-  const WgTile t = mma ? WgTile{64, 128, 32, 4, 4, 256} : ChooseWgTile(rows, cols);
+  const bool mma = HasAmpereFeatures(target.arch) && rows >= 8;
+  const bool prec3 = target.precision != Precision::kTf32;
+  if (mma) {
+    if (std::optional<HaloTile> h = ChooseHaloTile(wg, reduction / wg.t_points)) {
+      AddHaloWeightGradient(wg, *h, info, gu, target, prec3, plan);
+      return;
+    }
+  }
+  const WgTile t = mma ? ChooseMmaWgTile(rows, cols) : ChooseWgTile(rows, cols);
   const int64_t threads = t.threads;
   const int64_t tiles = CeilDiv(cols, t.bn) * CeilDiv(rows, t.bm);
   const int64_t max_splits =
       std::max<int64_t>(1, std::min(reduction / (64 * t.bk), kMaxPartsBytes / (rows * cols * 8)));
-  // mma: one block per SM (its registers). FFMA: about two blocks per SM in whole waves (rounded
-  // down: a last, nearly empty wave costs a whole one), each chunk at least 64 steps long.
-  int64_t splits = mma ? FillingSplits(tiles, target.sm_count, max_splits)
+  // mma: one 64-row block per SM (its registers), two of the smaller ones, in whole waves, up to
+  // 1024 chunks. FFMA: about two blocks per SM in whole waves (rounded down: a last, nearly empty
+  // wave costs a whole one). Each chunk at least 64 steps long.
+  const int64_t slots = target.sm_count * (t.bm == 64 ? 1 : 2);
+  int64_t splits = mma ? FillingSplits(tiles, slots, std::min<int64_t>(1024, max_splits))
                        : std::clamp<int64_t>(2 * target.sm_count / tiles, 1, max_splits);
   const int64_t chunk = CeilDiv(CeilDiv(reduction, splits), t.bk) * t.bk;
   splits = CeilDiv(reduction, chunk);
   plan.includes.push_back("wgrad.cuh");
-  const bool prec3 = target.precision != Precision::kTf32;
   plan.tunes.push_back(
       {"WgTune",
        {Int("kBM", t.bm), Int("kBN", t.bn), Int("kBK", t.bk), Int("kTM", t.tm), Int("kTN", t.tn),
@@ -119,6 +214,7 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
       {static_cast<unsigned>(CeilDiv(cols, t.bn)), static_cast<unsigned>(CeilDiv(rows, t.bm)),
        static_cast<unsigned>(splits)},
       {static_cast<unsigned>(threads), 1, 1}};
+  if (mma && t.bm < 64) w.min_blocks_per_sm = 2;  // the two blocks per SM `slots` counts on
   w.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
             KernelArg::Tensor("gu", gu, kRead),
             KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
@@ -146,7 +242,8 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   const int64_t step = fj::geom::kWgradKStep;
   const int64_t max_splits = std::max<int64_t>(
       1, std::min(wg.reduction / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
-  int64_t splits = FillingSplits(tiles, per_sm * target.sm_count, max_splits);
+  int64_t splits =
+      FillingSplits(tiles, per_sm * target.sm_count, std::min<int64_t>(64, max_splits));
   const int64_t chunk = CeilDiv(CeilDiv(wg.reduction, splits), step) * step;
   splits = CeilDiv(wg.reduction, chunk);
   plan.includes.push_back("wgrad_wgmma.cuh");
@@ -255,7 +352,7 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan) {
   auto at = plan->signature.end();
   if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
   plan->signature.insert(at, SavedProducerOutputSpec(chain));
-  const int64_t bytes = NumElements(AnalyzeChain(chain).producer_shape) * 4;
+  const size_t bytes = SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&plan->description, "; also writes u, the convolution's output (", bytes,
                   " bytes), for the backward");
   return absl::OkStatus();
@@ -419,7 +516,9 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
     const int64_t s_channels = conv ? chain.input[1] : p[1];
     const int64_t t_points = conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4];
     const int64_t s_points = conv ? chain.input[2] * chain.input[3] * chain.input[4] : spatial;
-    WeightGradient wg{rows, s_channels, kv, reduction, t_points, s_points};
+    const Dims3 t_grid =
+        conv ? Dims3{p[2], p[3], p[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
+    WeightGradient wg{rows, s_channels, kv, reduction, t_points, s_points, t_grid, a};
     if (UseWgmmaWeightGradient(wg, target)) {
       AddWgmmaWeightGradient(wg, chain, info, gu, target, plan);
     } else {

@@ -53,7 +53,7 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
   // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
   if (absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
       plan.ok() && codegen::CanSaveProducerOutput(*plan)) {
-    const double write = static_cast<double>(NumElements(info.producer_shape)) * 4.0 / 3.0;
+    const double write = static_cast<double>(codegen::SavedProducerOutputSpec(chain).bytes()) / 3.0;
     const double recompute = codegen::LowestCost(codegen::ProducerChain(chain), target);
     d.fused = true;
     d.saves = write < recompute;
@@ -90,7 +90,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
   absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
   if (!planned.ok()) return planned.status();
   if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan); !s.ok()) return s;
-  const int64_t u_bytes = NumElements(codegen::AnalyzeChain(chain).producer_shape) * 4;
+  const size_t u_bytes = codegen::SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&planned->plan.choice,
                   "; training forward, saves for the backward: u, the "
                   "convolution's output (",
@@ -147,7 +147,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain&
       !s.ok()) {
     return s;
   }
-  const int64_t u_bytes = NumElements(codegen::AnalyzeChain(chain).producer_shape) * 4;
+  const size_t u_bytes = codegen::SavedProducerOutputSpec(chain).bytes();
   CompositeInfo info;
   info.chain = chain;
   info.arch = (*first)->arch();

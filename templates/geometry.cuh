@@ -169,6 +169,42 @@ constexpr WgradWgmma WgradWgmmaOf(long long n, long long a, long long b, long lo
   return g;
 }
 
+// The halo weight-gradient kernel (templates/wgrad_halo.cuh). A k-step is one tile of T's grid:
+// rh rows of h x seg points of w of one (n, d) plane, its points in row-major order, padded to a
+// multiple of 16. It stages that T tile and, per S channel its column tile touches, the S box every
+// tap of the tile reads ("halo"): kd planes x hh rows x hw points.
+struct WgradHalo {
+  long long bk;             // k-step length: rh * seg rounded up to 16
+  long long hb, wb;         // tiles of T's grid along h and w
+  long long steps;          // n * td * hb * wb k-steps in all
+  long long hh, hw, plane;  // halo rows, points per row, floats per S channel (kd * hh * hw)
+  long long channels;       // S channels a column tile of bn columns touches, at most
+  long long halo;           // channels * plane
+  long long smem;           // dynamic shared memory: two stages of the T tile and the halo as
+                            // copied, one split into (TF32 high, low) pairs, a k-offset table
+};
+// Per axis (d, h, w): t* T's grid; k* kernel size; s* stride; l* dilation. kv = kd * kh * kw;
+// b: S's channels; bm x bn the block tile.
+constexpr WgradHalo WgradHaloOf(long long n, long long td, long long th, long long tw, long long kd,
+                                long long kh, long long kw, long long sh, long long sw,
+                                long long lh, long long lw, long long b, long long rh,
+                                long long seg, long long bm, long long bn) {
+  WgradHalo g{};
+  g.bk = RoundUp(rh * seg, 16);
+  g.hb = CeilDiv(th, rh);
+  g.wb = CeilDiv(tw, seg);
+  g.steps = n * td * g.hb * g.wb;
+  g.hh = (rh - 1) * sh + (kh - 1) * lh + 1;
+  g.hw = (seg - 1) * sw + (kw - 1) * lw + 1;
+  g.plane = kd * g.hh * g.hw;
+  const long long kv = kd * kh * kw;
+  const long long touched = (bn + kv - 2) / kv + 1;
+  g.channels = touched < b ? touched : b;
+  g.halo = g.channels * g.plane;
+  g.smem = 2 * 4 * (g.bk * (bm + 8) + g.halo) + 8 * (g.bk * (bm + 4) + g.halo) + 4 * g.bk;
+  return g;
+}
+
 }  // namespace geom
 }  // namespace fj
 

@@ -200,10 +200,14 @@ __device__ void wgrad_partial_kernel(const float* __restrict__ x, const float* _
 }
 
 namespace wg {
-// v = hi + lo, each a TF32 value (hi rounded to nearest; lo the rounded remainder).
+// v = hi + lo for the 3xTF32 products. hi: v rounded to TF32 (nearest, ties away: cvt.rna's
+// result for finite v, with two integer operations, where the conversion instruction runs at a
+// quarter of their rate). lo: the exact remainder, whose low 13 bits the tensor cores ignore
+// (truncated: an error of at most 2^-21 |v|, against 2^-22 rounded). A NaN v may give hi = -0;
+// lo is then NaN, so NaN still propagates.
 __device__ __forceinline__ void split(float v, unsigned& hi, unsigned& lo) {
-  hi = tc_tf32(v);
-  lo = tc_tf32(v - __uint_as_float(hi));
+  hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(v - __uint_as_float(hi));
 }
 // Shared-memory column of (row r, column c) in a row of a multiple of 8 columns: the column XOR
 // (r / 4) % 8, so that a warp storing one column of 32 rows (pitch = 8 mod 32 floats) and a warp
@@ -211,25 +215,43 @@ __device__ __forceinline__ void split(float v, unsigned& hi, unsigned& lo) {
 __device__ __forceinline__ int swz(int r, int c) { return c ^ ((r >> 2) & 7); }
 }  // namespace wg
 
+// The warp layout of wgrad_mma_partial_kernel's BM x BN block tile (8 warps): two rows of warps
+// for 64-row tiles, one otherwise; each warp owns kMI x kNI mma tiles of 16 x 8.
+template <int BM, int BN>
+struct WgMmaWarps {
+  static_assert(BM == 16 || BM == 32 || BM == 64, "wgrad_mma: 16, 32 or 64 rows per block");
+  static constexpr int kRows = BM == 64 ? 2 : 1;  // warps along the rows
+  static constexpr int kCols = 8 / kRows;         // warps along the columns
+  static constexpr int kMI = BM / kRows / 16;
+  static constexpr int kNI = BN / kCols / 8;
+  static_assert(kNI >= 1 && kNI * 8 * kCols == BN, "wgrad_mma: columns a multiple of 8 per warp");
+  static_assert(kMI * kNI <= 8, "wgrad_mma: at most 8 mma tiles per warp (registers)");
+};
+
 // The same GEMM, staging and partials as wgrad_partial_kernel, the products on the tensor cores
 // (mma.sync m16n8k8 TF32, sm_80 and later). Tune::kPrec3 = 1: fp32-accurate (3xTF32: both
 // operands split into TF32 big and small parts, three products, the small ones first); 0: one
 // TF32 product (precision tf32 asked for). Each kBK-step's products are summed by the tensor cores
 // in fp32, then added into double accumulators, as the FFMA kernel does.
-// Tune: kBM 64, kBN 128, kBK 32, kThreads 256 (8 warps: 2 rows x 4 columns of 32 x 32 warp
-// tiles); kSplits, kChunk (a multiple of kBK) as for wgrad_partial_kernel; same grid and part.
+// Tune: kBM 16, 32 or 64; kBN a multiple of 64 (8 warps, WgMmaWarps); kBK 32; kThreads 256;
+// kSplits, kChunk (a multiple of kBK) as for wgrad_partial_kernel; same grid and part.
 template <class Cfg, class Tune>
 __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const float* __restrict__ gu,
                                          double* __restrict__ part) {
   using G = WgGeom<Cfg>;
-  constexpr int BM = 64, BN = 128, BK = 32, kThreads = 256;
-  static_assert(Tune::kBM == BM && Tune::kBN == BN && Tune::kBK == BK && Tune::kThreads == kThreads,
-                "wgrad_mma: tile 64 x 128 x 32, 256 threads");
+  constexpr int BM = Tune::kBM, BN = Tune::kBN, BK = 32, kThreads = 256;
+  static_assert(Tune::kBK == BK && Tune::kThreads == kThreads,
+                "wgrad_mma: k-steps of 32, 256 threads");
   static_assert(Tune::kChunk % BK == 0, "wgrad_mma: chunks of whole k-steps");
+  using Wp = WgMmaWarps<BM, BN>;
+  constexpr int MI = Wp::kMI, NI = Wp::kNI;
   using St = WgStage<Cfg, BM, BN, BK, kThreads>;
-  constexpr int kSLoads = St::kSLoads, kTLoads = St::kTLoads;  // 16, 8
+  constexpr int kSLoads = St::kSLoads, kTLoads = St::kTLoads;
   constexpr int kColStep = St::kColStep;     // columns (and rows) between a thread's loads
-  constexpr int kTP = BM + 8, kSP = BN + 8;  // pitches: 8 mod 32 floats
+  // Pitches 8 or 24 mod 32 floats: with wg::swz, a warp's stores and fragment reads hit 32 banks.
+  constexpr int kTP = BM + 8, kSP = BN + 8;
+  static_assert(kTP % 16 == 8 && kSP % 16 == 8, "wgrad_mma: pitches 8 mod 16 floats");
+  static_assert(kTLoads * kThreads == BK * BM, "wgrad_mma: whole T loads per thread");
   const float* __restrict__ T = G::kConv ? gu : x;
   const float* __restrict__ S = G::kConv ? x : gu;
 
@@ -237,7 +259,7 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
   __shared__ __align__(16) float Ss[BK * kSP];
   __shared__ int4 colinfo[BN];  // (b * kQS, tap's d, h, w displacement); b * kQS < 0: no column
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wr = warp >> 2, wc = warp & 3, g = lane >> 2, t = lane & 3;
+  const int wr = warp / Wp::kCols, wc = warp % Wp::kCols, g = lane >> 2, t = lane & 3;
   const int rr = tid % BK, c_first = tid / BK;
   const int m0 = blockIdx.y * BM, c0 = blockIdx.x * BN;
   const int r_begin = blockIdx.z * Tune::kChunk;
@@ -249,12 +271,12 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
   float sv[kSLoads], tv[kTLoads];
   auto load = [&](int r0) { St::Load(T, S, colinfo, r0, r_end, m0, sv, tv); };
 
-  float acc[2][4][4];
-  double accd[2][4][4];
+  float acc[MI][NI][4];
+  double accd[MI][NI][4];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
+    for (int ni = 0; ni < NI; ++ni) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         acc[mi][ni][e] = 0.f;
@@ -280,10 +302,10 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
 #pragma unroll
     for (int k8 = 0; k8 < BK; k8 += 8) {
       const int ka = k8 + t, kb = k8 + t + 4;
-      unsigned ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      unsigned ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const int row = wr * 32 + mi * 16 + g;
+      for (int mi = 0; mi < MI; ++mi) {
+        const int row = wr * (MI * 16) + mi * 16 + g;
         const float v[4] = {Ts[ka * kTP + wg::swz(ka, row)], Ts[ka * kTP + wg::swz(ka, row + 8)],
                             Ts[kb * kTP + wg::swz(kb, row)], Ts[kb * kTP + wg::swz(kb, row + 8)]};
 #pragma unroll
@@ -296,8 +318,8 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
         }
       }
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int col = wc * 32 + ni * 8 + g;
+      for (int ni = 0; ni < NI; ++ni) {
+        const int col = wc * (NI * 8) + ni * 8 + g;
         const float v[2] = {Ss[ka * kSP + wg::swz(ka, col)], Ss[kb * kSP + wg::swz(kb, col)]};
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -309,9 +331,9 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
         }
       }
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
+      for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (int ni = 0; ni < NI; ++ni) {
           if constexpr (Tune::kPrec3) {
             tc_mma(acc[mi][ni], al[mi], bh[ni]);
             tc_mma(acc[mi][ni], ah[mi], bl[ni]);
@@ -321,9 +343,9 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
       }
     }
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
+      for (int ni = 0; ni < NI; ++ni) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           accd[mi][ni][e] += acc[mi][ni][e];
@@ -337,13 +359,13 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
   // Accumulator e of (mi, ni): row g (+8 for e >= 2), column 2t (+1 for odd e) of the 16 x 8 tile.
   double* out = part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol;
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
+    for (int ni = 0; ni < NI; ++ni) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int a = m0 + wr * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int col = c0 + wc * 32 + ni * 8 + 2 * t + (e & 1);
+        const int a = m0 + wr * (MI * 16) + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int col = c0 + wc * (NI * 8) + ni * 8 + 2 * t + (e & 1);
         if (a < G::kA && col < G::kNcol) {
           out[static_cast<size_t>(a) * G::kNcol + col] = accd[mi][ni][e];
         }
@@ -382,6 +404,19 @@ struct WgMmaSelfTune {
 };
 extern "C" __global__ void wgrad_mma_partial(const float* x, const float* gu, double* part) {
   fj::wgrad_mma_partial_kernel<fj::DefaultConfig, WgMmaSelfTune>(x, gu, part);
+}
+// The few-row tiles: one row of warps, 16 rows x 192 columns and 32 x 64 in TF32.
+struct WgMma16SelfTune : WgMmaSelfTune {
+  static constexpr int kBM = 16, kBN = 192;
+};
+extern "C" __global__ void wgrad_mma16_partial(const float* x, const float* gu, double* part) {
+  fj::wgrad_mma_partial_kernel<fj::DefaultConfig, WgMma16SelfTune>(x, gu, part);
+}
+struct WgMma32SelfTune : WgMmaSelfTune {
+  static constexpr int kBM = 32, kBN = 64, kPrec3 = 0;
+};
+extern "C" __global__ void wgrad_mma32_partial(const float* x, const float* gu, double* part) {
+  fj::wgrad_mma_partial_kernel<fj::DefaultConfig, WgMma32SelfTune>(x, gu, part);
 }
 extern "C" __global__ void wgrad_reduce(const double* part, float* gw) {
   fj::wgrad_reduce_kernel<fj::DefaultConfig, WgSelfTune>(part, gw);

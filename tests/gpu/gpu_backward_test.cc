@@ -124,6 +124,33 @@ TEST(GpuBackward, TensorCoreWeightGradient) {
   }
 }
 
+// The halo weight gradient (templates/wgrad_halo.cuh: T with 8 to 32 channels): tiles of 16 and
+// 32 rows, one and several column tiles, T rows wider than a 64-point segment, strides, dilations,
+// paddings, output_padding, tiles past the grid's edges; fp32-accurate to 1e-5 and in TF32 mode.
+TEST(GpuBackward, HaloWeightGradient) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[3,3,12,20,20] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[2,3,6,9,70] | conv3d(out=24,k=3,padding=[0,1,2]) | group_norm(groups=8) | "
+      "mean(dims=[1,2,3,4])",
+      "x:f32[2,12,5,8,8] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish",
+      "x:f32[2,9,4,7,67] | conv_transpose3d(out=7,k=[2,3,4],stride=[1,2,3],dilation=[1,2,1],"
+      "output_padding=[0,1,2]) | relu",
+      "x:f32[1,9,6,11,13] | conv3d(out=29,k=[3,2,5],stride=[2,1,2],dilation=[1,2,1],padding=2) | "
+      "tanh | group_norm(groups=1)",
+      "x:f32[2,20,5,6,7] | conv3d(out=13,k=3,padding=1) | gelu",
+  };
+  uint64_t seed = 500;
+  for (const char* spec : specs) {
+    absl::StatusOr<Chain> c = ParseChain(spec);
+    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
+    CheckBackward(*c, seed++);
+    CheckBackward(*c, seed++, Precision::kTf32, 2e-2);
+  }
+}
+
 // The wgmma weight gradient (sm_90, both channel counts of the GEMM 32 or more) on random chains
 // of the grammar with 32-160 channels: odd counts (tiles padded), strides, dilations, paddings,
 // output_padding, batch 1-3; fp32-accurate to 1e-5 and in TF32 mode.

@@ -11,6 +11,7 @@
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
 #include "fusejit/workloads.h"
+#include "templates/geometry.cuh"
 #include "tests/random_chains.h"
 
 namespace fusejit {
@@ -134,9 +135,11 @@ TEST(Backward, RandomChainsCompileForSm80AndSm90) {
 }
 
 // The weight gradient's engine: wgmma (templates/wgrad_wgmma.cuh, an sm_90a build) on sm_90 where
-// both channel counts of its GEMM are 32 or more; mma.sync on sm_80, and on sm_90 where S has fewer
-// channels; FFMA below 32 rows. Its grid covers every tap x 64-row tile x column tile x chunk, the
-// chunks cover the reduction, and the GEMM's shared memory fits two CTAs per SM.
+// both channel counts of its GEMM are 32 or more; otherwise mma.sync, staging S's halo once per
+// tile of T's grid where T has 8 to 32 channels (wgrad_halo) and gathering per tap where T has
+// more (wgrad_mma_partial); FFMA below 8 and before sm_80. Its grid covers every tap x 64-row tile
+// x column tile x chunk, the chunks cover the reduction, and the GEMM's shared memory fits two CTAs
+// per SM.
 TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
   struct Case {
     const char* spec;
@@ -155,6 +158,15 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
       {"x:f32[2,48,6,7,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1) | tanh", "sm_90",
        "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
       {"x:f32[2,3,16,16,16] | conv3d(out=16,k=3) | relu", "sm_90",
+       "fj::wgrad_halo_kernel<Cfg, WgTune>"},
+      {"x:f32[2,9,9,10,70] | conv_transpose3d(out=7,k=[2,3,4],stride=[1,2,3],dilation=[1,2,1]) | "
+       "relu",
+       "sm_80", "fj::wgrad_halo_kernel<Cfg, WgTune>"},
+      {"x:f32[2,3,5,8,8] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish", "sm_90",
+       "fj::wgrad_partial_kernel<Cfg, WgTune>"},
+      {"x:f32[2,40,6,7,8] | conv3d(out=24,k=3) | relu", "sm_80",
+       "fj::wgrad_halo_kernel<Cfg, WgTune>"},
+      {"x:f32[2,3,16,16,16] | conv3d(out=16,k=3) | relu", "sm_75",
        "fj::wgrad_partial_kernel<Cfg, WgTune>"},
   };
   for (const Case& c : cases) {
@@ -170,14 +182,14 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
     ASSERT_NE(gemm, nullptr) << codegen::ExplainPlan(*plan);
     const bool wgmma = std::string(c.body).find("wgmma") != std::string::npos;
     EXPECT_EQ(plan->arch_override, wgmma ? "sm_90a" : "");
-    if (!wgmma) continue;
-    int64_t chunk = 0, splits = 0, bn = 0;
+    int64_t chunk = 0, splits = 0, bn = 0, bm = 0;
     for (const codegen::TuneStruct& t : plan->tunes) {
       if (t.name != "WgTune") continue;
       for (const codegen::TuneStruct::Field& f : t.fields) {
         if (f.name == "kChunk") chunk = std::stoll(f.value);
         if (f.name == "kSplits") splits = std::stoll(f.value);
         if (f.name == "kBN") bn = std::stoll(f.value);
+        if (f.name == "kBM") bm = std::stoll(f.value);
       }
     }
     const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
@@ -189,6 +201,49 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
         conv ? u[2] * u[3] * u[4] : chain.input[2] * chain.input[3] * chain.input[4];
     const ConvAttrs& a = info.producer->conv;
     const int64_t taps = a.kernel[0] * a.kernel[1] * a.kernel[2];
+    if (std::string(c.body) == "fj::wgrad_halo_kernel<Cfg, WgTune>") {
+      // Tiles of T's grid cover it; the two stages fit two blocks per SM.
+      int64_t rh = 0, seg = 0;
+      for (const codegen::TuneStruct& t : plan->tunes) {
+        for (const codegen::TuneStruct::Field& f : t.fields) {
+          if (t.name == "WgTune" && f.name == "kRH") rh = std::stoll(f.value);
+          if (t.name == "WgTune" && f.name == "kSeg") seg = std::stoll(f.value);
+        }
+      }
+      const Dims3 tg =
+          conv ? Dims3{u[2], u[3], u[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
+      const fj::geom::WgradHalo h = fj::geom::WgradHaloOf(
+          chain.input[0], tg[0], tg[1], tg[2], a.kernel[0], a.kernel[1], a.kernel[2], a.stride[1],
+          a.stride[2], a.dilation[1], a.dilation[2], s_channels, rh, seg, bm, bn);
+      EXPECT_EQ(bm, t_channels <= 16 ? 16 : 32);
+      EXPECT_LE(seg, 64);
+      EXPECT_LE(rh * seg, h.bk);
+      EXPECT_GE(h.hb * rh, tg[1]);
+      EXPECT_GE(h.wb * seg, tg[2]);
+      EXPECT_EQ(h.steps, chain.input[0] * tg[0] * h.hb * h.wb);
+      EXPECT_GE(chunk * splits, h.steps);
+      EXPECT_LT(chunk * (splits - 1), h.steps);
+      EXPECT_EQ(gemm->grid[0], (s_channels * taps + bn - 1) / bn);
+      EXPECT_EQ(gemm->grid[1], (t_channels + bm - 1) / bm);
+      EXPECT_EQ(gemm->grid[2], splits);
+      EXPECT_EQ(gemm->shared_bytes, h.smem);
+      EXPECT_LE(2 * gemm->shared_bytes, 227u * 1024);
+      EXPECT_EQ(gemm->min_blocks_per_sm, 2u);
+    }
+    if (std::string(c.body) == "fj::wgrad_mma_partial_kernel<Cfg, WgTune>") {
+      // The smallest of 16, 32, 64 rows holding the T channels; columns in multiples of 64.
+      const int64_t cols = s_channels * taps;
+      EXPECT_EQ(bm, t_channels <= 16 ? 16 : t_channels <= 32 ? 32 : 64);
+      EXPECT_EQ(bn % 64, 0);
+      EXPECT_LE(bn, bm == 64 ? 128 : 256);
+      EXPECT_EQ(gemm->grid[0], (cols + bn - 1) / bn);
+      EXPECT_EQ(gemm->grid[1], (t_channels + bm - 1) / bm);
+      EXPECT_EQ(gemm->block[0], 256u);
+      EXPECT_GE(chunk * splits, chain.input[0] * t_points);
+      EXPECT_LT(chunk * (splits - 1), chain.input[0] * t_points);
+      EXPECT_EQ(gemm->grid[2], splits);
+    }
+    if (!wgmma) continue;
     EXPECT_EQ(gemm->grid[2], splits);
     EXPECT_EQ(chunk % 64, 0);
     EXPECT_GE(chunk * splits, chain.input[0] * t_points);
