@@ -538,14 +538,18 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                               ", per-tile group moments");
   gemm.args.push_back(pre_in_workspace ? KernelArg::Workspace(ArgType::kFloat, "y", pre, kWrite)
                                        : KernelArg::Output());
+  // u: where the training forward stores the convolution's output as well (null otherwise;
+  // codegen::SaveProducerOutput binds it).
   if (store) {
     gemm.purpose = absl::StrCat("implicit GEMM ", g.bm, "x", t.bn,
                                 " tiles (wgmma) + bias + every op, stored into y");
     gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "partials", kWrite));
+    gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     plan.kernels.push_back(gemm);
     return plan;
   }
   gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "partials", partials, kWrite));
+  gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
   plan.kernels.push_back(gemm);
   KernelLaunch fin;
   fin.symbol = "fj_gn_finalize";

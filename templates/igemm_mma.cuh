@@ -512,10 +512,10 @@ struct IgemmCore {
     }
   }
 
-  // Stages the tile as [BN][BM+4] floats in smem: acc * s + bias, pre(), and post() when
-  // kPost (store epilogue without group_norm). REQUIRES: all threads; smem free for reuse.
-  // The caller synchronizes before reading the staged tile.
-  template <bool kPost>
+  // Stages the tile as [BN][BM+4] floats in smem: acc * s + bias, pre() unless !kPre (u, the
+  // convolution's output), and post() when kPost (store epilogue without group_norm).
+  // REQUIRES: all threads; smem free for reuse. The caller synchronizes before reading it.
+  template <bool kPost, bool kPre = true>
   __device__ __forceinline__ static void stage_tile(float (&acc)[MT][NT8][4], float* epi, float s,
                                                     const ElemT<Cfg>* __restrict__ bias, int co0) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -533,7 +533,7 @@ struct IgemmCore {
           if constexpr (Cfg::kBias) {
             if (Cfg::kC % BN == 0 || co0 + col < Cfg::kC) v += to_f32(bias[co0 + col]);
           }
-          v = Cfg::pre(v);
+          if constexpr (kPre) v = Cfg::pre(v);
           if constexpr (kPost) v = Cfg::post(v);
           epi[col * Sh::kEpiPitch + row] = v;
         }
@@ -577,25 +577,16 @@ struct IgemmCore {
     }
   }
 
-  // kIgemmOutStoreY epilogue: scale, bias, pre() (and post() without group_norm), stage as
-  // [BN][BM+4] in smem, coalesced stores of the valid rows to y, per-(tile, group) moments into
-  // partials. REQUIRES: all threads; smem free for reuse.
-  __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
-                                                  float s, const ElemT<Cfg>* __restrict__ bias,
-                                                  IgemmYT<Cfg>* __restrict__ y,
-                                                  float* __restrict__ partials, int tile,
-                                                  int co0, int n) {
-    using Y = IgemmYT<Cfg>;
+  // Stores the staged tile's valid rows (channel rows of [BN][BM+4] floats) into out, a
+  // [N][C][S] tensor of Y, coalesced. REQUIRES: all threads; the staged tile visible.
+  template <class Y>
+  __device__ __forceinline__ static void store_rows(const float* epi, Y* __restrict__ out, int n,
+                                                    int co0, int sp0, int valid) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* epi = reinterpret_cast<float*>(smem);
-    stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
-    __syncthreads();
-    const int sp0 = tile * BM;
-    const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
     constexpr int kWarps = NT / 32;
     for (int r = warp; r < BN; r += kWarps) {
       if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: not stored
-      Y* dst = y + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
+      Y* dst = out + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
       const float* srow = epi + r * Sh::kEpiPitch;
       if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && is_same_v<Y, float>) {
         for (int m = lane * 4; m < valid; m += 128)
@@ -613,6 +604,32 @@ struct IgemmCore {
         for (int m = lane; m < valid; m += 32) dst[m] = store_as<Y>(srow[m]);
       }
     }
+  }
+
+  // kIgemmOutStoreY epilogue: scale, bias, pre() (and post() without group_norm), stage as
+  // [BN][BM+4] in smem, coalesced stores of the valid rows to y, per-(tile, group) moments into
+  // partials. u non-null (the training forward): first acc * s + bias, the convolution's output,
+  // staged and stored into u (f32, the producer's shape) the same way.
+  // REQUIRES: all threads; smem free for reuse.
+  __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
+                                                  float s, const ElemT<Cfg>* __restrict__ bias,
+                                                  IgemmYT<Cfg>* __restrict__ y,
+                                                  float* __restrict__ partials, int tile, int co0,
+                                                  int n, float* __restrict__ u) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* epi = reinterpret_cast<float*>(smem);
+    const int sp0 = tile * BM;
+    const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
+    constexpr int kWarps = NT / 32;
+    if (u != nullptr) {
+      stage_tile<false, false>(acc, epi, s, bias, co0);
+      __syncthreads();
+      store_rows(epi, u, n, co0, sp0, valid);
+      __syncthreads();
+    }
+    stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
+    __syncthreads();
+    store_rows(epi, y, n, co0, sp0, valid);
     if constexpr (Cfg::kGroups > 0) {
       // Per-group moments of this tile: two passes per lane over its values (fixed order),
       // then a fixed Chan tree over the lanes.

@@ -35,11 +35,12 @@
 //   fp32-accurate: IgemmWgmmaTune<kPrecF16x3, 3, 7, 2> + kAsync = 1  (384 threads, 224 KB smem)
 //   tf32:          IgemmWgmmaTune<kPrecTF32x1, 4, 5, 0> + kAsync = 1 (512 threads, 212 KB smem)
 // Workspace, prep kernels, partials layout, launch order and gn_finalize/gn_apply: igemm_mma.cuh.
-//   igemm_wgmma_body<Cfg,Tune>(xa, wb, bias, scale, y, partials)            (kIgemmOutStoreY)
+//   igemm_wgmma_body<Cfg,Tune>(xa, wb, bias, scale, y, partials, u)         (kIgemmOutStoreY)
 //        (bias is ElemT<Cfg>; y is IgemmYT<Cfg>: without group_norm the chain's output in its
 //        dtype, rounded once (igemm-store); with group_norm float pre-norm values -- the output
 //        itself for f32 chains, a float workspace for bf16/f16 chains, normalized into the
-//        output by gn_apply_out_body)
+//        output by gn_apply_out_body; u null, or (the training forward) where the convolution's
+//        output is stored as well, f32)
 //   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
 //        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
 //        grid (IgemmShape::kTiles, ceil(kC/128), kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
@@ -406,7 +407,7 @@ __device__ __forceinline__ void igemm_wgmma_run(
     const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
     const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale,
     IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials,
-    IgemmChannelMoments* __restrict__ channel_partials) {
+    IgemmChannelMoments* __restrict__ channel_partials, float* __restrict__ u) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
   using Sh = typename L::Sh;
@@ -506,21 +507,19 @@ __device__ __forceinline__ void igemm_wgmma_run(
     K::epilogue_channel_moments(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, channel_partials,
                                 tile, s.co0, n);
   } else {
-    K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n);
+    K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n, u);
   }
 }
 
 // kIgemmOutStoreY: pre-norm values into y, per-tile group moments into partials.
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_wgmma_body(const unsigned char* __restrict__ xa,
-                                                 const unsigned char* __restrict__ wb,
-                                                 const ElemT<Cfg>* __restrict__ bias,
-                                                 const float* __restrict__ scale,
-                                                 IgemmYT<Cfg>* __restrict__ y,
-                                                 float* __restrict__ partials) {
+__device__ __forceinline__ void igemm_wgmma_body(
+    const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
+    const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale,
+    IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials, float* __restrict__ u) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutStoreY,
                 "igemm_wgmma_body: Tune::kOut must be kIgemmOutStoreY");
-  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, y, partials, nullptr);
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, y, partials, nullptr, u);
 }
 
 // kIgemmOutChannelMoments: per-tile per-channel moments only (igemm_mean.cuh finalizes).
@@ -531,7 +530,7 @@ __device__ __forceinline__ void igemm_wgmma_moments_body(
     IgemmChannelMoments* __restrict__ channel_partials) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutChannelMoments,
                 "igemm_wgmma_moments_body: Tune::kOut must be kIgemmOutChannelMoments");
-  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, nullptr, nullptr, channel_partials);
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, nullptr, nullptr, channel_partials, nullptr);
 }
 
 }  // namespace fj
@@ -568,35 +567,35 @@ using TuneN64 = fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1, fj::kIgemmOutSto
 }  // namespace fj_selftest_igemm_wgmma
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_f16x3_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
-                               const float* scale, float* y, float* partials) {
+                               const float* scale, float* y, float* partials, float* u) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneF16x3>(
-      xa, wb, bias, scale, y, partials);
+      xa, wb, bias, scale, y, partials, u);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_tf32_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
                               const float* scale, float* y, float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneTF32>(
-      xa, wb, bias, scale, y, partials);
+      xa, wb, bias, scale, y, partials, nullptr);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_bf16x1_selftest(const unsigned char* xa, const unsigned char* wb,
                                 const fj::bf16_t* bias, const float* scale, float* y,
                                 float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::CfgBF16, fj_selftest_igemm_wgmma::TuneBF16>(
-      xa, wb, bias, scale, y, partials);
+      xa, wb, bias, scale, y, partials, nullptr);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_f16x1_selftest(const unsigned char* xa, const unsigned char* wb,
                                const fj::f16_t* bias, const float* scale, float* y,
                                float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::CfgF16, fj_selftest_igemm_wgmma::TuneF16x1>(
-      xa, wb, bias, scale, y, partials);
+      xa, wb, bias, scale, y, partials, nullptr);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_n64_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
                              const float* scale, float* y, float* partials) {
   fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg64, fj_selftest_igemm_wgmma::TuneN64>(
-      xa, wb, bias, scale, y, partials);
+      xa, wb, bias, scale, y, partials, nullptr);
 }
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_moments_selftest(const unsigned char* xa, const unsigned char* wb,

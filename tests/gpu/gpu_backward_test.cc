@@ -273,7 +273,8 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   // Plans writing u in their own forward (codegen::SaveProducerOutput): mma-moments-mean (W2's
   // and W4's plan; odd sizes, kernels and channel counts, both mean modes) and
   // convt-recompute-normalize's write pass (W1's plan; coalesced rows (stride 2 along w) and
-  // direct ones, output_padding, per-dimension strides).
+  // direct ones, output_padding, per-dimension strides) and the igemm epilogue (W3's plan, with
+  // and without group_norm, a spatial size not a multiple of 4: scalar stores).
   struct Fused {
     const char* spec;
     const char* strategy;
@@ -298,6 +299,15 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
       {"x:f32[2,2,5,6,7] | conv_transpose3d(out=12,k=[3,2,3],stride=[1,2,3]) | relu | "
        "group_norm(groups=3)",
        "convt-recompute-normalize"},
+      {"x:f32[1,64,12,12,12] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+       "group_norm(groups=8)",
+       "igemm-store-normalize"},
+      {"x:f32[2,64,7,9,11] | conv_transpose3d(out=128,k=3) | gelu | group_norm(groups=4) | "
+       "sigmoid",
+       "igemm-store-normalize"},
+      {"x:f32[2,32,12,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
+       "igemm-store-normalize"},
+      {"x:f32[2,32,9,10,11] | conv3d(out=64,k=3,padding=1) | tanh", "igemm-store"},
   };
   for (const Fused& t : fused) {
     const Chain c = ParseOrFail(t.spec);

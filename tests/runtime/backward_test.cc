@@ -313,6 +313,21 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     ASSERT_TRUE(plain.ok()) << plain.status();
     EXPECT_LE((*b)->workspace_bytes() + u.bytes(), (*plain)->workspace_bytes());
   }
+  // W3's plan on sm_90 (igemm-store-normalize: its wgmma epilogue) writes u itself, beside the
+  // pre-norm values. (The small w3 above runs tc-conv, which cannot: the composite writes u.)
+  {
+    const Chain w3_seed = Parse(
+        "x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+        "group_norm(groups=8)");
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f =
+        CompileTrainingForward(w3_seed, Arch("sm_90"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->strategy(), "igemm-store-normalize");
+    EXPECT_NE((*f)->Explain().find("u=u"), std::string::npos) << (*f)->Explain();
+    absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(w3_seed, Arch("sm_90"));
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ((*plain)->Explain().find("u=u"), std::string::npos) << (*plain)->Explain();
+  }
   // W1's plan (convt-recompute-normalize: its write pass) writes u itself: writing 1 GB costs
   // less than the backward's recompute of the convolution.
   const Chain w1 = Parse(
