@@ -61,8 +61,15 @@ class DirectFewOutStrategy final : public Strategy {
     FewOutTune t;
     const ChainInfo& info = in.info;
     const bool conv = info.producer->kind == OpKind::kConv3d;
-    t.tw = std::min<int64_t>(8, info.producer_shape[4]);
-    while (t.tw > 1 && Span(info.producer->conv, conv, t.tw) > kMaxSpan) t.tw /= 2;
+    // Eight outputs along w a thread; two for a conv3d strided along h and w (measured with
+    // `fusejit autotune` on the H100, 2026-11-26, ms for tw 8 / 2: W1's data gradient
+    // [128,16,31,63,63] k3 s2 0.71 / 0.52; [32,16,32,64,64] k3 s2 0.337 / 0.163;
+    // [64,8,32,32,32] k3 s2 0.102 / 0.056; strided along w only, [32,16,31,63,63] s[1,1,2]
+    // 0.448 / 0.487; the stride-1 data gradients of W2 and W4 were fastest at 8).
+    const ConvAttrs& a = info.producer->conv;
+    const bool strided = conv && a.stride[1] >= 2 && a.stride[2] >= 2;
+    t.tw = std::min<int64_t>(strided ? 2 : 8, info.producer_shape[4]);
+    while (t.tw > 1 && Span(a, conv, t.tw) > kMaxSpan) t.tw /= 2;
     return ToConfig(name(), t, std::span<const TuneField<FewOutTune>>(kFields));
   }
   std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {

@@ -43,6 +43,32 @@ TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
   }
 }
 
+// Eight outputs along w a thread by default; two where a conv3d is strided along h and w (the
+// autotuner's finding on the H100: 1.35x to 2.1x faster there, slower elsewhere).
+TEST(DirectFewOut, DefaultOutputsPerThreadFollowTheStride) {
+  const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
+  struct Case {
+    const char* spec;
+    const char* config;
+  };
+  for (const Case& c : {
+           Case{"x:f32[128,16,31,63,63] | conv3d(out=3,k=3,stride=2,padding=1,bias=false)",
+                "direct-few-out:tw=2,threads=128"},
+           Case{"x:f32[2,16,11,13,13] | conv3d(out=3,k=[3,3,3],stride=[1,2,2]) | tanh",
+                "direct-few-out:tw=2,threads=128"},
+           Case{"x:f32[2,16,11,13,29] | conv3d(out=3,k=3,stride=[1,1,2])",
+                "direct-few-out:tw=8,threads=128"},
+           Case{"x:f32[2,16,11,13,13] | conv3d(out=3,k=3,stride=[1,1,2])",  // w is 6
+                "direct-few-out:tw=6,threads=128"},
+           Case{"x:f32[2,16,9,10,11] | conv_transpose3d(out=3,k=4,bias=false)",
+                "direct-few-out:tw=8,threads=128"},
+           Case{"x:f32[2,16,9,10,3] | conv3d(out=3,k=1)", "direct-few-out:tw=3,threads=128"},
+       }) {
+    EXPECT_EQ(FewOut().DefaultConfig(codegen::PlanInput(Parse(c.spec), t)).ToString(), c.config)
+        << c.spec;
+  }
+}
+
 TEST(DirectFewOut, CompilesForSm75Sm80AndSm90AndRefusesBadConfigs) {
   for (const char* spec : kSpecs) {
     for (const char* arch : {"sm_75", "sm_80", "sm_90"}) {
