@@ -215,6 +215,55 @@ __device__ __forceinline__ void split(float v, unsigned& hi, unsigned& lo) {
 __device__ __forceinline__ int swz(int r, int c) { return c ^ ((r >> 2) & 7); }
 }  // namespace wg
 
+// A warp's accumulators in the tensor-core weight-gradient kernels: MI x NI mma tiles of 16 x 8.
+// A k-step's products are summed in fp32 (f), then added into double (d) by flush().
+template <int MI, int NI>
+struct WgAcc {
+  float f[MI][NI][4];
+  double d[MI][NI][4];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          f[mi][ni][e] = 0.f;
+          d[mi][ni][e] = 0.0;
+        }
+  }
+  __device__ __forceinline__ void flush() {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d[mi][ni][e] += f[mi][ni][e];
+          f[mi][ni][e] = 0.f;
+        }
+  }
+  // Writes d into out [rows][cols]: element e of tile (mi, ni) at row row0 + mi * 16 + g (+8
+  // for e >= 2) and column col0(ni) + 2t (+1 for odd e), g = lane / 4, t = lane % 4; nothing
+  // past the edges.
+  template <class Col0>
+  __device__ __forceinline__ void store(double* __restrict__ out, int rows, int cols, int row0,
+                                        Col0 col0) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int a = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
+          const int col = col0(ni) + 2 * t + (e & 1);
+          if (a < rows && col < cols) out[static_cast<size_t>(a) * cols + col] = d[mi][ni][e];
+        }
+  }
+};
+
 // The warp layout of wgrad_mma_partial_kernel's BM x BN block tile (8 warps): two rows of warps
 // for 64-row tiles, one otherwise; each warp owns kMI x kNI mma tiles of 16 x 8.
 template <int BM, int BN>
@@ -271,19 +320,8 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
   float sv[kSLoads], tv[kTLoads];
   auto load = [&](int r0) { St::Load(T, S, colinfo, r0, r_end, m0, sv, tv); };
 
-  float acc[MI][NI][4];
-  double accd[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc[mi][ni][e] = 0.f;
-        accd[mi][ni][e] = 0.0;
-      }
-    }
-  }
+  WgAcc<MI, NI> acc;
+  acc.zero();
 
   if (r_begin < r_end) load(r_begin);
   for (int r0 = r_begin; r0 < r_end; r0 += BK) {
@@ -335,43 +373,19 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
           if constexpr (Tune::kPrec3) {
-            tc_mma(acc[mi][ni], al[mi], bh[ni]);
-            tc_mma(acc[mi][ni], ah[mi], bl[ni]);
+            tc_mma(acc.f[mi][ni], al[mi], bh[ni]);
+            tc_mma(acc.f[mi][ni], ah[mi], bl[ni]);
           }
-          tc_mma(acc[mi][ni], ah[mi], bh[ni]);
+          tc_mma(acc.f[mi][ni], ah[mi], bh[ni]);
         }
       }
     }
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          accd[mi][ni][e] += acc[mi][ni][e];
-          acc[mi][ni][e] = 0.f;
-        }
-      }
-    }
+    acc.flush();
     __syncthreads();
   }
 
-  // Accumulator e of (mi, ni): row g (+8 for e >= 2), column 2t (+1 for odd e) of the 16 x 8 tile.
-  double* out = part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int a = m0 + wr * (MI * 16) + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int col = c0 + wc * (NI * 8) + ni * 8 + 2 * t + (e & 1);
-        if (a < G::kA && col < G::kNcol) {
-          out[static_cast<size_t>(a) * G::kNcol + col] = accd[mi][ni][e];
-        }
-      }
-    }
-  }
+  acc.store(part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol, G::kA, G::kNcol,
+            m0 + wr * (MI * 16), [&](int ni) { return c0 + wc * (NI * 8) + ni * 8; });
 }
 
 // grad_w[i] = sum over chunks of part[chunk][i], in chunk order. One thread per weight element.

@@ -169,19 +169,8 @@ __device__ void wgrad_halo_kernel(const float* __restrict__ x, const float* __re
     }
   };
 
-  float acc[MI][NI][4];
-  double accd[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc[mi][ni][e] = 0.f;
-        accd[mi][ni][e] = 0.0;
-      }
-    }
-  }
+  WgAcc<MI, NI> acc;
+  acc.zero();
 
   if (s_begin < s_end) fetch(0, s_begin);
   for (int step = s_begin, stage = 0; step < s_end; ++step, stage ^= 1) {
@@ -215,42 +204,18 @@ __device__ void wgrad_halo_kernel(const float* __restrict__ x, const float* __re
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
           if constexpr (kPrec3) {
-            tc_mma(acc[mi][ni], al[mi], bh);
-            tc_mma(acc[mi][ni], ah[mi], bl);
+            tc_mma(acc.f[mi][ni], al[mi], bh);
+            tc_mma(acc.f[mi][ni], ah[mi], bl);
           }
-          tc_mma(acc[mi][ni], ah[mi], bh);
+          tc_mma(acc.f[mi][ni], ah[mi], bh);
         }
       }
     }
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          accd[mi][ni][e] += acc[mi][ni][e];
-          acc[mi][ni][e] = 0.f;
-        }
-      }
-    }
+    acc.flush();
   }
 
-  // Accumulator e of (mi, ni): row g (+8 for e >= 2), column 2t (+1 for odd e) of the 16 x 8 tile.
-  double* out = part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int a = m0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int col = c0 + (warp + 8 * ni) * 8 + 2 * t + (e & 1);
-        if (a < G::kA && col < G::kNcol) {
-          out[static_cast<size_t>(a) * G::kNcol + col] = accd[mi][ni][e];
-        }
-      }
-    }
-  }
+  acc.store(part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol, G::kA, G::kNcol, m0,
+            [&](int ni) { return c0 + (warp + 8 * ni) * 8; });
 }
 
 }  // namespace fj
