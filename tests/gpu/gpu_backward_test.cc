@@ -126,7 +126,8 @@ TEST(GpuBackward, TensorCoreWeightGradient) {
 
 // The halo weight gradient (templates/wgrad_halo.cuh: T with 8 to 32 channels): tiles of 16 and
 // 32 rows, one and several column tiles, T rows wider than a 64-point segment, strides, dilations,
-// paddings, output_padding, tiles past the grid's edges; fp32-accurate to 1e-5 and in TF32 mode.
+// paddings, output_padding, tiles past the grid's edges; and a chain whose halo does not fit;
+// fp32-accurate to 1e-5 and in TF32 mode.
 TEST(GpuBackward, HaloWeightGradient) {
   SKIP_WITHOUT_GPU();
   const char* const specs[] = {
@@ -141,6 +142,8 @@ TEST(GpuBackward, HaloWeightGradient) {
       "x:f32[1,9,6,11,13] | conv3d(out=29,k=[3,2,5],stride=[2,1,2],dilation=[1,2,1],padding=2) | "
       "tanh | group_norm(groups=1)",
       "x:f32[2,20,5,6,7] | conv3d(out=13,k=3,padding=1) | gelu",
+      // Too wide a halo: the per-tap gathering mma kernel in a 16-row tile.
+      "x:f32[1,12,5,6,7] | conv_transpose3d(out=40,k=7,stride=3,dilation=3) | tanh",
   };
   uint64_t seed = 500;
   for (const char* spec : specs) {

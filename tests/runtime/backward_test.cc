@@ -164,6 +164,9 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
        "sm_80", "fj::wgrad_halo_kernel<Cfg, WgTune>"},
       {"x:f32[2,3,5,8,8] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish", "sm_90",
        "fj::wgrad_partial_kernel<Cfg, WgTune>"},
+      // 12 T channels, but the halo of 7-tap dilated rows does not fit: gathered per tap.
+      {"x:f32[1,12,9,9,9] | conv_transpose3d(out=64,k=7,stride=3,dilation=3)", "sm_90",
+       "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
       {"x:f32[2,40,6,7,8] | conv3d(out=24,k=3) | relu", "sm_80",
        "fj::wgrad_halo_kernel<Cfg, WgTune>"},
       {"x:f32[2,3,16,16,16] | conv3d(out=16,k=3) | relu", "sm_75",
