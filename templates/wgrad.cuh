@@ -222,27 +222,27 @@ struct WgAcc {
   float f[MI][NI][4];
   double d[MI][NI][4];
 
-  __device__ __forceinline__ void zero() {
+  // fn(mi, ni, e) for every accumulator, unrolled.
+  template <class F>
+  __device__ __forceinline__ static void each(F fn) {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          f[mi][ni][e] = 0.f;
-          d[mi][ni][e] = 0.0;
-        }
+        for (int e = 0; e < 4; ++e) fn(mi, ni, e);
+  }
+  __device__ __forceinline__ void zero() {
+    each([&](int mi, int ni, int e) {
+      f[mi][ni][e] = 0.f;
+      d[mi][ni][e] = 0.0;
+    });
   }
   __device__ __forceinline__ void flush() {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          d[mi][ni][e] += f[mi][ni][e];
-          f[mi][ni][e] = 0.f;
-        }
+    each([&](int mi, int ni, int e) {
+      d[mi][ni][e] += f[mi][ni][e];
+      f[mi][ni][e] = 0.f;
+    });
   }
   // Writes d into out [rows][cols]: element e of tile (mi, ni) at row row0 + mi * 16 + g (+8
   // for e >= 2) and column col0(ni) + 2t (+1 for odd e), g = lane / 4, t = lane % 4; nothing
@@ -251,16 +251,11 @@ struct WgAcc {
   __device__ __forceinline__ void store(double* __restrict__ out, int rows, int cols, int row0,
                                         Col0 col0) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int a = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-          const int col = col0(ni) + 2 * t + (e & 1);
-          if (a < rows && col < cols) out[static_cast<size_t>(a) * cols + col] = d[mi][ni][e];
-        }
+    each([&](int mi, int ni, int e) {
+      const int a = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
+      const int col = col0(ni) + 2 * t + (e & 1);
+      if (a < rows && col < cols) out[static_cast<size_t>(a) * cols + col] = d[mi][ni][e];
+    });
   }
 };
 
