@@ -35,7 +35,8 @@ class, and with the fastest PyTorch time of any precision. --out writes every ra
 Chains run one at a time and release their device memory before the next (W1/W2's outputs and
 gradients are about 1 GB each); a failure in one row is reported in it and the other rows still run.
 
-  python3 bench/training_step.py --fusejit ".gpu/run fusejit" [--spec SPEC ...] [--reps 10]
+  python3 bench/training_step.py --fusejit ".gpu/run fusejit" [--spec SPEC ... | --sweep]
+      [--only W1,W3 | --only S1,K9] [--reps 10]
       [--no-compile] [--check [--check-batch 2]] [--kernels] [--out rows.json]
 """
 import argparse
@@ -358,7 +359,10 @@ def main():
                     help='command that runs the fusejit CLI (e.g. ".gpu/run fusejit")')
     ap.add_argument("--spec", action="append",
                     help="a chain to run instead of the seeds (repeatable; rows S1, S2, ...)")
-    ap.add_argument("--only", help="comma-separated seed ids (W1,W3): run just these")
+    ap.add_argument("--sweep", action="store_true",
+                    help="the convolution-engine sweep's chains (bench/conv_engine_sweep.py, "
+                         "rows S1-G4) instead of the seeds")
+    ap.add_argument("--only", help="comma-separated seed or sweep ids (W1,W3; S1,K9): run just these")
     ap.add_argument("--reps", type=int, default=10, help="timed runs (median; default 10)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--check", action="store_true",
@@ -378,7 +382,12 @@ def main():
         chains = [("S%d" % (i + 1), s) for i, s in enumerate(args.spec)]
     else:
         only = set(args.only.split(",")) if args.only else None
-        chains = [(n, s) for n, s in SEEDS if only is None or n in only]
+        if args.sweep:
+            from conv_engine_sweep import specs as sweep_specs
+            chains = list(sweep_specs())
+        else:
+            chains = SEEDS
+        chains = [(n, s) for n, s in chains if only is None or n in only]
     fusejit = shlex.split(args.fusejit)
     header = "torch %s, %s, cuDNN %s, %s" % (torch.__version__, torch.cuda.get_device_name(),
                                              torch.backends.cudnn.version(), time.strftime("%F"))

@@ -107,31 +107,50 @@ struct HaloTile {
   fj::geom::WgradHalo g;
 };
 constexpr int64_t kHaloSharedLimit = 110 * 1024;
-std::optional<HaloTile> ChooseHaloTile(const WeightGradient& wg, int64_t n) {
+
+// The relative time of one k-step of one block, fitted to the kernel's times on 30 tilings of
+// six chains (B2, S3, K4 and T1 of bench/conv_engine_sweep.py, W2, W4; H100, 2026-11-26, within
+// 20%): 60 per 256 values staged (the copy of T's tile and the halo, and their split; the
+// kernel is bound by issuing instructions, mostly these: Nsight Compute on W4's, issue 61% busy,
+// mma ~6% of the instructions) and 8 per mma instruction of a warp (3 or 1 per 16 x 8 tile and
+// 8-point k-slice).
+double HaloStepCost(int64_t bm, int64_t bn, const fj::geom::WgradHalo& g, bool prec3) {
+  const double staged = static_cast<double>(bm * g.bk + g.halo);
+  const double mma = static_cast<double>(g.bk / 8 * (prec3 ? 3 : 1) * (bm / 16) * (bn / 64));
+  return 60 * staged / 256 + 8 * mma;
+}
+
+// The tile of least estimated time over the grid (column tiles x row tiles x k-steps): column
+// tiles of 64 to 256 (wider ones stage T's tile fewer times, at the cost of padded columns),
+// width segments of up to 64 points, up to 128 points per k-step. Segments shorter than T's
+// rows must be estimated 5% faster to be taken (W2: 16-point segments of its 29-point rows
+// measured 7% slower than whole rows, against 3% faster estimated).
+std::optional<HaloTile> ChooseHaloTile(const WeightGradient& wg, int64_t n, bool prec3) {
   if (wg.rows > 32 || wg.rows < 8) return std::nullopt;
-  const WgTile mma = ChooseMmaWgTile(wg.rows, wg.cols());
+  const int64_t bm = wg.rows > 16 ? 32 : 16;
   const ConvAttrs& a = wg.conv;
   const int64_t th = wg.t_grid[1], tw = wg.t_grid[2];
   std::optional<HaloTile> best;
   double best_cost = 0;
-  // Width segments of up to 64 points (narrower ones when the halo does not fit); up to 128
-  // points per k-step. Cost: the k-steps' padded length plus a fixed 16 per step (staging).
-  for (int64_t seg_cap : {64, 32, 16}) {
-    const int64_t seg = std::min(tw, seg_cap);
-    for (int64_t rh = 1; rh <= std::min<int64_t>(th, std::max<int64_t>(1, 128 / seg)); ++rh) {
-      const fj::geom::WgradHalo g = fj::geom::WgradHaloOf(
-          n, wg.t_grid[0], th, tw, a.kernel[0], a.kernel[1], a.kernel[2], a.stride[1], a.stride[2],
-          a.dilation[1], a.dilation[2], wg.s_channels, rh, seg, mma.bm, mma.bn);
-      if (g.smem > kHaloSharedLimit) continue;
-      const double cost = static_cast<double>(g.steps) * static_cast<double>(g.bk + 16);
-      if (!best || cost <= best_cost) {
-        best = HaloTile{mma.bm, mma.bn, rh, seg, g};
-        best_cost = cost;
+  for (int64_t bn = 64; bn <= 256; bn += 64) {
+    for (int64_t seg_cap : {64, 32, 16, 8}) {
+      const int64_t seg = std::min(tw, seg_cap);
+      for (int64_t rh = 1; rh <= std::min<int64_t>(th, std::max<int64_t>(1, 128 / seg)); ++rh) {
+        const fj::geom::WgradHalo g = fj::geom::WgradHaloOf(
+            n, wg.t_grid[0], th, tw, a.kernel[0], a.kernel[1], a.kernel[2], a.stride[1],
+            a.stride[2], a.dilation[1], a.dilation[2], wg.s_channels, rh, seg, bm, bn);
+        if (g.smem > kHaloSharedLimit) continue;
+        const double cost = static_cast<double>(CeilDiv(wg.cols(), bn) * g.steps) *
+                            HaloStepCost(bm, bn, g, prec3) *
+                            (seg == std::min<int64_t>(tw, 64) ? 1.0 : 1.05);
+        if (!best || cost < best_cost) {
+          best = HaloTile{bm, bn, rh, seg, g};
+          best_cost = cost;
+        }
       }
     }
-    if (best) return best;
   }
-  return std::nullopt;
+  return best;
 }
 
 // templates/wgrad_halo.cuh: T's tile and S's halo staged once per k-step, two blocks per SM.
@@ -178,7 +197,7 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
   const bool mma = HasAmpereFeatures(target.arch) && rows >= 8;
   const bool prec3 = target.precision != Precision::kTf32;
   if (mma) {
-    if (std::optional<HaloTile> h = ChooseHaloTile(wg, reduction / wg.t_points)) {
+    if (std::optional<HaloTile> h = ChooseHaloTile(wg, reduction / wg.t_points, prec3)) {
       AddHaloWeightGradient(wg, *h, info, gu, target, prec3, plan);
       return;
     }

@@ -123,6 +123,16 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
   return g;
 }
 
+// The channel tile: 64 where it cuts the padded products by at least a quarter (C = 64: half;
+// 129-192 channels: a quarter) and a group fits in it, else 128 (less A traffic per product).
+int64_t DefaultBn(const ChainInfo& info) {
+  const int64_t c = info.producer_shape[1];
+  const bool groups_fit = !info.group_norm || kTileNSmall % (c / info.group_norm->groups) == 0;
+  return groups_fit && 4 * PaddedChannels(c, kTileNSmall) <= 3 * PaddedChannels(c, kTileN)
+             ? kTileNSmall
+             : kTileN;
+}
+
 // What the kernels support, independent of the tuning (each line mirrors a static_assert of the
 // templates or a launch limit, so that Applies() never lets one fire).
 bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
@@ -147,11 +157,12 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
   if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
   if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
-  // Channels are padded to whole tiles of BN = 128 or 64 (zero weights, nothing stored, no
-  // moments). The domain: at most twice the products on 128-channel tiles (64 channels, half a
-  // tile, measured 2.1x faster than tc-conv: H100, 2026-11-26); BN = 64 then cuts the padding.
-  if (PaddedChannels(c, kTileN) > 2 * c) return false;
-  if (info.group_norm && kTileN % (c / groups) != 0) return false;  // a group inside a tile
+  // Channels are padded to whole tiles of the default BN (zero weights, nothing stored, no
+  // moments). The domain: at most twice the products (64 channels on 128-channel tiles measured
+  // 2.1x faster than tc-conv: H100, 2026-11-26; 32-63 channels on 64-channel tiles pad as much).
+  const int64_t bn = DefaultBn(info);
+  if (PaddedChannels(c, bn) > 2 * c) return false;
+  if (info.group_norm && bn % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
   if (p[3] * p[4] < 64) return false;  // BM <= kH*kW for one warpgroup
@@ -228,17 +239,6 @@ double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t cta
   const double overhead = p.two_accumulators() ? 96 : 192;
   return static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
          (static_cast<double>(g.bm) + overhead);
-}
-
-// The channel tile: 64 where it cuts the padded products by at least a quarter (C = 64: half;
-// 129-192 channels: a quarter) and a group fits in it, else 128 (less A traffic per product).
-int64_t DefaultBn(const ChainInfo& info) {
-  const int64_t c = info.producer_shape[1];
-  const bool groups_fit =
-      !info.group_norm || kTileNSmall % (c / info.group_norm->groups) == 0;
-  return groups_fit && 4 * PaddedChannels(c, kTileNSmall) <= 3 * PaddedChannels(c, kTileN)
-             ? kTileNSmall
-             : kTileN;
 }
 
 // The heuristic tuning: for each tile height (warpgroups), the deepest weight pipeline that fits

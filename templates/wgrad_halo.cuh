@@ -106,39 +106,35 @@ __device__ void wgrad_halo_kernel(const float* __restrict__ x, const float* __re
                                : 0;
   }
 
-  // Copies step `step`'s T tile and halo into `stage` (cp.async, zeros outside the tensors): a
-  // warp per T row (channel a, tile row i) and per halo row (channel, kd, hh), lanes along w.
+  // Copies step `step`'s T tile and halo into `stage` (cp.async, zeros outside the tensors), a
+  // value per thread over each as a flat range (rows of 8 to 64 values would idle lanes).
   auto fetch = [&](int stage, int step) {
     const int wb = step % H::kWB, hb = (step / H::kWB) % H::kHB;
     const int pd = (step / (H::kWB * H::kHB)) % G::kTD, n = step / (H::kWB * H::kHB * G::kTD);
     const int ph0 = hb * H::kRH, pw0 = wb * H::kSeg;
     const unsigned t_at = copies_at + 4u * stage * H::kStage;
     const float* tn = T + (static_cast<long long>(n) * G::kA + m0) * G::kPT +
-                      static_cast<long long>(pd) * G::kTH * G::kTW;
-    for (int row = warp; row < H::kBM * H::kRH; row += H::kWarps) {
-      const int a = row / H::kRH, i = row % H::kRH, ph = ph0 + i;
-      const bool row_ok = m0 + a < G::kA && ph < G::kTH;
-      const float* src = tn + static_cast<long long>(a) * G::kPT + ph * G::kTW + pw0;
-      for (int j = lane; j < H::kSeg; j += 32) {
-        const int k = i * H::kSeg + j;
-        const bool ok = row_ok && pw0 + j < G::kTW;
-        wgh::cp_async4(t_at + 4u * (k * kTP + wg::swz(k, a)), ok ? src + j : T, ok);
-      }
+                      static_cast<long long>(pd) * G::kTH * G::kTW + ph0 * G::kTW + pw0;
+    for (int e = tid; e < H::kBM * kTileK; e += H::kThreads) {
+      const int k = e % kTileK, a = e / kTileK;  // k = tile row i * kSeg + point j
+      const int i = k / H::kSeg, j = k % H::kSeg;
+      const bool ok = m0 + a < G::kA && ph0 + i < G::kTH && pw0 + j < G::kTW;
+      const float* src = tn + static_cast<long long>(a) * G::kPT + i * G::kTW + j;
+      wgh::cp_async4(t_at + 4u * (k * kTP + wg::swz(k, a)), ok ? src : T, ok);
     }
     constexpr int kQHW = G::kQH * G::kQW, kQS = G::kQD * kQHW;
     const unsigned h_at = t_at + 4u * BK * kTP;
     const float* sn = S + (static_cast<long long>(n) * G::kB + b_lo) * kQS;
     const int qd0 = pd * Cfg::kSD - Cfg::kPD, qh0 = ph0 * Cfg::kSH - Cfg::kPH,
               qw0 = pw0 * Cfg::kSW - Cfg::kPW;
-    for (int row = warp; row < H::kHalo / H::kHW; row += H::kWarps) {
+    for (int e = tid; e < H::kHalo; e += H::kThreads) {
+      const int ww = e % H::kHW, row = e / H::kHW;  // row = (channel, kd, hh)
       const int cb = row / (Cfg::kKD * H::kHH), kd = (row / H::kHH) % Cfg::kKD, hh = row % H::kHH;
-      const int qd = qd0 + kd * Cfg::kDilD, qh = qh0 + hh;
-      const bool row_ok = b_lo + cb < G::kB && qd >= 0 && qd < G::kQD && qh >= 0 && qh < G::kQH;
-      const float* src = sn + static_cast<long long>(cb) * kQS + qd * kQHW + qh * G::kQW + qw0;
-      for (int ww = lane; ww < H::kHW; ww += 32) {
-        const bool ok = row_ok && qw0 + ww >= 0 && qw0 + ww < G::kQW;
-        wgh::cp_async4(h_at + 4u * (row * H::kHW + ww), ok ? src + ww : S, ok);
-      }
+      const int qd = qd0 + kd * Cfg::kDilD, qh = qh0 + hh, qw = qw0 + ww;
+      const bool ok = b_lo + cb < G::kB && qd >= 0 && qd < G::kQD && qh >= 0 && qh < G::kQH &&
+                      qw >= 0 && qw < G::kQW;
+      const float* src = sn + static_cast<long long>(cb) * kQS + qd * kQHW + qh * G::kQW + qw;
+      wgh::cp_async4(h_at + 4u * e, ok ? src : S, ok);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   };

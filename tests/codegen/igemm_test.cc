@@ -257,6 +257,10 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
   const std::string base =
       "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)";
   ASSERT_TRUE(s.Applies(codegen::PlanInput(Parse(base), Target("sm_90"))));
+  // 32-63 channels on one 64-channel tile (groups inside it).
+  ASSERT_TRUE(s.Applies(codegen::PlanInput(
+      Parse("x:f32[2,64,10,10,10] | conv3d(out=48,k=3,padding=1) | relu | group_norm(groups=6)"),
+      Target("sm_90"))));
   ASSERT_TRUE(s.Applies(codegen::PlanInput(
       Parse("x:f32[2,64,10,10,10] | conv_transpose3d(out=256,k=3,padding=1,"
             "dilation=2,output_padding=1,bias=false) | swish | group_norm(groups=4) | gelu"),
@@ -272,8 +276,10 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
        "x:f32[2,48,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)"},
       {"Cin too large for the prep tile",
        "x:f32[1,384,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)"},
-      {"Cout 48: padding to a 128-channel tile more than doubles the products",
-       "x:f32[2,64,10,10,10] | conv3d(out=48,k=3,padding=1) | relu | group_norm(groups=6)"},
+      {"Cout 24: padding to a 64-channel tile more than doubles the products",
+       "x:f32[2,64,10,10,10] | conv3d(out=24,k=3,padding=1) | relu | group_norm(groups=6)"},
+      {"Cout 48 in one group: it does not fit a 64-channel tile, a 128 one more than doubles",
+       "x:f32[2,64,10,10,10] | conv3d(out=48,k=3,padding=1) | relu | group_norm(groups=1)"},
       {"a group straddles channel tiles",
        "x:f32[2,64,10,10,10] | conv3d(out=384,k=3,padding=1) | relu | group_norm(groups=2)"},
       {"kernel depth > 8",
@@ -525,18 +531,21 @@ TEST(IgemmMoments, DoesNotApplyToChainsBreakingAConstraint) {
        "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | group_norm(groups=8) | relu | "
        "mean(dims=[2,3,4])"},
       {"no mean", "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | group_norm(groups=8)"},
-      {"no group_norm", "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | "
-                        "mean(dims=[2,3,4])"},
+      {"no group_norm",
+       "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | "
+       "mean(dims=[2,3,4])"},
       {"more than 1024 channels",
        "x:f32[1,32,6,6,6] | conv3d(out=1152,k=3,padding=1) | group_norm(groups=9) | "
        "mean(dims=[2,3,4])"},
-      {"stride 2", "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,stride=2,padding=1) | "
-                   "group_norm(groups=8) | mean(dims=[2,3,4])"},
-      {"Cout 48: padding more than doubles the products",
-       "x:f32[2,64,10,10,10] | conv3d(out=48,k=3,padding=1) | group_norm(groups=6) | "
+      {"stride 2",
+       "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,stride=2,padding=1) | "
+       "group_norm(groups=8) | mean(dims=[2,3,4])"},
+      {"Cout 24: padding more than doubles the products",
+       "x:f32[2,64,10,10,10] | conv3d(out=24,k=3,padding=1) | group_norm(groups=6) | "
        "mean(dims=[2,3,4])"},
-      {"output plane < 64 points", "x:f32[2,64,9,7,9] | conv3d(out=128,k=3,padding=1) | "
-                                   "group_norm(groups=8) | mean(dims=[1,2,3,4])"},
+      {"output plane < 64 points",
+       "x:f32[2,64,9,7,9] | conv3d(out=128,k=3,padding=1) | "
+       "group_norm(groups=8) | mean(dims=[1,2,3,4])"},
   };
   for (const auto& [why, spec] : cases) {
     const Chain chain = Parse(spec);

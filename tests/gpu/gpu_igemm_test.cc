@@ -127,6 +127,9 @@ const char* const kChains[] = {
     "x:f32[1,64,6,9,9] | conv_transpose3d(out=160,k=3,padding=1) | swish | group_norm(groups=5)",
     // 192 channels: three 64-channel tiles (the default tile for 129-192 channels).
     "x:f32[2,32,6,9,9] | conv3d(out=192,k=3,padding=1) | gelu | group_norm(groups=12)",
+    // 32-63 channels: one 64-channel tile, up to half of it padding.
+    "x:f32[2,64,7,9,9] | conv3d(out=40,k=3,padding=1) | relu | group_norm(groups=5)",
+    "x:f32[1,32,6,9,9] | conv_transpose3d(out=32,k=3,padding=1) | swish | group_norm(groups=4)",
 };
 
 TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
@@ -169,16 +172,16 @@ Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
   return {rng.Int(lo, hi), rng.Int(lo, hi), rng.Int(lo, hi)};
 }
 
-// A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels (or 64,
-// 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm whose groups fit a
+// A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels (or 32,
+// 48, 64, 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm whose groups fit a
 // 128-channel tile; with `mean`, ending in a mean (either mode, no ops after the group_norm). Not
 // every one is valid or applicable.
 Chain RandomIgemmChain(Rng& rng, bool mean = false) {
   Chain chain;
   chain.input = {rng.Int(1, 3), rng.Chance(0.5) ? 32 : 64, rng.Int(4, 11), rng.Int(5, 12),
                  rng.Int(5, 12)};
-  static const int64_t kPadded[] = {64, 96, 192};
-  const int64_t out = rng.Chance(0.5) ? 128 : rng.Chance(0.4) ? 256 : kPadded[rng.Int(0, 2)];
+  static const int64_t kPadded[] = {32, 48, 64, 96, 192};
+  const int64_t out = rng.Chance(0.5) ? 128 : rng.Chance(0.4) ? 256 : kPadded[rng.Int(0, 4)];
   const Dims3 k = RandomDims(rng, 1, 3), padding = RandomDims(rng, 0, 2);
   const Dims3 dilation = RandomDims(rng, 1, 2);
   const bool bias = rng.Chance(0.6);
@@ -238,6 +241,9 @@ TEST(GpuIgemm, StoreChainsWithoutGroupNormInBothPrecisions) {
       "x:f32[2,32,7,11,11] | conv3d(out=64,k=3,padding=1) | gelu",
       "x:f32[1,64,6,9,9] | conv_transpose3d(out=100,k=3,padding=1) | tanh",
       "x:f32[2,128,6,9,9] | conv3d(out=200,k=3,padding=1)",
+      // 32 and 48 channels on a 64-channel tile (data gradients of S1 and S12 of the sweep).
+      "x:f32[2,64,7,11,11] | conv_transpose3d(out=32,k=3,padding=1,bias=false)",
+      "x:f32[1,96,6,9,9] | conv_transpose3d(out=48,k=3,padding=1) | gelu",
   };
   std::vector<std::pair<Chain, Precision>> list;
   for (const char* spec : chains) {
