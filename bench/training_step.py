@@ -30,8 +30,9 @@ fusejit   `fusejit bench SPEC --grad --json --reps N --warmup 2 --input x.npy --
           parameter gradient, is compared with fusejit's float64 CPU reference; the rel l2 column
           of each gradient is kept, the max reported.
 
-The table compares fusejit (fp32-accurate) with strict fp32 eager, the PyTorch time of its precision
-class, and with the fastest PyTorch time of any precision. --out writes every raw number as JSON.
+The table compares fusejit (fp32-accurate, or TF32 with --precision tf32) with strict fp32 eager, the
+PyTorch time of fp32-accurate's precision class, and with the fastest PyTorch time of any precision
+(eager's TF32 default is tf32's class). --out writes every raw number as JSON.
 Chains run one at a time and release their device memory before the next (W1/W2's outputs and
 gradients are about 1 GB each); a failure in one row is reported in it and the other rows still run.
 
@@ -208,8 +209,10 @@ def failure(proc):
     return "exit %d: %s" % (proc.returncode, " ".join(lines[-3:])[:400])
 
 
-def fusejit_bench(fusejit, spec, reps, kernels, inputs, timeout, recompute=False):
-    cmd = fusejit + ["bench", spec, "--grad", "--json", "--reps", str(reps), "--warmup", "2"]
+def fusejit_bench(fusejit, spec, reps, kernels, inputs, timeout, recompute=False,
+                  precision="fp32"):
+    cmd = fusejit + ["bench", spec, "--grad", "--json", "--reps", str(reps), "--warmup", "2",
+                     "--precision", precision]
     if recompute:
         cmd.append("--recompute")
     cmd += inputs + (["--kernels"] if kernels else [])
@@ -276,7 +279,7 @@ def run_row(name, spec, fusejit, args, tmp):
     inputs = row.pop("fusejit_inputs", [])
     try:
         row.update(fusejit_bench(fusejit, spec, args.reps, args.kernels, inputs, args.timeout,
-                                 args.recompute))
+                                 args.recompute, args.precision))
     except Exception as e:  # noqa: BLE001
         row["fusejit_error"] = describe(e)
     if args.check:
@@ -370,6 +373,9 @@ def main():
     ap.add_argument("--check-batch", type=int, default=2,
                     help="batch of the --check chain: every sample is checked (default 2)")
     ap.add_argument("--kernels", action="store_true", help="time fusejit's backward kernels too")
+    ap.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                    help="fusejit's precision: fp32-accurate (default; compare with strict fp32 "
+                         "eager) or tf32 (compare with eager's TF32 default)")
     ap.add_argument("--recompute", action="store_true",
                     help="fusejit's plain forward and the backward recomputing the convolution "
                          "(fusejit bench --grad --recompute) instead of the training forward "

@@ -101,7 +101,9 @@ void AddWeightGradientReduce(const WeightGradient& wg, const ChainInfo& info, si
 // The halo kernel's tiles (templates/wgrad_halo.cuh) for T with 8 to 32 channels, if its two
 // stages fit 110 KiB of shared memory (two blocks per SM). Fewer channels fill less than half of
 // a 16-row mma tile: FFMA (wgrad_partial_kernel) is faster there (W1, 3 channels: 1.46 ms
-// against 3.30 ms on the halo kernel, H100, 2026-11-26).
+// against 3.30 ms on the halo kernel, H100, 2026-11-26). More than 32 channels: a 64-row halo
+// tile measured 1.3-1.7x slower than the per-tap mma kernel's 64-row tile (3 chains with 40-48
+// channels, bench/notes/wgrad_halo_tiles_2026-11-26.txt), so those stay there.
 struct HaloTile {
   int64_t bm, bn, rh, seg;
   fj::geom::WgradHalo g;
