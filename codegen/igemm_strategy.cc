@@ -155,13 +155,23 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
     if (c > kMeanMaxChannels) return false;  // the finalize's shared memory
   }
   if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
-  if (x[1] % 32 != 0) return false;                            // kCin % 32 == 0
-  if (x[1] * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
-  // Channels are padded to whole tiles of the default BN (zero weights, nothing stored, no
-  // moments). The domain: at most twice the products (64 channels on 128-channel tiles measured
-  // 2.1x faster than tc-conv: H100, 2026-11-26; 32-63 channels on 64-channel tiles pad as much).
+  // Input channels are zero-padded to whole blocks of 32 (64 for bf16/f16 chains) in the
+  // prep's copies of x and the weights; the prep stages all of them for 32 points. Counts that
+  // are not multiples of 32 only fp32-accurate (F16x3): there the padded GEMM measured 1.9-2.0x
+  // faster than tc-conv, in TF32 from 1.07x to 0.66x (H100, 2026-11-26: S5, K8, T6 of
+  // bench/conv_engine_sweep.py); one-product bf16/f16 chains were not measured.
+  // Measured with 24-56 channels (padding 1.14-1.33x); at most 1.5x (22 channels and more).
+  if (x[1] % 32 != 0 && PrecisionOf(chain, target).prec != kPrecF16x3) return false;
+  if (2 * PaddedChannels(x[1], 32) > 3 * x[1]) return false;
+  const bool packed16 = chain.dtype == DType::kBF16 || chain.dtype == DType::kF16;
+  const int64_t cin_pad = PaddedChannels(x[1], packed16 ? 64 : 32);
+  if (cin_pad * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
+  // Output channels are padded to whole tiles of the default BN (zero weights, nothing stored,
+  // no moments). The domain: the padding of both (input channels counted in blocks of 32, as
+  // bf16/f16 chains' 64-channel blocks were accepted before) at most doubles the products (64
+  // output channels on 128-channel tiles measured 2.1x faster than tc-conv: H100, 2026-11-26).
   const int64_t bn = DefaultBn(info);
-  if (PaddedChannels(c, bn) > 2 * c) return false;
+  if (PaddedChannels(c, bn) * PaddedChannels(x[1], 32) > 2 * c * x[1]) return false;
   if (info.group_norm && bn % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large

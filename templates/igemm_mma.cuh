@@ -59,9 +59,9 @@
 //        grid P, block 256, no dynamic smem. Reads x and all weights.
 //   2. igemm_prep_body<Cfg,Tune>(x, weight, absmax, xa, wb, scale[, nsamples = kN])
 //        grid kN*IgemmShape::kPrepXBlocksPerSample + IgemmShape::kPrepWBlocks, block 256, no
-//        dynamic smem (kCin*33*4 + 256 bytes static -- kCin*66*2 packed, the same -- so kCin <=
-//        352). Writes xa, wb and (F16x3) scale; absmax and scale are not read or written with
-//        kPrecTF32x1 (may be null).
+//        dynamic smem (kCinPad*33*4 + 256 bytes static -- kCinPad*66*2 packed, the same -- so
+//        kCinPad = CB*CI <= 352). Writes xa, wb and (F16x3) scale; absmax and scale are not read or
+//        written with kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
 //   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, ceil(kC/BN), kN), reading xa, wb, bias (if
@@ -225,6 +225,7 @@ struct IgemmShape {
   static constexpr int kTaps = kG.taps;
   static constexpr int kCinBlock = kG.cin_block;  // channels per 128-byte block (one k-step)
   static constexpr int kCB = kG.cb;
+  static constexpr int kCinPad = kCB * kG.cin_block;  // kCin padded to whole blocks (zeros)
   static constexpr int kChunks = kCinBlock / 8;  // 8-channel chunks per block
   static constexpr int kThreads = 32 * Tune::kWarpsM * Tune::kWarpsN;
   static constexpr int kTiles = kG.tiles;
@@ -264,7 +265,6 @@ struct IgemmShape {
                 "igemm: the producer must be conv3d or conv_transpose3d");
   static_assert(Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1,
                 "igemm: stride 1 only (split strided transposed convs into phases first)");
-  static_assert(Cfg::kCin % 32 == 0, "igemm: kCin must be a multiple of 32");
   static_assert(Tune::kWM % 16 == 0 && Tune::kWN % 16 == 0, "igemm: warp tile multiple of 16");
   static_assert(kThreads % 8 == 0, "igemm: threads a multiple of 8");
   static_assert(Cfg::kGroups == 0 || (Cfg::kC % Cfg::kGroups == 0 && kBN % kCg == 0),
@@ -318,38 +318,37 @@ __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict
                                                     unsigned char* __restrict__ xa, int n, int p0) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr int P = Sh::kPrepPts, kPitch = P + 2;  // even pitch: 32-bit words stay aligned
-  __shared__ unsigned short tile[Cfg::kCin][kPitch];
+  __shared__ unsigned short tile[Sh::kCinPad][kPitch];
   const unsigned short* xs =
       reinterpret_cast<const unsigned short*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
   if constexpr (Sh::kSin % 2 == 0) {
-    for (int i = threadIdx.x; i < Cfg::kCin * (P / 2); i += blockDim.x) {
+    for (int i = threadIdx.x; i < Sh::kCinPad * (P / 2); i += blockDim.x) {
       const int c = i / (P / 2), p = 2 * (i % (P / 2));
       const long long at = (long long)c * Sh::kSin + p0 + p;
       // p0 + p is even and S is even: both points are in range or neither.
-      const unsigned w = p0 + p < Sh::kSin ? *reinterpret_cast<const unsigned*>(xs + at) : 0u;
+      const unsigned w =
+          c < Cfg::kCin && p0 + p < Sh::kSin ? *reinterpret_cast<const unsigned*>(xs + at) : 0u;
       *reinterpret_cast<unsigned*>(&tile[c][p]) = w;
     }
   } else {
-    for (int i = threadIdx.x; i < Cfg::kCin * P; i += blockDim.x) {
+    for (int i = threadIdx.x; i < Sh::kCinPad * P; i += blockDim.x) {
       const int c = i / P, p = i % P;
-      tile[c][p] = p0 + p < Sh::kSin ? xs[(long long)c * Sh::kSin + p0 + p] : (unsigned short)0;
+      tile[c][p] = c < Cfg::kCin && p0 + p < Sh::kSin ? xs[(long long)c * Sh::kSin + p0 + p]
+                                                      : (unsigned short)0;
     }
   }
   __syncthreads();
   unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
-  // Each (point, cb, 8-channel chunk j): 16 bytes; channels past kCin are zeros (kCin % 32 == 0:
-  // a chunk is all channels or all padding).
+  // Each (point, cb, 8-channel chunk j): 16 bytes; channels past kCin are the tile's zeros.
   for (int i = threadIdx.x; i < P * Sh::kCB * Sh::kChunks; i += blockDim.x) {
     const int p = i / (Sh::kCB * Sh::kChunks), cb = (i / Sh::kChunks) % Sh::kCB;
     const int j = i % Sh::kChunks;
     if (p0 + p >= Sh::kSin) continue;
     const int c0 = cb * Sh::kCinBlock + j * 8;
-    unsigned v[4] = {0u, 0u, 0u, 0u};
-    if (c0 < Cfg::kCin) {
+    unsigned v[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        v[e] = (unsigned)tile[c0 + 2 * e][p] | ((unsigned)tile[c0 + 2 * e + 1][p] << 16);
-      }
+    for (int e = 0; e < 4; ++e) {
+      v[e] = (unsigned)tile[c0 + 2 * e][p] | ((unsigned)tile[c0 + 2 * e + 1][p] << 16);
     }
     *reinterpret_cast<uint4*>(out + (long long)p * Sh::kRowBytes + cb * 128 + j * 16) =
         make_uint4(v[0], v[1], v[2], v[3]);
@@ -366,12 +365,13 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   using E = ElemT<Cfg>;
-  __shared__ float tile[Cfg::kCin][Sh::kPrepPts + 1];
+  __shared__ float tile[Sh::kCinPad][Sh::kPrepPts + 1];
   const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
-  // Load [kCin][32 points], coalesced along points.
-  for (int i = threadIdx.x; i < Cfg::kCin * Sh::kPrepPts; i += blockDim.x) {
+  // Load [kCinPad][32 points], coalesced along points; channels past kCin are zeros.
+  for (int i = threadIdx.x; i < Sh::kCinPad * Sh::kPrepPts; i += blockDim.x) {
     const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
-    tile[c][p] = p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
+    tile[c][p] =
+        c < Cfg::kCin && p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
   }
   __syncthreads();
   unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;

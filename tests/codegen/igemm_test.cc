@@ -272,8 +272,8 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
       {"transposed stride 2",
        "x:f32[2,64,10,10,10] | conv_transpose3d(out=128,k=3,stride=2) | relu | "
        "group_norm(groups=8)"},
-      {"Cin not a multiple of 32",
-       "x:f32[2,48,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)"},
+      {"Cin 16 and Cout 96: padding both to whole blocks and tiles more than doubles the products",
+       "x:f32[2,16,10,10,10] | conv3d(out=96,k=3,padding=1) | relu | group_norm(groups=8)"},
       {"Cin too large for the prep tile",
        "x:f32[1,384,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)"},
       {"Cout 24: padding to a 64-channel tile more than doubles the products",
@@ -633,13 +633,18 @@ TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
   EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
   EXPECT_TRUE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
   EXPECT_FALSE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_80"))));
-  // A mean needs a reduction the store does not do; 40 input channels are not whole k-blocks of
-  // 32. 100 output channels are padded to a whole tile.
+  // A mean needs a reduction the store does not do. 44 input channels are padded to two k-blocks
+  // of 32 (1.45x the products); 40 would be 1.6x: not taken.
   EXPECT_FALSE(store.Applies(codegen::PlanInput(
       Parse("x:f32[2,32,10,10,10] | conv3d(out=128,k=3) | relu | mean(dims=[2,3,4])"),
       Target("sm_90"))));
+  EXPECT_TRUE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[2,44,10,10,10] | conv3d(out=128,k=3) | relu"), Target("sm_90"))));
   EXPECT_FALSE(store.Applies(codegen::PlanInput(
       Parse("x:f32[2,40,10,10,10] | conv3d(out=128,k=3) | relu"), Target("sm_90"))));
+  EXPECT_FALSE(
+      store.Applies(codegen::PlanInput(Parse("x:f32[2,44,10,10,10] | conv3d(out=128,k=3) | relu"),
+                                       Target("sm_90", Precision::kTf32))));
   EXPECT_TRUE(store.Applies(codegen::PlanInput(
       Parse("x:f32[2,32,10,10,10] | conv3d(out=100,k=3) | relu"), Target("sm_90"))));
   // group_norm's plans pad the channels too, while a group stays inside a tile (128 % 48 != 0).

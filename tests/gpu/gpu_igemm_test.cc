@@ -132,6 +132,28 @@ const char* const kChains[] = {
     "x:f32[1,32,6,9,9] | conv_transpose3d(out=32,k=3,padding=1) | swish | group_norm(groups=4)",
 };
 
+// Input channels that are not whole k-blocks of 32 (zero-padded; fp32-accurate only): 24, 25, 44,
+// 56, with and without group_norm.
+TEST(GpuIgemm, PaddedInputChannelsFp32Accurate) {
+  SKIP_WITHOUT_SM90();
+  const std::pair<const char*, const char*> chains[] = {
+      {"x:f32[2,24,7,9,9] | conv3d(out=64,k=3,padding=1) | gelu | group_norm(groups=8)", kIgemm},
+      {"x:f32[1,44,6,9,11] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1]) | relu | "
+       "group_norm(groups=4)",
+       kIgemm},
+      {"x:f32[2,56,6,11,11] | conv3d(out=56,k=3) | relu | group_norm(groups=7) | swish", kIgemm},
+      {"x:f32[2,25,6,9,9] | conv_transpose3d(out=48,k=3,padding=1) | tanh", "igemm-store"},
+  };
+  uint64_t seed = 700;
+  for (const auto& [spec, strategy] : chains) {
+    const Chain chain = Parse(spec);
+    EXPECT_FALSE(
+        ByName(strategy).Applies(codegen::PlanInput(chain, {"sm_90", 132, Precision::kTf32})))
+        << spec;
+    CheckChain(chain, seed++, {}, strategy, kFp32Accurate, Precision::kFp32);
+  }
+}
+
 TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
   SKIP_WITHOUT_SM90();
   std::vector<std::pair<Chain, Precision>> list;
@@ -172,14 +194,17 @@ Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
   return {rng.Int(lo, hi), rng.Int(lo, hi), rng.Int(lo, hi)};
 }
 
-// A random stride-1 conv chain with 32 or 64 input channels, 128 or 256 output channels (or 32,
-// 48, 64, 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm whose groups fit a
-// 128-channel tile; with `mean`, ending in a mean (either mode, no ops after the group_norm). Not
+// A random stride-1 conv chain with 32, 64 or 20-100 input channels, 128 or 256 output channels (or
+// 32, 48, 64, 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm whose groups fit
+// a 128-channel tile; with `mean`, ending in a mean (either mode, no ops after the group_norm). Not
 // every one is valid or applicable.
 Chain RandomIgemmChain(Rng& rng, bool mean = false) {
   Chain chain;
-  chain.input = {rng.Int(1, 3), rng.Chance(0.5) ? 32 : 64, rng.Int(4, 11), rng.Int(5, 12),
-                 rng.Int(5, 12)};
+  chain.input = {rng.Int(1, 3),
+                 rng.Chance(0.4)   ? 32
+                 : rng.Chance(0.6) ? 64
+                                   : rng.Int(20, 100),
+                 rng.Int(4, 11), rng.Int(5, 12), rng.Int(5, 12)};
   static const int64_t kPadded[] = {32, 48, 64, 96, 192};
   const int64_t out = rng.Chance(0.5) ? 128 : rng.Chance(0.4) ? 256 : kPadded[rng.Int(0, 4)];
   const Dims3 k = RandomDims(rng, 1, 3), padding = RandomDims(rng, 0, 2);
