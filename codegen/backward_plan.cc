@@ -129,7 +129,7 @@ double HaloStepCost(int64_t bm, int64_t bn, const fj::geom::WgradHalo& g, bool p
 // measured 7% slower than whole rows, against 3% faster estimated).
 std::optional<HaloTile> ChooseHaloTile(const WeightGradient& wg, int64_t n, bool prec3) {
   if (wg.rows > 32 || wg.rows < 8) return std::nullopt;
-  const int64_t bm = wg.rows > 16 ? 32 : 16;
+  const int64_t bm = ChooseMmaWgTile(wg.rows, wg.cols()).bm;  // 16 or 32 rows
   const ConvAttrs& a = wg.conv;
   const int64_t th = wg.t_grid[1], tw = wg.t_grid[2];
   std::optional<HaloTile> best;

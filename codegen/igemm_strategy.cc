@@ -105,10 +105,14 @@ struct IgemmGeometry : fj::geom::Igemm {
   int64_t apply_blocks_per_row = 0;
 };
 
+// bf16/f16 chains: one 16-bit operand per value, 64 channels per 128-byte block (PrecisionOf).
+bool Packed16(const Chain& chain) {
+  return chain.dtype == DType::kBF16 || chain.dtype == DType::kF16;
+}
+
 IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTune& t) {
   const ConvAttrs& conv = info.producer->conv;
-  // bf16/f16 chains: one 16-bit operand per value, 64 channels per 128-byte block (PrecisionOf).
-  const bool packed16 = chain.dtype == DType::kBF16 || chain.dtype == DType::kF16;
+  const bool packed16 = Packed16(chain);
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   IgemmGeometry g;
@@ -161,17 +165,17 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   // faster than tc-conv, in TF32 from 1.07x to 0.66x (H100, 2026-11-26: S5, K8, T6 of
   // bench/conv_engine_sweep.py); one-product bf16/f16 chains were not measured.
   // Measured with 24-56 channels (padding 1.14-1.33x); at most 1.5x (22 channels and more).
-  if (x[1] % 32 != 0 && PrecisionOf(chain, target).prec != kPrecF16x3) return false;
-  if (2 * PaddedChannels(x[1], 32) > 3 * x[1]) return false;
-  const bool packed16 = chain.dtype == DType::kBF16 || chain.dtype == DType::kF16;
-  const int64_t cin_pad = PaddedChannels(x[1], packed16 ? 64 : 32);
+  const int64_t cin_pad32 = PaddedChannels(x[1], 32);
+  if (cin_pad32 != x[1] && PrecisionOf(chain, target).prec != kPrecF16x3) return false;
+  if (2 * cin_pad32 > 3 * x[1]) return false;
+  const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(Packed16(chain)));
   if (cin_pad * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
   // Output channels are padded to whole tiles of the default BN (zero weights, nothing stored,
   // no moments). The domain: the padding of both (input channels counted in blocks of 32, as
   // bf16/f16 chains' 64-channel blocks were accepted before) at most doubles the products (64
   // output channels on 128-channel tiles measured 2.1x faster than tc-conv: H100, 2026-11-26).
   const int64_t bn = DefaultBn(info);
-  if (PaddedChannels(c, bn) * PaddedChannels(x[1], 32) > 2 * c * x[1]) return false;
+  if (PaddedChannels(c, bn) * cin_pad32 > 2 * c * x[1]) return false;
   if (info.group_norm && bn % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large

@@ -103,6 +103,10 @@ struct Igemm {
   long long prep_w_blocks;                       // prep grid: blocks converting the weights
 };
 
+// Input channels per 128-byte operand block (one k-step): 64 one-16-bit-operand values
+// (packed16) or 32 otherwise. Channels past cin are zero up to whole blocks.
+constexpr long long IgemmCinBlock(bool packed16) { return packed16 ? 64 : 32; }
+
 // (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
 // channels padded to whole bn-channel tiles; k*, dil*: kernel and dilation; bm, bn, stages: the
 // tuning; packed16: 64 channels per block (one 16-bit operand per value) instead of 32.
@@ -127,7 +131,7 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.pipe_bytes = 2 * g.halo_bytes + stages * g.b_stage_bytes;
   g.epi_bytes = bn * (g.bm + 4) * 4;
   g.smem = g.pipe_bytes > g.epi_bytes ? g.pipe_bytes : g.epi_bytes;
-  g.cin_block = packed16 ? 64 : 32;
+  g.cin_block = IgemmCinBlock(packed16);
   g.cb = CeilDiv(cin, g.cin_block);
   g.row_bytes = g.cb * 128;
   g.xa_bytes_per_sample = g.sin * g.row_bytes;
