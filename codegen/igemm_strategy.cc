@@ -128,13 +128,17 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
 }
 
 // The channel tile: 64 where it cuts the padded products by at least a quarter (C = 64: half;
-// 129-192 channels: a quarter) and a group fits in it, else 128 (less A traffic per product).
+// 129-192 channels: a quarter), else 128 (less A traffic per product).
 int64_t DefaultBn(const ChainInfo& info) {
   const int64_t c = info.producer_shape[1];
-  const bool groups_fit = !info.group_norm || kTileNSmall % (c / info.group_norm->groups) == 0;
-  return groups_fit && 4 * PaddedChannels(c, kTileNSmall) <= 3 * PaddedChannels(c, kTileN)
-             ? kTileNSmall
-             : kTileN;
+  return 4 * PaddedChannels(c, kTileNSmall) <= 3 * PaddedChannels(c, kTileN) ? kTileNSmall : kTileN;
+}
+
+// group_norm moments parts per group (geom::IgemmGroupParts: 1 where every group lies inside a
+// channel tile; more where groups cross tile boundaries).
+int64_t GroupParts(const ChainInfo& info, int64_t bn) {
+  if (!info.group_norm) return 1;
+  return fj::geom::IgemmGroupParts(info.producer_shape[1], info.group_norm->groups, bn);
 }
 
 // What the kernels support, independent of the tuning (each line mirrors a static_assert of the
@@ -147,7 +151,7 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   const ConvAttrs& conv = info.producer->conv;
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
-  const int64_t n = p[0], c = p[1], groups = info.group_norm ? info.group_norm->groups : 1;
+  const int64_t n = p[0], c = p[1];
   if (variant == Variant::kStore) {
     if (info.mean != MeanMode::kNone) return false;
   } else if (variant == Variant::kStoreNormalize) {
@@ -176,7 +180,6 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   // output channels on 128-channel tiles measured 2.1x faster than tc-conv: H100, 2026-11-26).
   const int64_t bn = DefaultBn(info);
   if (PaddedChannels(c, bn) * cin_pad32 > 2 * c * x[1]) return false;
-  if (info.group_norm && bn % (c / groups) != 0) return false;  // a group inside a tile
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
   if (p[3] * p[4] < 64) return false;  // BM <= kH*kW for one warpgroup
@@ -194,11 +197,6 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (t.wg < 1 || t.wg > 4) return Invalid(c, absl::StrCat("wg ", t.wg, " is not in [1, 4]"));
   if (t.bn != kTileN && t.bn != kTileNSmall) {
     return Invalid(c, absl::StrCat("bn ", t.bn, " is not ", kTileN, " or ", kTileNSmall));
-  }
-  if (info.group_norm && t.bn % (info.producer_shape[1] / info.group_norm->groups) != 0) {
-    return Invalid(c, absl::StrCat("bn ", t.bn, ": a group of ",
-                                   info.producer_shape[1] / info.group_norm->groups,
-                                   " channels would straddle two channel tiles"));
   }
   if (PrecisionOf(chain, target).two_accumulators() && t.bn == kTileN && t.wg > 3) {
     return Invalid(c, absl::StrCat("wg ", t.wg, ": the fp32-accurate accumulators (2 x 64 "
@@ -463,8 +461,12 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
     partials = plan.AddWorkspace("per-tile channel moments (mean, M2 as doubles) x N*tiles*C",
                                  static_cast<size_t>(n * g.tiles * c) * 16);
   } else if (!store) {
-    partials = plan.AddWorkspace("per-tile group moments (count, mean, M2) x N*groups*tiles",
-                                 static_cast<size_t>(n * groups * g.tiles) * 12);
+    const int64_t parts = GroupParts(info, t.bn);
+    partials = plan.AddWorkspace(
+        absl::StrCat(
+            "per-tile group moments (count, mean, M2) x N*groups*tiles",
+            parts > 1 ? absl::StrCat("*", parts, " (a group's parts in each channel tile)") : ""),
+        static_cast<size_t>(n * groups * parts * g.tiles) * 12);
     stats = plan.AddWorkspace("group statistics (mean, rstd) x N*groups",
                               static_cast<size_t>(n * groups) * 8);
   }
@@ -567,7 +569,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   plan.kernels.push_back(gemm);
   KernelLaunch fin;
   fin.symbol = "fj_gn_finalize";
-  fin.body = absl::StrCat("fj::gn_finalize_body<Cfg, ", g.tiles, ">");
+  fin.body = absl::StrCat("fj::gn_finalize_body<Cfg, ", g.tiles, ", ", t.bn, ">");
   fin.purpose = "merge each (sample, group)'s tile moments in a fixed order -> mean, rstd";
   fin.grid = {static_cast<unsigned>(n * groups), 1, 1};
   fin.block = {256, 1, 1};

@@ -107,6 +107,24 @@ struct Igemm {
 // (packed16) or 32 otherwise. Channels past cin are zero up to whole blocks.
 constexpr long long IgemmCinBlock(bool packed16) { return packed16 ? 64 : 32; }
 
+// The group_norm parts of the igemm store epilogue: a group of c / groups channels lies across
+// the bn-channel tiles from (g * cg) / bn to (g * cg + cg - 1) / bn; each tile writes one moments
+// part per group it holds. IgemmGroupParts is the most parts of any group (the partials' stride).
+constexpr long long IgemmGroupFirstTile(long long g, long long cg, long long bn) {
+  return g * cg / bn;
+}
+constexpr long long IgemmGroupPartsOf(long long g, long long cg, long long bn) {
+  return (g * cg + cg - 1) / bn - IgemmGroupFirstTile(g, cg, bn) + 1;
+}
+constexpr long long IgemmGroupParts(long long c, long long groups, long long bn) {
+  long long most = 1;
+  for (long long g = 0; g < groups; ++g) {
+    const long long p = IgemmGroupPartsOf(g, c / groups, bn);
+    most = p > most ? p : most;
+  }
+  return most;
+}
+
 // (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
 // channels padded to whole bn-channel tiles; k*, dil*: kernel and dilation; bm, bn, stages: the
 // tuning; packed16: 64 channels per block (one 16-bit operand per value) instead of 32.

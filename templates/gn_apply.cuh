@@ -7,8 +7,11 @@
 //   partials: Moments {count, mean, m2} as 3 floats at ((n*G + g)*kTiles + tile)*3
 //   stats:    2 floats per (n, g) at (n*G + g)*2: mean, rstd   (workspace, 8*kN*G bytes)
 // Kernel bodies, in launch order (after the producer that wrote y and partials):
-//   gn_finalize_body<Cfg, kTiles>  grid kN*G, block 256 (a multiple of 32, <= 1024), no
-//        dynamic smem. Merges the kTiles partials of each (n, g) in a fixed order.
+//   gn_finalize_body<Cfg, kTiles, kBN>  grid kN*G, block 256 (a multiple of 32, <= 1024), no
+//        dynamic smem. Merges the partials of each (n, g) in a fixed order: its
+//        geom::IgemmGroupPartsOf(g, kC/G, kBN) parts of kTiles each, contiguous at
+//        (n*G + g)*IgemmGroupParts(kC, G, kBN)*kTiles (igemm_mma.cuh's layout; kBN = kC: one
+//        part per group).
 //   gn_apply_body<Cfg>  block GnApply<Cfg>::kThreads (__launch_bounds__ the same), grid
 //        (GnApply<Cfg>::kBlocksPerRow, kN*kC) (so kN*kC <= 65535), no dynamic smem.
 //        y[n,c,:] = post((y - mean) * rstd * gamma[c] + beta[c]) in place (f32 chains).
@@ -19,6 +22,7 @@
 #define FUSEJIT_TEMPLATES_GN_APPLY_CUH_
 
 #include "default_config.cuh"
+#include "geometry.cuh"
 
 namespace fj {
 
@@ -33,14 +37,17 @@ struct GnApply {
   static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "gn_apply: needs group_norm");
 };
 
-template <class Cfg, int kTiles>
+template <class Cfg, int kTiles, int kBN = Cfg::kC>
 __device__ __forceinline__ void gn_finalize_body(const float* __restrict__ partials,
                                                  float* __restrict__ stats) {
   __shared__ Moments scratch[32];
+  constexpr int kCg = Cfg::kC / Cfg::kGroups;
+  constexpr int kParts = (int)geom::IgemmGroupParts(Cfg::kC, Cfg::kGroups, kBN);
   const int seg = blockIdx.x;  // n*G + g
-  const float* p = partials + (long long)seg * kTiles * 3;
+  const int parts = (int)geom::IgemmGroupPartsOf(seg % Cfg::kGroups, kCg, kBN);
+  const float* p = partials + (long long)seg * kParts * kTiles * 3;
   Moments m = moments_empty();
-  for (int i = threadIdx.x; i < kTiles; i += blockDim.x) {
+  for (int i = threadIdx.x; i < parts * kTiles; i += blockDim.x) {
     Moments b;
     b.count = p[i * 3];
     b.mean = p[i * 3 + 1];
@@ -138,6 +145,11 @@ __device__ __forceinline__ void gn_apply_out_body(const ElemT<Cfg>* __restrict__
 extern "C" __global__ void __launch_bounds__(256)
     gn_finalize_selftest(const float* partials, float* stats) {
   fj::gn_finalize_body<fj::DefaultConfig, 7>(partials, stats);
+}
+// Groups across channel tiles (parts per group > 1).
+extern "C" __global__ void __launch_bounds__(256)
+    gn_finalize_parts_selftest(const float* partials, float* stats) {
+  fj::gn_finalize_body<fj::DefaultConfig, 7, 3>(partials, stats);
 }
 extern "C" __global__ void __launch_bounds__(fj::GnApply<fj::DefaultConfig>::kThreads)
     gn_apply_selftest(const float* gamma, const float* beta, const float* stats, float* y) {

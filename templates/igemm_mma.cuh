@@ -49,7 +49,11 @@
 //   absmax  2*P floats        per-block max|x| (first P) and max|w| (next P)   (F16x3 only)
 //   scale   1 float           1/(sx*sw) (F16x3 only; written by igemm_prep_body's block 0)
 //   kIgemmOutStoreY:
-//   partials kN*G*tiles*3 floats  Moments {count, mean, m2} at ((n*G + g)*tiles + tile)*3
+//   partials kN*G*GP*tiles*3 floats  Moments {count, mean, m2} of group g's channels in channel
+//                     tile IgemmGroupFirstTile(g) + part over the tile's valid rows, at
+//                     (((n*G + g)*GP + part)*tiles + tile)*3; GP = geom::IgemmGroupParts(kC, G,
+//                     BN) (1 where every group lies inside a tile). A group's parts
+//                     (IgemmGroupPartsOf of them) are contiguous: gn_finalize_body merges them.
 //   kIgemmOutChannelMoments (IgemmShape::kChannelPartials IgemmChannelMoments, 16 bytes each):
 //   channel partials  kN*tiles*kC {mean, m2} (doubles) of pre(conv + bias) over the tile's
 //                     valid rows (min(BM, S - tile*BM) of them), at (n*tiles + tile)*kC + c
@@ -67,7 +71,7 @@
 //   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, ceil(kC/BN), kN), reading xa, wb, bias (if
 //      kBias), scale:
 //      kIgemmOutStoreY: igemm_wgmma_body writes y (pre-norm values pre(conv + bias), NCDHW) and
-//        partials; then 4. gn_finalize_body, 5. gn_apply_body (gn_apply.cuh), kTiles = tiles.
+//        partials; then 4. gn_finalize_body<Cfg, tiles, BN>, 5. gn_apply_body (gn_apply.cuh).
 //      kIgemmOutChannelMoments: igemm_wgmma_moments_body writes the channel partials only; then
 //        4. igemm_mean_finalize_body (igemm_mean.cuh).
 // Results are bitwise identical run to run (no atomics; every merge has a fixed order).
@@ -231,6 +235,7 @@ struct IgemmShape {
   static constexpr int kTiles = kG.tiles;
   static constexpr int kGroupsOr1 = Cfg::kGroups > 0 ? Cfg::kGroups : 1;
   static constexpr int kCg = Cfg::kC / kGroupsOr1;
+  static constexpr int kGroupParts = (int)geom::IgemmGroupParts(Cfg::kC, kGroupsOr1, kBN);
   static constexpr int kRowBytes = kG.row_bytes;  // bytes per point in xa (and per co in wb)
   // Input-point offset per dimension: i = o + kBase + k*kStep.
   static constexpr int kBaseD = kTransposed ? Cfg::kPD : -Cfg::kPD;
@@ -244,7 +249,8 @@ struct IgemmShape {
   // Workspace sizes.
   static constexpr long long kXaBytes = (long long)Cfg::kN * kG.xa_bytes_per_sample;
   static constexpr long long kWbBytes = kG.wb_bytes;
-  static constexpr long long kPartialFloats = (long long)Cfg::kN * kGroupsOr1 * kTiles * 3;
+  static constexpr long long kPartialFloats =
+      (long long)Cfg::kN * kGroupsOr1 * kGroupParts * kTiles * 3;
   static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
   // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
@@ -267,8 +273,8 @@ struct IgemmShape {
                 "igemm: stride 1 only (split strided transposed convs into phases first)");
   static_assert(Tune::kWM % 16 == 0 && Tune::kWN % 16 == 0, "igemm: warp tile multiple of 16");
   static_assert(kThreads % 8 == 0, "igemm: threads a multiple of 8");
-  static_assert(Cfg::kGroups == 0 || (Cfg::kC % Cfg::kGroups == 0 && kBN % kCg == 0),
-                "igemm: a group's channels must not straddle channel tiles");
+  static_assert(Cfg::kGroups == 0 || Cfg::kC % Cfg::kGroups == 0,
+                "igemm: group_norm's groups must divide the channels");
   static_assert(kOut == kIgemmOutStoreY || kOut == kIgemmOutChannelMoments,
                 "igemm: Tune::kOut is kIgemmOutStoreY or kIgemmOutChannelMoments");
   static_assert(Cfg::kMean == kNoMean || kOut == kIgemmOutChannelMoments,
@@ -631,37 +637,49 @@ struct IgemmCore {
     __syncthreads();
     store_rows(epi, y, n, co0, sp0, valid);
     if constexpr (Cfg::kGroups > 0) {
-      // Per-group moments of this tile: two passes per lane over its values (fixed order),
-      // then a fixed Chan tree over the lanes.
-      constexpr int kGroupsHere = BN / Sh::kCg;
-      for (int gl = warp; gl < kGroupsHere; gl += kWarps) {
-        // Padding channels form whole groups past the last (kC is a multiple of kCg): skipped.
-        if (Cfg::kC % BN != 0 && co0 / Sh::kCg + gl >= Cfg::kGroups) break;
+      // Each channel row's moments (two passes over its valid values, a fixed butterfly),
+      // written into the row's pitch padding (columns BM..BM+2, never staged); then one warp per
+      // part of a group in this tile merges its rows in channel order (lanes strided, then a
+      // fixed shfl tree). A group wider than the tile, or across a tile boundary, has one part
+      // per tile it touches (gn_finalize_body merges them).
+      for (int r = warp; r < BN; r += kWarps) {
+        if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: no moments
+        float* srow = epi + r * Sh::kEpiPitch;
         float sum = 0.f;
-        int cnt = 0;
-        for (int c = 0; c < Sh::kCg; ++c) {
-          const float* srow = epi + (gl * Sh::kCg + c) * Sh::kEpiPitch;
-          for (int m = lane; m < valid; m += 32) {
-            sum += srow[m];
-            ++cnt;
-          }
-        }
-        Moments mo;
-        mo.count = (float)cnt;
-        mo.mean = cnt > 0 ? sum / (float)cnt : 0.f;
+        for (int m = lane; m < valid; m += 32) sum += srow[m];
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const float mean = sum / (float)valid;
         float m2 = 0.f;
-        for (int c = 0; c < Sh::kCg; ++c) {
-          const float* srow = epi + (gl * Sh::kCg + c) * Sh::kEpiPitch;
-          for (int m = lane; m < valid; m += 32) {
-            const float d = srow[m] - mo.mean;
-            m2 += d * d;
-          }
+        for (int m = lane; m < valid; m += 32) {
+          const float d = srow[m] - mean;
+          m2 = fmaf(d, d, m2);
         }
-        mo.m2 = m2;
+        for (int off = 16; off > 0; off >>= 1) m2 += __shfl_xor_sync(0xffffffffu, m2, off);
+        __syncwarp();  // every lane has read the row before lane 0 writes its padding
+        if (lane == 0) {
+          srow[BM] = mean;
+          srow[BM + 1] = m2;
+        }
+      }
+      __syncthreads();
+      constexpr int kCg = Sh::kCg;
+      const int c_end = Cfg::kC % BN != 0 && co0 + BN > Cfg::kC ? Cfg::kC : co0 + BN;
+      const int g0 = co0 / kCg, g1 = (c_end - 1) / kCg;
+      for (int g = g0 + warp; g <= g1; g += kWarps) {
+        const int r0 = (g * kCg > co0 ? g * kCg : co0) - co0;
+        const int r1 = ((g + 1) * kCg < c_end ? (g + 1) * kCg : c_end) - co0;
+        Moments mo = moments_empty();
+        for (int r = r0 + lane; r < r1; r += 32) {
+          const float* srow = epi + r * Sh::kEpiPitch;
+          mo = moments_merge(mo, Moments{(float)valid, srow[BM], srow[BM + 1]});
+        }
         for (int off = 16; off > 0; off >>= 1) mo = moments_merge(mo, shfl_down(mo, off));
         if (lane == 0) {
-          const int gg = co0 / Sh::kCg + gl;
-          float* p = partials + (((long long)n * Cfg::kGroups + gg) * Sh::kTiles + tile) * 3;
+          const int part = co0 / BN - (int)geom::IgemmGroupFirstTile(g, kCg, BN);
+          float* p =
+              partials +
+              ((((long long)n * Cfg::kGroups + g) * Sh::kGroupParts + part) * Sh::kTiles + tile) *
+                  3;
           p[0] = mo.count;
           p[1] = mo.mean;
           p[2] = mo.m2;

@@ -17,6 +17,7 @@
 #include "fusejit/workloads.h"
 #include "jit/nvrtc.h"
 #include "templates/embedded.h"
+#include "templates/geometry.cuh"
 #include "tests/random_chains.h"
 
 namespace fusejit {
@@ -145,7 +146,7 @@ TEST(Igemm, W3PlansToIgemmInBothPrecisions) {
     EXPECT_EQ(gemm->shared_bytes, tf32 ? 217088u : 229376u);
     EXPECT_LE(gemm->shared_bytes, 227u * 1024);
     EXPECT_EQ(FindKernel(*plan, "fj_gn_finalize")->body,
-              "fj::gn_finalize_body<Cfg, " + std::to_string(tiles) + ">");
+              "fj::gn_finalize_body<Cfg, " + std::to_string(tiles) + ", 128>");
     EXPECT_EQ(FindKernel(*plan, "fj_gn_apply")->grid, (std::array<unsigned, 3>{20, 16 * 128, 1}));
     // Workspace: the operand copies (x channels-last: as large as x) plus small regions.
     const size_t x_bytes = 16ull * 64 * 32 * 32 * 32 * 4, w_bytes = 64ull * 128 * 27 * 4;
@@ -278,10 +279,6 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
        "x:f32[1,384,10,10,10] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=8)"},
       {"Cout 24: padding to a 64-channel tile more than doubles the products",
        "x:f32[2,64,10,10,10] | conv3d(out=24,k=3,padding=1) | relu | group_norm(groups=6)"},
-      {"Cout 48 in one group: it does not fit a 64-channel tile, a 128 one more than doubles",
-       "x:f32[2,64,10,10,10] | conv3d(out=48,k=3,padding=1) | relu | group_norm(groups=1)"},
-      {"a group straddles channel tiles",
-       "x:f32[2,64,10,10,10] | conv3d(out=384,k=3,padding=1) | relu | group_norm(groups=2)"},
       {"kernel depth > 8",
        "x:f32[1,32,12,10,10] | conv3d(out=128,k=[9,1,1]) | relu | group_norm(groups=8)"},
       {"output plane < 64 points",
@@ -309,6 +306,61 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
     ASSERT_TRUE(plan.ok()) << why << ": " << plan.status();
     EXPECT_NE(plan->strategy, kIgemm) << why;
   }
+}
+
+// group_norm groups need not lie inside a channel tile: each tile writes one moments part per
+// group it holds, and the finalize merges a group's parts (geom::IgemmGroupParts).
+TEST(Igemm, GroupsAcrossChannelTiles) {
+  const codegen::Strategy& s = Igemm();
+  struct Case {
+    std::string spec;
+    std::string bn;
+    int64_t parts;  // the most parts of any group
+  };
+  const std::vector<Case> cases = {
+      // 12 channels a group on 64-channel tiles: groups 5 and 10 cross tile boundaries.
+      {"x:f32[2,64,10,10,10] | conv3d(out=192,k=3,padding=1) | relu | group_norm(groups=16)", "64",
+       2},
+      // One group of 48 channels on a 64-channel tile.
+      {"x:f32[2,64,10,10,10] | conv3d(out=48,k=3,padding=1) | relu | group_norm(groups=1)", "64",
+       1},
+      // 192 channels a group: 128-channel tiles, each group over two of them.
+      {"x:f32[2,64,10,10,10] | conv3d(out=384,k=3,padding=1) | relu | group_norm(groups=2)", "128",
+       2},
+      // All 384 channels in one group: three tiles.
+      {"x:f32[2,64,10,10,10] | conv_transpose3d(out=384,k=3,padding=1) | group_norm(groups=1)",
+       "128", 3},
+      // 200 channels in 8 groups of 25 (padded to two 128-channel tiles).
+      {"x:f32[4,200,8,8,8] | conv3d(out=200,k=3,padding=1) | group_norm(groups=8)", "128", 2},
+  };
+  for (const Case& c : cases) {
+    const Chain chain = Parse(c.spec);
+    ASSERT_TRUE(s.Applies(codegen::PlanInput(chain, Target("sm_90")))) << c.spec;
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Target("sm_90"), kIgemm);
+    ASSERT_TRUE(plan.ok()) << c.spec << ": " << plan.status();
+    EXPECT_EQ(TuneValue(*plan, "kBN"), c.bn) << c.spec;
+    const codegen::KernelLaunch* fin = FindKernel(*plan, "fj_gn_finalize");
+    ASSERT_NE(fin, nullptr) << c.spec;
+    EXPECT_EQ(fin->body,
+              absl::StrCat("fj::gn_finalize_body<Cfg, ",
+                           FindKernel(*plan, "fj_igemm_wgmma")->grid[0], ", ", c.bn, ">"))
+        << c.spec;
+    EXPECT_EQ(fj::geom::IgemmGroupParts(chain.ops[0].conv.out_channels, chain.ops.back().groups,
+                                        std::stoi(c.bn)),
+              c.parts)
+        << c.spec;
+    // The partials workspace names the parts where there are several.
+    bool named = false;
+    for (const codegen::WorkspaceRegion& w : plan->workspace) {
+      named |= w.name.find(absl::StrCat("*", c.parts, " (a group's parts")) != std::string::npos;
+    }
+    EXPECT_EQ(named, c.parts > 1) << c.spec;
+  }
+  // The moments-mean variant reads per-channel moments: any grouping.
+  EXPECT_TRUE(Moments().Applies(codegen::PlanInput(
+      Parse("x:f32[4,64,16,16,16] | conv3d(out=96,k=3,padding=1) | group_norm(groups=2) | "
+            "mean(dims=[2,3,4])"),
+      Target("sm_90"))));
 }
 
 // Small shapes fall back to smaller tiles and fewer stages instead of not applying.
@@ -647,11 +699,11 @@ TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
                                        Target("sm_90", Precision::kTf32))));
   EXPECT_TRUE(store.Applies(codegen::PlanInput(
       Parse("x:f32[2,32,10,10,10] | conv3d(out=100,k=3) | relu"), Target("sm_90"))));
-  // group_norm's plans pad the channels too, while a group stays inside a tile (128 % 48 != 0).
+  // group_norm's plans pad the channels too (groups may cross tiles: GroupsAcrossChannelTiles).
   EXPECT_TRUE(Igemm().Applies(codegen::PlanInput(
       Parse("x:f32[2,32,10,10,10] | conv3d(out=64,k=3) | relu | group_norm(groups=8)"),
       Target("sm_90"))));
-  EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(
+  EXPECT_TRUE(Igemm().Applies(codegen::PlanInput(
       Parse("x:f32[2,32,10,10,10] | conv3d(out=96,k=3) | relu | group_norm(groups=2)"),
       Target("sm_90"))));
   // bf16/f16 chains natively (the epilogue rounds y once into the dtype); f64 has no tensor cores.
@@ -716,28 +768,30 @@ TEST(IgemmTuning, ValidateRefusesWithTheReason) {
     std::string reason;
   };
   const Chain w4f = Parse(kW4f);
-  const Chain wide_groups =
-      Parse("x:f32[2,32,8,8,8] | conv3d(out=256,k=3,padding=1) | group_norm(groups=2)");
   const std::vector<Case> cases = {
       {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1,bn=96",
        "bn 96 is not 128 or 64"},
-      {&wide_groups, Precision::kFp32, "igemm-store-normalize:wg=2,stages=4,async=1,bn=64",
-       "a group of 128 channels would straddle two channel tiles"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=5,stages=7,async=1,bn=128", "not in [1, 4]"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=0,stages=7,async=1,bn=128", "not in [1, 4]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=5,stages=7,async=1,bn=128",
+       "not in [1, 4]"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=0,stages=7,async=1,bn=128",
+       "not in [1, 4]"},
       {&W3(), Precision::kFp32, "igemm-store-normalize:wg=4,stages=5,async=1,bn=128", "register"},
       {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=11,async=1,bn=128",
        "stages 11 must be in [2, 10]"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=1,async=0,bn=128", "must be in [2"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=1,async=0,bn=128",
+       "must be in [2"},
       {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=2,async=1,bn=128",
        "async needs stages >= 3"},
       {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=2,bn=128", "0 or 1"},
-      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=8,async=1,bn=128", "shared memory"},
+      {&W3(), Precision::kFp32, "igemm-store-normalize:wg=3,stages=8,async=1,bn=128",
+       "shared memory"},
       {&W3(), Precision::kFp32, "igemm-store-normalize:stages=7,wg=3,async=1", "in that order"},
-      {&W3(), Precision::kFp32, "igemm-moments-mean:wg=3,stages=7,async=1,bn=128", "does not apply"},
+      {&W3(), Precision::kFp32, "igemm-moments-mean:wg=3,stages=7,async=1,bn=128",
+       "does not apply"},
       {&w4f, Precision::kTf32, "igemm-moments-mean:wg=4,stages=5,async=1,bn=128",
        "more than two output planes"},
-      {&w4f, Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1,bn=128", "does not apply"},
+      {&w4f, Precision::kFp32, "igemm-store-normalize:wg=3,stages=7,async=1,bn=128",
+       "does not apply"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<codegen::TuneConfig> config = codegen::TuneConfig::Parse(c.config);

@@ -238,6 +238,8 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
       "x:" + d + "[3,64,8,16,16] | conv3d(out=128,k=3,padding=1) | swish | tanh",
       // igemm-store-normalize with channels padded to a whole tile (64 of 128).
       "x:" + d + "[2,32,12,16,16] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
+      // Groups across channel tiles: 96-channel groups on 64-channel tiles.
+      "x:" + d + "[2,64,8,10,12] | conv3d(out=192,k=3,padding=1) | swish | group_norm(groups=2)",
       // 96 and 160 input channels: two and three 64-channel operand blocks, the last half zeros.
       "x:" + d + "[4,96,12,16,16] | conv3d(out=128,k=3,padding=1) | relu | group_norm(groups=4)",
       "x:" + d + "[4,160,10,16,16] | conv_transpose3d(out=128,k=2) | gelu",

@@ -154,6 +154,36 @@ TEST(GpuIgemm, PaddedInputChannelsFp32Accurate) {
   }
 }
 
+// group_norm groups across channel tiles: 12-channel groups on 64-channel tiles (some groups in
+// two tiles), 192-channel groups over two 128-channel tiles, one group over three, 25-channel
+// groups with a padded second tile; conv3d and conv_transpose3d, both precisions.
+TEST(GpuIgemm, GroupsAcrossChannelTiles) {
+  SKIP_WITHOUT_SM90();
+  const char* const chains[] = {
+      "x:f32[2,32,6,9,9] | conv3d(out=192,k=3,padding=1) | relu | group_norm(groups=16)",
+      "x:f32[1,64,5,9,9] | conv_transpose3d(out=384,k=3,padding=1) | swish | group_norm(groups=2) "
+      "| tanh",
+      "x:f32[2,32,6,8,9] | conv3d(out=384,k=[3,1,3],padding=[1,0,1]) | group_norm(groups=1)",
+      "x:f32[2,64,5,9,9] | conv3d(out=200,k=3,padding=1) | gelu | group_norm(groups=8)",
+      "x:f32[3,32,6,9,9] | conv_transpose3d(out=96,k=3,padding=1,bias=false) | "
+      "group_norm(groups=2)",
+  };
+  std::vector<std::pair<Chain, Precision>> list;
+  for (const char* spec : chains) {
+    for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+      const Chain chain = Parse(spec);
+      ASSERT_TRUE(Igemm().Applies(codegen::PlanInput(chain, {"sm_90", 132, p}))) << spec;
+      list.emplace_back(chain, p);
+    }
+  }
+  CompileInParallel(list, kIgemm);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& [chain, precision] = list[i];
+    CheckChain(chain, /*seed=*/1300 + i / 2, {}, kIgemm,
+               precision == Precision::kFp32 ? kFp32Accurate : kTf32, precision);
+  }
+}
+
 TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
   SKIP_WITHOUT_SM90();
   std::vector<std::pair<Chain, Precision>> list;
@@ -195,9 +225,9 @@ Dims3 RandomDims(Rng& rng, int64_t lo, int64_t hi) {
 }
 
 // A random stride-1 conv chain with 32, 64 or 20-100 input channels, 128 or 256 output channels (or
-// 32, 48, 64, 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm whose groups fit
-// a 128-channel tile; with `mean`, ending in a mean (either mode, no ops after the group_norm). Not
-// every one is valid or applicable.
+// 32, 48, 64, 96, 192: padded to whole 128- or 64-channel tiles) and a group_norm of any group
+// count that divides them (groups may cross channel tiles); with `mean`, ending in a mean (either
+// mode, no ops after the group_norm). Not every one is valid or applicable.
 Chain RandomIgemmChain(Rng& rng, bool mean = false) {
   Chain chain;
   chain.input = {rng.Int(1, 3),
@@ -218,8 +248,11 @@ Chain RandomIgemmChain(Rng& rng, bool mean = false) {
     chain.ops.push_back(Conv3d(out, k, {1, 1, 1}, padding, dilation, bias));
   }
   for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomOp(rng));
-  static const int64_t kPerGroup[] = {1, 4, 16, 32, 64, 128};
-  chain.ops.push_back(GroupNorm(out / kPerGroup[rng.Int(0, 5)]));
+  std::vector<int64_t> divisors;
+  for (int64_t g = 1; g <= out; ++g) {
+    if (out % g == 0) divisors.push_back(g);
+  }
+  chain.ops.push_back(GroupNorm(divisors[rng.Int(0, static_cast<int64_t>(divisors.size()) - 1)]));
   if (mean) {
     chain.ops.push_back(Mean(rng.Chance(0.5) ? std::vector<int>{2, 3, 4}
                                              : std::vector<int>{1, 2, 3, 4}));
