@@ -66,12 +66,13 @@ int64_t PaddedChannels(int64_t c, int64_t bn) { return CeilDiv(c, bn) * bn; }
 struct IgemmTune {
   int64_t wg = 3, stages = 7, async = 1;
   int64_t bn = kTileN;  // output channels per CTA: 128 or 64
+  int64_t split = 1;    // the reduction's (kd, cb) blocks split this many ways (a second kernel
+                        // adds the parts in a fixed order and runs the epilogue)
 };
 constexpr TuneField<IgemmTune> kIgemmFields[] = {
-    {"wg", "kWG", &IgemmTune::wg},
-    {"stages", "kStages", &IgemmTune::stages},
-    {"async", "kAsync", &IgemmTune::async},
-    {"bn", "kBN", &IgemmTune::bn},
+    {"wg", "kWG", &IgemmTune::wg},          {"stages", "kStages", &IgemmTune::stages},
+    {"async", "kAsync", &IgemmTune::async}, {"bn", "kBN", &IgemmTune::bn},
+    {"split", "kSplit", &IgemmTune::split},
 };
 std::span<const TuneField<IgemmTune>> Fields() { return kIgemmFields; }
 
@@ -206,6 +207,17 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (t.async != 0 && t.async != 1) {
     return Invalid(c, absl::StrCat("async is 0 or 1, not ", t.async));
   }
+  const int64_t blocks = conv.kernel[0] * Geometry(chain, info, t).cb;  // (kd, cb) k-blocks
+  if (t.split < 1 || t.split > std::min<int64_t>(fj::geom::kIgemmMaxSplit, blocks)) {
+    return Invalid(c, absl::StrCat("split ", t.split, " is not in [1, ",
+                                   std::min<int64_t>(fj::geom::kIgemmMaxSplit, blocks),
+                                   "] (at most ", fj::geom::kIgemmMaxSplit, ", and at most the ",
+                                   blocks, " (kd, channel block) steps of the reduction)"));
+  }
+  if (info.producer_shape[0] * t.split > 65535) {
+    return Invalid(c, absl::StrCat("split ", t.split, ": ", info.producer_shape[0] * t.split,
+                                   " samples x parts exceed the grid's 65535"));
+  }
   if (t.stages < 2 || t.stages - 1 > taps_hw) {
     return Invalid(c, absl::StrCat("stages ", t.stages, " must be in [2, ", taps_hw + 1,
                                    "] (the next halo is issued stages-1 k-steps ahead, within the ",
@@ -238,25 +250,34 @@ int64_t CtasPerSm(const IgemmGeometry& g, const IgemmPrecision& p) {
   return std::max<int64_t>(1, std::min({by_smem, by_threads, by_regs}));
 }
 
-// Estimated GEMM time in arbitrary units: waves of CTAs over the SMs, each wave taking a tile's
-// rows plus a per-CTA overhead expressed in rows (barriers and weight stages per k-step, prologue,
-// epilogue). Fitted to H100 timings (2026-11-22, fusejit autotune): F16x3 (rows cost three
-// products) 30 rows on W3 (128 vs 192 rows), 54 on W3-c and 108 on W4-f (128 vs 192 rows, 1 vs 2
-// waves and 6 vs 4); TF32 ~240 on W3 (192 vs 256 rows). Co-resident CTAs share an SM (0.85: they
-// hide some of each other's latency).
+// Estimated GEMM time in ns: waves of CTAs over the SMs, each wave taking a tile's rows plus a
+// per-CTA overhead expressed in rows (barriers and weight stages per k-step, prologue, epilogue),
+// a row costing its products at the tensor cores' fp16 rate (~990 TFLOP/s dense on the H100 at
+// 75%: 5600 flop per ns and SM; TF32 half, F16x3 three products). Fitted to H100 timings
+// (2026-11-22, fusejit autotune): F16x3 30 rows on W3 (128 vs 192 rows), 54 on W3-c and 108 on W4-f
+// (128 vs 192 rows, 1 vs 2 waves and 6 vs 4); TF32 ~240 on W3 (192 vs 256 rows). Co-resident CTAs
+// share an SM (0.85: they hide some of each other's latency). A split into `split` parts runs split
+// times the CTAs, each with 1/split of the reduction, plus the second kernel: the parts written
+// and read once at ~3 bytes per ns, and a launch (~3 us).
 double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t ctas_total,
-                    int64_t sm_count) {
+                    int64_t sm_count, int64_t split, int64_t taps) {
   const int64_t per_sm = CtasPerSm(g, p);
-  const int64_t waves = CeilDiv(ctas_total, std::max<int64_t>(1, sm_count) * per_sm);
+  const int64_t sms = std::max<int64_t>(1, sm_count);
+  const int64_t waves = CeilDiv(ctas_total * split, sms * per_sm);
   const double overhead = p.two_accumulators() ? 96 : 192;
-  return static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
-         (static_cast<double>(g.bm) + overhead);
+  const double products = p.prec == kPrecF16x3 ? 3 : p.prec == kPrecTF32x1 ? 2 : 1;
+  const double row_ns = static_cast<double>(g.bn * taps * g.cb * g.cin_block) * 2 * products / 5600;
+  const double gemm = static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
+                      (static_cast<double>(g.bm) + overhead) * row_ns / static_cast<double>(split);
+  if (split == 1) return gemm;
+  const double part_bytes = static_cast<double>(ctas_total * split * g.bm * g.bn) * 4 * 2;
+  return gemm + part_bytes / 3000.0 + 3000.0;
 }
 
 // The heuristic tuning: for each tile height (warpgroups), the deepest weight pipeline that fits
-// (at most the measured 7 stages, 5 for TF32) and the deepest one that lets more CTAs share an SM;
-// the one of least EstimateTime() (ties: larger tiles, deeper pipelines). Returns the smallest
-// tuning when none fits (Applies() then says no).
+// (at most the measured 7 stages, 5 for TF32) and the deepest one that lets more CTAs share an SM,
+// each unsplit or split 2..8 ways; the one of least EstimateTime() (ties: larger tiles, deeper
+// pipelines, fewer parts). Returns the smallest tuning when none fits (Applies() then says no).
 IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
   const IgemmPrecision p = PrecisionOf(chain, target);
   const bool one_acc = !p.two_accumulators();
@@ -269,18 +290,22 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
     return CheckTune(chain, info, target, t, TuneConfig{}).ok();
   };
   auto with_stages = [bn](int64_t wg, int64_t stages) {
-    return IgemmTune{wg, stages, stages >= 3 ? 1 : 0, bn};
+    return IgemmTune{wg, stages, stages >= 3 ? 1 : 0, bn, 1};
   };
-  IgemmTune best{1, 2, 0, bn};
+  IgemmTune best{1, 2, 0, bn, 1};
   double best_est = 0;
   bool found = false;
-  auto consider = [&](const IgemmTune& t) {
+  auto consider = [&](IgemmTune t) {
     const IgemmGeometry g = Geometry(chain, info, t);
-    const double est = EstimateTime(g, p, g.tiles * ctas_per_tile_row, target.sm_count);
-    if (!found || est < best_est * (1 - 1e-9)) {
-      best = t;
-      best_est = est;
-      found = true;
+    for (t.split = 1; t.split <= fj::geom::kIgemmMaxSplit; ++t.split) {
+      if (t.split > 1 && !fits(t)) break;
+      const double est =
+          EstimateTime(g, p, g.tiles * ctas_per_tile_row, target.sm_count, t.split, g.taps);
+      if (!found || est < best_est * (1 - 1e-9)) {
+        best = t;
+        best_est = est;
+        found = true;
+      }
     }
   };
   for (int64_t wg = top_wg; wg >= 1; --wg) {
@@ -347,12 +372,16 @@ class IgemmStrategy : public Strategy {
     const double padding =
         static_cast<double>(cp) / static_cast<double>(info.producer_shape[1]);
     const IgemmGeometry g = Geometry(in.chain, info, t);
+    // A split runs its parts as more warpgroups, and writes and reads each part once (8 bytes a
+    // point and part).
     const double warpgroups =
-        static_cast<double>(g.tiles * (cp / t.bn) * info.producer_shape[0] * t.wg);
+        static_cast<double>(g.tiles * (cp / t.bn) * info.producer_shape[0] * t.wg * t.split);
     const double fill = std::min(
         1.0, warpgroups / (3.0 * static_cast<double>(std::max<int64_t>(1, in.target.sm_count))));
+    const double split_bytes = t.split > 1 ? 8.0 * static_cast<double>(t.split) * padding : 0.0;
     return static_cast<double>(info.elements) *
-               (per_point + 2.0 * info.macs_per_point * padding / (400.0 * fill)) +
+               (per_point + split_bytes / 3.0 +
+                2.0 * info.macs_per_point * padding / (400.0 * fill)) +
            static_cast<double>(NumElements(in.chain.input)) * 8.0 / 3.0;
   }
   TuneConfig DefaultConfig(const PlanInput& in) const override {
@@ -362,7 +391,8 @@ class IgemmStrategy : public Strategy {
     return {{"wg", {1, 2, 3, 4}},
             {"stages", {2, 3, 4, 5, 6, 7, 8}},
             {"async", {0, 1}},
-            {"bn", {kTileN, kTileNSmall}}};
+            {"bn", {kTileN, kTileNSmall}},
+            {"split", {1, 2, 3, 4, 6, 8}}};
   }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<IgemmTune> t = Parse(config);
@@ -376,10 +406,10 @@ class IgemmStrategy : public Strategy {
     if (config.strategy != name()) {
       return Invalid(config, absl::StrCat("not an ", std::string(name()), " config"));
     }
-    // Configurations written before bn existed (tuning databases) name wg, stages, async: the
-    // 128-channel tile they were made for.
-    if (config.values.size() + 1 == Fields().size()) {
-      absl::StatusOr<IgemmTune> t = FromConfig(config, Fields().first(Fields().size() - 1));
+    // Configurations written before bn and split existed (tuning databases) name wg, stages,
+    // async (the 128-channel tile they were made for) or also bn: no split.
+    if (config.values.size() >= 3 && config.values.size() < Fields().size()) {
+      absl::StatusOr<IgemmTune> t = FromConfig(config, Fields().first(config.values.size()));
       if (t.ok()) return t;
     }
     return FromConfig(config, Fields());
@@ -513,6 +543,44 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                    : KernelArg::Null(ArgType::kFloat, "scale", kWrite)};
   prep.restrict_pointers = true;
   plan.kernels.push_back(prep);
+  size_t kpart = 0;
+  if (t.split > 1) {
+    kpart = plan.AddWorkspace(
+        absl::StrCat("the split's parts: ", t.split, " x ", g.bm, "x", t.bn,
+                     " sums per (sample, channel tile, tile), fp32"),
+        static_cast<size_t>(n * CeilDiv(c, t.bn) * g.tiles * t.split * g.bm * t.bn) * 4);
+  }
+  // The kernel with the epilogue: the GEMM itself, or with a split the GEMM writing its parts
+  // and then this one, reading them (kpart instead of xa and wb), adding them and finishing.
+  auto push_gemm = [&](KernelLaunch k) {
+    if (t.split == 1) {
+      plan.kernels.push_back(std::move(k));
+      return;
+    }
+    KernelLaunch part = k;
+    part.symbol = "fj_igemm_wgmma_split";
+    part.body = absl::StrCat("fj::igemm_wgmma_split_body<Cfg, ", tune, ">");
+    part.purpose =
+        absl::StrCat("implicit GEMM ", g.bm, "x", t.bn, " tiles (wgmma), the reduction split ",
+                     t.split, " ways over its (kd, channel block) steps: raw sums per part");
+    part.grid[2] = static_cast<unsigned>(n * t.split);
+    part.args = {k.args[0], k.args[1],
+                 KernelArg::Workspace(ArgType::kFloat, "kpart", kpart, kWrite)};
+    plan.kernels.push_back(part);
+    const bool moments_out = k.symbol == "fj_igemm_wgmma_moments";
+    k.symbol = moments_out ? "fj_igemm_reduce_moments" : "fj_igemm_reduce";
+    k.body = absl::StrCat(moments_out ? "fj::igemm_wgmma_reduce_moments_body<Cfg, "
+                                      : "fj::igemm_wgmma_reduce_body<Cfg, ",
+                          tune, ">");
+    const size_t after = k.purpose.find(" + ");
+    k.purpose =
+        absl::StrCat("add the ", t.split, " parts in part order, then",
+                     after == std::string::npos ? ": " + k.purpose : k.purpose.substr(after + 2));
+    k.shared_bytes = static_cast<unsigned>(g.epi_bytes);
+    k.args.erase(k.args.begin(), k.args.begin() + 2);
+    k.args.insert(k.args.begin(), KernelArg::Workspace(ArgType::kFloat, "kpart", kpart, kRead));
+    plan.kernels.push_back(std::move(k));
+  };
   KernelLaunch gemm;
   gemm.grid = {static_cast<unsigned>(g.tiles), static_cast<unsigned>(CeilDiv(c, t.bn)),
                static_cast<unsigned>(n)};
@@ -531,7 +599,7 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                                 "(nothing full-size stored)");
     gemm.args.push_back(
         KernelArg::Workspace(ArgType::kIgemmChannelMoments, "cpart", partials, kWrite));
-    plan.kernels.push_back(gemm);
+    push_gemm(gemm);
     KernelLaunch fin;
     fin.symbol = "fj_igemm_mean";
     fin.body = absl::StrCat("fj::igemm_mean_finalize_body<Cfg, ", tune, ">");
@@ -561,12 +629,12 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                                 " tiles (wgmma) + bias + every op, stored into y");
     gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "partials", kWrite));
     gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
-    plan.kernels.push_back(gemm);
+    push_gemm(gemm);
     return plan;
   }
   gemm.args.push_back(KernelArg::Workspace(ArgType::kFloat, "partials", partials, kWrite));
   gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
-  plan.kernels.push_back(gemm);
+  push_gemm(gemm);
   KernelLaunch fin;
   fin.symbol = "fj_gn_finalize";
   fin.body = absl::StrCat("fj::gn_finalize_body<Cfg, ", g.tiles, ", ", t.bn, ">");

@@ -75,6 +75,7 @@ constexpr MmaMoments MmaMomentsOf(long long cin, long long hin, long long c, lon
 // every value is one 16-bit operand (`packed16`: bf16/f16 chains); the last block is zero-padded.
 constexpr int kIgemmTileN = 128;      // output channels per CTA: the widest tile (wgmma n)
 constexpr int kIgemmTileNSmall = 64;  // the narrow tile (wgmma n = 64)
+constexpr int kIgemmMaxSplit = 8;     // the reduction split at most 8 ways (tuning "split")
 constexpr int kIgemmHaloPitch = 144;  // bytes per halo point
 constexpr int kIgemmBRowBytes = 128;  // one output channel's weights of one k-step
 constexpr int kIgemmPrepPoints = 32;     // prep: input points per block (all channels); 64 packed

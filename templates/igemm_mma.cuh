@@ -48,6 +48,8 @@
 //                             kCP = kC padded to whole BN tiles (zero weights).
 //   absmax  2*P floats        per-block max|x| (first P) and max|w| (next P)   (F16x3 only)
 //   scale   1 float           1/(sx*sw) (F16x3 only; written by igemm_prep_body's block 0)
+//   kpart   kN*(kCP/BN)*tiles*split*BM*BN floats  (IgemmShape::kKPartFloats; split > 1 only)
+//                             each split CTA's raw sums, added by the reduce kernel (wgmma.cuh)
 //   kIgemmOutStoreY:
 //   partials kN*G*GP*tiles*3 floats  Moments {count, mean, m2} of group g's channels in channel
 //                     tile IgemmGroupFirstTile(g) + part over the tile's valid rows, at
@@ -69,7 +71,8 @@
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
 //   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, ceil(kC/BN), kN), reading xa, wb, bias (if
-//      kBias), scale:
+//      kBias), scale (SplitOf<Tune> > 1: igemm_wgmma_split_body, grid z kN*split, writes kpart;
+//      then igemm_wgmma_reduce_body / _reduce_moments_body, grid z kN, reads it, does the rest):
 //      kIgemmOutStoreY: igemm_wgmma_body writes y (pre-norm values pre(conv + bias), NCDHW) and
 //        partials; then 4. gn_finalize_body<Cfg, tiles, BN>, 5. gn_apply_body (gn_apply.cuh).
 //      kIgemmOutChannelMoments: igemm_wgmma_moments_body writes the channel partials only; then
@@ -210,6 +213,17 @@ struct IgemmOutOf<T, void_t<decltype(T::kOut)>> {
   static constexpr int value = T::kOut;
 };
 
+// Tune::kSplit when the tuning names it, else 1: the reduction over (kd, cb) blocks split that
+// many ways (igemm_wgmma.cuh's split and reduce kernels).
+template <class T, class = void>
+struct SplitOf {
+  static constexpr int value = 1;
+};
+template <class T>
+struct SplitOf<T, void_t<decltype(T::kSplit)>> {
+  static constexpr int value = T::kSplit;
+};
+
 // Compile-time shape of the implicit GEMM for a chain and a tuning.
 template <class Cfg, class Tune>
 struct IgemmShape {
@@ -252,6 +266,10 @@ struct IgemmShape {
   static constexpr long long kPartialFloats =
       (long long)Cfg::kN * kGroupsOr1 * kGroupParts * kTiles * 3;
   static constexpr long long kChannelPartials = (long long)Cfg::kN * kTiles * Cfg::kC;
+  // Split parts (SplitOf<Tune> > 1): BM x BN sums per (sample, channel tile, tile, part).
+  static constexpr int kSplit = SplitOf<Tune>::value;
+  static constexpr long long kKPartFloats =
+      kSplit > 1 ? (long long)Cfg::kN*(kCP / kBN) * kTiles* kSplit* kBM* kBN : 0;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
   // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
   static constexpr int kPrepPts = kG.prep_points;

@@ -62,8 +62,9 @@ namespace fj {
 
 // A Tune for the wgmma kernel from its own parameters.
 template <int kPrecV, int kWGV, int kStagesV, int kFlushV, int kAsyncV = 0,
-          int kOutV = kIgemmOutStoreY, int kBNV = geom::kIgemmTileN>
+          int kOutV = kIgemmOutStoreY, int kBNV = geom::kIgemmTileN, int kSplitV = 1>
 struct IgemmWgmmaTune {
+  static constexpr int kSplit = kSplitV;
   static constexpr int kPrec = kPrecV;
   static constexpr int kWG = kWGV;
   static constexpr int kWarpsM = 4 * kWGV, kWarpsN = 1, kWM = 16, kWN = kBNV;
@@ -75,16 +76,18 @@ struct IgemmWgmmaTune {
 };
 
 // The Tune of a plan: the fixed fields (precision, flush, epilogue) and the tunable ones
-// (warpgroups, stages, async) from two generated structs.
+// (warpgroups, stages, async, channel tile, split) from two generated structs.
 template <class Fixed, class Tunables>
-struct IgemmPlanTune : IgemmWgmmaTune<Fixed::kPrec, Tunables::kWG, Tunables::kStages,
-                                      Fixed::kFlushSteps, Tunables::kAsync, Fixed::kOut,
-                                      Tunables::kBN> {
+struct IgemmPlanTune
+    : IgemmWgmmaTune<Fixed::kPrec, Tunables::kWG, Tunables::kStages, Fixed::kFlushSteps,
+                     Tunables::kAsync, Fixed::kOut, Tunables::kBN, SplitOf<Tunables>::value> {
   static_assert(Fixed::kAbsmaxBlocks == 264, "igemm: the absmax pass has 264 blocks");
   static_assert(Tunables::kWG >= 1 && Tunables::kWG <= 4, "igemm_wgmma: 1 to 4 warpgroups");
   static_assert(Tunables::kAsync == 0 || Tunables::kAsync == 1, "igemm_wgmma: kAsync is 0 or 1");
   static_assert(Tunables::kBN == geom::kIgemmTileN || Tunables::kBN == geom::kIgemmTileNSmall,
                 "igemm_wgmma: kBN is 128 or 64");
+  static_assert(SplitOf<Tunables>::value >= 1 && SplitOf<Tunables>::value <= geom::kIgemmMaxSplit,
+                "igemm_wgmma: kSplit in [1, geom::kIgemmMaxSplit]");
 };
 
 namespace igw {
@@ -282,7 +285,41 @@ struct IgemmWgmmaLoop {
   static constexpr int kAsync = AsyncOf<Tune>::value;
   static constexpr int kAhead = kAsync ? Tune::kStages - 2 : Tune::kStages - 1;  // B prefetch
   static constexpr int kHWp = Cfg::kH * Cfg::kW;
+  static constexpr int kSplit = SplitOf<Tune>::value;
   static_assert(kAhead >= 1, "igemm_wgmma: kAsync needs kStages >= 3");
+
+  // kpart: per (sample, channel tile, tile, part) the CTA's accumulators in register order,
+  // [NT8*4][NT] floats (consecutive threads at consecutive addresses); IgemmShape::kKPartFloats.
+  __device__ __forceinline__ static long long part_base(int tile, int ctile, int n, int part) {
+    return ((((long long)n * gridDim.y + ctile) * gridDim.x + tile) * kSplit + part) *
+           (long long)(K::NT8 * 4 * NT);
+  }
+  __device__ __forceinline__ static void store_part(const float (&acc)[1][K::NT8][4],
+                                                    float* __restrict__ kpart, int tile, int ctile,
+                                                    int n, int part) {
+    float* dst = kpart + part_base(tile, ctile, n, part) + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < K::NT8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[(j * 4 + e) * NT] = acc[0][j][e];
+  }
+  // acc = part 0 + part 1 + ... in part order. REQUIRES: the grid of the GEMM with z = kN.
+  __device__ __forceinline__ static void sum_parts(float (&acc)[1][K::NT8][4],
+                                                   const float* __restrict__ kpart, int tile,
+                                                   int ctile, int n) {
+    const float* src = kpart + part_base(tile, ctile, n, 0) + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < K::NT8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][j][e] = src[(j * 4 + e) * NT];
+    for (int p = 1; p < kSplit; ++p) {
+      src += K::NT8 * 4 * NT;
+#pragma unroll
+      for (int j = 0; j < K::NT8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] += src[(j * 4 + e) * NT];
+    }
+  }
 
   unsigned halo0, bstage0;
   const unsigned char* xs;
@@ -290,13 +327,15 @@ struct IgemmWgmmaLoop {
   const unsigned char* wb;
   int tid, co0, ld_c, ld_r, q;
   int od0, od1, oh0, slotsA, slots, nblocks, nks, hbase;
+  int blk0;  // the first (kd, cb) block of this CTA's part of the reduction (split)
   unsigned kd_list;
   float acc[1][K::NT8][4];
   float part[1][K::NT8][4];
   unsigned abuf[2][4][4];  // [buffer][16-bit: hi k0, hi k1, lo k0, lo k1 | TF32: k0..k3][reg]
 
   __device__ __forceinline__ void load_halo(int blk, int hs) const {
-    const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
+    const int b = blk0 + blk;
+    const int kd = (kd_list >> (4 * (b / Sh::kCB))) & 15u, cb = b % Sh::kCB;
     const unsigned dst0 = halo0 + hs * Ws::kHaloBytes;
     const int total = slots * Hs::kHW * 8;
     for (int i = tid; i < total; i += NT) {
@@ -316,7 +355,7 @@ struct IgemmWgmmaLoop {
     }
   }
   __device__ __forceinline__ void load_b(int ks, int slot) const {
-    const int blk = ks / Hs::kTapsHW, khw = ks % Hs::kTapsHW;
+    const int blk = blk0 + ks / Hs::kTapsHW, khw = ks % Hs::kTapsHW;
     const int kd = (kd_list >> (4 * (blk / Sh::kCB))) & 15u, cb = blk % Sh::kCB;
     K::load_b(bstage0 + slot * Ws::kBStageBytes, wb, kd * Hs::kTapsHW + khw, cb, co0, ld_r, ld_c);
   }
@@ -401,13 +440,35 @@ struct IgemmWgmmaLoop {
   }
 };
 
-// The GEMM for one (tile, channel tile, sample) CTA, then the epilogue Tune::kOut selects.
+// The epilogue Tune::kOut selects, from a CTA's sums (after the main loop or the split's adds).
 template <class Cfg, class Tune>
-__device__ __forceinline__ void igemm_wgmma_run(
-    const unsigned char* __restrict__ xa, const unsigned char* __restrict__ wb,
-    const ElemT<Cfg>* __restrict__ bias, const float* __restrict__ scale,
+__device__ __forceinline__ void igemm_wgmma_epilogue(
+    float (&acc)[1][IgemmCore<Cfg, Tune>::NT8][4], unsigned char* smem,
+    const float* __restrict__ scale, const ElemT<Cfg>* __restrict__ bias,
     IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials,
-    IgemmChannelMoments* __restrict__ channel_partials, float* __restrict__ u) {
+    IgemmChannelMoments* __restrict__ channel_partials, float* __restrict__ u, int tile, int co0,
+    int n) {
+  using K = IgemmCore<Cfg, Tune>;
+  constexpr bool kScaled = Tune::kPrec == kPrecF16x3;
+  if constexpr (IgemmShape<Cfg, Tune>::kOut == kIgemmOutChannelMoments) {
+    K::epilogue_channel_moments(acc, smem, kScaled ? scale[0] : 1.f, bias, channel_partials, tile,
+                                co0, n);
+  } else {
+    K::epilogue(acc, smem, kScaled ? scale[0] : 1.f, bias, y, partials, tile, co0, n, u);
+  }
+}
+
+// The GEMM for one (tile, channel tile, sample[, part of the split]) CTA, then the epilogue
+// Tune::kOut selects (kSplit == 1) or its sums into kpart (kSplit > 1).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_run(const unsigned char* __restrict__ xa,
+                                                const unsigned char* __restrict__ wb,
+                                                const ElemT<Cfg>* __restrict__ bias,
+                                                const float* __restrict__ scale,
+                                                IgemmYT<Cfg>* __restrict__ y,
+                                                float* __restrict__ partials,
+                                                IgemmChannelMoments* __restrict__ channel_partials,
+                                                float* __restrict__ u, float* __restrict__ kpart) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
   using Sh = typename L::Sh;
@@ -428,7 +489,8 @@ __device__ __forceinline__ void igemm_wgmma_run(
   L s;
   s.tid = threadIdx.x;
   const int lane = s.tid & 31, warp = s.tid >> 5;
-  const int tile = blockIdx.x, n = blockIdx.z;
+  constexpr int kSplit = L::kSplit;
+  const int tile = blockIdx.x, n = blockIdx.z / kSplit, part = blockIdx.z % kSplit;
   s.co0 = blockIdx.y * BN;
   s.xa = xa;
   s.wb = wb;
@@ -463,7 +525,9 @@ __device__ __forceinline__ void igemm_wgmma_run(
       ++nkd;
     }
   }
-  s.nblocks = nkd * Sh::kCB;
+  // This CTA's blocks: part `part` of kSplit nearly equal runs of the tile's nkd*kCB blocks.
+  s.blk0 = part * (nkd * Sh::kCB) / kSplit;
+  s.nblocks = (part + 1) * (nkd * Sh::kCB) / kSplit - s.blk0;
   s.nks = s.nblocks * Hs::kTapsHW;
   {
     // This lane's ldmatrix row (warp w owns tile rows 16w..16w+15) -> halo point at tap 0.
@@ -503,11 +567,12 @@ __device__ __forceinline__ void igemm_wgmma_run(
   }
   ig::cp_async_wait<0>();
   __syncthreads();
-  if constexpr (Sh::kOut == kIgemmOutChannelMoments) {
-    K::epilogue_channel_moments(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, channel_partials,
-                                tile, s.co0, n);
+  if constexpr (kSplit > 1) {
+    // A part of the reduction: the raw sums to kpart; igemm_wgmma_reduce_body adds the parts.
+    L::store_part(s.acc, kpart, blockIdx.x, blockIdx.y, n, part);
   } else {
-    K::epilogue(s.acc, smem, L::kF16 ? scale[0] : 1.f, bias, y, partials, tile, s.co0, n, u);
+    igemm_wgmma_epilogue<Cfg, Tune>(s.acc, smem, scale, bias, y, partials, channel_partials, u,
+                                    tile, s.co0, n);
   }
 }
 
@@ -519,7 +584,9 @@ __device__ __forceinline__ void igemm_wgmma_body(
     IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials, float* __restrict__ u) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutStoreY,
                 "igemm_wgmma_body: Tune::kOut must be kIgemmOutStoreY");
-  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, y, partials, nullptr, u);
+  static_assert(SplitOf<Tune>::value == 1,
+                "igemm_wgmma_body: kSplit 1 (else igemm_wgmma_split_body)");
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, y, partials, nullptr, u, nullptr);
 }
 
 // kIgemmOutChannelMoments: per-tile per-channel moments only (igemm_mean.cuh finalizes).
@@ -530,7 +597,59 @@ __device__ __forceinline__ void igemm_wgmma_moments_body(
     IgemmChannelMoments* __restrict__ channel_partials) {
   static_assert(IgemmOutOf<Tune>::value == kIgemmOutChannelMoments,
                 "igemm_wgmma_moments_body: Tune::kOut must be kIgemmOutChannelMoments");
-  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, nullptr, nullptr, channel_partials, nullptr);
+  static_assert(SplitOf<Tune>::value == 1, "igemm_wgmma_moments_body: kSplit 1");
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, bias, scale, nullptr, nullptr, channel_partials, nullptr,
+                             nullptr);
+}
+
+// kSplit > 1, either epilogue: the reduction over (kd, cb) blocks split kSplit ways (gridDim.z =
+// kN*kSplit, z = n*kSplit + part); each CTA writes its raw sums into kpart
+// (IgemmShape::kKPartFloats floats); then igemm_wgmma_reduce_body or _reduce_moments_body.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_split_body(const unsigned char* __restrict__ xa,
+                                                       const unsigned char* __restrict__ wb,
+                                                       float* __restrict__ kpart) {
+  static_assert(SplitOf<Tune>::value > 1, "igemm_wgmma_split_body: only for kSplit > 1");
+  igemm_wgmma_run<Cfg, Tune>(xa, wb, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, kpart);
+}
+
+// kSplit > 1, the second kernel: adds the kSplit parts of one (tile, channel tile, sample) in
+// part order (fixed: deterministic), then the epilogue. Launch: the GEMM's grid with gridDim.z =
+// kN, its block, dynamic smem IgemmShape::kEpiBytes (raise the attribute above 48 KB).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_reduce_all(
+    const float* __restrict__ kpart, const ElemT<Cfg>* __restrict__ bias,
+    const float* __restrict__ scale, IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials,
+    IgemmChannelMoments* __restrict__ channel_partials, float* __restrict__ u) {
+  using L = IgemmWgmmaLoop<Cfg, Tune>;
+  static_assert(L::kSplit > 1, "igemm_wgmma_reduce_body: only for kSplit > 1");
+  extern __shared__ __align__(1024) unsigned char smem[];
+  float acc[1][L::K::NT8][4];
+  L::sum_parts(acc, kpart, blockIdx.x, blockIdx.y, blockIdx.z);
+  igemm_wgmma_epilogue<Cfg, Tune>(acc, smem, scale, bias, y, partials, channel_partials, u,
+                                  blockIdx.x, blockIdx.y * L::BN, blockIdx.z);
+}
+// kIgemmOutStoreY (as igemm_wgmma_body).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_reduce_body(const float* __restrict__ kpart,
+                                                        const ElemT<Cfg>* __restrict__ bias,
+                                                        const float* __restrict__ scale,
+                                                        IgemmYT<Cfg>* __restrict__ y,
+                                                        float* __restrict__ partials,
+                                                        float* __restrict__ u) {
+  static_assert(IgemmOutOf<Tune>::value == kIgemmOutStoreY,
+                "igemm_wgmma_reduce_body: Tune::kOut must be kIgemmOutStoreY");
+  igemm_wgmma_reduce_all<Cfg, Tune>(kpart, bias, scale, y, partials, nullptr, u);
+}
+// kIgemmOutChannelMoments (as igemm_wgmma_moments_body).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void igemm_wgmma_reduce_moments_body(
+    const float* __restrict__ kpart, const ElemT<Cfg>* __restrict__ bias,
+    const float* __restrict__ scale, IgemmChannelMoments* __restrict__ channel_partials) {
+  static_assert(IgemmOutOf<Tune>::value == kIgemmOutChannelMoments,
+                "igemm_wgmma_reduce_moments_body: Tune::kOut must be kIgemmOutChannelMoments");
+  igemm_wgmma_reduce_all<Cfg, Tune>(kpart, bias, scale, nullptr, nullptr, channel_partials,
+                                    nullptr);
 }
 
 }  // namespace fj
@@ -564,6 +683,9 @@ struct Cfg64 : Cfg {
   static constexpr int kC = 64;
 };
 using TuneN64 = fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1, fj::kIgemmOutStoreY, 64>;
+using TuneSplit = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2, 1, fj::kIgemmOutStoreY, 128, 3>;
+using TuneSplitMoments =
+    fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1, fj::kIgemmOutChannelMoments, 64, 2>;
 }  // namespace fj_selftest_igemm_wgmma
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_f16x3_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
@@ -603,6 +725,24 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                                  fj::IgemmChannelMoments* cpart) {
   fj::igemm_wgmma_moments_body<fj_selftest_igemm_wgmma::MeanCfg,
                                fj_selftest_igemm_wgmma::TuneMoments>(xa, wb, bias, scale, cpart);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_split_selftest(const unsigned char* xa, const unsigned char* wb, float* kpart) {
+  fj::igemm_wgmma_split_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneSplit>(
+      xa, wb, kpart);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_reduce_selftest(const float* kpart, const float* bias, const float* scale, float* y,
+                                float* partials, float* u) {
+  fj::igemm_wgmma_reduce_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneSplit>(
+      kpart, bias, scale, y, partials, u);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_reduce_moments_selftest(const float* kpart, const float* bias, const float* scale,
+                                        fj::IgemmChannelMoments* cpart) {
+  fj::igemm_wgmma_reduce_moments_body<fj_selftest_igemm_wgmma::MeanCfg,
+                                      fj_selftest_igemm_wgmma::TuneSplitMoments>(kpart, bias, scale,
+                                                                                 cpart);
 }
 #endif  // FJ_GENERATED
 

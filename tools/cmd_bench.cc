@@ -88,6 +88,7 @@ const CommandSpec& BenchSpec() {
               {"output", "FILE.npy", "write the output of the first run here"},
               {"seed", "N", "seed of the random tensors (default 0)"},
               StrategyFlag(),
+              ConfigFlag(),
           },
   };
   return *spec;
@@ -185,6 +186,7 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   absl::StatusOr<std::string> strategy_flag = StrategyFromFlags(*parsed);
   if (!strategy_flag.ok()) return UsageError(err, spec, strategy_flag.status().message());
   options.strategy = *strategy_flag;
+  options.tune_config = parsed->Get("config").value_or("");
   absl::StatusOr<Precision> precision_flag = PrecisionFromFlags(*parsed);
   if (!precision_flag.ok()) return UsageError(err, spec, precision_flag.status().message());
   options.precision = *precision_flag;
@@ -208,6 +210,10 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   if (parsed->Has("grad")) {
     if (!options.strategy.empty()) {
       return UsageError(err, spec, "--strategy names a forward plan; leave it out with --grad");
+    }
+    if (!options.tune_config.empty()) {
+      return UsageError(err, spec,
+                        "--config names a forward plan's tuning; leave it out with --grad");
     }
     return BenchGrad(*chain, options,
                      InputsWith(*chain, static_cast<uint64_t>(seed), std::move(given)),

@@ -28,6 +28,7 @@ const CommandSpec& ExplainSpec() {
           jit::kKeepDumps),
       .flags = {ArchFlag(),
                 StrategyFlag(),
+                ConfigFlag(),
                 {"grad", "", "explain the chain's backward: its steps, tensors and workspace"},
                 {"training", "",
                  "explain the chain's training forward: whether it saves the convolution's "
@@ -56,6 +57,7 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
+  options.tune_config = parsed->Get("config").value_or("");
   absl::StatusOr<Precision> precision = PrecisionFromFlags(*parsed);
   if (!precision.ok()) return UsageError(err, spec, precision.status().message());
   options.precision = *precision;

@@ -34,6 +34,11 @@ FlagSpec ArchFlag() {
 FlagSpec StrategyFlag() {
   return {"strategy", "NAME", absl::StrCat("force a plan strategy: ", StrategyNames())};
 }
+FlagSpec ConfigFlag() {
+  return {"config", "TEXT",
+          "use this launch configuration (as `fusejit explain` prints it after \"config:\", e.g. "
+          "igemm-store:wg=1,stages=4,async=1,bn=128,split=4) instead of the tuned or default one"};
+}
 FlagSpec DumpFlag() { return {"dump", "DIR", "write the generated source (and PTX) below DIR"}; }
 FlagSpec NoCacheFlag() { return {"no-cache", "", "compile with NVRTC even if the cache has it"}; }
 FlagSpec PrecisionFlag() {

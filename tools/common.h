@@ -42,6 +42,9 @@ int Failure(std::ostream& err, const CommandSpec& spec, absl::string_view messag
 // The flags shared by the commands that compile (add the ones a command needs to its spec).
 FlagSpec ArchFlag();
 FlagSpec StrategyFlag();
+// --config TEXT: a launch configuration as `fusejit explain` prints it
+// (CompileOptions::tune_config).
+FlagSpec ConfigFlag();
 FlagSpec DumpFlag();
 FlagSpec NoCacheFlag();
 FlagSpec PrecisionFlag();  // --precision fp32|tf32

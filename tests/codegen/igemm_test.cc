@@ -61,6 +61,22 @@ const codegen::KernelLaunch* FindKernel(const codegen::Plan& plan, const std::st
   return nullptr;
 }
 
+// The GEMM kernel (with a split: the one writing the parts) and the kernel running the epilogue
+// (the GEMM itself, or with a split the one adding the parts).
+const codegen::KernelLaunch* GemmKernel(const codegen::Plan& plan) {
+  for (const char* s : {"fj_igemm_wgmma_split", "fj_igemm_wgmma", "fj_igemm_wgmma_moments"}) {
+    if (const codegen::KernelLaunch* k = FindKernel(plan, s)) return k;
+  }
+  return nullptr;
+}
+const codegen::KernelLaunch* EpilogueKernel(const codegen::Plan& plan) {
+  for (const char* s :
+       {"fj_igemm_reduce", "fj_igemm_reduce_moments", "fj_igemm_wgmma", "fj_igemm_wgmma_moments"}) {
+    if (const codegen::KernelLaunch* k = FindKernel(plan, s)) return k;
+  }
+  return nullptr;
+}
+
 std::vector<std::string> Symbols(const codegen::Plan& plan) {
   std::vector<std::string> out;
   for (const codegen::KernelLaunch& k : plan.kernels) out.push_back(k.symbol);
@@ -135,8 +151,8 @@ TEST(Igemm, W3PlansToIgemmInBothPrecisions) {
     EXPECT_EQ(TuneValue(*plan, "kFlushSteps"), tf32 ? "0" : "2");
     EXPECT_EQ(TuneValue(*plan, "kAsync"), "1");
     EXPECT_EQ(plan->tune_config,
-              tf32 ? "igemm-store-normalize:wg=4,stages=5,async=1,bn=128"
-                   : "igemm-store-normalize:wg=3,stages=7,async=1,bn=128");
+              tf32 ? "igemm-store-normalize:wg=4,stages=5,async=1,bn=128,split=1"
+                   : "igemm-store-normalize:wg=3,stages=7,async=1,bn=128,split=1");
     const codegen::KernelLaunch* gemm = FindKernel(*plan, "fj_igemm_wgmma");
     ASSERT_NE(gemm, nullptr);
     const unsigned rows = tf32 ? 256 : 192, tiles = (34 * 34 * 34 + rows - 1) / rows;
@@ -341,9 +357,8 @@ TEST(Igemm, GroupsAcrossChannelTiles) {
     EXPECT_EQ(TuneValue(*plan, "kBN"), c.bn) << c.spec;
     const codegen::KernelLaunch* fin = FindKernel(*plan, "fj_gn_finalize");
     ASSERT_NE(fin, nullptr) << c.spec;
-    EXPECT_EQ(fin->body,
-              absl::StrCat("fj::gn_finalize_body<Cfg, ",
-                           FindKernel(*plan, "fj_igemm_wgmma")->grid[0], ", ", c.bn, ">"))
+    EXPECT_EQ(fin->body, absl::StrCat("fj::gn_finalize_body<Cfg, ", GemmKernel(*plan)->grid[0],
+                                      ", ", c.bn, ">"))
         << c.spec;
     EXPECT_EQ(fj::geom::IgemmGroupParts(chain.ops[0].conv.out_channels, chain.ops.back().groups,
                                         std::stoi(c.bn)),
@@ -392,8 +407,8 @@ std::string ShapeProbe(const Chain& chain, const codegen::Plan& plan) {
   const size_t wrappers = src.main.find("// " + plan.kernels[0].purpose + "\nextern");
   EXPECT_NE(wrappers, std::string::npos);
   const bool moments = plan.strategy == kMoments;
-  const codegen::KernelLaunch* gemm =
-      FindKernel(plan, moments ? "fj_igemm_wgmma_moments" : "fj_igemm_wgmma");
+  const codegen::KernelLaunch* gemm = GemmKernel(plan);
+  const codegen::KernelLaunch* epilogue = EpilogueKernel(plan);
   const codegen::KernelLaunch* prep = FindKernel(plan, "fj_igemm_prep");
   const codegen::KernelLaunch* apply = FindKernel(plan, "fj_gn_apply");
   const codegen::KernelLaunch* mean = FindKernel(plan, "fj_igemm_mean");
@@ -407,13 +422,21 @@ std::string ShapeProbe(const Chain& chain, const codegen::Plan& plan) {
   s += "static_assert(Sh::kTiles == " + std::to_string(gemm->grid[0]) + ", \"tiles\");\n";
   s += "static_assert(Sh::kThreads == " + std::to_string(gemm->block[0]) + ", \"threads\");\n";
   s += "static_assert(Cfg::kC / Sh::kBN == " + std::to_string(gemm->grid[1]) + ", \"ctiles\");\n";
+  s += "static_assert(Cfg::kN * Sh::kSplit == " + std::to_string(gemm->grid[2]) + ", \"z\");\n";
+  if (epilogue != gemm) {
+    s += "static_assert(Sh::kEpiBytes == " + std::to_string(epilogue->shared_bytes) +
+         " && Cfg::kN == " + std::to_string(epilogue->grid[2]) + ", \"reduce\");\n";
+  }
   s += "static_assert(Cfg::kN * Sh::kPrepXBlocksPerSample + Sh::kPrepWBlocks == " +
        std::to_string(prep->grid[0]) + ", \"prep grid\");\n";
   if (moments) {
     s += "static_assert(fj::IgemmMean<Cfg, Tn>::kThreads == " + std::to_string(mean->block[0]) +
          ", \"mean block\");\n";
-    s += "static_assert(Sh::kChannelPartials * sizeof(fj::IgemmChannelMoments) == " +
-         std::to_string(plan.workspace.back().bytes) + ", \"channel partials\");\n";
+    for (const codegen::WorkspaceRegion& w : plan.workspace) {
+      if (!absl::StartsWith(w.name, "per-tile channel moments")) continue;
+      s += "static_assert(Sh::kChannelPartials * sizeof(fj::IgemmChannelMoments) == " +
+           std::to_string(w.bytes) + ", \"channel partials\");\n";
+    }
   } else {
     s += "static_assert(fj::GnApply<Cfg>::kBlocksPerRow == " + std::to_string(apply->grid[0]) +
          " && fj::GnApply<Cfg>::kThreads == " + std::to_string(apply->block[0]) +
@@ -425,6 +448,11 @@ std::string ShapeProbe(const Chain& chain, const codegen::Plan& plan) {
       s += "static_assert(Sh::kXaBytes == " + std::to_string(w.bytes) + "ll, \"xa bytes\");\n";
     } else if (absl::StartsWith(w.name, "weights [tap]")) {
       s += "static_assert(Sh::kWbBytes == " + std::to_string(w.bytes) + "ll, \"wb bytes\");\n";
+    } else if (absl::StartsWith(w.name, "the split's parts")) {
+      s += "static_assert(Sh::kKPartFloats * 4 == " + std::to_string(w.bytes) + "ll, \"kpart\");\n";
+    } else if (absl::StartsWith(w.name, "per-tile group moments")) {
+      s += "static_assert(Sh::kPartialFloats * 4 == " + std::to_string(w.bytes) +
+           "ll, \"partials\");\n";
     }
   }
   s += "static_assert(fj::IgemmWgmmaLoop<Cfg, Tn>::kAhead >= 1, \"\");\n";
@@ -507,8 +535,7 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
       absl::StatusOr<codegen::Plan> plan =
           codegen::MakePlan(chain, Target("sm_90", precision), mean ? kMoments : kIgemm);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      const codegen::KernelLaunch* gemm =
-          FindKernel(*plan, mean ? "fj_igemm_wgmma_moments" : "fj_igemm_wgmma");
+      const codegen::KernelLaunch* gemm = GemmKernel(*plan);
       ASSERT_NE(gemm, nullptr);
       EXPECT_LE(gemm->shared_bytes, 227u * 1024);
       jit::NvrtcRequest req;
@@ -661,7 +688,7 @@ TEST(IgemmStore, ChainsWithoutGroupNormPlanToItAndCompileWithoutSpills) {
         if (!plan.ok()) return plan.status().ToString();
         std::string errors;
         // The GEMM is the last kernel and writes y itself: nothing after it.
-        if (plan->kernels.back().symbol != "fj_igemm_wgmma") errors += "GEMM not last\n";
+        if (&plan->kernels.back() != EpilogueKernel(*plan)) errors += "GEMM not last\n";
         return errors + WgmmaWithoutSpills(chain, *plan, /*min_reports=*/2);
       }));
     }
@@ -677,10 +704,10 @@ TEST(IgemmStore, AppliesOnlyWithoutGroupNormAndMean) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->strategy, kStore) << spec;
   }
-  // A grid of 64 one-warpgroup CTAs: igemm-store fp32-accurate, tc-conv in TF32 (measured).
+  // A grid of 64 one-warpgroup CTAs: igemm-store with the reduction split, in both precisions.
   const Chain small = Parse("x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) | gelu");
   EXPECT_EQ(codegen::MakePlan(small, Target("sm_90"))->strategy, kStore);
-  EXPECT_EQ(codegen::MakePlan(small, Target("sm_90", Precision::kTf32))->strategy, "tc-conv");
+  EXPECT_EQ(codegen::MakePlan(small, Target("sm_90", Precision::kTf32))->strategy, kStore);
   EXPECT_FALSE(store.Applies(codegen::PlanInput(W3(), Target("sm_90"))));  // has group_norm
   EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
   EXPECT_TRUE(store.Applies(codegen::PlanInput(Parse(kStoreChains[0]), Target("sm_90"))));
@@ -726,7 +753,7 @@ TEST(IgemmStore, LowPrecisionChainsWriteTheirOutputDirectly) {
         if (!plan.ok()) return plan.status().ToString();
         std::string errors;
         const codegen::KernelLaunch& gemm = plan->kernels.back();
-        if (gemm.symbol != "fj_igemm_wgmma") errors += "GEMM not last\n";
+        if (&gemm != EpilogueKernel(*plan)) errors += "GEMM not last\n";
         bool writes_y = false;
         for (const codegen::KernelArg& a : gemm.args) {
           writes_y |= a.kind == codegen::KernelArg::Kind::kOutput;
@@ -748,11 +775,11 @@ TEST(IgemmTuning, DefaultIsWaveAware) {
   absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(kW3c), Target("sm_90"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->strategy, kIgemm);
-  EXPECT_EQ(plan->tune_config, "igemm-store-normalize:wg=3,stages=7,async=1,bn=128");
+  EXPECT_EQ(plan->tune_config, "igemm-store-normalize:wg=3,stages=7,async=1,bn=128,split=1");
   EXPECT_EQ(FindKernel(*plan, "fj_igemm_wgmma")->grid, (std::array<unsigned, 3>{31, 2, 2}));
   plan = codegen::MakePlan(Parse(kW4f), Target("sm_90"));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->tune_config, "igemm-moments-mean:wg=3,stages=7,async=1,bn=128");
+  EXPECT_EQ(plan->tune_config, "igemm-moments-mean:wg=3,stages=7,async=1,bn=128,split=1");
   // Fewer SMs, fewer waves to fill: the same chain on a 16-SM part keeps large tiles.
   absl::StatusOr<codegen::TuneConfig> small =
       codegen::DefaultTuneConfig(Parse(kW3c), {"sm_90", 16, Precision::kFp32});
@@ -813,19 +840,79 @@ TEST(IgemmTuning, ValidateRefusesWithTheReason) {
   }
 }
 
+// Small grids split the reduction: the GEMM writes raw parts (grid z = samples x parts), a second
+// kernel adds them in part order and runs the epilogue; large grids do not split.
+TEST(IgemmTuning, SmallGridsSplitTheReduction) {
+  struct Case {
+    const char* strategy;
+    std::string spec;
+  };
+  const std::vector<Case> cases = {
+      {"igemm-store", "x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) | gelu"},
+      {kIgemm, "x:f32[4,200,8,8,8] | conv3d(out=200,k=3,padding=1) | group_norm(groups=8)"},
+      {kMoments,
+       "x:f32[2,160,12,12,12] | conv3d(out=80,k=3,padding=1) | swish | group_norm(groups=10) | "
+       "mean(dims=[2,3,4])"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::MakePlan(Parse(c.spec), Target("sm_90"), c.strategy);
+    ASSERT_TRUE(plan.ok()) << c.spec << ": " << plan.status();
+    const int split = std::stoi(TuneValue(*plan, "kSplit"));
+    EXPECT_GT(split, 1) << c.spec;
+    const codegen::KernelLaunch* part = FindKernel(*plan, "fj_igemm_wgmma_split");
+    const bool moments = std::string(c.strategy) == kMoments;
+    const codegen::KernelLaunch* reduce =
+        FindKernel(*plan, moments ? "fj_igemm_reduce_moments" : "fj_igemm_reduce");
+    ASSERT_NE(part, nullptr) << c.spec;
+    ASSERT_NE(reduce, nullptr) << c.spec;
+    EXPECT_EQ(FindKernel(*plan, "fj_igemm_wgmma"), nullptr);
+    EXPECT_EQ(part->grid[0], reduce->grid[0]);
+    EXPECT_EQ(part->grid[1], reduce->grid[1]);
+    EXPECT_EQ(part->grid[2], reduce->grid[2] * split);
+    EXPECT_EQ(reduce->grid[2], Parse(c.spec).input[0]);
+    // The split kernel writes kpart, the reduce reads it and writes what the GEMM would.
+    EXPECT_EQ(part->args.back().name, "kpart");
+    EXPECT_EQ(reduce->args.front().name, "kpart");
+  }
+  // W3 fills the GPU without a split.
+  absl::StatusOr<codegen::Plan> w3 = codegen::MakePlan(W3(), Target("sm_90"));
+  ASSERT_TRUE(w3.ok());
+  EXPECT_EQ(TuneValue(*w3, "kSplit"), "1");
+  EXPECT_NE(FindKernel(*w3, "fj_igemm_wgmma"), nullptr);
+  // Validate: at most 8 parts and at most the reduction's (kd, channel block) steps.
+  const Chain small = Parse(
+      "x:f32[1,32,4,8,12] | conv3d(out=128,k=[3,1,2],padding=[1,0,1]) | relu | "
+      "group_norm(groups=4)");
+  for (const auto& [config, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"igemm-store-normalize:wg=1,stages=2,async=0,bn=128,split=4",
+            "split 4 is not in [1, 3]"},
+           {"igemm-store-normalize:wg=1,stages=2,async=0,bn=128,split=0", "split 0 is not in"}}) {
+    const absl::Status s =
+        codegen::ValidateConfig(small, Target("sm_90"), *codegen::TuneConfig::Parse(config));
+    EXPECT_NE(s.message().find(reason), std::string::npos) << config << ": " << s;
+  }
+  EXPECT_TRUE(
+      codegen::ValidateConfig(
+          small, Target("sm_90"),
+          *codegen::TuneConfig::Parse("igemm-store-normalize:wg=1,stages=2,async=0,bn=128,split=3"))
+          .ok());
+}
+
 // Every candidate that Validate() accepts compiles (NVRTC, sm_90a: every static_assert and the
-// launch bounds), on two chains whose spaces are small: one warpgroup / up to 3 stages, and two
-// warpgroups / up to 3 stages with a mean; each with 128- and 64-channel tiles.
+// launch bounds), on two chains whose spaces are small: one warpgroup / up to 3 stages / splits of
+// 1-3, and two warpgroups / up to 3 stages / splits of 1-4 with a mean; each with 128- and
+// 64-channel tiles.
 TEST(IgemmTuning, EveryValidCandidateOfASmallSpaceCompiles) {
   const std::vector<std::tuple<const char*, const char*, size_t>> chains = {
       {kIgemm,
        "x:f32[1,32,4,8,12] | conv3d(out=128,k=[3,1,2],padding=[1,0,1]) | relu | "
        "group_norm(groups=4)",
-       6},
+       18},
       {kMoments,
        "x:f32[2,64,5,10,13] | conv_transpose3d(out=256,k=[2,1,2],bias=false) | tanh | "
        "group_norm(groups=16) | mean(dims=[2,3,4])",
-       12},
+       48},
   };
   std::vector<std::pair<Chain, std::string>> jobs;
   for (const auto& [strategy, spec, count] : chains) {

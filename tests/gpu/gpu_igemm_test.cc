@@ -413,6 +413,13 @@ TEST(GpuIgemm, NonDefaultTuningsAreFp32Accurate) {
       {&store, "igemm-store-normalize:wg=2,stages=5,async=1,bn=64"},
       {&store, "igemm-store-normalize:wg=4,stages=4,async=1,bn=64"},
       {&mean, "igemm-moments-mean:wg=2,stages=4,async=1,bn=64"},
+      // The reduction split (a second kernel adds the parts in order): 2, 3 and 6 parts (6: one
+      // (kd, channel block) step each; border tiles with fewer active kd leave parts empty).
+      {&store, "igemm-store-normalize:wg=1,stages=4,async=1,bn=128,split=2"},
+      {&store, "igemm-store-normalize:wg=2,stages=5,async=1,bn=64,split=3"},
+      {&store, "igemm-store-normalize:wg=1,stages=3,async=0,bn=128,split=6"},
+      {&mean, "igemm-moments-mean:wg=1,stages=4,async=1,bn=128,split=3"},
+      {&mean, "igemm-moments-mean:wg=2,stages=5,async=1,bn=64,split=2"},
   };
   std::vector<std::future<std::string>> compiled;
   for (const auto& [chain, config] : configs) {

@@ -412,6 +412,20 @@ TEST_F(CliTest, ExplainPrintsKernelsAndWritesTheSource) {
   EXPECT_THAT(ReadFile(path), HasSubstr("conv3d(out=8,k=3)"));
 }
 
+// --config: a launch configuration instead of the default; a bad one is refused with the reason.
+TEST_F(CliTest, ExplainTakesAConfig) {
+  const std::string spec = "x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) | gelu";
+  Result r = Run({"explain", spec, "--arch", "sm_90", "--config",
+                  "igemm-store:wg=1,stages=4,async=1,bn=128,split=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("config: igemm-store:wg=1,stages=4,async=1,bn=128,split=2"));
+  EXPECT_THAT(r.out, HasSubstr("fj_igemm_wgmma_split"));
+  r = Run({"explain", spec, "--arch", "sm_90", "--config",
+           "igemm-store:wg=1,stages=4,async=1,bn=128,split=9"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("split 9 is not in [1, 8]"));
+}
+
 // The source path `explain` printed (the last word ending in .cu).
 std::string PrintedSourcePath(const std::string& out) {
   std::string path;
