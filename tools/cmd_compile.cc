@@ -28,6 +28,7 @@ const CommandSpec& CompileSpec() {
           "those in-memory cache hits.\n",
       .flags = {ArchFlag(),
                 StrategyFlag(),
+                ConfigFlag(),
                 PrecisionFlag(),
                 DumpFlag(),
                 NoCacheFlag(),
@@ -56,6 +57,7 @@ int CompileCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
   if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
   options.strategy = *strategy;
+  options.tune_config = parsed->Get("config").value_or("");
   absl::StatusOr<Precision> precision = PrecisionFromFlags(*parsed);
   if (!precision.ok()) return UsageError(err, spec, precision.status().message());
   options.precision = *precision;

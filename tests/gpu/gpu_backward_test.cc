@@ -311,6 +311,9 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
       {"x:f32[2,32,12,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
        "igemm-store-normalize"},
       {"x:f32[2,32,9,10,11] | conv3d(out=64,k=3,padding=1) | tanh", "igemm-store"},
+      // The reduction split (u written by the kernel adding the parts), groups across tiles.
+      {"x:f32[2,128,8,8,8] | conv3d(out=192,k=3,padding=1) | swish | group_norm(groups=8)",
+       "igemm-store-normalize"},
   };
   for (const Fused& t : fused) {
     const Chain c = ParseOrFail(t.spec);
