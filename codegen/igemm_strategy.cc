@@ -116,10 +116,13 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTun
   const bool packed16 = Packed16(chain);
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
+  // conv3d's stride (conv_transpose3d plans are stride 1: ChainSupported).
+  const bool transposed = info.producer->kind == OpKind::kConvTranspose3d;
+  const int64_t sh = transposed ? 1 : conv.stride[1], sw = transposed ? 1 : conv.stride[2];
   IgemmGeometry g;
   static_cast<fj::geom::Igemm&>(g) = fj::geom::IgemmOf(
       p[2], p[3], p[4], x[2], x[3], x[4], x[1], PaddedChannels(p[1], t.bn), conv.kernel[0],
-      conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2],
+      conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2], sh, sw,
       /*bm=*/64 * t.wg, t.bn, t.stages, packed16);
   g.threads = 128 * t.wg;
   const int64_t per_block =
@@ -163,7 +166,20 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
     if (info.mean == MeanMode::kNone || !info.post_ops.empty()) return false;
     if (c > kMeanMaxChannels) return false;  // the finalize's shared memory
   }
-  if (conv.stride != Dims3{1, 1, 1}) return false;             // stride 1 only
+  // conv3d any stride (the halo holds the input rows the tile's strided points read);
+  // conv_transpose3d stride 1 only (tc-conv splits strided ones into output phases).
+  if (info.producer->kind == OpKind::kConvTranspose3d && conv.stride != Dims3{1, 1, 1}) {
+    return false;
+  }
+  // A strided conv3d's halo is stride_h * stride_w times wider per output point and its points
+  // serve kh*kw / (stride_h*stride_w) taps. Measured against tc-conv (H100, 2026-11-27, ms,
+  // fp32-accurate / TF32): K11 (k 4, stride 2, 4 taps a point) 0.057 / 0.055 vs 0.152 / 0.046;
+  // K5 (k 3: 2.25) 0.138 / 0.106 vs 0.139 / 0.091; K3 (k 2: 1) 0.109 / 0.083 vs 0.082 / 0.068.
+  // So: at least 4 taps a halo point, fp32-accurate only.
+  if (conv.stride != Dims3{1, 1, 1}) {
+    if (PrecisionOf(chain, target).prec != kPrecF16x3) return false;
+    if (conv.kernel[1] * conv.kernel[2] < 4 * conv.stride[1] * conv.stride[2]) return false;
+  }
   // Input channels are zero-padded to whole blocks of 32 (64 for bf16/f16 chains) in the
   // prep's copies of x and the weights; the prep stages all of them for 32 points. Counts that
   // are not multiples of 32 only fp32-accurate (F16x3): there the padded GEMM measured 1.9-2.0x

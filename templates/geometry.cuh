@@ -127,12 +127,13 @@ constexpr long long IgemmGroupParts(long long c, long long groups, long long bn)
 }
 
 // (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
-// channels padded to whole bn-channel tiles; k*, dil*: kernel and dilation; bm, bn, stages: the
-// tuning; packed16: 64 channels per block (one 16-bit operand per value) instead of 32.
+// channels padded to whole bn-channel tiles; k*, dil*, sh, sw: kernel, dilation and stride
+// (conv3d; 1 for conv_transpose3d); bm, bn, stages: the tuning; packed16: 64 channels per block
+// (one 16-bit operand per value) instead of 32.
 constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, long long hin,
                         long long win, long long cin, long long c, long long kd, long long kh,
-                        long long kw, long long dilh, long long dilw, long long bm, long long bn,
-                        long long stages, bool packed16) {
+                        long long kw, long long dilh, long long dilw, long long sh, long long sw,
+                        long long bm, long long bn, long long stages, bool packed16) {
   Igemm g{};
   g.s = d * h * w;
   g.sin = din * hin * win;
@@ -142,9 +143,11 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.tiles = CeilDiv(g.s, g.bm);
   const long long span_h = (kh - 1) * dilh;
   const long long span_w = (kw - 1) * dilw;
-  g.halo_cols = w + span_w;
+  // A tile's output rows (at most rows_spanned over one or two planes) need, per plane, (rows -
+  // 1) * sh + 1 + span_h input rows: at most rows_spanned * sh + 2 * span_h for both.
+  g.halo_cols = (w - 1) * sw + 1 + span_w;
   g.rows_spanned = (g.bm - 1 + w - 1) / w + 1;
-  g.halo_rows = g.rows_spanned + 2 * span_h;
+  g.halo_rows = g.rows_spanned * sh + 2 * span_h;
   g.halo_bytes = RoundUp(g.halo_rows * g.halo_cols * kIgemmHaloPitch, 1024);
   g.b_stage_bytes = bn * kIgemmBRowBytes;
   g.pipe_bytes = 2 * g.halo_bytes + stages * g.b_stage_bytes;

@@ -11,9 +11,9 @@
 //
 // GEMM view: rows m = output points (n, od, oh, ow) of one sample, columns = output channels,
 // reduction k = (tap, ci) with tap = (kd*kKH + kh)*kKW + kw of the ORIGINAL weight indexing.
-// Output point o reads input point i = o + base + k*step per dimension, with
-//   conv3d:           base = -P, step = +Dil
-//   conv_transpose3d: base = +P, step = -Dil       (stride 1 only)
+// Output point o reads input point i = o*str + base + k*step per dimension, with
+//   conv3d:           str = stride, base = -P, step = +Dil
+//   conv_transpose3d: str = 1,      base = +P, step = -Dil       (stride 1 only)
 // and zero where i is outside the input.
 //
 // Precision (Tune::kPrec):
@@ -234,10 +234,15 @@ struct IgemmShape {
   // padding's weights are zero and its rows are not stored).
   static constexpr int kCP = (Cfg::kC + kBN - 1) / kBN * kBN;
   // Sizes the host's launch uses too, from one function (geometry.cuh).
-  static constexpr geom::Igemm kG = geom::IgemmOf(
-      Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP, Cfg::kKD,
-      Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kBM, kBN, Tune::kStages,
-      igemm_prec_x1(Tune::kPrec));
+  // Output point o reads input o * kStr + kBase + k * kStep per dimension (kStr: conv3d's
+  // stride; conv_transpose3d runs stride 1 only).
+  static constexpr int kStrD = kTransposed ? 1 : Cfg::kSD;
+  static constexpr int kStrH = kTransposed ? 1 : Cfg::kSH;
+  static constexpr int kStrW = kTransposed ? 1 : Cfg::kSW;
+  static constexpr geom::Igemm kG =
+      geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP,
+                    Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kStrH, kStrW, kBM, kBN,
+                    Tune::kStages, igemm_prec_x1(Tune::kPrec));
   static constexpr int kS = kG.s;
   static constexpr int kSin = kG.sin;
   static constexpr int kTaps = kG.taps;
@@ -287,8 +292,8 @@ struct IgemmShape {
                 "igemm: kPrecF16x1 needs an f16 chain (its values exact in the encoding)");
   static_assert(Cfg::kProducer == kConv3d || Cfg::kProducer == kConvTranspose3d,
                 "igemm: the producer must be conv3d or conv_transpose3d");
-  static_assert(Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1,
-                "igemm: stride 1 only (split strided transposed convs into phases first)");
+  static_assert(!kTransposed || (Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1),
+                "igemm: conv_transpose3d stride 1 only (split strided ones into phases first)");
   static_assert(Tune::kWM % 16 == 0 && Tune::kWN % 16 == 0, "igemm: warp tile multiple of 16");
   static_assert(kThreads % 8 == 0, "igemm: threads a multiple of 8");
   static_assert(Cfg::kGroups == 0 || Cfg::kC % Cfg::kGroups == 0,

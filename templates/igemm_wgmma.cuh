@@ -343,8 +343,8 @@ struct IgemmWgmmaLoop {
       const int slot = p / Hs::kHW, c = p - slot * Hs::kHW;
       const bool inA = slot < slotsA;
       const int od = inA ? od0 : od1;
-      const int ih = (inA ? oh0 + slot : slot - slotsA) + Sh::kBaseH + Hs::kRmin;
-      const int id = od + Sh::kBaseD + kd * Sh::kStepD;
+      const int ih = (inA ? oh0 * Sh::kStrH + slot : slot - slotsA) + Sh::kBaseH + Hs::kRmin;
+      const int id = od * Sh::kStrD + Sh::kBaseD + kd * Sh::kStepD;
       const int iw = c + Sh::kBaseW + Hs::kCmin;
       const bool ok = id >= 0 && id < Cfg::kDin && ih >= 0 && ih < Cfg::kHin && iw >= 0 &&
                       iw < Cfg::kWin;
@@ -503,7 +503,8 @@ __device__ __forceinline__ void igemm_wgmma_run(const unsigned char* __restrict_
   s.halo0 = smem0;
   s.bstage0 = smem0 + 2 * Ws::kHaloBytes;
 
-  // Tile geometry and halo slots: as igemm_halo_body.
+  // Tile geometry: output planes od0 (rows oh0..) and, when the tile crosses into the next,
+  // od1 (rows ..oh1); halo slots: the input rows those output rows read, plane A's then B's.
   const int sp0 = tile * BM;
   const int spl = (sp0 + BM < Sh::kS ? sp0 + BM : Sh::kS) - 1;
   s.od0 = sp0 / kHWp;
@@ -511,14 +512,14 @@ __device__ __forceinline__ void igemm_wgmma_run(const unsigned char* __restrict_
   s.od1 = spl / kHWp;
   const int oh1 = (spl / Cfg::kW) % Cfg::kH;
   const bool two = s.od1 != s.od0;
-  s.slotsA = (two ? Cfg::kH - 1 : oh1) - s.oh0 + 1 + Hs::kSpanH;
-  s.slots = s.slotsA + (two ? oh1 + 1 + Hs::kSpanH : 0);
+  s.slotsA = ((two ? Cfg::kH - 1 : oh1) - s.oh0) * Sh::kStrH + 1 + Hs::kSpanH;
+  s.slots = s.slotsA + (two ? oh1 * Sh::kStrH + 1 + Hs::kSpanH : 0);
   s.kd_list = 0u;
   int nkd = 0;
 #pragma unroll
   for (int kd = 0; kd < Cfg::kKD; ++kd) {
-    const int ida = s.od0 + Sh::kBaseD + kd * Sh::kStepD;
-    const int idb = s.od1 + Sh::kBaseD + kd * Sh::kStepD;
+    const int ida = s.od0 * Sh::kStrD + Sh::kBaseD + kd * Sh::kStepD;
+    const int idb = s.od1 * Sh::kStrD + Sh::kBaseD + kd * Sh::kStepD;
     const bool act = (ida >= 0 && ida < Cfg::kDin) || (two && idb >= 0 && idb < Cfg::kDin);
     if (act) {
       s.kd_list |= (unsigned)kd << (4 * nkd);
@@ -534,8 +535,8 @@ __device__ __forceinline__ void igemm_wgmma_run(const unsigned char* __restrict_
     const int r = warp * 16 + r8 + ((s.q & 1) << 3);
     const int sp = sp0 + r < spl ? sp0 + r : spl;
     const int od = sp / kHWp, oh = (sp / Cfg::kW) % Cfg::kH, ow = sp % Cfg::kW;
-    const int slot0 = od == s.od0 ? oh - s.oh0 : s.slotsA + oh;
-    s.hbase = (slot0 - Hs::kRmin) * Hs::kHW + ow - Hs::kCmin;
+    const int slot0 = od == s.od0 ? (oh - s.oh0) * Sh::kStrH : s.slotsA + oh * Sh::kStrH;
+    s.hbase = (slot0 - Hs::kRmin) * Hs::kHW + ow * Sh::kStrW - Hs::kCmin;
   }
 #pragma unroll
   for (int j = 0; j < K::NT8; ++j)

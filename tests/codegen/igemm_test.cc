@@ -283,7 +283,10 @@ TEST(Igemm, DoesNotApplyToChainsBreakingAConstraint) {
             "dilation=2,output_padding=1,bias=false) | swish | group_norm(groups=4) | gelu"),
       Target("sm_90"))));
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"stride 2",
+      {"stride 2, 3x3 taps: under 4 taps per halo point",
+       "x:f32[8,32,32,32,32] | conv3d(out=64,k=3,stride=2,padding=1) | swish | "
+       "group_norm(groups=8)"},
+      {"stride 2 with an output plane < 64 points",
        "x:f32[2,64,10,10,10] | conv3d(out=128,k=3,stride=2,padding=1) | relu | "
        "group_norm(groups=8)"},
       {"transposed stride 2",
@@ -378,6 +381,32 @@ TEST(Igemm, GroupsAcrossChannelTiles) {
       Target("sm_90"))));
 }
 
+// conv3d with a stride: the halo holds the input rows the tile's strided points read (wider by
+// the stride). Only where each halo point serves at least 4 taps, and fp32-accurate (measured:
+// ChainSupported); conv_transpose3d with a stride does not apply (tc-conv's output phases).
+TEST(Igemm, StridedConv3dApplies) {
+  const Chain k4 = Parse(
+      "x:f32[8,32,32,32,32] | conv3d(out=64,k=4,stride=2,padding=1) | swish | "
+      "group_norm(groups=8)");
+  ASSERT_TRUE(Igemm().Applies(codegen::PlanInput(k4, Target("sm_90"))));
+  EXPECT_FALSE(Igemm().Applies(codegen::PlanInput(k4, Target("sm_90", Precision::kTf32))));
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(k4, Target("sm_90"), kIgemm);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 16x16x16 output points in tiles of 64 rows per warpgroup.
+  EXPECT_EQ(EpilogueKernel(*plan)->grid[0], 4096u / (64 * std::stoul(TuneValue(*plan, "kWG"))));
+  const codegen::Strategy& store = ByName("igemm-store");
+  EXPECT_TRUE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[8,64,16,16,16] | conv3d(out=64,k=4,stride=2,padding=1) | relu"),
+      Target("sm_90"))));
+  // 3x3 taps over a 2x2 stride: 2.25 taps per halo point.
+  EXPECT_FALSE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[8,64,16,16,16] | conv3d(out=64,k=3,stride=2,padding=1) | relu"),
+      Target("sm_90"))));
+  EXPECT_FALSE(store.Applies(codegen::PlanInput(
+      Parse("x:f32[8,64,16,16,16] | conv_transpose3d(out=64,k=4,stride=2,padding=1) | relu"),
+      Target("sm_90"))));
+}
+
 // Small shapes fall back to smaller tiles and fewer stages instead of not applying.
 TEST(Igemm, SmallShapesGetSmallerTunings) {
   // One warpgroup: an output plane of 81 points holds one 64-row tile but not two. (Grids this
@@ -421,7 +450,7 @@ std::string ShapeProbe(const Chain& chain, const codegen::Plan& plan) {
        std::to_string(gemm->shared_bytes) + ", \"shared bytes\");\n";
   s += "static_assert(Sh::kTiles == " + std::to_string(gemm->grid[0]) + ", \"tiles\");\n";
   s += "static_assert(Sh::kThreads == " + std::to_string(gemm->block[0]) + ", \"threads\");\n";
-  s += "static_assert(Cfg::kC / Sh::kBN == " + std::to_string(gemm->grid[1]) + ", \"ctiles\");\n";
+  s += "static_assert(Sh::kCP / Sh::kBN == " + std::to_string(gemm->grid[1]) + ", \"ctiles\");\n";
   s += "static_assert(Cfg::kN * Sh::kSplit == " + std::to_string(gemm->grid[2]) + ", \"z\");\n";
   if (epilogue != gemm) {
     s += "static_assert(Sh::kEpiBytes == " + std::to_string(epilogue->shared_bytes) +
@@ -487,6 +516,13 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
             "gelu | group_norm(groups=2) | mean(dims=[2,3,4])"),
       Parse("x:f32[1,32,4,8,8] | conv3d(out=1024,k=3,padding=1) | group_norm(groups=64) | "
             "mean(dims=[2,3,4])"),
+      // conv3d with strides (fp32-accurate only): 2, (1,1,2), 2 with a [1,4,4] kernel and a mean.
+      Parse("x:f32[2,32,16,20,20] | conv3d(out=64,k=4,stride=2,padding=1) | relu | "
+            "group_norm(groups=8)"),
+      Parse("x:f32[1,64,8,20,30] | conv3d(out=128,k=[3,3,5],stride=[1,1,2],padding=[1,1,2]) | "
+            "gelu | group_norm(groups=4)"),
+      Parse("x:f32[2,32,9,30,30] | conv3d(out=96,k=[1,4,4],stride=2) | group_norm(groups=3) | "
+            "mean(dims=[2,3,4])"),
       // 64-channel tiles (the default for 64 and 129-192 channels).
       Parse("x:f32[2,32,8,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)"),
       Parse("x:f32[2,64,6,10,10] | conv_transpose3d(out=192,k=3) | group_norm(groups=12) | "
@@ -531,6 +567,8 @@ TEST(Igemm, HostGeometryMatchesTheTemplates) {
   for (const Chain& chain : chains) {
     for (Precision precision : {Precision::kFp32, Precision::kTf32}) {
       SCOPED_TRACE(FormatChain(chain) + (precision == Precision::kTf32 ? " tf32" : ""));
+      // Strided conv3d chains: fp32-accurate only (ChainSupported).
+      if (precision == Precision::kTf32 && chain.ops[0].conv.stride != Dims3{1, 1, 1}) continue;
       const bool mean = AnalyzeMean(chain);
       absl::StatusOr<codegen::Plan> plan =
           codegen::MakePlan(chain, Target("sm_90", precision), mean ? kMoments : kIgemm);

@@ -184,6 +184,33 @@ TEST(GpuIgemm, GroupsAcrossChannelTiles) {
   }
 }
 
+// conv3d with strides (the halo holds the input rows of the tile's strided points; fp32-accurate,
+// at least 4 taps per halo point): 2, (1,1,2), 2 with a [1,4,4] kernel, 2 with dilation and odd
+// sizes; every epilogue.
+TEST(GpuIgemm, StridedConv3dFp32Accurate) {
+  SKIP_WITHOUT_SM90();
+  const std::pair<const char*, const char*> chains[] = {
+      {"x:f32[2,32,16,20,20] | conv3d(out=64,k=4,stride=2,padding=1) | relu | group_norm(groups=8)",
+       kIgemm},
+      {"x:f32[1,64,8,20,30] | conv3d(out=128,k=[3,3,5],stride=[1,1,2],padding=[1,1,2]) | gelu | "
+       "group_norm(groups=4)",
+       kIgemm},
+      {"x:f32[1,32,11,19,21] | conv3d(out=128,k=[3,4,4],stride=2,padding=1,dilation=[1,2,1]) | "
+       "tanh | group_norm(groups=16) | relu",
+       kIgemm},
+      {"x:f32[2,32,9,30,30] | conv3d(out=96,k=[1,4,4],stride=2) | group_norm(groups=3) | "
+       "mean(dims=[2,3,4])",
+       kMoments},
+      {"x:f32[2,64,16,17,17] | conv3d(out=64,k=4,stride=2,padding=1) | relu", "igemm-store"},
+  };
+  uint64_t seed = 1400;
+  for (const auto& [spec, strategy] : chains) {
+    const Chain chain = Parse(spec);
+    ASSERT_TRUE(ByName(strategy).Applies(codegen::PlanInput(chain, {"sm_90", 132}))) << spec;
+    CheckChain(chain, seed++, {}, strategy, kFp32Accurate, Precision::kFp32);
+  }
+}
+
 TEST(GpuIgemm, SmallerChainsInBothPrecisions) {
   SKIP_WITHOUT_SM90();
   std::vector<std::pair<Chain, Precision>> list;
@@ -245,7 +272,8 @@ Chain RandomIgemmChain(Rng& rng, bool mean = false) {
     for (int a = 0; a < 3; ++a) op[a] = dilation[a] > 1 && rng.Chance(0.5) ? 1 : 0;
     chain.ops.push_back(ConvTranspose3d(out, k, {1, 1, 1}, padding, op, dilation, bias));
   } else {
-    chain.ops.push_back(Conv3d(out, k, {1, 1, 1}, padding, dilation, bias));
+    const Dims3 stride = rng.Chance(0.3) ? RandomDims(rng, 1, 2) : Dims3{1, 1, 1};
+    chain.ops.push_back(Conv3d(out, k, stride, padding, dilation, bias));
   }
   for (int64_t i = rng.Int(0, 2); i > 0; --i) chain.ops.push_back(RandomOp(rng));
   std::vector<int64_t> divisors;
