@@ -21,7 +21,8 @@
 //
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kPrec, kWG (warpgroups per CTA), kStages (B stages), kFlushSteps, kAbsmaxBlocks, kAsync
-// (0/1, see AsyncOf; optional), kOut (igemm_mma.cuh's IgemmOut; optional) and the fields
+// (0/1, see AsyncOf; optional), kOut (igemm_mma.cuh's IgemmOut; optional), kSplit (the
+// reduction's (kd, cb) blocks split 1..geom::kIgemmMaxSplit ways, SplitOf; optional) and the fields
 // igemm_mma.cuh reads, derived from them: kWarpsM = 4*kWG, kWarpsN = 1, kWM = 16, kWN = BN
 // (IgemmWgmmaTune<> below fills them in; plans name IgemmPlanTune<Fixed, Tunables>, the same
 // from two generated structs: Fixed {kPrec, kFlushSteps, kAbsmaxBlocks (264), kOut} and
@@ -43,6 +44,10 @@
 //        output is stored as well, f32)
 //   igemm_wgmma_moments_body<Cfg,Tune>(xa, wb, bias, scale, channel partials)
 //        (kIgemmOutChannelMoments; the chain may end in mean; nothing full-size written)
+//   with SplitOf<Tune> = kSplit > 1 (the tunable "split") instead: igemm_wgmma_split_body(xa,
+//        wb, kpart), grid z kN*kSplit, then igemm_wgmma_reduce_body(kpart, bias, scale, y,
+//        partials, u) / igemm_wgmma_reduce_moments_body(kpart, bias, scale, channel partials),
+//        grid z kN, dynamic smem IgemmShape::kEpiBytes
 //        grid (IgemmShape::kTiles, ceil(kC/128), kN), block 128*kWG, __launch_bounds__(128*kWG, 1)
 //        (several CTAs share an SM where shared memory and registers allow), dynamic smem
 //        IgemmWgmmaShape<Cfg,Tune>::kSmemBytes (raise the attribute first). Needs an sm_90a
