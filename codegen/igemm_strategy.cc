@@ -276,13 +276,13 @@ int64_t CtasPerSm(const IgemmGeometry& g, const IgemmPrecision& p) {
 // times the CTAs, each with 1/split of the reduction, plus the second kernel: the parts written
 // and read once at ~3 bytes per ns, and a launch (~3 us).
 double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t ctas_total,
-                    int64_t sm_count, int64_t split, int64_t taps) {
+                    int64_t sm_count, int64_t split) {
   const int64_t per_sm = CtasPerSm(g, p);
   const int64_t sms = std::max<int64_t>(1, sm_count);
   const int64_t waves = CeilDiv(ctas_total * split, sms * per_sm);
   const double overhead = p.two_accumulators() ? 96 : 192;
   const double products = p.prec == kPrecF16x3 ? 3 : p.prec == kPrecTF32x1 ? 2 : 1;
-  const double row_ns = static_cast<double>(g.bn * taps * g.cb * g.cin_block) * 2 * products / 5600;
+  const double row_ns = static_cast<double>(g.bn * g.taps * g.cb * g.cin_block) * 2 * products / 5600;
   const double gemm = static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
                       (static_cast<double>(g.bm) + overhead) * row_ns / static_cast<double>(split);
   if (split == 1) return gemm;
@@ -316,7 +316,7 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
     for (t.split = 1; t.split <= fj::geom::kIgemmMaxSplit; ++t.split) {
       if (t.split > 1 && !fits(t)) break;
       const double est =
-          EstimateTime(g, p, g.tiles * ctas_per_tile_row, target.sm_count, t.split, g.taps);
+          EstimateTime(g, p, g.tiles * ctas_per_tile_row, target.sm_count, t.split);
       if (!found || est < best_est * (1 - 1e-9)) {
         best = t;
         best_est = est;

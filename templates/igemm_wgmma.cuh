@@ -453,13 +453,13 @@ __device__ __forceinline__ void igemm_wgmma_epilogue(
     IgemmYT<Cfg>* __restrict__ y, float* __restrict__ partials,
     IgemmChannelMoments* __restrict__ channel_partials, float* __restrict__ u, int tile, int co0,
     int n) {
-  using K = IgemmCore<Cfg, Tune>;
-  constexpr bool kScaled = Tune::kPrec == kPrecF16x3;
-  if constexpr (IgemmShape<Cfg, Tune>::kOut == kIgemmOutChannelMoments) {
-    K::epilogue_channel_moments(acc, smem, kScaled ? scale[0] : 1.f, bias, channel_partials, tile,
-                                co0, n);
+  using L = IgemmWgmmaLoop<Cfg, Tune>;
+  using K = typename L::K;
+  const float s = L::kF16 ? scale[0] : 1.f;  // F16x3: the products of x*sx and w*sw
+  if constexpr (L::Sh::kOut == kIgemmOutChannelMoments) {
+    K::epilogue_channel_moments(acc, smem, s, bias, channel_partials, tile, co0, n);
   } else {
-    K::epilogue(acc, smem, kScaled ? scale[0] : 1.f, bias, y, partials, tile, co0, n, u);
+    K::epilogue(acc, smem, s, bias, y, partials, tile, co0, n, u);
   }
 }
 
