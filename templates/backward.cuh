@@ -36,24 +36,32 @@ struct Bwd {
   __device__ static int begin() { return (blockIdx.x % kSplit) * kChunk; }
   __device__ static int end() { return min(begin() + kChunk, kS); }
 
-  // Visits this block's points in the order of the strided loop `for (i = begin() + tid; i <
-  // end(); i += kThreads)`, so that per-thread sums are the same, but calls load(i) for kUnroll
-  // points before use(i, loaded) for them: that many loads in flight per thread (one in the plain
-  // loop, half of what the H100's bandwidth needs at full occupancy).
+  // Visits this block's points [begin(), end()) in the order of the strided loop `for (i = first
+  // + tid; i < end(); i += kThreads)` (points below begin() skipped), where first is the start of
+  // the 128-byte line holding point begin() of the [kN*kC, kS] tensor: every warp access then
+  // covers whole lines. (Starting at begin() itself, slices with kS % 32 != 0 -- all four seeds --
+  // made every warp straddle two lines, and the DRAM moved 15-45% more bytes: W1's grad_u pass
+  // read 2.89 GB for 2.0.) Calls load(i) for kUnroll points before use(i, loaded) for them: that
+  // many loads in flight per thread. The point -> thread assignment depends on the shapes only, so
+  // per-thread sums are reproducible.
   template <class Load, class Use>
   __device__ __forceinline__ static void for_each_point(Load load, Use use) {
     constexpr int kUnroll = 4;
+    constexpr int kLine = 32;  // 4-byte elements of one 128-byte line
     using V = decltype(load(0));
-    const int e = end();
-    for (int i0 = begin() + threadIdx.x; i0 < e; i0 += kUnroll * Tune::kThreads) {
+    const int b = begin(), e = end();
+    const int lead = static_cast<int>((static_cast<long long>(slice()) * kS + b) % kLine);
+    for (int i0 = b - lead + threadIdx.x; i0 < e; i0 += kUnroll * Tune::kThreads) {
       V v[kUnroll];
 #pragma unroll
       for (int j = 0; j < kUnroll; ++j) {
-        if (i0 + j * Tune::kThreads < e) v[j] = load(i0 + j * Tune::kThreads);
+        const int i = i0 + j * Tune::kThreads;
+        if (i >= b && i < e) v[j] = load(i);
       }
 #pragma unroll
       for (int j = 0; j < kUnroll; ++j) {
-        if (i0 + j * Tune::kThreads < e) use(i0 + j * Tune::kThreads, v[j]);
+        const int i = i0 + j * Tune::kThreads;
+        if (i >= b && i < e) use(i, v[j]);
       }
     }
   }
