@@ -483,7 +483,25 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
   };
   const std::array<unsigned, 3> grid = {static_cast<unsigned>(parts), 1, 1};
   const std::array<unsigned, 3> block = {kThreads, 1, 1};
-  if (norm) {
+  if (norm && info.post_ops.empty()) {
+    // g_h = grad_y: the sums need no statistics, so one pass reads u and grad_y once for both.
+    KernelLaunch m{"fj_bwd_moments_sums", "fj::bwd_moments_sums_kernel<Cfg, BwdTune>",
+                   "z = pre(u), g_h = grad_y (no op after group_norm): sums of z, z^2, g_h and "
+                   "g_h*z per (n, c, chunk) in one pass",
+                   grid, block};
+    m.args = {in("u", u), in("gy", std::string(kGradOutputName)),
+              ws(ArgType::kDouble2, "zpart", zpart, kWrite),
+              ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
+    plan.kernels.push_back(m);
+    KernelLaunch f{"fj_bwd_sums_fix",
+                   "fj::bwd_sums_fix_kernel<Cfg, BwdTune>",
+                   "per (n, g): sum g_h*z -> sum g_h*zhat with the group statistics",
+                   {static_cast<unsigned>(p[0] * info.group_norm->groups), 1, 1},
+                   block};
+    f.args = {ws(ArgType::kDouble2, "zpart", zpart, kRead),
+              ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
+    plan.kernels.push_back(f);
+  } else if (norm) {
     KernelLaunch m{"fj_bwd_moments", "fj::bwd_moments_kernel<Cfg, BwdTune>",
                    "z = pre(u): sums of z and z^2 per (n, c, chunk), for the group statistics",
                    grid, block};

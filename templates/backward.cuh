@@ -14,6 +14,7 @@
 // Workspace (double2/double, one entry per (n, c, chunk), index (n*kC + c)*kSplit + chunk):
 //   zpart (sum z, sum z^2)         bwd_moments   -> the group statistics (recomputed, in double)
 //   gpart (sum g_h, sum g_h*zhat)  bwd_sums      -> group_norm's backward terms, grad_gamma/beta
+//   (with no op after group_norm, bwd_moments_sums writes both in one pass, then bwd_sums_fix)
 //   bpart (sum grad_u)             bwd_grad_u    -> grad of the conv bias
 #ifndef FUSEJIT_TEMPLATES_BACKWARD_CUH_
 #define FUSEJIT_TEMPLATES_BACKWARD_CUH_
@@ -149,6 +150,55 @@ __device__ void bwd_sums_kernel(const float* __restrict__ u, const float* __rest
   if (threadIdx.x == 0) gpart[blockIdx.x] = make_double2(s1, s2);
 }
 
+// Chains with no op after group_norm (post' = 1, so g_h = grad_y needs no statistics; the planner
+// launches this only then): one read of u and grad_y gives zpart and, in gpart, the raw sums
+// (sum g_h, sum g_h * z) -- in place of bwd_moments + bwd_sums, which read u twice.
+// bwd_sums_fix_kernel then turns sum g_h*z into sum g_h*zhat. Grid kN*kC*kSplit.
+template <class Cfg, class Tune>
+__device__ void bwd_moments_sums_kernel(const float* __restrict__ u, const float* __restrict__ gy,
+                                        double2* __restrict__ zpart, double2* __restrict__ gpart) {
+  using B = Bwd<Cfg, Tune>;
+  __shared__ double scratch[32];
+  const int nc = B::slice();
+  const float* src = u + static_cast<size_t>(nc) * B::kS;
+  double s = 0, ss = 0, s1 = 0, s2 = 0;
+  B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
+                    [&](int, float2 v) {
+                      const float z = Cfg::pre(v.x);
+                      s += z;
+                      ss += static_cast<double>(z) * z;
+                      s1 += v.y;
+                      s2 += static_cast<double>(v.y) * z;
+                    });
+  s = block_reduce_sum(s, scratch);
+  ss = block_reduce_sum(ss, scratch);
+  s1 = block_reduce_sum(s1, scratch);
+  s2 = block_reduce_sum(s2, scratch);
+  if (threadIdx.x == 0) {
+    zpart[blockIdx.x] = make_double2(s, ss);
+    gpart[blockIdx.x] = make_double2(s1, s2);
+  }
+}
+
+// After bwd_moments_sums: gpart's (sum g_h, sum g_h*z) -> (sum g_h, sum g_h*zhat), zhat = (z -
+// mean) * rstd with the group's float statistics (those bwd_grad_u uses), in double:
+// rstd * (sum g_h*z - mean * sum g_h). One block per (n, g), grid kN*kGroups.
+template <class Cfg, class Tune>
+__device__ void bwd_sums_fix_kernel(const double2* __restrict__ zpart,
+                                    double2* __restrict__ gpart) {
+  using B = Bwd<Cfg, Tune>;
+  __shared__ double scratch[32];
+  const int n = blockIdx.x / Cfg::kGroups, g = blockIdx.x % Cfg::kGroups;
+  float mean, rstd;
+  B::group_stats(zpart, n, g, mean, rstd, scratch);
+  constexpr int kParts = B::kCg * B::kSplit;
+  double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * B::kCg) * B::kSplit;
+  for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
+    const double2 v = p[i];
+    p[i] = make_double2(v.x, static_cast<double>(rstd) * (v.y - static_cast<double>(mean) * v.x));
+  }
+}
+
 // grad_u at every point; bpart[slice chunk] = sum grad_u when the conv has a bias (bpart non-null).
 // With group_norm: dz = rstd * (gamma*g_h - mean(gamma*g_h) - zhat * mean(gamma*g_h*zhat)), the
 // group means from gpart; grad_u = dz * pre'(u). Without: grad_u = grad_y * pre'(u) (all the
@@ -259,6 +309,13 @@ extern "C" __global__ void bwd_moments(const float* u, double2* z) {
 extern "C" __global__ void bwd_sums(const float* u, const float* gy, const float* g, const float* b,
                                     const double2* z, double2* p) {
   fj::bwd_sums_kernel<C, BwdSelfTune>(u, gy, g, b, z, p);
+}
+extern "C" __global__ void bwd_moments_sums(const float* u, const float* gy, double2* z,
+                                            double2* p) {
+  fj::bwd_moments_sums_kernel<C, BwdSelfTune>(u, gy, z, p);
+}
+extern "C" __global__ void bwd_sums_fix(const double2* z, double2* p) {
+  fj::bwd_sums_fix_kernel<C, BwdSelfTune>(z, p);
 }
 extern "C" __global__ void bwd_grad_u(const float* u, const float* gy, const float* g,
                                       const float* b, const double2* z, const double2* p,

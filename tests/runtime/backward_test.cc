@@ -134,6 +134,40 @@ TEST(Backward, RandomChainsCompileForSm80AndSm90) {
   EXPECT_EQ(compiled, 24);  // every f32 chain has a backward
 }
 
+// The group statistics and group_norm's sums: with no op after group_norm, g_h = grad_y needs no
+// statistics, so one pass (fj_bwd_moments_sums, then the per-group fix-up) reads u once; with one,
+// the sums need the statistics first (fj_bwd_moments, then fj_bwd_sums). Without group_norm
+// neither runs.
+TEST(Backward, StatisticsPassesByOpsAfterGroupNorm) {
+  struct Case {
+    const char* spec;
+    std::vector<std::string> first;  // the kernels before fj_bwd_grad_u
+  };
+  const Case cases[] = {
+      {"x:f32[2,3,6,7,8] | conv3d(out=8,k=3) | relu | group_norm(groups=2)",
+       {"fj_bwd_moments_sums", "fj_bwd_sums_fix"}},
+      {"x:f32[2,3,6,7,8] | conv3d(out=8,k=3) | group_norm(groups=4) | mean(dims=[2,3,4])",
+       {"fj_bwd_moments_sums", "fj_bwd_sums_fix"}},
+      {"x:f32[2,8,6,7,8] | swish | group_norm(groups=2) | mean(dims=[1,2,3,4])",
+       {"fj_bwd_moments_sums", "fj_bwd_sums_fix"}},
+      {"x:f32[2,3,6,7,8] | conv3d(out=8,k=3) | group_norm(groups=2) | hardswish",
+       {"fj_bwd_moments", "fj_bwd_sums"}},
+      {"x:f32[2,3,6,7,8] | conv3d(out=8,k=3) | tanh", {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec);
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::PlanBackward(Parse(c.spec), codegen::PlanTarget{"sm_90", 132, Precision::kFp32});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<std::string> first;
+    for (const codegen::KernelLaunch& k : plan->kernels) {
+      if (k.symbol == "fj_bwd_grad_u") break;
+      first.push_back(k.symbol);
+    }
+    EXPECT_EQ(first, c.first) << codegen::ExplainPlan(*plan);
+  }
+}
+
 // The weight gradient's engine: wgmma (templates/wgrad_wgmma.cuh, an sm_90a build) on sm_90 where
 // both channel counts of its GEMM are 32 or more; otherwise mma.sync, staging S's halo once per
 // tile of T's grid where T has 8 to 32 channels (wgrad_halo) and gathering per tap where T has
