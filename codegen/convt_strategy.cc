@@ -232,8 +232,10 @@ class ConvTStrategy : public Strategy {
       k1.args.push_back(y);
     } else {
       k1.symbol = "fj_convt_moments";
-      k1.body = "fj::convt_group_moments<Cfg, ConvTTune>";
+      k1.body = "fj::convt_moments_body<Cfg, ConvTTune>";
       k1.purpose = "recompute conv_transpose3d + pre-ops by phase, per-block group moments";
+      // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
+      k1.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     }
     plan.kernels.push_back(k1);
     KernelLaunch k2;
@@ -269,8 +271,6 @@ class ConvTStrategy : public Strategy {
       k3.args = ProducerArgs(info);
       k3.args.push_back(ss);
       k3.args.push_back(y);
-      // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
-      k3.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     }
     plan.kernels.push_back(k3);
     return plan;

@@ -26,13 +26,15 @@
 // place instead of pass 3.
 //
 // Host-side contract (launch in this order on one stream; no constant-memory copies):
-//   1. convt_group_moments<Cfg,Tune[,kStore]>(x, weight, bias, partials[, y]):
+//   1. convt_moments_body<Cfg,Tune>(x, weight, bias, partials, u) (recompute plan), or
+//      convt_group_moments<Cfg,Tune,true>(x, weight, bias, partials, y) (store plan):
 //        grid = dim3(Tune::kStatBlocksPerSample, Cfg::kN), block = dim3(Tune::kThreads),
 //        dynamic smem ConvTGeom<Cfg,Tune>::kDynSmemBytes (raise the attribute above 48 KB);
 //        reads x [N,Cin,Din,Hin,Win], weight [Cin,C,KD,KH,KW], bias [C];
 //        writes partials: workspace of kN * kStatBlocksPerSample * kGroups fj::Moments (12 B each),
-//        layout [N][kStatBlocksPerSample][G], all written; with kStore also every element of y
-//        [N, C, D, H, W] as Cfg::pre(conv_transpose3d + bias).
+//        layout [N][kStatBlocksPerSample][G], all written; with u (not null: the training
+//        forward) every element of u [N, C, D, H, W] as f32 conv_transpose3d + bias; with kStore
+//        every element of y [N, C, D, H, W] as Cfg::pre(conv_transpose3d + bias).
 //   2. group_norm_scale_shift<Cfg,Tune>(partials, gamma, beta, scale_shift):
 //        grid = dim3(Cfg::kN), block = dim3(32); writes scale_shift: workspace of kN * kC float2.
 //   3. convt_norm_write<Cfg,Tune>(x, weight, bias, scale_shift, y):
@@ -272,16 +274,71 @@ __device__ __forceinline__ void convt_unit_coords(int u, int& od, int& rh, int& 
   od = t / Cfg::kSH;
 }
 
-template <class Cfg, class Tune, bool kStore = false>
+// Stores this lane's Cfg::kSW values v[rw] (ow = kSW * q + rw) of one output row into
+// row[0, kW). kCoalesce: transposed through shuffles so that store e of the warp writes
+// ow = 32 e + lane (full 128-byte lines) instead of every kSW-th value (REQUIRES: the warp's lanes
+// hold q = 0..31 of one row).
+template <class Cfg, class Tune, bool kCoalesce, class D>
+__device__ __forceinline__ void convt_store_row(D* __restrict__ row, const float (&v)[Cfg::kSW],
+                                                int q, int lane) {
+  constexpr int SW = Cfg::kSW;
+  if constexpr (kCoalesce) {
+#pragma unroll
+    for (int e = 0; e < SW; ++e) {
+      const int ow = 32 * e + lane;
+      const int src = ow / SW, sel = ow - (ow / SW) * SW;
+      float out = 0.f;
+#pragma unroll
+      for (int rw = 0; rw < SW; ++rw) {
+        const float t = __shfl_sync(0xffffffffu, v[rw], src & 31);
+        out = sel == rw ? t : out;
+      }
+      if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(row + ow, out);
+    }
+  } else {
+#pragma unroll
+    for (int rw = 0; rw < SW; ++rw) {
+      const int ow = SW * q + rw;
+      if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(row + ow, v[rw]);
+    }
+  }
+}
+
+// Stores the unit's convolution outputs acc (bias added, before any op) into un, sample n's u
+// [C][D][H][W] (f32), with the write pass's store pattern (coalesced when a warp holds one row).
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_store_u(
+    float* __restrict__ un, const float (&acc)[Tune::kRowsPerUnit][Cfg::kSW][Cfg::kC], int od,
+    int rh, int ub, int q, int lane) {
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr bool kCoalesce = Tune::kCoalesceStores && T::kJ == 1 && T::kLR == 1;
+#pragma unroll
+  for (int k = 0; k < T::RB; ++k) {
+    const int oh = Cfg::kSH * (ub * T::RB + k) + rh;
+    if (oh >= Cfg::kH) continue;  // warp-uniform when kLR == 1
+    const size_t row = ((size_t)od * Cfg::kH + oh) * Cfg::kW;
+#pragma unroll
+    for (int co = 0; co < Cfg::kC; ++co) {
+      float w[Cfg::kSW];
+#pragma unroll
+      for (int rw = 0; rw < Cfg::kSW; ++rw) w[rw] = acc[k][rw][co];
+      convt_store_row<Cfg, Tune, kCoalesce>(un + co * T::kPlane + row, w, q, lane);
+    }
+  }
+}
+
+template <class Cfg, class Tune, bool kStore = false, bool kSaveU = false>
 __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict__ x,
                                                     const ElemT<Cfg>* __restrict__ weight,
                                                     const ElemT<Cfg>* __restrict__ bias,
                                                     Moments* __restrict__ partials,
-                                                    float* __restrict__ y = nullptr) {
+                                                    float* __restrict__ y = nullptr,
+                                                    float* __restrict__ u = nullptr) {
   convt_static_checks<Cfg>();
   using E = ElemT<Cfg>;
   static_assert(!kStore || is_same_v<E, float>,
                 "convt_group_moments: the pre-norm values are stored into an f32 y only");
+  static_assert(!(kStore && kSaveU), "convt_group_moments: u is saved by the recompute plan only");
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = T::kCPG, SW = Cfg::kSW, RB = T::RB;
   constexpr int WPB = Tune::kThreads / 32;
@@ -294,6 +351,7 @@ __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict
   const int sub = lane / T::kLPR, ql = lane % T::kLPR;
   const E* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
   float* __restrict__ yn = kStore ? y + (size_t)n * C * T::kPlane : nullptr;
+  float* __restrict__ un = kSaveU ? u + (size_t)n * C * T::kPlane : nullptr;
   float run_n = 0.f, run_m[G], run_q[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) run_m[g] = run_q[g] = 0.f;
@@ -312,6 +370,7 @@ __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict
       const int q = ql + T::kLPR * j;
       float acc[RB][SW][C];
       convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+      if constexpr (kSaveU) convt_store_u<Cfg, Tune>(un, acc, od, rh, ub, q, lane);
       int nvw = 0;
 #pragma unroll
       for (int rw = 0; rw < SW; ++rw) nvw += (SW * q + rw < Cfg::kW) ? 1 : 0;
@@ -360,6 +419,24 @@ __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict
                                      partials + ((size_t)n * Tune::kStatBlocksPerSample + blockIdx.x) * G);
 }
 
+// The recompute plan's pass 1. u, when not null (the training forward:
+// codegen::SaveProducerOutput), also gets the convolution's output (bias added, before any op) as
+// float [N][C][D][H][W], every element, stored by this pass rather than the write pass: it is the
+// lighter of the two (0.37 against 0.70 ms on W1), and u's 1 GB there balances the passes. A
+// branch of its own: the plain forward's code is as without u.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_moments_body(const ElemT<Cfg>* __restrict__ x,
+                                                   const ElemT<Cfg>* __restrict__ weight,
+                                                   const ElemT<Cfg>* __restrict__ bias,
+                                                   Moments* __restrict__ partials,
+                                                   float* __restrict__ u) {
+  if (u != nullptr) {
+    convt_group_moments<Cfg, Tune, false, true>(x, weight, bias, partials, nullptr, u);
+  } else {
+    convt_group_moments<Cfg, Tune>(x, weight, bias, partials);
+  }
+}
+
 template <class Cfg, class Tune>
 __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict__ partials,
                                                        const ElemT<Cfg>* __restrict__ gamma,
@@ -388,42 +465,11 @@ __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict
   }
 }
 
-// Stores this lane's Cfg::kSW values v[rw] (ow = kSW * q + rw) of one output row into
-// row[0, kW). kCoalesce: transposed through shuffles so that store e of the warp writes
-// ow = 32 e + lane (full 128-byte lines) instead of every kSW-th value (REQUIRES: the warp's lanes
-// hold q = 0..31 of one row).
-template <class Cfg, class Tune, bool kCoalesce, class D>
-__device__ __forceinline__ void convt_store_row(D* __restrict__ row, const float (&v)[Cfg::kSW],
-                                                int q, int lane) {
-  constexpr int SW = Cfg::kSW;
-  if constexpr (kCoalesce) {
-#pragma unroll
-    for (int e = 0; e < SW; ++e) {
-      const int ow = 32 * e + lane;
-      const int src = ow / SW, sel = ow - (ow / SW) * SW;
-      float out = 0.f;
-#pragma unroll
-      for (int rw = 0; rw < SW; ++rw) {
-        const float t = __shfl_sync(0xffffffffu, v[rw], src & 31);
-        out = sel == rw ? t : out;
-      }
-      if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(row + ow, out);
-    }
-  } else {
-#pragma unroll
-    for (int rw = 0; rw < SW; ++rw) {
-      const int ow = SW * q + rw;
-      if (ow < Cfg::kW) convt_store<Tune::kStreamingStores>(row + ow, v[rw]);
-    }
-  }
-}
-
-// The write pass's work units (see convt_norm_write); kSaveU: also u (un: sample n's u).
-template <class Cfg, class Tune, bool kSaveU>
+// The write pass's work units (see convt_norm_write).
+template <class Cfg, class Tune>
 __device__ __forceinline__ void convt_norm_write_units(const ElemT<Cfg>* __restrict__ xn,
                                                        const float* s_w, const float2* s_ab,
-                                                       ElemT<Cfg>* __restrict__ yn,
-                                                       float* __restrict__ un) {
+                                                       ElemT<Cfg>* __restrict__ yn) {
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, SW = Cfg::kSW, RB = T::RB;
   constexpr bool kCoalesce = Tune::kCoalesceStores && T::kJ == 1 && T::kLR == 1;
@@ -455,28 +501,18 @@ __device__ __forceinline__ void convt_norm_write_units(const ElemT<Cfg>* __restr
 #pragma unroll
           for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
           convt_store_row<Cfg, Tune, kCoalesce>(yn + co * kPlane + row, v, q, lane);
-          if constexpr (kSaveU) {
-            float w[SW];
-#pragma unroll
-            for (int rw = 0; rw < SW; ++rw) w[rw] = acc[k][rw][co];
-            convt_store_row<Cfg, Tune, kCoalesce>(un + co * kPlane + row, w, q, lane);
-          }
         }
       }
     }
   }
 }
 
-// u, when not null (the training forward: codegen::SaveProducerOutput), also gets the
-// convolution's output (bias added, before any op) as float [N][C][D][H][W], every element (a
-// loop of its own: the plain forward's code is as without u).
 template <class Cfg, class Tune>
 __device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ x,
                                                  const ElemT<Cfg>* __restrict__ weight,
                                                  const ElemT<Cfg>* __restrict__ bias,
                                                  const float2* __restrict__ scale_shift,
-                                                 ElemT<Cfg>* __restrict__ y,
-                                                 float* __restrict__ u = nullptr) {
+                                                 ElemT<Cfg>* __restrict__ y) {
   convt_static_checks<Cfg>();
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC;
@@ -489,12 +525,7 @@ __device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ 
   __shared__ float2 s_ab[C];  // (scale, shift) of this sample's channels
   if (threadIdx.x < C) s_ab[threadIdx.x] = scale_shift[(size_t)n * C + threadIdx.x];
   __syncthreads();
-  ElemT<Cfg>* __restrict__ yn = y + (size_t)n * C * kPlane;
-  if (u != nullptr) {
-    convt_norm_write_units<Cfg, Tune, true>(xn, s_w, s_ab, yn, u + (size_t)n * C * kPlane);
-  } else {
-    convt_norm_write_units<Cfg, Tune, false>(xn, s_w, s_ab, yn, nullptr);
-  }
+  convt_norm_write_units<Cfg, Tune>(xn, s_w, s_ab, y + (size_t)n * C * kPlane);
 }
 
 // y = post(y * a_c + b_c) in place (after convt_group_moments<..., kStore = true>).
@@ -538,9 +569,11 @@ struct DefaultConvTConfig : DefaultConfig {
 // Compiled on its own (tests): instantiate with the default configuration.
 using FjSelfTestCfg = fj::DefaultConvTConfig;
 using FjSelfTestTune = fj::ConvTGroupNormTune;
-extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads, FjSelfTestTune::kMinBlocksPerSM)
-    convt_group_moments_selftest(const float* x, const float* w, const float* b, fj::Moments* p) {
-  fj::convt_group_moments<FjSelfTestCfg, FjSelfTestTune>(x, w, b, p);
+extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads,
+                                             FjSelfTestTune::kMinBlocksPerSM)
+    convt_group_moments_selftest(const float* x, const float* w, const float* b, fj::Moments* p,
+                                 float* u) {
+  fj::convt_moments_body<FjSelfTestCfg, FjSelfTestTune>(x, w, b, p, u);
 }
 extern "C" __global__ void __launch_bounds__(32)
     group_norm_scale_shift_selftest(const fj::Moments* p, const float* g, const float* b, float2* s) {
