@@ -8,6 +8,8 @@
 //   convt-store-normalize      (producer too expensive to compute twice, e.g. stride 1 with 16
 //       input channels): the statistics pass also stores the pre-norm values into y, which is
 //       then normalized in place -- the convolution runs once, y moves three times.
+//   convt-direct               (conv_transpose3d | ew*, no group_norm, no mean; e.g. W1's
+//       convolution alone, which the backward recomputes): the write pass alone, y = ops(v).
 // Launch shapes: heuristics measured on the H100 (DefaultConfig); tunable (TuneSpace, Validate).
 #include <algorithm>
 #include <cmath>
@@ -39,6 +41,19 @@ constexpr TuneField<ConvTTune> kConvTFields[] = {
 };
 // The store plan has no write pass: its tuning is the first four fields.
 constexpr std::span<const TuneField<ConvTTune>> kConvTStoreFields(kConvTFields, 4);
+// The direct plan has no statistics pass.
+constexpr TuneField<ConvTTune> kConvTDirectFields[] = {
+    {"threads", "kThreads", &ConvTTune::threads},
+    {"min_blocks", "kMinBlocksPerSM", &ConvTTune::min_blocks},
+    {"rows_per_unit", "kRowsPerUnit", &ConvTTune::rows_per_unit},
+    {"write_blocks", "kWriteBlocksPerSample", &ConvTTune::write_blocks},
+    {"streaming_stores", "kStreamingStores", &ConvTTune::streaming_stores, /*is_bool=*/true},
+    {"coalesce_stores", "kCoalesceStores", &ConvTTune::coalesce_stores, /*is_bool=*/true},
+};
+constexpr std::span<const TuneField<ConvTTune>> kConvTDirect(kConvTDirectFields);
+
+// Which passes a plan runs: the statistics pass (stat_blocks), the write pass (write_blocks).
+enum class ConvTPasses { kBoth, kStatsOnly, kWriteOnly };
 
 // Rows a warp works on side by side (convt_group_norm.cuh ConvTGeom::kLR): 32 / (lanes per row,
 // a power of two >= the q values of a row, at least 4).
@@ -87,15 +102,17 @@ int64_t ConvTDynamicSharedBytes(const Chain& chain, const ChainInfo& info) {
   const int64_t cp = Round4(info.producer_shape[1]);
   return 4 * (conv.kernel[0] * conv.kernel[1] * chain.input[1] * conv.kernel[2] * cp + cp);
 }
-// Static shared memory: reduction scratch and per-channel (scale, shift).
+// Static shared memory: reduction scratch and per-channel (scale, shift) (none without
+// group_norm: the direct plan).
 int64_t ConvTStaticSharedBytes(const ChainInfo& info, const ConvTTune& t) {
+  if (info.group_norm == nullptr) return 0;
   return 4 * (t.threads / 32) * (2 * info.group_norm->groups + 1) + 8 * info.producer_shape[1];
 }
 
-// The checks convt_group_norm.cuh makes, plus shared memory, registers and grid shape.
-// `store`: the store plan, which has no write pass (write_blocks unused).
+// The checks convt_group_norm.cuh makes, plus shared memory, registers and grid shape, for a
+// plan running `passes` (the other pass's blocks are unused).
 absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
-                        const ConvTTune& t, const TuneConfig& c, bool store) {
+                        const ConvTTune& t, const TuneConfig& c, ConvTPasses passes) {
   if (absl::Status s = CheckBlock(c, t.threads, t.min_blocks); !s.ok()) return s;
   const ConvAttrs& conv = info.producer->conv;
   const int64_t hq = (info.producer_shape[3] + conv.stride[1] - 1) / conv.stride[1];
@@ -121,7 +138,11 @@ absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const PlanTar
   }
   const int64_t most = std::max<int64_t>(1, ConvTUnits(info, t.rows_per_unit) / (t.threads / 32));
   for (auto [what, v] : {std::pair{"stat_blocks", t.stat_blocks}, {"write_blocks", t.write_blocks}}) {
-    if (store && std::string_view(what) == "write_blocks") continue;
+    const bool stats = std::string_view(what) == "stat_blocks";
+    if ((stats && passes == ConvTPasses::kWriteOnly) ||
+        (!stats && passes == ConvTPasses::kStatsOnly)) {
+      continue;
+    }
     if (v < 1 || v > most) {
       return Invalid(c, absl::StrCat(what, " ", v, " must be in [1, ", most,
                                      "] (warp units per sample / warps per block)"));
@@ -158,7 +179,7 @@ class ConvTStrategy : public Strategy {
       return false;
     }
     const ConvTTune t = ChooseConvTTune(info, in.target);
-    return CheckConvT(in.chain, info, in.target, t, ToConfig(name(), t, Fields()), store_).ok();
+    return CheckConvT(in.chain, info, in.target, t, ToConfig(name(), t, Fields()), Passes()).ok();
   }
   double Cost(const PlanInput& in) const override {
     // The FFMA loops reach ~50 TFLOP/s only with a few input channels (W1: Cin 3): measured on
@@ -193,7 +214,7 @@ class ConvTStrategy : public Strategy {
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     absl::StatusOr<ConvTTune> t = Parse(config);
     if (!t.ok()) return t.status();
-    return CheckConvT(in.chain, in.info, in.target, *t, config, store_);
+    return CheckConvT(in.chain, in.info, in.target, *t, config, Passes());
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
     const ChainInfo& info = in.info;
@@ -280,6 +301,7 @@ class ConvTStrategy : public Strategy {
   std::span<const TuneField<ConvTTune>> Fields() const {
     return store_ ? kConvTStoreFields : std::span<const TuneField<ConvTTune>>(kConvTFields);
   }
+  ConvTPasses Passes() const { return store_ ? ConvTPasses::kStatsOnly : ConvTPasses::kBoth; }
   absl::StatusOr<ConvTTune> Parse(const TuneConfig& config) const {
     if (config.strategy != name()) {
       return Invalid(config, absl::StrCat("not a ", std::string(name()), " config"));
@@ -289,8 +311,96 @@ class ConvTStrategy : public Strategy {
   bool store_;
 };
 
+// convt-direct: conv_transpose3d | ew* without group_norm or mean, one pass writing y (and u in
+// a training forward). Same domain as convt-recompute-normalize's convolution.
+class ConvTDirectStrategy : public Strategy {
+ public:
+  std::string_view name() const override { return "convt-direct"; }
+  // x and the parameters read as the chain's dtype, y rounded once (as the recompute plan).
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
+  bool Applies(const PlanInput& in) const override {
+    if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async
+    const ChainInfo& info = in.info;
+    if (!info.producer || info.producer->kind != OpKind::kConvTranspose3d ||
+        !info.producer->conv.bias || info.group_norm || info.mean != MeanMode::kNone ||
+        info.producer_shape[1] > 32 || info.macs_per_point > 64) {
+      return false;
+    }
+    const ConvTTune t = ChooseConvTTune(info, in.target);
+    return CheckConvT(in.chain, info, in.target, t, ToConfig(name(), t, kConvTDirect),
+                      ConvTPasses::kWriteOnly)
+        .ok();
+  }
+  double Cost(const PlanInput& in) const override {
+    // convt-recompute-normalize's write pass alone: y written once, the convolution once (the
+    // same Cin factor: FFMA loops that lose ground above 4 input channels).
+    const ChainInfo& info = in.info;
+    const double cin_factor =
+        in.chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(in.chain.input[1]) / 6.0;
+    return cin_factor * static_cast<double>(info.elements) *
+           (4.0 / 3.0 + 2.0 * info.macs_per_point / 50.0);
+  }
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), ChooseConvTTune(in.info, in.target), kConvTDirect);
+  }
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
+    const ConvTTune t = ChooseConvTTune(in.info, in.target);
+    return {{"threads", {128, 256, 512}},
+            {"min_blocks", {1, 2, 3, 4}},
+            {"rows_per_unit", {1, 2, 4}},
+            {"write_blocks",
+             BlocksPerSampleCandidates(t.write_blocks, in.info.producer_shape[0], in.target)},
+            {"streaming_stores", {0, 1}},
+            {"coalesce_stores", {0, 1}}};
+  }
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
+    absl::StatusOr<ConvTTune> t = Parse(config);
+    if (!t.ok()) return t.status();
+    return CheckConvT(in.chain, in.info, in.target, *t, config, ConvTPasses::kWriteOnly);
+  }
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
+    const ConvTTune t = *Parse(config);
+    Plan plan;
+    plan.strategy = std::string(name());
+    plan.description =
+        "transposed conv split by output phase, weights in shared memory; one pass computes it, "
+        "applies the ops and writes y once with coalesced stores";
+    plan.includes = {"convt_group_norm.cuh"};
+    plan.tunes.push_back(ToTuneStruct("ConvTTune", t, kConvTDirect));
+    KernelLaunch k;
+    k.symbol = "fj_convt_direct";
+    k.body = "fj::convt_direct_write<Cfg, ConvTTune>";
+    k.purpose = "conv_transpose3d by phase + the ops, write y once";
+    k.grid = {static_cast<unsigned>(t.write_blocks), static_cast<unsigned>(info.producer_shape[0]),
+              1};
+    k.block = {static_cast<unsigned>(t.threads), 1, 1};
+    k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
+    k.shared_bytes = static_cast<unsigned>(ConvTDynamicSharedBytes(in.chain, info));
+    k.args = ProducerArgs(info);
+    k.args.push_back(KernelArg::Output());
+    // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
+    k.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
+    plan.kernels.push_back(k);
+    return plan;
+  }
+
+ private:
+  absl::StatusOr<ConvTTune> Parse(const TuneConfig& config) const {
+    if (config.strategy != name()) {
+      return Invalid(config, absl::StrCat("not a ", std::string(name()), " config"));
+    }
+    return FromConfig(config, kConvTDirect);
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<Strategy> MakeConvTDirectStrategy() {
+  return std::make_unique<ConvTDirectStrategy>();
+}
 std::unique_ptr<Strategy> MakeConvTRecomputeStrategy() {
   return std::make_unique<ConvTStrategy>(/*store=*/false);
 }

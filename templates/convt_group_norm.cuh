@@ -256,12 +256,19 @@ __device__ __forceinline__ void convt_unit(const E* __restrict__ xn, const float
   }
 }
 
+// What every kernel here needs of the convolution; the normalizing plans also need group_norm.
+template <class Cfg>
+__device__ __forceinline__ void convt_conv_checks() {
+  static_assert(Cfg::kProducer == kConvTranspose3d,
+                "convt_group_norm: producer must be conv_transpose3d");
+  static_assert(Cfg::kC <= 32, "convt_group_norm: kC <= 32 (per-lane channel registers)");
+  static_assert(Cfg::kBias, "convt_group_norm: needs the convolution's bias");
+}
 template <class Cfg>
 __device__ __forceinline__ void convt_static_checks() {
-  static_assert(Cfg::kProducer == kConvTranspose3d, "convt_group_norm: producer must be conv_transpose3d");
-  static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0, "convt_group_norm: needs group_norm");
-  static_assert(Cfg::kC <= 32, "convt_group_norm: kC <= 32 (per-lane channel registers)");
-  static_assert(Cfg::kBias, "convt_group_norm: bias=false chains pass a zero bias tensor");
+  convt_conv_checks<Cfg>();
+  static_assert(Cfg::kGroups > 0 && Cfg::kC % Cfg::kGroups == 0,
+                "convt_group_norm: needs group_norm");
 }
 
 // Decodes unit u of a sample: od, rh, ub.
@@ -465,11 +472,14 @@ __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict
   }
 }
 
-// The write pass's work units (see convt_norm_write).
-template <class Cfg, class Tune>
-__device__ __forceinline__ void convt_norm_write_units(const ElemT<Cfg>* __restrict__ xn,
-                                                       const float* s_w, const float2* s_ab,
-                                                       ElemT<Cfg>* __restrict__ yn) {
+// The write pass's work units (see convt_norm_write): y = post(pre(v) * a_c + b_c) with kNormalize
+// (s_ab: per-channel (a, b)), else y = pre(v) (the direct plan: no group_norm, so every op is a
+// pre op; s_ab unused) and, with kSaveU, u = v.
+template <class Cfg, class Tune, bool kNormalize, bool kSaveU = false>
+__device__ __forceinline__ void convt_write_units(const ElemT<Cfg>* __restrict__ xn,
+                                                  const float* s_w, const float2* s_ab,
+                                                  ElemT<Cfg>* __restrict__ yn,
+                                                  float* __restrict__ un = nullptr) {
   using T = ConvTGeom<Cfg, Tune>;
   constexpr int C = Cfg::kC, SW = Cfg::kSW, RB = T::RB;
   constexpr bool kCoalesce = Tune::kCoalesceStores && T::kJ == 1 && T::kLR == 1;
@@ -489,6 +499,7 @@ __device__ __forceinline__ void convt_norm_write_units(const ElemT<Cfg>* __restr
       const int q = ql + T::kLPR * j;
       float acc[RB][SW][C];
       convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+      if constexpr (kSaveU) convt_store_u<Cfg, Tune>(un, acc, od, rh, ub, q, lane);
 #pragma unroll
       for (int k = 0; k < RB; ++k) {
         const int oh = Cfg::kSH * (ub * RB + k) + rh;
@@ -496,10 +507,17 @@ __device__ __forceinline__ void convt_norm_write_units(const ElemT<Cfg>* __restr
         const size_t row = ((size_t)od * Cfg::kH + oh) * Cfg::kW;
 #pragma unroll
         for (int co = 0; co < C; ++co) {
-          const float2 ab = s_ab[co];
           float v[SW];
+          if constexpr (kNormalize) {
+            const float2 ab = s_ab[co];
 #pragma unroll
-          for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
+            for (int rw = 0; rw < SW; ++rw) {
+              v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
+            }
+          } else {
+#pragma unroll
+            for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::pre(acc[k][rw][co]);
+          }
           convt_store_row<Cfg, Tune, kCoalesce>(yn + co * kPlane + row, v, q, lane);
         }
       }
@@ -525,7 +543,34 @@ __device__ __forceinline__ void convt_norm_write(const ElemT<Cfg>* __restrict__ 
   __shared__ float2 s_ab[C];  // (scale, shift) of this sample's channels
   if (threadIdx.x < C) s_ab[threadIdx.x] = scale_shift[(size_t)n * C + threadIdx.x];
   __syncthreads();
-  convt_norm_write_units<Cfg, Tune>(xn, s_w, s_ab, y + (size_t)n * C * kPlane);
+  convt_write_units<Cfg, Tune, true>(xn, s_w, s_ab, y + (size_t)n * C * kPlane);
+}
+
+// The direct plan (conv_transpose3d | ew*, no group_norm): one pass, y = pre(conv_transpose3d +
+// bias) written once. u, when not null (the training forward: codegen::SaveProducerOutput), also
+// gets the convolution's output (f32, every element); a branch of its own.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void convt_direct_write(const ElemT<Cfg>* __restrict__ x,
+                                                   const ElemT<Cfg>* __restrict__ weight,
+                                                   const ElemT<Cfg>* __restrict__ bias,
+                                                   ElemT<Cfg>* __restrict__ y,
+                                                   float* __restrict__ u) {
+  convt_conv_checks<Cfg>();
+  static_assert(Cfg::kGroups == 0 && Cfg::kMean == kNoMean,
+                "convt_direct_write: elementwise ops only (all of them pre ops)");
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr size_t kSample = (size_t)Cfg::kC * T::kPlane;
+  extern __shared__ __align__(16) float fj_convt_smem[];
+  float* s_w = fj_convt_smem;
+  convt_load_weights<Cfg, Tune>(weight, bias, s_w);
+  __syncthreads();
+  const int n = blockIdx.y;
+  const ElemT<Cfg>* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  if (u != nullptr) {
+    convt_write_units<Cfg, Tune, false, true>(xn, s_w, nullptr, y + n * kSample, u + n * kSample);
+  } else {
+    convt_write_units<Cfg, Tune, false>(xn, s_w, nullptr, y + n * kSample);
+  }
 }
 
 // y = post(y * a_c + b_c) in place (after convt_group_moments<..., kStore = true>).
@@ -561,6 +606,10 @@ struct DefaultConvTConfig : DefaultConfig {
   static constexpr int kSD = 2, kSH = 2, kSW = 2;
   static constexpr int kPD = 1, kPH = 1, kPW = 1;
 };
+// The direct plan's chains have no group_norm.
+struct DefaultConvTDirectConfig : DefaultConvTConfig {
+  static constexpr int kGroups = 0;
+};
 #endif
 
 }  // namespace fj
@@ -587,6 +636,12 @@ extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads, FjSelfTes
 extern "C" __global__ void __launch_bounds__(256)
     convt_apply_inplace_selftest(const float2* s, float* y) {
   fj::convt_apply_inplace<FjSelfTestCfg, FjSelfTestTune>(s, y);
+}
+extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads,
+                                             FjSelfTestTune::kMinBlocksPerSM)
+    convt_direct_write_selftest(const float* x, const float* w, const float* b, float* y,
+                                float* u) {
+  fj::convt_direct_write<fj::DefaultConvTDirectConfig, FjSelfTestTune>(x, w, b, y, u);
 }
 extern "C" __global__ void __launch_bounds__(FjSelfTestTune::kThreads, FjSelfTestTune::kMinBlocksPerSM)
     convt_norm_write_selftest(const float* x, const float* w, const float* b, const float2* s, float* y) {
