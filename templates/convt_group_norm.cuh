@@ -25,6 +25,9 @@
 // also stores the pre-norm values into y (kStore = true), and convt_apply_inplace normalizes y in
 // place instead of pass 3.
 //
+// A third for chains without group_norm ("convt-direct": conv_transpose3d | ew*):
+// convt_direct_write is pass 3 alone, y = pre(v) (every op is a pre op there).
+//
 // Host-side contract (launch in this order on one stream; no constant-memory copies):
 //   1. convt_moments_body<Cfg,Tune>(x, weight, bias, partials, u) (recompute plan), or
 //      convt_group_moments<Cfg,Tune,true>(x, weight, bias, partials, y) (store plan):
@@ -49,7 +52,11 @@
 //   Workspace total: kN*kStatBlocksPerSample*kGroups*12 + kN*kC*8 bytes. Dynamic smem:
 //   kDynSmemBytes = 4*(KD*KH*Cin*KW*round4(C) + round4(C)) bytes of weights; static: the reduction
 //   scratch (kThreads/32 * (2G+1) floats) and 8*C bytes of (scale, shift).
-// Requirements (static_assert): kProducer == kConvTranspose3d, kGroups > 0, kC <= 32, kBias.
+// The direct plan alone: convt_direct_write<Cfg,Tune>(x, weight, bias, y, u), launched as pass 3
+//   (grid kWriteBlocksPerSample x kN), no workspace, no static smem; writes every element of y and,
+//   with u not null (the training forward), of u (f32 conv_transpose3d + bias).
+// Requirements (static_assert): kProducer == kConvTranspose3d, kC <= 32, kBias; kGroups > 0 but
+// for the direct plan (kGroups == 0, no mean).
 #ifndef FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_
 #define FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_
 
