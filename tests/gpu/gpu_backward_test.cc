@@ -274,10 +274,11 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   for (const char* spec : specs) saved += CheckTrainingPair(ParseOrFail(spec), seed++);
   EXPECT_EQ(saved, 5);  // the stride-2 conv_transpose3d: its fused forward writes u
   // Plans writing u in their own forward (codegen::SaveProducerOutput): mma-moments-mean (W2's
-  // and W4's plan; odd sizes, kernels and channel counts, both mean modes) and
-  // convt-recompute-normalize's write pass (W1's plan; coalesced rows (stride 2 along w) and
-  // direct ones, output_padding, per-dimension strides) and the igemm epilogue (W3's plan, with
-  // and without group_norm, a spatial size not a multiple of 4: scalar stores).
+  // and W4's plan; odd sizes, kernels and channel counts, both mean modes),
+  // convt-recompute-normalize's statistics pass (W1's plan; coalesced rows (stride 2 along w) and
+  // direct ones, output_padding, per-dimension strides), convt-direct's pass, and the igemm
+  // epilogue (W3's plan, with and without group_norm, a spatial size not a multiple of 4: scalar
+  // stores).
   struct Fused {
     const char* spec;
     const char* strategy;
@@ -311,6 +312,10 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
       {"x:f32[2,32,12,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
        "igemm-store-normalize"},
       {"x:f32[2,32,9,10,11] | conv3d(out=64,k=3,padding=1) | tanh", "igemm-store"},
+      // convt-direct's single pass (no group_norm), rows of 17 points: coalesced and direct.
+      {"x:f32[2,3,6,8,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish", "convt-direct"},
+      {"x:f32[2,2,5,6,4] | conv_transpose3d(out=7,k=[2,3,3],stride=[2,1,2]) | gelu | tanh",
+       "convt-direct"},
       // The reduction split (u written by the kernel adding the parts), groups across tiles.
       {"x:f32[2,128,8,8,8] | conv3d(out=192,k=3,padding=1) | swish | group_norm(groups=8)",
        "igemm-store-normalize"},
