@@ -313,7 +313,8 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
        "igemm-store-normalize"},
       {"x:f32[2,32,9,10,11] | conv3d(out=64,k=3,padding=1) | tanh", "igemm-store"},
       // convt-direct's single pass (no group_norm), rows of 17 points: coalesced and direct.
-      {"x:f32[2,3,6,8,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish", "convt-direct"},
+      {"x:f32[2,3,6,8,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish",
+       "convt-direct"},
       {"x:f32[2,2,5,6,4] | conv_transpose3d(out=7,k=[2,3,3],stride=[2,1,2]) | gelu | tanh",
        "convt-direct"},
       // The reduction split (u written by the kernel adding the parts), groups across tiles.
