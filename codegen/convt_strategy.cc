@@ -151,6 +151,22 @@ absl::Status CheckConvT(const Chain& chain, const ChainInfo& info, const PlanTar
   return absl::OkStatus();
 }
 
+// The cost models' factor for the FFMA loops, which reach ~50 TFLOP/s only with a few input
+// channels (W1: Cin 3): measured on the H100 (2026-11-23, bench/conv_engine_sweep.py T7, T10, B3)
+// 2.5x to 7x slower than the estimate above 4 input channels, growing with Cin.
+double ConvTCinFactor(const Chain& chain) {
+  return chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(chain.input[1]) / 6.0;
+}
+
+// A config of strategy `name` (its fields) -> the tuning.
+absl::StatusOr<ConvTTune> ParseConvT(const TuneConfig& config, std::string_view name,
+                                     std::span<const TuneField<ConvTTune>> fields) {
+  if (config.strategy != name) {
+    return Invalid(config, absl::StrCat("not a ", std::string(name), " config"));
+  }
+  return FromConfig(config, fields);
+}
+
 // Both plans: `store` false = convt-recompute-normalize, true = convt-store-normalize.
 class ConvTStrategy : public Strategy {
  public:
@@ -182,13 +198,8 @@ class ConvTStrategy : public Strategy {
     return CheckConvT(in.chain, info, in.target, t, ToConfig(name(), t, Fields()), Passes()).ok();
   }
   double Cost(const PlanInput& in) const override {
-    // The FFMA loops reach ~50 TFLOP/s only with a few input channels (W1: Cin 3): measured on
-    // the H100 (2026-11-23, bench/conv_engine_sweep.py T7, T10, B3) 2.5x to 7x slower than this
-    // estimate above 4 input channels, growing with Cin, hence the factor.
     const ChainInfo& info = in.info;
-    const double cin_factor =
-        in.chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(in.chain.input[1]) / 6.0;
-    return cin_factor * static_cast<double>(info.elements) *
+    return ConvTCinFactor(in.chain) * static_cast<double>(info.elements) *
            (store_ ? 12.0 / 3.0 + 2.0 * info.macs_per_point / 50.0
                    : 4.0 / 3.0 + 4.0 * info.macs_per_point / 50.0);
   }
@@ -303,10 +314,7 @@ class ConvTStrategy : public Strategy {
   }
   ConvTPasses Passes() const { return store_ ? ConvTPasses::kStatsOnly : ConvTPasses::kBoth; }
   absl::StatusOr<ConvTTune> Parse(const TuneConfig& config) const {
-    if (config.strategy != name()) {
-      return Invalid(config, absl::StrCat("not a ", std::string(name()), " config"));
-    }
-    return FromConfig(config, Fields());
+    return ParseConvT(config, name(), Fields());
   }
   bool store_;
 };
@@ -334,12 +342,9 @@ class ConvTDirectStrategy : public Strategy {
         .ok();
   }
   double Cost(const PlanInput& in) const override {
-    // convt-recompute-normalize's write pass alone: y written once, the convolution once (the
-    // same Cin factor: FFMA loops that lose ground above 4 input channels).
+    // convt-recompute-normalize's write pass alone: y written once, the convolution once.
     const ChainInfo& info = in.info;
-    const double cin_factor =
-        in.chain.input[1] <= 4 ? 1.0 : 1.5 + static_cast<double>(in.chain.input[1]) / 6.0;
-    return cin_factor * static_cast<double>(info.elements) *
+    return ConvTCinFactor(in.chain) * static_cast<double>(info.elements) *
            (4.0 / 3.0 + 2.0 * info.macs_per_point / 50.0);
   }
   TuneConfig DefaultConfig(const PlanInput& in) const override {
@@ -389,10 +394,7 @@ class ConvTDirectStrategy : public Strategy {
 
  private:
   absl::StatusOr<ConvTTune> Parse(const TuneConfig& config) const {
-    if (config.strategy != name()) {
-      return Invalid(config, absl::StrCat("not a ", std::string(name()), " config"));
-    }
-    return FromConfig(config, kConvTDirect);
+    return ParseConvT(config, name(), kConvTDirect);
   }
 };
 
