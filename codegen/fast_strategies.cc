@@ -2,6 +2,7 @@
 // direct convolutions that never store a full-size intermediate. Each lives in its own file:
 //   conv-moments-mean          conv_moments_strategy.cc
 //   mma-moments-mean           mma_moments_strategy.cc
+//   mma-direct                 mma_moments_strategy.cc (conv3d | ew*: one pass)
 //   convt-recompute-normalize  convt_strategy.cc
 //   convt-store-normalize      convt_strategy.cc
 //   convt-direct               convt_strategy.cc (conv_transpose3d | ew*: one pass)
@@ -15,6 +16,7 @@ namespace fusejit::codegen {
 void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out) {
   out->push_back(MakeConvMomentsMeanStrategy());
   out->push_back(MakeMmaMomentsMeanStrategy());
+  out->push_back(MakeMmaDirectStrategy());
   out->push_back(MakeConvTRecomputeStrategy());
   out->push_back(MakeConvTStoreStrategy());
   out->push_back(MakeConvTDirectStrategy());

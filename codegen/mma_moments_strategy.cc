@@ -1,4 +1,5 @@
-// mma-moments-mean: conv3d | ew* | group_norm | mean on tensor cores (seeds W2, W4).
+// mma-moments-mean: conv3d | ew* | group_norm | mean on tensor cores (seeds W2, W4); and
+// mma-direct: conv3d | ew* with the same convolution, y written once.
 // templates/mma_conv_moments.cuh + moments_mean.cuh: the same per-block per-channel moments as
 // conv-moments-mean (the mean of an affine group_norm output follows from them), computed with
 // mma.sync m16n8k16 (fp16 inputs, fp32 accumulate, sm_80+) in the fp32-accurate F16x3 split;
@@ -259,8 +260,95 @@ class MmaMomentsMeanStrategy : public Strategy {
   static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
 };
 
+// mma-direct: conv3d | ew* (no group_norm, no mean) with mma-moments-mean's convolution, each
+// row's y = ops(acc + bias) written once in the chain's dtype (and u in a training forward).
+// Before it these chains ran tc-conv (3xTF32 GEMM over 3 input channels: the training forward
+// of W2's convolution alone took 4.16 ms against mma-moments-mean's fused 1.29, 2026-11-26).
+class MmaDirectStrategy : public Strategy {
+ public:
+  std::string_view name() const override { return "mma-direct"; }
+  bool HandlesDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+  }
+  bool Applies(const PlanInput& in) const override {
+    if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
+    const ChainInfo& info = in.info;
+    if (!info.producer || info.producer->kind != OpKind::kConv3d || !info.producer->conv.bias ||
+        info.group_norm || info.mean != MeanMode::kNone) {
+      return false;
+    }
+    const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
+    return CheckMma(in.chain, info, t, in.target, ToConfig(name(), t, Fields())).ok();
+  }
+  // PROVISIONAL (not yet measured): mma-moments-mean's convolution cost in its measured domain
+  // (half the FFMA estimate; twice it elsewhere) plus y written once (4 bytes a point at ~3 bytes
+  // per model ps).
+  double Cost(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    const double ffma = static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
+    return (MeasuredDomain(in.chain, info) ? 0.5 : 2.0) * ffma +
+           static_cast<double>(info.elements) * 4.0 / 3.0;
+  }
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
+  }
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
+    std::vector<int64_t> bps =
+        BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], in.target);
+    bps.push_back(t.blocks_per_sample);
+    for (int64_t& b : bps) b = std::min<int64_t>(b, info.producer_shape[2]);
+    std::sort(bps.begin(), bps.end());
+    bps.erase(std::unique(bps.begin(), bps.end()), bps.end());
+    return {{"warps", {4, 8, 16}},
+            {"min_blocks", {1, 2, 3, 4}},
+            {"blocks_per_sample", bps},
+            {"unroll_kh", {1, 2}},
+            {"pack", {0, 1}}};
+  }
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
+    if (config.strategy != name()) return Invalid(config, "not a mma-direct config");
+    absl::StatusOr<MmaMomentsTuneValues> t = FromConfig(config, Fields());
+    if (!t.ok()) return t.status();
+    return CheckMma(in.chain, in.info, *t, in.target, config);
+  }
+  absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
+    const ChainInfo& info = in.info;
+    const MmaMomentsTuneValues t = *FromConfig(config, Fields());
+    const MmaMomentsGeometry g = MmaGeom(in.chain, info, t);
+    Plan plan;
+    plan.strategy = std::string(name());
+    plan.description =
+        "conv3d on tensor cores (mma.sync m16n8k16, fp32-accurate F16x3 split), input planes "
+        "channels-last fp16 hi/lo in shared memory, one warp per output row; the ops applied "
+        "and y written once";
+    plan.includes = {"mma_conv_moments.cuh"};
+    plan.tunes.push_back(ToTuneStruct("MmaMomentsTune", t, Fields()));
+    KernelLaunch k;
+    k.symbol = "fj_mma_conv_direct";
+    k.body = "fj::mma_conv_direct<Cfg, MmaMomentsTune>";
+    k.purpose = "conv3d (tensor cores, F16x3) + the ops, write y once";
+    k.grid = {static_cast<unsigned>(t.blocks_per_sample),
+              static_cast<unsigned>(info.producer_shape[0]), 1};
+    k.block = {static_cast<unsigned>(32 * t.warps), 1, 1};
+    k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
+    k.shared_bytes = static_cast<unsigned>(g.shared_bytes);  // MmaMomentsGeom::kSharedBytes
+    k.args = ProducerArgs(info);
+    k.args.push_back(KernelArg::Output());
+    // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
+    k.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
+    plan.kernels.push_back(k);
+    return plan;
+  }
+
+ private:
+  static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
+};
+
 }  // namespace
 
+std::unique_ptr<Strategy> MakeMmaDirectStrategy() { return std::make_unique<MmaDirectStrategy>(); }
 std::unique_ptr<Strategy> MakeMmaMomentsMeanStrategy() {
   return std::make_unique<MmaMomentsMeanStrategy>();
 }

@@ -182,12 +182,42 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 
 }  // namespace mmm
 
+template <class Cfg, class Tune, bool kDirect>
+__device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
+                                              const ElemT<Cfg>* __restrict__ weight,
+                                              const ElemT<Cfg>* __restrict__ bias,
+                                              Moments* __restrict__ partials, float* __restrict__ u,
+                                              ElemT<Cfg>* __restrict__ y);
+
 template <class Cfg, class Tune>
 __device__ __forceinline__ void mma_conv_moments(const ElemT<Cfg>* __restrict__ x,
                                                  const ElemT<Cfg>* __restrict__ weight,
                                                  const ElemT<Cfg>* __restrict__ bias,
                                                  Moments* __restrict__ partials,
                                                  float* __restrict__ u = nullptr) {
+  mma_conv_body<Cfg, Tune, false>(x, weight, bias, partials, u, nullptr);
+}
+
+// The direct plan (mma-direct: conv3d | ew*, no group_norm, no mean): the same convolution, and
+// each row's y = pre(acc + bias) written in the chain's dtype (rounded once) instead of moments;
+// u as in mma_conv_moments. Same launch as mma_conv_moments; no partials.
+template <class Cfg, class Tune>
+__device__ __forceinline__ void mma_conv_direct(const ElemT<Cfg>* __restrict__ x,
+                                                const ElemT<Cfg>* __restrict__ weight,
+                                                const ElemT<Cfg>* __restrict__ bias,
+                                                ElemT<Cfg>* __restrict__ y, float* __restrict__ u) {
+  static_assert(Cfg::kGroups == 0 && Cfg::kMean == kNoMean,
+                "mma_conv_direct: elementwise ops only (all of them pre ops)");
+  mma_conv_body<Cfg, Tune, true>(x, weight, bias, nullptr, u, y);
+}
+
+// The kernels' shared body: kDirect writes y (mma_conv_direct), else the moments.
+template <class Cfg, class Tune, bool kDirect>
+__device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
+                                              const ElemT<Cfg>* __restrict__ weight,
+                                              const ElemT<Cfg>* __restrict__ bias,
+                                              Moments* __restrict__ partials, float* __restrict__ u,
+                                              ElemT<Cfg>* __restrict__ y) {
   using G = MmaMomentsGeom<Cfg, Tune>;
   static_assert(Cfg::kProducer == kConv3d, "mma_conv_moments: the producer must be conv3d");
   static_assert(Cfg::kBias, "mma_conv_moments: needs a bias");
@@ -533,6 +563,25 @@ __device__ __forceinline__ void mma_conv_moments(const ElemT<Cfg>* __restrict__ 
                 }
               }
       }
+      if constexpr (kDirect) {  // y = pre(acc + bias), every valid point of the row
+        ElemT<Cfg>* const y_row =
+            y + (((size_t)n * C) * Cfg::kD + od) * (size_t)(Cfg::kH * Cfg::kW) + oh * Cfg::kW;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh) {
+                const int ow = mt * 16 + g + 8 * hh;
+                if (ow < Cfg::kW) {
+                  y_row[(size_t)(nt * 8 + 2 * t + e) * (Cfg::kD * Cfg::kH * Cfg::kW) + ow] =
+                      store_as<ElemT<Cfg>>(Cfg::pre(acc[mt][nt][2 * hh + e] + bch[2 * nt + e]));
+                }
+              }
+        continue;
+      }
       // Points of this thread: ow = mt*16 + g (+8 for i >= 2); channels nt*8 + 2t + (i & 1).
       float cnt = 0.f;
 #pragma unroll
@@ -571,8 +620,9 @@ __device__ __forceinline__ void mma_conv_moments(const ElemT<Cfg>* __restrict__ 
     }
     __syncthreads();  // the next od's staging overwrites planes
   }
+  if constexpr (kDirect) return;
 
-  // Lanes of the same t (same channels): merge over g in a fixed tree, then warps in order.
+    // Lanes of the same t (same channels): merge over g in a fixed tree, then warps in order.
 #pragma unroll
   for (int off = 16; off >= 4; off >>= 1) {
     const float cb = __shfl_down_sync(0xffffffffu, run_n, off);
@@ -617,6 +667,16 @@ extern "C" __global__ void __launch_bounds__(32 * fj::MmaMomentsDefaultTune::kWa
                                              fj::MmaMomentsDefaultTune::kMinBlocksPerSM)
     mma_conv_moments_selftest(const float* x, const float* w, const float* b, fj::Moments* p) {
   fj::mma_conv_moments<fj::DefaultConfig, fj::MmaMomentsDefaultTune>(x, w, b, p);
+}
+namespace fj_selftest_mma {
+struct DirectCfg : fj::DefaultConfig {
+  static constexpr int kGroups = 0, kMean = fj::kNoMean;
+};
+}  // namespace fj_selftest_mma
+extern "C" __global__ void __launch_bounds__(32 * fj::MmaMomentsDefaultTune::kWarps,
+                                             fj::MmaMomentsDefaultTune::kMinBlocksPerSM)
+    mma_conv_direct_selftest(const float* x, const float* w, const float* b, float* y, float* u) {
+  fj::mma_conv_direct<fj_selftest_mma::DirectCfg, fj::MmaMomentsDefaultTune>(x, w, b, y, u);
 }
 #endif
 
