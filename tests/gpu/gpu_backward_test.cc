@@ -317,6 +317,9 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
        "convt-direct"},
       {"x:f32[2,2,5,6,4] | conv_transpose3d(out=7,k=[2,3,3],stride=[2,1,2]) | gelu | tanh",
        "convt-direct"},
+      // mma-direct's row stores of u (odd rows, 8 and 24 channels).
+      {"x:f32[2,3,9,10,13] | conv3d(out=8,k=3) | swish", "mma-direct"},
+      {"x:f32[2,3,7,12,11] | conv3d(out=24,k=[3,4,3]) | hardswish | tanh", "mma-direct"},
       // The reduction split (u written by the kernel adding the parts), groups across tiles.
       {"x:f32[2,128,8,8,8] | conv3d(out=192,k=3,padding=1) | swish | group_norm(groups=8)",
        "igemm-store-normalize"},
