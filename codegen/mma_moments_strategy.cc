@@ -281,14 +281,18 @@ class MmaDirectStrategy : public Strategy {
     const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
     return CheckMma(in.chain, info, t, in.target, ToConfig(name(), t, Fields())).ok();
   }
-  // PROVISIONAL (not yet measured): mma-moments-mean's convolution cost in its measured domain
-  // (half the FFMA estimate; twice it elsewhere) plus y written once (4 bytes a point at ~3 bytes
-  // per model ps).
+  // A time model fitted to four chains (H100, 2026-11-27, bench/notes/mma_direct_2026-11-27.txt:
+  // W2's convolution | hardswish 1.265 ms, 24 outputs with padding 0.849, 32 outputs with k 5
+  // stride 2 0.119, 8 outputs on 5 channels 0.040; tc-conv took 1.5-3x as long on each):
+  // 33.6 G multiply-adds per ms (half that with a stride, whose rows reuse less of the staged
+  // input), y written at 3 bytes per ps, and 20 us of launch and tail.
   double Cost(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
-    const double ffma = static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
-    return (MeasuredDomain(in.chain, info) ? 0.5 : 2.0) * ffma +
-           static_cast<double>(info.elements) * 4.0 / 3.0;
+    const ConvAttrs& conv = info.producer->conv;
+    const bool strided = conv.stride[0] > 1 || conv.stride[1] > 1 || conv.stride[2] > 1;
+    const double macs = static_cast<double>(info.elements) * info.macs_per_point;
+    return macs / 33.6 * (strided ? 2.0 : 1.0) + static_cast<double>(info.elements) * 4.0 / 3.0 +
+           20e6;
   }
   TuneConfig DefaultConfig(const PlanInput& in) const override {
     return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
