@@ -210,11 +210,15 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
   const int64_t max_splits =
       std::max<int64_t>(1, std::min(reduction / (64 * t.bk), kMaxPartsBytes / (rows * cols * 8)));
   // mma: one 64-row block per SM (its registers), two of the smaller ones, in whole waves, up to
-  // 1024 chunks. FFMA: about two blocks per SM in whole waves (rounded down: a last, nearly empty
-  // wave costs a whole one). Each chunk at least 64 steps long.
+  // 1024 chunks. FFMA: about four blocks of 128 threads (two of 256) per SM in whole waves
+  // (rounded down: a last, nearly empty wave costs a whole one); its loads' latency needs the
+  // warps (W1's at two blocks: 8 warps per SM, issue slots 56% busy, Nsight Compute; at four
+  // 1.176 ms against 1.459, [16,4,32,32,32] k3 s2 0.611 against 0.782, H100, 2026-11-27). Each
+  // chunk at least 64 steps long.
   const int64_t slots = target.sm_count * (t.bm == 64 ? 1 : 2);
+  const int64_t ffma_blocks = threads <= 128 ? 4 : 2;
   int64_t splits = mma ? FillingSplits(tiles, slots, std::min<int64_t>(1024, max_splits))
-                       : std::clamp<int64_t>(2 * target.sm_count / tiles, 1, max_splits);
+                       : std::clamp<int64_t>(ffma_blocks * target.sm_count / tiles, 1, max_splits);
   const int64_t chunk = CeilDiv(CeilDiv(reduction, splits), t.bk) * t.bk;
   splits = CeilDiv(reduction, chunk);
   plan.includes.push_back("wgrad.cuh");
@@ -236,6 +240,7 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
        static_cast<unsigned>(splits)},
       {static_cast<unsigned>(threads), 1, 1}};
   if (mma && t.bm < 64) w.min_blocks_per_sm = 2;  // the two blocks per SM `slots` counts on
+  if (!mma) w.min_blocks_per_sm = static_cast<unsigned>(ffma_blocks);
   w.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
             KernelArg::Tensor("gu", gu, kRead),
             KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};

@@ -17,14 +17,22 @@ namespace {
 
 struct FewOutTune {
   int64_t tw = 4;        // outputs along w per thread
+  int64_t th = 1;        // output rows along h per thread (more than 1: stride 1 along h)
   int64_t threads = 128;
 };
 constexpr TuneField<FewOutTune> kFields[] = {{"tw", "kTW", &FewOutTune::tw},
+                                             {"th", "kTH", &FewOutTune::th},
                                              {"threads", "kThreads", &FewOutTune::threads}};
 
 constexpr int64_t kMaxChannels = 8;
 constexpr int64_t kMaxWeights = 12 * 1024;  // floats in 48 KiB of static shared memory
 constexpr int64_t kMaxSpan = 64;            // registers of one row span
+constexpr int64_t kMaxAccumulators = 64;    // th * channels * tw registers of sums
+
+// Whether several output rows per thread may share input rows: stride 1 along h.
+bool RowsShareInput(const ChainInfo& info) {
+  return info.producer->kind != OpKind::kConv3d || info.producer->conv.stride[1] == 1;
+}
 
 // The row span one thread loads for `tw` outputs (the template's kSpan).
 int64_t Span(const ConvAttrs& c, bool conv, int64_t tw) {
@@ -70,10 +78,21 @@ class DirectFewOutStrategy final : public Strategy {
     const bool strided = conv && a.stride[1] >= 2 && a.stride[2] >= 2;
     t.tw = std::min<int64_t>(strided ? 2 : 8, info.producer_shape[4]);
     while (t.tw > 1 && Span(a, conv, t.tw) > kMaxSpan) t.tw /= 2;
+    // Two rows a thread where they share input rows (each row span then serves both rows' kh
+    // taps), the kernel is 4 or more rows tall and the sums fit: W2's data gradient
+    // [1024,16,13,29,29] k4 took 2.47 ms at th 2 against 2.82 at th 1 (tw 4 / th 4 2.68, tw 4 / th
+    // 2 2.79; 64 or 256 threads 2.70), H100, 2026-11-27; W4's [128,24,22,30,30] k3 0.483 against
+    // 0.467 inside its backward.
+    t.th = RowsShareInput(info) && a.kernel[1] >= 4 && info.producer_shape[3] >= 2 &&
+                   2 * info.producer_shape[1] * t.tw <= kMaxAccumulators
+               ? 2
+               : 1;
     return ToConfig(name(), t, std::span<const TuneField<FewOutTune>>(kFields));
   }
   std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
-    return {{"tw", {1, 2, 4, 8}}, {"threads", {64, 128, 256}}};
+    if (!RowsShareInput(in.info))
+      return {{"tw", {1, 2, 4, 8}}, {"th", {1}}, {"threads", {64, 128, 256}}};
+    return {{"tw", {1, 2, 4, 8}}, {"th", {1, 2, 4}}, {"threads", {64, 128, 256}}};
   }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
     return Parse(in.info, config).status();
@@ -86,19 +105,20 @@ class DirectFewOutStrategy final : public Strategy {
     Plan plan;
     plan.strategy = std::string(name());
     plan.tune_config = config.ToString();
-    plan.description = absl::StrCat(
-        "direct convolution onto ", p[1], " output channels: ", t->tw,
-        " outputs along w and every channel per thread, weights in shared memory, each input row "
-        "span loaded once per (channel, kd, kh)");
+    plan.description =
+        absl::StrCat("direct convolution onto ", p[1], " output channels: ", t->tw,
+                     " outputs along w in ", t->th,
+                     " row(s) and every channel per thread, weights in shared "
+                     "memory, each input row span loaded once per (channel, kd, input row)");
     plan.includes = {"direct_few_out.cuh"};
     plan.tunes.push_back(ToTuneStruct("FewOutTune", *t, std::span<const TuneField<FewOutTune>>(kFields)));
-    const int64_t items = p[0] * p[2] * p[3] * ((p[4] + t->tw - 1) / t->tw);
+    const int64_t items = p[0] * p[2] * ((p[3] + t->th - 1) / t->th) * ((p[4] + t->tw - 1) / t->tw);
     const int64_t blocks = std::clamp<int64_t>((items + t->threads - 1) / t->threads, 1,
                                                int64_t{in.target.sm_count} * 32);
     KernelLaunch k;
     k.symbol = "fj_few_out";
     k.body = "fj::few_out_kernel<Cfg, FewOutTune>";
-    k.purpose = "y = ops(conv(x)) for every output channel, tw outputs along w a thread";
+    k.purpose = "y = ops(conv(x)) for every output channel, th x tw outputs a thread";
     k.grid = {static_cast<unsigned>(blocks), 1, 1};
     k.block = {static_cast<unsigned>(t->threads), 1, 1};
     k.args = ProducerArgs(info);
@@ -125,6 +145,20 @@ class DirectFewOutStrategy final : public Strategy {
       return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(), ": tw ",
                                                      t->tw, " needs a row span over ", kMaxSpan,
                                                      " registers"));
+    }
+    if (t->th != 1 && t->th != 2 && t->th != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tune config ", config.ToString(), ": th ", t->th, " is not 1, 2 or 4"));
+    }
+    if (t->th > 1 && !RowsShareInput(info)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tune config ", config.ToString(), ": th ", t->th,
+          " needs stride 1 along h (rows of a strided convolution share no input rows); use th=1"));
+    }
+    if (t->th * info.producer_shape[1] * t->tw > kMaxAccumulators) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tune config ", config.ToString(), ": th * tw * ", info.producer_shape[1], " channels = ",
+          t->th * info.producer_shape[1] * t->tw, " sums exceed ", kMaxAccumulators, " registers"));
     }
     if (t->threads < 32 || t->threads > 1024 || t->threads % 32 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("tune config ", config.ToString(),

@@ -2,11 +2,12 @@
 // the data gradient of a convolution whose input has few channels (its dual convolution maps many
 // channels onto x's few). Chains: producer then elementwise ops (no group_norm, no mean).
 //
-// One thread computes kTW consecutive outputs along w for every output channel. For each input
-// channel and (kd, kh) tap it loads the row span those outputs read into registers once and
-// reuses it for every kw tap and output channel; the weights sit in shared memory in
-// [ci][kd][kh][kw][co] order (read as broadcasts). Sums are fp32 FMAs in a fixed order:
-// deterministic.
+// One thread computes kTH x kTW outputs (kTH consecutive rows along h, kTW consecutive outputs
+// along w) for every output channel. For each input channel, kd tap and input row those outputs
+// read it loads the row span into registers once and reuses it for every (output row, kh) pair
+// reading that row, every kw tap and output channel (kTH > 1: stride 1 along h only); the weights
+// sit in shared memory in [ci][kd][kh][kw][co] order (read as broadcasts). Sums are fp32 FMAs in a
+// fixed order: deterministic.
 //
 // Input position of output o and tap k per dimension:
 //   conv3d:                        o * stride - padding + k * dilation
@@ -37,12 +38,17 @@ struct FewOut {
   static_assert(kWeights * 4 <= 48 * 1024, "direct_few_out: weights fit static shared memory");
 };
 
-// Grid-stride over (n, od, oh, w tile). Tune: kTW outputs along w per thread.
+// Grid-stride over (n, od, h tile, w tile). Tune: kTW outputs along w and kTH along h per thread.
 template <class Cfg, class Tune>
 __device__ void few_out_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                const float* __restrict__ bias, float* __restrict__ y) {
   using F = FewOut<Cfg>;
-  constexpr int TW = Tune::kTW, C = Cfg::kC, KW = Cfg::kKW;
+  constexpr int TW = Tune::kTW, TH = Tune::kTH, C = Cfg::kC, KW = Cfg::kKW, KH = Cfg::kKH;
+  static_assert(TH == 1 || F::kStepH == 1, "direct_few_out: several rows per thread at stride 1");
+  // Input rows of a thread's outputs, relative to the first output row's (kh = 0) row: th +
+  // kh * kTapH, in [kRelMin, kRelMax].
+  constexpr int kRelMin = F::kTapH < 0 ? (KH - 1) * F::kTapH : 0;
+  constexpr int kRelMax = (TH - 1) + (F::kTapH > 0 ? (KH - 1) * F::kTapH : 0);
   constexpr int kAbsTapW = F::kTapW < 0 ? -F::kTapW : F::kTapW;
   constexpr int kMinTap = F::kTapW < 0 ? (KW - 1) * F::kTapW : 0;
   constexpr int kSpan = (TW - 1) * F::kStepW + (KW - 1) * kAbsTapW + 1;
@@ -55,31 +61,34 @@ __device__ void few_out_kernel(const float* __restrict__ x, const float* __restr
   }
   __syncthreads();
 
-  constexpr int kTiles = (Cfg::kW + TW - 1) / TW;
-  constexpr long long kItems = static_cast<long long>(Cfg::kN) * Cfg::kD * Cfg::kH * kTiles;
+  constexpr int kTiles = (Cfg::kW + TW - 1) / TW, kHTiles = (Cfg::kH + TH - 1) / TH;
+  constexpr long long kItems = static_cast<long long>(Cfg::kN) * Cfg::kD * kHTiles * kTiles;
   for (long long item = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
        item < kItems; item += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int tile = static_cast<int>(item % kTiles);
     long long rest = item / kTiles;
-    const int oh = static_cast<int>(rest % Cfg::kH);
-    rest /= Cfg::kH;
+    const int oh = static_cast<int>(rest % kHTiles) * TH;  // the first of TH output rows
+    rest /= kHTiles;
     const int od = static_cast<int>(rest % Cfg::kD);
     const int n = static_cast<int>(rest / Cfg::kD);
     const int ow0 = tile * TW;
     const int iw0 = ow0 * F::kStepW + F::kOffW + kMinTap;
 
-    float acc[C][TW];
+    float acc[TH][C][TW];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < TH; ++r)
 #pragma unroll
-      for (int t = 0; t < TW; ++t) acc[c][t] = 0.f;
-    }
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int t = 0; t < TW; ++t) acc[r][c][t] = 0.f;
     for (int ci = 0; ci < Cfg::kCin; ++ci) {
       for (int kd = 0; kd < Cfg::kKD; ++kd) {
         const int id = od * F::kStepD + F::kOffD + kd * F::kTapD;
         if (id < 0 || id >= Cfg::kDin) continue;
-        for (int kh = 0; kh < Cfg::kKH; ++kh) {
-          const int ih = oh * F::kStepH + F::kOffH + kh * F::kTapH;
+          // Unrolled where several rows make each row's kh a compile-time choice.
+#pragma unroll(TH > 1 ? kRelMax - kRelMin + 1 : 1)
+        for (int rel = kRelMin; rel <= kRelMax; ++rel) {
+          const int ih = oh * F::kStepH + F::kOffH + rel;
           if (ih < 0 || ih >= Cfg::kHin) continue;
           const float* row =
               x + ((static_cast<size_t>(n) * Cfg::kCin + ci) * Cfg::kDin + id) * Cfg::kHin * Cfg::kWin +
@@ -90,15 +99,21 @@ __device__ void few_out_kernel(const float* __restrict__ x, const float* __restr
             const int iw = iw0 + j;
             v[j] = iw >= 0 && iw < Cfg::kWin ? row[iw] : 0.f;
           }
-          const float* wk = ws + ((ci * Cfg::kKD + kd) * Cfg::kKH + kh) * KW * C;
 #pragma unroll
-          for (int kw = 0; kw < KW; ++kw) {
+          for (int r = 0; r < TH; ++r) {  // output row oh + r reads this row at tap kh
+            if ((rel - r) % F::kTapH != 0) continue;
+            const int kh = (rel - r) / F::kTapH;
+            if (kh < 0 || kh >= KH) continue;
+            const float* wk = ws + ((ci * Cfg::kKD + kd) * KH + kh) * KW * C;
 #pragma unroll
-            for (int c = 0; c < C; ++c) {
-              const float wv = wk[kw * C + c];
+            for (int kw = 0; kw < KW; ++kw) {
 #pragma unroll
-              for (int t = 0; t < TW; ++t) {
-                acc[c][t] = fmaf(v[t * F::kStepW + kw * F::kTapW - kMinTap], wv, acc[c][t]);
+              for (int c = 0; c < C; ++c) {
+                const float wv = wk[kw * C + c];
+#pragma unroll
+                for (int t = 0; t < TW; ++t) {
+                  acc[r][c][t] = fmaf(v[t * F::kStepW + kw * F::kTapW - kMinTap], wv, acc[r][c][t]);
+                }
               }
             }
           }
@@ -106,13 +121,17 @@ __device__ void few_out_kernel(const float* __restrict__ x, const float* __restr
       }
     }
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float b = Cfg::kBias ? bias[c] : 0.f;
-      float* out = y + ((static_cast<size_t>(n) * C + c) * Cfg::kD + od) * Cfg::kH * Cfg::kW +
-                   static_cast<size_t>(oh) * Cfg::kW;
+    for (int r = 0; r < TH; ++r) {
+      if (oh + r >= Cfg::kH) break;
 #pragma unroll
-      for (int t = 0; t < TW; ++t) {
-        if (ow0 + t < Cfg::kW) out[ow0 + t] = Cfg::pre(acc[c][t] + b);
+      for (int c = 0; c < C; ++c) {
+        const float b = Cfg::kBias ? bias[c] : 0.f;
+        float* out = y + ((static_cast<size_t>(n) * C + c) * Cfg::kD + od) * Cfg::kH * Cfg::kW +
+                     static_cast<size_t>(oh + r) * Cfg::kW;
+#pragma unroll
+        for (int t = 0; t < TW; ++t) {
+          if (ow0 + t < Cfg::kW) out[ow0 + t] = Cfg::pre(acc[r][c][t] + b);
+        }
       }
     }
   }
@@ -124,7 +143,7 @@ __device__ void few_out_kernel(const float* __restrict__ x, const float* __restr
 // Compiled on its own (tests): the kernel with the default configuration.
 namespace fj_selftest {
 struct FewOutSelfTune {
-  static constexpr int kTW = 4;
+  static constexpr int kTW = 4, kTH = 2;
 };
 extern "C" __global__ void few_out(const float* x, const float* w, const float* b, float* y) {
   fj::few_out_kernel<fj::DefaultConfig, FewOutSelfTune>(x, w, b, y);

@@ -44,7 +44,9 @@ TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
 }
 
 // Eight outputs along w a thread by default; two where a conv3d is strided along h and w (the
-// autotuner's finding on the H100: 1.35x to 2.1x faster there, slower elsewhere).
+// autotuner's finding on the H100: 1.35x to 2.1x faster there, slower elsewhere). Two output
+// rows a thread where rows share input rows (stride 1 along h), the kernel has 4 or more rows and
+// the sums fit 64 registers.
 TEST(DirectFewOut, DefaultOutputsPerThreadFollowTheStride) {
   const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
   struct Case {
@@ -53,16 +55,20 @@ TEST(DirectFewOut, DefaultOutputsPerThreadFollowTheStride) {
   };
   for (const Case& c : {
            Case{"x:f32[128,16,31,63,63] | conv3d(out=3,k=3,stride=2,padding=1,bias=false)",
-                "direct-few-out:tw=2,threads=128"},
+                "direct-few-out:tw=2,th=1,threads=128"},
            Case{"x:f32[2,16,11,13,13] | conv3d(out=3,k=[3,3,3],stride=[1,2,2]) | tanh",
-                "direct-few-out:tw=2,threads=128"},
+                "direct-few-out:tw=2,th=1,threads=128"},
            Case{"x:f32[2,16,11,13,29] | conv3d(out=3,k=3,stride=[1,1,2])",
-                "direct-few-out:tw=8,threads=128"},
+                "direct-few-out:tw=8,th=1,threads=128"},
            Case{"x:f32[2,16,11,13,13] | conv3d(out=3,k=3,stride=[1,1,2])",  // w is 6
-                "direct-few-out:tw=6,threads=128"},
+                "direct-few-out:tw=6,th=1,threads=128"},
            Case{"x:f32[2,16,9,10,11] | conv_transpose3d(out=3,k=4,bias=false)",
-                "direct-few-out:tw=8,threads=128"},
-           Case{"x:f32[2,16,9,10,3] | conv3d(out=3,k=1)", "direct-few-out:tw=3,threads=128"},
+                "direct-few-out:tw=8,th=2,threads=128"},
+           Case{"x:f32[2,16,9,10,3] | conv3d(out=3,k=1)", "direct-few-out:tw=3,th=1,threads=128"},
+           Case{"x:f32[2,16,9,10,3] | conv3d(out=3,k=[1,5,1],padding=[0,2,0])",
+                "direct-few-out:tw=3,th=2,threads=128"},
+           // 8 channels: 2 x 8 x 8 sums would not fit.
+           Case{"x:f32[2,16,9,10,11] | conv3d(out=8,k=4)", "direct-few-out:tw=8,th=1,threads=128"},
        }) {
     EXPECT_EQ(FewOut().DefaultConfig(codegen::PlanInput(Parse(c.spec), t)).ToString(), c.config)
         << c.spec;
@@ -82,20 +88,44 @@ TEST(DirectFewOut, CompilesForSm75Sm80AndSm90AndRefusesBadConfigs) {
   }
   CompileOptions o;
   o.arch = "sm_90";
-  o.tune_config = "direct-few-out:tw=9,threads=128";
+  o.tune_config = "direct-few-out:tw=9,th=1,threads=128";
   absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(kSpecs[0]), o);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("tw 9 is not in [1, 8]"), std::string::npos) << c.status();
+  o.tune_config = "direct-few-out:tw=2,th=2,threads=128";  // kSpecs[2] is strided along h
+  c = Compile(Parse(kSpecs[2]), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("needs stride 1 along h"), std::string::npos) << c.status();
+  o.tune_config = "direct-few-out:tw=8,th=4,threads=128";  // 4 x 3 x 8 sums
+  c = Compile(Parse(kSpecs[0]), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("exceed 64 registers"), std::string::npos) << c.status();
+  o.tune_config = "direct-few-out:tw=8,threads=128";  // th missing
+  c = Compile(Parse(kSpecs[0]), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("tw,th,threads"), std::string::npos) << c.status();
 }
 
 TEST(GpuDirectFewOut, MatchesTheReference) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = 1;
   for (const char* spec : kSpecs) {
-    for (const char* config : {"", "tw=1,threads=64", "tw=2,threads=256", "tw=8,threads=128"}) {
+    // Row tiles of 1, 2 and 4 (the last two where the spec's stride along h allows them).
+    for (const char* config :
+         {"", "tw=1,th=1,threads=64", "tw=2,th=1,threads=256", "tw=8,th=1,threads=128",
+          "tw=4,th=4,threads=64", "tw=8,th=2,threads=128", "tw=3,th=2,threads=96"}) {
       CompileOptions o;
       o.strategy = "direct-few-out";
-      if (*config) o.tune_config = std::string("direct-few-out:") + config;
+      if (*config) {
+        o.tune_config = std::string("direct-few-out:") + config;
+        const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
+        if (!FewOut()
+                 .Validate(codegen::PlanInput(Parse(spec), t),
+                           *codegen::TuneConfig::Parse(o.tune_config))
+                 .ok()) {
+          continue;
+        }
+      }
       testing::CheckChainWithOptions(Parse(spec), seed, o);
     }
     ++seed;
