@@ -166,6 +166,36 @@ MmaMomentsTuneValues DefaultMmaTune(const Chain& chain, const ChainInfo& info,
   return best;
 }
 
+// The launch configurations mma-moments-mean and mma-direct search (`fusejit autotune`).
+std::vector<TuneParam> MmaTuneSpace(const PlanInput& in) {
+  const ChainInfo& info = in.info;
+  const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
+  std::vector<int64_t> bps =
+      BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], in.target);
+  bps.push_back(t.blocks_per_sample);
+  for (int64_t& b : bps) b = std::min<int64_t>(b, info.producer_shape[2]);
+  std::sort(bps.begin(), bps.end());
+  bps.erase(std::unique(bps.begin(), bps.end()), bps.end());
+  std::vector<int64_t> unroll = {1, 2};
+  if (info.producer->conv.kernel[1] > 2) unroll.push_back(info.producer->conv.kernel[1]);
+  return {{"warps", {4, 8, 16}},
+          {"min_blocks", {1, 2, 3, 4}},
+          {"blocks_per_sample", bps},
+          {"unroll_kh", unroll},
+          {"pack", {0, 1}}};
+}
+
+// Validate of mma-moments-mean and mma-direct (one template, one geometry check).
+absl::Status ValidateMma(std::string_view strategy, const PlanInput& in, const TuneConfig& config) {
+  if (config.strategy != strategy) {
+    return Invalid(config, absl::StrCat("not a ", std::string(strategy), " config"));
+  }
+  absl::StatusOr<MmaMomentsTuneValues> t =
+      FromConfig(config, std::span<const TuneField<MmaMomentsTuneValues>>(kMmaMomentsFields));
+  if (!t.ok()) return t.status();
+  return CheckMma(in.chain, in.info, *t, in.target, config);
+}
+
 class MmaMomentsMeanStrategy : public Strategy {
  public:
   std::string_view name() const override { return "mma-moments-mean"; }
@@ -198,28 +228,9 @@ class MmaMomentsMeanStrategy : public Strategy {
   TuneConfig DefaultConfig(const PlanInput& in) const override {
     return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
-    const ChainInfo& info = in.info;
-    const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
-    std::vector<int64_t> bps =
-        BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], in.target);
-    bps.push_back(t.blocks_per_sample);
-    for (int64_t& b : bps) b = std::min<int64_t>(b, info.producer_shape[2]);
-    std::sort(bps.begin(), bps.end());
-    bps.erase(std::unique(bps.begin(), bps.end()), bps.end());
-    std::vector<int64_t> unroll = {1, 2};
-    if (info.producer->conv.kernel[1] > 2) unroll.push_back(info.producer->conv.kernel[1]);
-    return {{"warps", {4, 8, 16}},
-            {"min_blocks", {1, 2, 3, 4}},
-            {"blocks_per_sample", bps},
-            {"unroll_kh", unroll},
-            {"pack", {0, 1}}};
-  }
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override { return MmaTuneSpace(in); }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
-    if (config.strategy != name()) return Invalid(config, "not a mma-moments-mean config");
-    absl::StatusOr<MmaMomentsTuneValues> t = FromConfig(config, Fields());
-    if (!t.ok()) return t.status();
-    return CheckMma(in.chain, in.info, *t, in.target, config);
+    return ValidateMma(name(), in, config);
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
     const ChainInfo& info = in.info;
@@ -297,26 +308,9 @@ class MmaDirectStrategy : public Strategy {
   TuneConfig DefaultConfig(const PlanInput& in) const override {
     return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
   }
-  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
-    const ChainInfo& info = in.info;
-    const MmaMomentsTuneValues t = DefaultMmaTune(in.chain, info, in.target);
-    std::vector<int64_t> bps =
-        BlocksPerSampleCandidates(t.blocks_per_sample, info.producer_shape[0], in.target);
-    bps.push_back(t.blocks_per_sample);
-    for (int64_t& b : bps) b = std::min<int64_t>(b, info.producer_shape[2]);
-    std::sort(bps.begin(), bps.end());
-    bps.erase(std::unique(bps.begin(), bps.end()), bps.end());
-    return {{"warps", {4, 8, 16}},
-            {"min_blocks", {1, 2, 3, 4}},
-            {"blocks_per_sample", bps},
-            {"unroll_kh", {1, 2}},
-            {"pack", {0, 1}}};
-  }
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override { return MmaTuneSpace(in); }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
-    if (config.strategy != name()) return Invalid(config, "not a mma-direct config");
-    absl::StatusOr<MmaMomentsTuneValues> t = FromConfig(config, Fields());
-    if (!t.ok()) return t.status();
-    return CheckMma(in.chain, in.info, *t, in.target, config);
+    return ValidateMma(name(), in, config);
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
     const ChainInfo& info = in.info;
