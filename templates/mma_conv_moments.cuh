@@ -25,7 +25,8 @@
 //   lo b0, lo b1}.
 //   Per (kd, kh, ks) and 16-point tile: s = Alo*Bhi + Ahi*Blo + Ahi*Bhi (three mma from a zeroed
 //   short accumulator: the tensor cores truncate when adding, so the sums are kept short) then
-//   acc += s * (1/(sx_plane*sw)) with an fp32 FFMA (round to nearest).
+//   acc += s * (1/(sx_plane*sw)) with an fp32 FFMA (round to nearest). bf16 / f16 chains: their
+//   16-bit values are fp16 values once scaled (the low parts are zeros), so s = Ahi*Bhi alone.
 //   Tune::kPack = 1 (no d/h padding): K packed over the whole kernel instead, in groups of 4
 //   channels of one tap (kd, kh, kw): lane t of k16 step ks takes group 4 ks + t, reading its
 //   own row/point (per-lane shared-memory offsets), kKSP = ceil(groups / 4) steps per row (W4:
@@ -237,6 +238,10 @@ __device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
   constexpr int KD = Cfg::kKD, KH = Cfg::kKH, KW = Cfg::kKW, Cin = Cfg::kCin;
   constexpr int Din = Cfg::kDin, Hin = Cfg::kHin, Win = Cfg::kWin;
   constexpr int kPlane = Hin * Win;  // floats per (ci, id) plane of x
+  // A bf16 / f16 chain's x and weights, scaled by powers of two, are fp16 values already (up to
+  // the fp16 subnormals, which the low parts would lose too): their low parts are zeros, and
+  // one hi * hi product per step gives the F16x3 sum.
+  constexpr bool kOneTerm = !is_same_v<ElemT<Cfg>, float>;
 
   extern __shared__ __align__(16) unsigned char fj_mma_moments_smem[];
   unsigned char* const smem = fj_mma_moments_smem;
@@ -455,8 +460,10 @@ __device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             float sacc[4] = {0.f, 0.f, 0.f, 0.f};
-            mmm::mma16816(sacc, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
-            mmm::mma16816(sacc, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
+            if constexpr (!kOneTerm) {
+              mmm::mma16816(sacc, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
+              mmm::mma16816(sacc, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
+            }
             mmm::mma16816(sacc, h0.x, h1.x, h0.y, h1.y, bf[nt].x, bf[nt].y);  // hi * hi
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(sacc[i], inv, acc[mt][nt][i]);
@@ -500,8 +507,10 @@ __device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
 #pragma unroll
               for (int nt = 0; nt < NT; ++nt) {
                 float s[4] = {0.f, 0.f, 0.f, 0.f};
-                mmm::mma16816(s, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
-                mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
+                if constexpr (!kOneTerm) {
+                  mmm::mma16816(s, l0.x, l1.x, l0.y, l1.y, bf[nt].x, bf[nt].y);  // lo * hi
+                  mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].z, bf[nt].w);  // hi * lo
+                }
                 mmm::mma16816(s, h0.x, h1.x, h0.y, h1.y, bf[nt].x, bf[nt].y);  // hi * hi
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(s[i], inv, acc[mt][nt][i]);

@@ -261,6 +261,33 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
   }
 }
 
+// mma-moments-mean (W2's and W4's plan) and mma-direct run bf16/f16 chains on one fp16 product
+// per step (their scaled 16-bit values are fp16 values: no low parts): the f32 plan's F16x3 sums
+// of the same widened inputs, rounded once. Odd sizes, padding, strides, dilation, 8-32 channels.
+TEST_P(GpuDType, MmaConvChainsRunNatively) {
+  SKIP_WITHOUT_GPU();
+  const std::string d = DTypeName(GetParam());
+  struct Case {
+    std::string spec, strategy;
+  };
+  const Case cases[] = {
+      {"x:" + d + "[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish", "mma-direct"},
+      {"x:" + d + "[2,5,9,11,10] | conv3d(out=8,k=[3,4,3],padding=1) | swish | tanh", "mma-direct"},
+      {"x:" + d + "[1,4,7,12,40] | conv3d(out=32,k=3,stride=[1,1,2],dilation=[1,2,1]) | gelu",
+       "mma-direct"},
+      {"x:" + d +
+           "[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+           "mean(dims=[2,3,4])",
+       "mma-moments-mean"},
+      {"x:" + d +
+           "[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | "
+           "mean(dims=[1,2,3,4])",
+       "mma-moments-mean"},
+  };
+  uint64_t seed = 21;
+  for (const Case& c : cases) CheckForward(ParseOrFail(c.spec), seed++, c.strategy);
+}
+
 // convt-recompute-normalize (seed W1's plan) runs bf16/f16 chains natively: x and the parameters
 // widened as loaded, the same fp32 FFMA order as the f32 plan, y rounded once -- so every value is
 // the f32 plan's rounded. Odd channel counts, strides 1-3, output_padding, dilation, post-ops.
