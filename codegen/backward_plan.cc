@@ -240,7 +240,9 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
        static_cast<unsigned>(splits)},
       {static_cast<unsigned>(threads), 1, 1}};
   if (mma && t.bm < 64) w.min_blocks_per_sm = 2;  // the two blocks per SM `slots` counts on
-  if (!mma) w.min_blocks_per_sm = static_cast<unsigned>(ffma_blocks);
+  // FFMA at 128 threads: the four blocks `splits` counts on (registers capped at 128; W1's tile
+  // needed 146 uncapped). 256-thread tiles (sm_75's larger ones) keep their registers.
+  if (!mma && threads <= 128) w.min_blocks_per_sm = static_cast<unsigned>(ffma_blocks);
   w.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
             KernelArg::Tensor("gu", gu, kRead),
             KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
