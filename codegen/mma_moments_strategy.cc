@@ -166,6 +166,10 @@ MmaMomentsTuneValues DefaultMmaTune(const Chain& chain, const ChainInfo& info,
   return best;
 }
 
+// bf16 / f16 chains take one fp16 product per k-step instead of three (templates/
+// mma_conv_moments.cuh): W2 in bf16 took 0.720 ms against 1.245 in f32 (H100, 2026-11-27).
+double SixteenBitFactor(const Chain& chain) { return chain.dtype == DType::kF32 ? 1.0 : 0.58; }
+
 // The launch configurations mma-moments-mean and mma-direct search (`fusejit autotune`).
 std::vector<TuneParam> MmaTuneSpace(const PlanInput& in) {
   const ChainInfo& info = in.info;
@@ -223,7 +227,7 @@ class MmaMomentsMeanStrategy : public Strategy {
     if (!MeasuredDomain(in.chain, info)) return 2.0 * ffma;
     // conv-moments-mean's Cost is a fitted time model outside its seed domain: stay below it.
     static const std::unique_ptr<Strategy> direct = MakeConvMomentsMeanStrategy();
-    return 0.5 * std::min(ffma, direct->Cost(in));
+    return 0.5 * std::min(ffma, direct->Cost(in)) * SixteenBitFactor(in.chain);
   }
   TuneConfig DefaultConfig(const PlanInput& in) const override {
     return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
@@ -297,13 +301,16 @@ class MmaDirectStrategy : public Strategy {
   // stride 2 0.119, 8 outputs on 5 channels 0.040; tc-conv took 1.5-3x as long on each):
   // 33.6 G multiply-adds per ms (half that with a stride, whose rows reuse less of the staged
   // input) and y written at 3 bytes per ps (the small rows' launch and tail, 20-30 us, left out
-  // as the other strategies' costs leave it out).
+  // as the other strategies' costs leave it out). bf16 / f16: one fp16 product a step, the
+  // products' time x 0.65 (W2's convolution | hardswish in bf16: 0.780 ms).
   double Cost(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
     const ConvAttrs& conv = info.producer->conv;
     const bool strided = conv.stride[0] > 1 || conv.stride[1] > 1 || conv.stride[2] > 1;
     const double macs = static_cast<double>(info.elements) * info.macs_per_point;
-    return macs / 33.6 * (strided ? 2.0 : 1.0) + static_cast<double>(info.elements) * 4.0 / 3.0;
+    const double elem_bytes = in.chain.dtype == DType::kF32 ? 4.0 : 2.0;
+    return macs / 33.6 * (strided ? 2.0 : 1.0) * (in.chain.dtype == DType::kF32 ? 1.0 : 0.65) +
+           static_cast<double>(info.elements) * elem_bytes / 3.0;
   }
   TuneConfig DefaultConfig(const PlanInput& in) const override {
     return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
