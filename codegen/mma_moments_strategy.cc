@@ -200,14 +200,31 @@ absl::Status ValidateMma(std::string_view strategy, const PlanInput& in, const T
   return CheckMma(in.chain, in.info, *t, in.target, config);
 }
 
-class MmaMomentsMeanStrategy : public Strategy {
+// What mma-moments-mean and mma-direct share: one kernel template (templates/
+// mma_conv_moments.cuh), its dtypes, launch configurations and their validation.
+class MmaConvStrategy : public Strategy {
  public:
-  std::string_view name() const override { return "mma-moments-mean"; }
-  // Its kernels read x and the parameters as the chain's dtype (converted as they are loaded:
-  // the F16x3 split takes any float) and round y once: bf16 and f16 chains run natively.
+  // The kernels read x and the parameters as the chain's dtype (converted as they are loaded:
+  // the F16x3 split takes any float; 16-bit values take one fp16 product) and round y once:
+  // bf16 and f16 chains run natively.
   bool HandlesDType(DType dtype) const override {
     return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
   }
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
+  }
+  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override { return MmaTuneSpace(in); }
+  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
+    return ValidateMma(name(), in, config);
+  }
+
+ protected:
+  static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
+};
+
+class MmaMomentsMeanStrategy : public MmaConvStrategy {
+ public:
+  std::string_view name() const override { return "mma-moments-mean"; }
   bool Applies(const PlanInput& in) const override {
     if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
     const ChainInfo& info = in.info;
@@ -228,13 +245,6 @@ class MmaMomentsMeanStrategy : public Strategy {
     // conv-moments-mean's Cost is a fitted time model outside its seed domain: stay below it.
     static const std::unique_ptr<Strategy> direct = MakeConvMomentsMeanStrategy();
     return 0.5 * std::min(ffma, direct->Cost(in)) * SixteenBitFactor(in.chain);
-  }
-  TuneConfig DefaultConfig(const PlanInput& in) const override {
-    return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
-  }
-  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override { return MmaTuneSpace(in); }
-  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
-    return ValidateMma(name(), in, config);
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
     const ChainInfo& info = in.info;
@@ -270,9 +280,6 @@ class MmaMomentsMeanStrategy : public Strategy {
         MomentsMeanFinalizeLaunch(info, "MmaMomentsTune", ArgType::kMoments, partials));
     return plan;
   }
-
- private:
-  static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
 };
 
 // mma-direct: conv3d | ew* (no group_norm, no mean) with mma-moments-mean's convolution, each
@@ -280,12 +287,9 @@ class MmaMomentsMeanStrategy : public Strategy {
 // Before it these chains ran tc-conv (3xTF32 GEMM over 3 input channels: W2's composite training
 // forward, its convolution alone on tc-conv then the ops from u, took 4.16 ms against
 // mma-moments-mean's fused 1.29, H100, 2026-11-26).
-class MmaDirectStrategy : public Strategy {
+class MmaDirectStrategy : public MmaConvStrategy {
  public:
   std::string_view name() const override { return "mma-direct"; }
-  bool HandlesDType(DType dtype) const override {
-    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
-  }
   bool Applies(const PlanInput& in) const override {
     if (!HasAmpereFeatures(in.target.arch)) return false;  // cp.async, mma.sync
     const ChainInfo& info = in.info;
@@ -311,13 +315,6 @@ class MmaDirectStrategy : public Strategy {
     const double elem_bytes = in.chain.dtype == DType::kF32 ? 4.0 : 2.0;
     return macs / 33.6 * (strided ? 2.0 : 1.0) * (in.chain.dtype == DType::kF32 ? 1.0 : 0.65) +
            static_cast<double>(info.elements) * elem_bytes / 3.0;
-  }
-  TuneConfig DefaultConfig(const PlanInput& in) const override {
-    return ToConfig(name(), DefaultMmaTune(in.chain, in.info, in.target), Fields());
-  }
-  std::vector<TuneParam> TuneSpace(const PlanInput& in) const override { return MmaTuneSpace(in); }
-  absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {
-    return ValidateMma(name(), in, config);
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
     const ChainInfo& info = in.info;
@@ -347,9 +344,6 @@ class MmaDirectStrategy : public Strategy {
     plan.kernels.push_back(k);
     return plan;
   }
-
- private:
-  static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
 };
 
 }  // namespace

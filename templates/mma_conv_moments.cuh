@@ -554,9 +554,9 @@ __device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
     for (int oh = warp; oh < Cfg::kH; oh += Tune::kWarps) {
       float acc[MT][NT][4];
       conv_row(lo_id, oh, acc);
-      if (u != nullptr) {  // the convolution's output for the backward (block-uniform)
-        float* const u_row =
-            u + (((size_t)n * C) * Cfg::kD + od) * (size_t)(Cfg::kH * Cfg::kW) + oh * Cfg::kW;
+      // fn(offset, acc + bias) for each of the thread's valid points of the row: channel
+      // nt*8 + 2t + e, point ow = mt*16 + g (+8), offset from the row's (channel 0) start.
+      auto each_point = [&](auto fn) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -567,28 +567,18 @@ __device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
               for (int hh = 0; hh < 2; ++hh) {
                 const int ow = mt * 16 + g + 8 * hh;
                 if (ow < Cfg::kW) {
-                  u_row[(size_t)(nt * 8 + 2 * t + e) * (Cfg::kD * Cfg::kH * Cfg::kW) + ow] =
-                      acc[mt][nt][2 * hh + e] + bch[2 * nt + e];
+                  fn((size_t)(nt * 8 + 2 * t + e) * (Cfg::kD * Cfg::kH * Cfg::kW) + ow,
+                     acc[mt][nt][2 * hh + e] + bch[2 * nt + e]);
                 }
               }
+      };
+      const size_t row0 =
+          (((size_t)n * C) * Cfg::kD + od) * (size_t)(Cfg::kH * Cfg::kW) + oh * Cfg::kW;
+      if (u != nullptr) {  // the convolution's output for the backward (block-uniform)
+        each_point([&](size_t o, float v) { u[row0 + o] = v; });
       }
       if constexpr (kDirect) {  // y = pre(acc + bias), every valid point of the row
-        ElemT<Cfg>* const y_row =
-            y + (((size_t)n * C) * Cfg::kD + od) * (size_t)(Cfg::kH * Cfg::kW) + oh * Cfg::kW;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-                const int ow = mt * 16 + g + 8 * hh;
-                if (ow < Cfg::kW) {
-                  y_row[(size_t)(nt * 8 + 2 * t + e) * (Cfg::kD * Cfg::kH * Cfg::kW) + ow] =
-                      store_as<ElemT<Cfg>>(Cfg::pre(acc[mt][nt][2 * hh + e] + bch[2 * nt + e]));
-                }
-              }
+        each_point([&](size_t o, float v) { y[row0 + o] = store_as<ElemT<Cfg>>(Cfg::pre(v)); });
         continue;
       }
       // Points of this thread: ow = mt*16 + g (+8 for i >= 2); channels nt*8 + 2t + (i & 1).
