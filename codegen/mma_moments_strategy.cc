@@ -220,6 +220,17 @@ class MmaConvStrategy : public Strategy {
 
  protected:
   static std::span<const TuneField<MmaMomentsTuneValues>> Fields() { return kMmaMomentsFields; }
+  // How the kernel forms its products for `chain`'s dtype (explain and the kernel's comment).
+  static std::string Products(const Chain& chain) {
+    return chain.dtype == DType::kF32 ? "F16x3" : "one fp16 product of the 16-bit values";
+  }
+  static std::string Description(const Chain& chain, const std::string& rest) {
+    return absl::StrCat("conv3d on tensor cores (mma.sync m16n8k16, ",
+                        chain.dtype == DType::kF32 ? "fp32-accurate F16x3 split" : Products(chain),
+                        "), input planes channels-last fp16 in shared memory, one warp per "
+                        "output row; ",
+                        rest);
+  }
 };
 
 class MmaMomentsMeanStrategy : public MmaConvStrategy {
@@ -253,11 +264,10 @@ class MmaMomentsMeanStrategy : public MmaConvStrategy {
     const int64_t n = info.producer_shape[0], c = info.producer_shape[1];
     Plan plan;
     plan.strategy = std::string(name());
-    plan.description =
-        "conv3d on tensor cores (mma.sync m16n8k16, fp32-accurate F16x3 split), input planes "
-        "channels-last fp16 hi/lo in shared memory, one warp per output row; per-block "
-        "per-channel moments of the pre-norm values; the mean of the affine group_norm output "
-        "follows from them: nothing full-size stored";
+    plan.description = Description(
+        in.chain,
+        "per-block per-channel moments of the pre-norm values; the mean of the affine group_norm "
+        "output follows from them: nothing full-size stored");
     plan.includes = {"mma_conv_moments.cuh", "moments_mean.cuh"};
     plan.tunes.push_back(ToTuneStruct("MmaMomentsTune", t, Fields()));
     const size_t partials = plan.AddWorkspace(
@@ -266,7 +276,8 @@ class MmaMomentsMeanStrategy : public MmaConvStrategy {
     KernelLaunch k;
     k.symbol = "fj_mma_conv_moments";
     k.body = "fj::mma_conv_moments<Cfg, MmaMomentsTune>";
-    k.purpose = "conv3d (tensor cores, F16x3) + pre-ops, per-block per-channel moments";
+    k.purpose = absl::StrCat("conv3d (tensor cores, ", Products(in.chain),
+                             ") + pre-ops, per-block per-channel moments");
     k.grid = {static_cast<unsigned>(t.blocks_per_sample), static_cast<unsigned>(n), 1};
     k.block = {static_cast<unsigned>(32 * t.warps), 1, 1};
     k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
@@ -322,16 +333,14 @@ class MmaDirectStrategy : public MmaConvStrategy {
     const MmaMomentsGeometry g = MmaGeom(in.chain, info, t);
     Plan plan;
     plan.strategy = std::string(name());
-    plan.description =
-        "conv3d on tensor cores (mma.sync m16n8k16, fp32-accurate F16x3 split), input planes "
-        "channels-last fp16 hi/lo in shared memory, one warp per output row; the ops applied "
-        "and y written once";
+    plan.description = Description(in.chain, "the ops applied and y written once");
     plan.includes = {"mma_conv_moments.cuh"};
     plan.tunes.push_back(ToTuneStruct("MmaMomentsTune", t, Fields()));
     KernelLaunch k;
     k.symbol = "fj_mma_conv_direct";
     k.body = "fj::mma_conv_direct<Cfg, MmaMomentsTune>";
-    k.purpose = "conv3d (tensor cores, F16x3) + the ops, write y once";
+    k.purpose =
+        absl::StrCat("conv3d (tensor cores, ", Products(in.chain), ") + the ops, write y once");
     k.grid = {static_cast<unsigned>(t.blocks_per_sample),
               static_cast<unsigned>(info.producer_shape[0]), 1};
     k.block = {static_cast<unsigned>(32 * t.warps), 1, 1};
