@@ -16,6 +16,8 @@ std::unique_ptr<Strategy> MakeConvTRecomputeStrategy();   // convt_strategy.cc
 std::unique_ptr<Strategy> MakeConvTStoreStrategy();       // convt_strategy.cc
 std::unique_ptr<Strategy> MakeConvTDirectStrategy();      // convt_strategy.cc
 std::unique_ptr<Strategy> MakeMmaDirectStrategy();        // mma_moments_strategy.cc
+std::unique_ptr<Strategy> MakeMmaConvTRecomputeStrategy();  // mma_convt_strategy.cc
+std::unique_ptr<Strategy> MakeMmaConvTDirectStrategy();     // mma_convt_strategy.cc
 std::unique_ptr<Strategy> MakeDirectFewOutStrategy();     // direct_few_out_strategy.cc
 std::unique_ptr<Strategy> MakeChannelMomentsMeanStrategy();  // channel_moments_strategy.cc
 std::unique_ptr<Strategy> MakeSliceNormalizeStrategy();      // slice_normalize_strategy.cc

@@ -65,6 +65,95 @@ constexpr MmaMoments MmaMomentsOf(long long cin, long long hin, long long c, lon
   return g;
 }
 
+// ---- mma_convt.cuh (strategies mma-convt-*) ---------------------------------------------------
+// conv_transpose3d by output phase: output o = S*q + r takes tap k where (r + P - k*dil) % S == 0,
+// from input i = q + (r + P - k*dil) / S. One dimension's taps over all phases r.
+constexpr bool ConvTTap(long long r, long long k, long long p, long long dil, long long s) {
+  return ((r + p - k * dil) % s + s) % s == 0;
+}
+constexpr long long ConvTOff(long long r, long long k, long long p, long long dil, long long s) {
+  return (r + p - k * dil) / s;  // exact where ConvTTap holds
+}
+struct ConvTSpan {
+  long long min_off;   // the smallest input offset of any (phase, tap); 0 with no tap
+  long long max_off;   // the largest
+  long long max_taps;  // the most taps of one phase
+};
+constexpr ConvTSpan ConvTSpanOf(long long s, long long p, long long k, long long dil) {
+  ConvTSpan sp{0, 0, 0};
+  bool any = false;
+  for (long long r = 0; r < s; ++r) {
+    long long taps = 0;
+    for (long long kk = 0; kk < k; ++kk) {
+      if (!ConvTTap(r, kk, p, dil, s)) continue;
+      const long long o = ConvTOff(r, kk, p, dil, s);
+      sp.min_off = any && sp.min_off < o ? sp.min_off : o;
+      sp.max_off = any && sp.max_off > o ? sp.max_off : o;
+      any = true;
+      ++taps;
+    }
+    sp.max_taps = sp.max_taps > taps ? sp.max_taps : taps;
+  }
+  return sp;
+}
+// Input planes (ring of `slots` input depths) as f16 hi and (`split`: f32 chains) lo halves,
+// channels-last, channels padded to 4, each staged row the points iw = min_off_w .. + winp - 1
+// (zeros outside x); B fragments of every (kd, kh, rw, k16 step); floats; then one row buffer per
+// warp (c rows of `pitch` floats: a warp's output row (od, oh), all channels).
+struct MmaConvT {
+  long long cinp;          // input channels padded to 4
+  long long cpad;          // output channels padded to 8
+  long long nt;            // n8 tiles
+  long long wq;            // q values of the widest w phase
+  long long mt;            // m16 tiles per phase row
+  long long ks;            // k16 steps per (kd, kh, rw): the phase's w taps x cinp, padded
+  long long min_off_w;     // the staged row's first input column
+  long long winp;          // staged points per row
+  long long row_halfs;     // halves per staged row
+  long long plane_bytes;   // bytes per staged plane, 16-byte aligned
+  long long min_off_d;     // the ring's first input depth, relative to qd
+  long long slots;         // input depths a block keeps
+  long long slices;        // k16 slices of B: kd * kh * sw * ks
+  long long b_bytes;       // B fragments
+  long long floats;        // slots inverse scales, cpad bias, 2 cpad scale/shift, warps*cpad*3, 32
+  long long hi_offset;     // byte offset of the hi planes
+  long long lo_offset;     // byte offset of the lo planes
+  long long pitch;         // floats per channel row of a row buffer (bank spread: pitch % 16 == 4)
+  long long rows_offset;   // byte offset of the row buffers
+  long long accumulators;  // floats a thread accumulates: sw * mt * nt * 4
+  long long shared_bytes;  // dynamic shared memory of the kernel, exactly
+};
+constexpr MmaConvT MmaConvTOf(long long cin, long long hin, long long c, long long w, long long kd,
+                              long long kh, long long kw, long long sd, long long sw, long long pd,
+                              long long pw, long long dild, long long dilw, long long warps,
+                              bool split) {
+  MmaConvT g{};
+  g.cinp = RoundUp(cin, 4);
+  g.cpad = RoundUp(c, 8);
+  g.nt = g.cpad / 8;
+  g.wq = CeilDiv(w, sw);
+  g.mt = CeilDiv(g.wq, 16);
+  const ConvTSpan sw_span = ConvTSpanOf(sw, pw, kw, dilw);
+  const ConvTSpan sd_span = ConvTSpanOf(sd, pd, kd, dild);
+  g.ks = CeilDiv((sw_span.max_taps > 0 ? sw_span.max_taps : 1) * g.cinp, 16);
+  g.min_off_w = sw_span.min_off;
+  g.winp = g.mt * 16 + (sw_span.max_off - sw_span.min_off);
+  g.row_halfs = g.winp * g.cinp;
+  g.plane_bytes = RoundUp(2 * hin * g.row_halfs, 16);
+  g.min_off_d = sd_span.min_off;
+  g.slots = sd_span.max_off - sd_span.min_off + 1;
+  g.slices = kd * kh * sw * g.ks;
+  g.b_bytes = g.slices * g.nt * 32 * 16;
+  g.floats = g.slots + 3 * g.cpad + warps * g.cpad * 3 + 32;
+  g.hi_offset = RoundUp(g.b_bytes + 4 * g.floats, 16);
+  g.lo_offset = g.hi_offset + g.slots * g.plane_bytes;
+  g.pitch = RoundUp(w > 4 ? w - 4 : 0, 16) + 4;
+  g.rows_offset = g.lo_offset + (split ? g.slots * g.plane_bytes : 0);
+  g.accumulators = sw * g.mt * g.nt * 4;
+  g.shared_bytes = g.rows_offset + warps * c * g.pitch * 4;
+  return g;
+}
+
 // ---- igemm_mma.cuh / igemm_wgmma.cuh (strategies igemm-*) -------------------------------------
 // The implicit GEMM: a CTA computes bm output points x bn channels (bm = 64 per warpgroup; bn =
 // 128 or 64, the wgmma n). Its A operand is a halo of input rows (144 bytes per point),
