@@ -74,6 +74,8 @@ ROWS = [
     ("T10", [16, 8, 16, 16, 16], CT + " | relu | group_norm(groups=2)", dict(o=16, k=4, s=2, p=1, op=0)),
     ("T11", [4, 96, 12, 12, 12], CT + " | swish | group_norm(groups=12)", dict(o=144, k=3, s=1, p=1, op=0)),
     ("T12", [64, 8, 8, 8, 8], CT + " | sigmoid | mean(dims=[2,3,4])", dict(o=32, k=3, s=2, p=1, op=1)),
+    ("T13", [16, 16, 16, 32, 32], CT + " | relu | group_norm(groups=4)", dict(o=16, k=3, s=2, p=1, op=0)),
+    ("T14", [32, 4, 16, 24, 24], CT + " | group_norm(groups=8)", dict(o=32, k=2, s=2, p=0, op=0)),
     # batch 1 and 64
     ("B1", [1, 32, 32, 32, 32], C3 + " | relu | group_norm(groups=8)", dict(o=64, k=3, s=1, p=1, d=1)),
     ("B2", [64, 16, 16, 16, 16], C3 + " | swish | group_norm(groups=8)", dict(o=32, k=3, s=1, p=1, d=1)),

@@ -168,7 +168,8 @@ std::vector<TuneParam> TuneSpaceOf(const PlanInput& in, bool stats) {
 // Where these kernels were measured faster than the FFMA convt-* kernels and tc-conv (H100,
 // 2026-11-27, `fusejit bench --strategy`, bench/notes/mma_convt_2026-11-27.txt): a strided
 // transposed convolution whose output phases have few taps (kernel^3 / stride^3 <= 4 on
-// average) over at least 4 input channels.
+// average) over at least 4 input channels, with whole n8 tiles of outputs, rows of 32 or more
+// points and a block an SM.
 //   [16,16,16,32,32] k3 s2 -> 16 | relu | group_norm: 0.284 ms (bf16 0.205) against tc-conv
 //       0.506 (0.339) and convt-recompute-normalize 0.406 (0.411);
 //   [32,4,16,24,24] k2 s2 -> 32 | group_norm: 0.197 (0.177) against 0.225 (0.215) and tc-conv
@@ -185,6 +186,9 @@ bool MeasuredDomain(const Chain& chain, const ChainInfo& info, const PlanTarget&
   // against 0.051).
   const int64_t dq = (info.producer_shape[2] + conv.stride[0] - 1) / conv.stride[0];
   if (info.producer_shape[0] * dq < target.sm_count) return false;
+  // Whole n8 tiles and output rows of at least 32 points: T7 of the sweep ([32,12,12^3] k3 s2 ->
+  // 18, rows of 25) took 0.189 ms against tc-conv's 0.160 and the FFMA kernels' 0.169.
+  if (info.producer_shape[1] % 8 != 0 || info.producer_shape[4] < 32) return false;
   double taps = 1.0;
   bool strided = false;
   for (int i = 0; i < 3; ++i) {

@@ -78,8 +78,9 @@ TEST(MmaConvT, AppliesToFewChannelTransposedConvolutions) {
 }
 
 // The planner picks the recompute plan only where it was measured faster (mma_convt_strategy.cc
-// MeasuredDomain): strided, few taps a phase, at least 4 input channels, a block an SM; W1 (3
-// channels) keeps the FFMA kernels, stride 1, 8-tap phases and small grids keep tc-conv; the
+// MeasuredDomain): strided, few taps a phase, at least 4 input channels, whole n8 tiles, rows of
+// 32+ points, a block an SM; W1 (3 channels) keeps the FFMA kernels, stride 1, 8-tap phases,
+// short rows (the sweep's T7) and small grids keep tc-conv; the
 // direct plan was not measured faster anywhere yet (nullptr: neither of them).
 TEST(MmaConvT, PlannerPicksThemWhereMeasuredFaster) {
   const codegen::PlanTarget t{"sm_90", 132, Precision::kFp32};
@@ -102,6 +103,9 @@ TEST(MmaConvT, PlannerPicksThemWhereMeasuredFaster) {
       {"x:f32[8,8,16,32,32] | conv_transpose3d(out=32,k=3,padding=1) | gelu | group_norm(groups=8)",
        "tc-conv"},
       {"x:f32[16,8,16,16,16] | conv_transpose3d(out=24,k=4,stride=2,padding=1) | swish", "tc-conv"},
+      {"x:f32[32,12,12,12,12] | conv_transpose3d(out=18,k=3,stride=2) | swish | "
+       "group_norm(groups=3) | hardswish",
+       nullptr},
   };
   for (const auto& [spec, want] : cases) {
     absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(ParseOrFail(spec), t);
