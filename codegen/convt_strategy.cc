@@ -270,17 +270,7 @@ class ConvTStrategy : public Strategy {
       k1.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     }
     plan.kernels.push_back(k1);
-    KernelLaunch k2;
-    k2.symbol = "fj_scale_shift";
-    k2.body = "fj::group_norm_scale_shift<Cfg, ConvTTune>";
-    k2.purpose = "merge partials in a fixed order -> per-channel scale and shift";
-    k2.grid = {static_cast<unsigned>(n), 1, 1};
-    k2.block = {32, 1, 1};
-    k2.args = {KernelArg::Workspace(ArgType::kMoments, "partials", partials, kRead),
-               KernelArg::Param("gamma", info.gamma_param),
-               KernelArg::Param("beta", info.beta_param),
-               KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kWrite)};
-    plan.kernels.push_back(k2);
+    plan.kernels.push_back(GroupNormScaleShiftLaunch(info, "ConvTTune", partials, scale_shift));
     const KernelArg ss = KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kRead);
     KernelLaunch k3;
     if (store_) {

@@ -308,17 +308,7 @@ class MmaConvTRecomputeStrategy : public MmaConvTStrategyBase {
     // Where the kernel stores u for a training forward (codegen::SaveProducerOutput binds it).
     k1.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
     plan.kernels.push_back(k1);
-    KernelLaunch k2;
-    k2.symbol = "fj_scale_shift";
-    k2.body = "fj::group_norm_scale_shift<Cfg, MmaConvTTune>";
-    k2.purpose = "merge partials in a fixed order -> per-channel scale and shift";
-    k2.grid = {static_cast<unsigned>(n), 1, 1};
-    k2.block = {32, 1, 1};
-    k2.args = {KernelArg::Workspace(ArgType::kMoments, "partials", partials, kRead),
-               KernelArg::Param("gamma", info.gamma_param),
-               KernelArg::Param("beta", info.beta_param),
-               KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kWrite)};
-    plan.kernels.push_back(k2);
+    plan.kernels.push_back(GroupNormScaleShiftLaunch(info, "MmaConvTTune", partials, scale_shift));
     KernelLaunch k3 = PassLaunch(in, t, t.write_blocks);
     k3.symbol = "fj_mma_convt_write";
     k3.body = "fj::mma_convt_norm_write<Cfg, MmaConvTTune>";

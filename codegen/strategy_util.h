@@ -53,6 +53,23 @@ inline std::vector<KernelArg> ProducerArgs(const ChainInfo& info) {
           KernelArg::Param("bias", info.bias_param)};
 }
 
+// convt_group_norm.cuh's group_norm_scale_shift<Cfg, `tune`>: one 32-thread block per sample
+// merges the workspace `partials` (N x blocks x groups moments) into per-channel (scale, shift) at
+// workspace `scale_shift` (N x C float2). The second kernel of the convt-* and mma-convt-* plans.
+inline KernelLaunch GroupNormScaleShiftLaunch(const ChainInfo& info, const std::string& tune,
+                                              size_t partials, size_t scale_shift) {
+  KernelLaunch k;
+  k.symbol = "fj_scale_shift";
+  k.body = "fj::group_norm_scale_shift<Cfg, " + tune + ">";
+  k.purpose = "merge partials in a fixed order -> per-channel scale and shift";
+  k.grid = {static_cast<unsigned>(info.producer_shape[0]), 1, 1};
+  k.block = {32, 1, 1};
+  k.args = {KernelArg::Workspace(ArgType::kMoments, "partials", partials, kRead),
+            KernelArg::Param("gamma", info.gamma_param), KernelArg::Param("beta", info.beta_param),
+            KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kWrite)};
+  return k;
+}
+
 
 // Conditions both strategies share: a biased producer of the given kind, a group_norm, at most 32
 // channels (per-lane channel registers), and a producer cheap enough to recompute per point.
