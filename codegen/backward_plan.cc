@@ -348,41 +348,57 @@ TensorSpec SavedProducerOutputSpec(const Chain& chain) {
           AnalyzeChain(chain).producer_shape, 16};
 }
 
+TensorSpec SavedStatsSpec(const Chain& chain) {
+  const ChainInfo info = AnalyzeChain(chain);
+  return {std::string(kSavedStatsName),
+          TensorRole::kSaved,
+          DType::kF32,
+          {chain.input[0], info.group_norm->groups, 2},
+          16};
+}
+
 namespace {
-// An argument where the kernel can store u, left null.
-bool IsOpenSaveSlot(const KernelArg& a) {
-  return a.name == kProducerOutputName && a.kind == KernelArg::Kind::kParam && a.param.empty() &&
+// An argument where a kernel can store the saved tensor `name` (u or stats), left null.
+bool IsOpenSaveSlot(const KernelArg& a, std::string_view name) {
+  return a.name == name && a.kind == KernelArg::Kind::kParam && a.param.empty() &&
          a.type == ArgType::kFloat && a.access == KernelArg::Access::kWrite;
 }
-}  // namespace
-
-bool CanSaveProducerOutput(const Plan& plan) {
+bool HasOpenSaveSlot(const Plan& plan, std::string_view name) {
   for (const KernelLaunch& k : plan.kernels) {
     for (const KernelArg& a : k.args) {
-      if (IsOpenSaveSlot(a)) return true;
+      if (IsOpenSaveSlot(a, name)) return true;
     }
   }
   return false;
 }
+}  // namespace
+
+bool CanSaveProducerOutput(const Plan& plan) { return HasOpenSaveSlot(plan, kProducerOutputName); }
+bool CanSaveStats(const Plan& plan) { return HasOpenSaveSlot(plan, kSavedStatsName); }
 
 absl::Status SaveProducerOutput(const Chain& chain, Plan* plan) {
   if (!CanSaveProducerOutput(*plan) || !plan->signature.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the ", plan->strategy, " plan cannot also write u, the convolution's output"));
   }
+  const bool stats = CanSaveStats(*plan);
   for (KernelLaunch& k : plan->kernels) {
     for (KernelArg& a : k.args) {
-      if (IsOpenSaveSlot(a)) a.param = std::string(kProducerOutputName);
+      for (std::string_view name : {kProducerOutputName, kSavedStatsName}) {
+        if (IsOpenSaveSlot(a, name)) a.param = std::string(name);
+      }
     }
   }
-  // x, the parameters, y, u, the workspace (as the composite training forward's).
+  // x, the parameters, y, u, stats, the workspace (the composite training forward's without
+  // stats).
   plan->signature = ForwardSignature(chain, plan->workspace_bytes);
   auto at = plan->signature.end();
   if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
-  plan->signature.insert(at, SavedProducerOutputSpec(chain));
+  at = plan->signature.insert(at, SavedProducerOutputSpec(chain)) + 1;
+  if (stats) plan->signature.insert(at, SavedStatsSpec(chain));
   const size_t bytes = SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&plan->description, "; also writes u, the convolution's output (", bytes,
-                  " bytes), for the backward");
+                  " bytes)", stats ? ", and the group statistics" : "", ", for the backward");
   return absl::OkStatus();
 }
 
@@ -427,7 +443,7 @@ absl::StatusOr<Chain> DataGradientChain(const Chain& chain) {
   return c;
 }
 
-absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) {
+absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, bool saved_stats) {
   if (chain.dtype != DType::kF32) {
     return absl::UnimplementedError(absl::StrCat("no backward plan for dtype ",
                                                  DTypeName(chain.dtype), ": only f32 has one"));
@@ -436,6 +452,11 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
   const bool producer = info.producer != nullptr;
   const bool norm = info.group_norm != nullptr;
   const bool bias = producer && info.producer->conv.bias;
+  if (saved_stats && !norm) {
+    return absl::InvalidArgumentError(absl::StrCat("PlanBackward: saved group statistics for ",
+                                                   FormatChain(chain),
+                                                   ", which has no group_norm"));
+  }
   const Shape& p = info.producer_shape;
   const int64_t slices = p[0] * p[1];
   const int64_t spatial = p[2] * p[3] * p[4];
@@ -447,13 +468,15 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
   plan.derivatives = true;
   plan.description =
       "grad_y back through mean, the elementwise ops and group_norm to the producer's output "
-      "(group statistics recomputed in double), then the parameter gradients as fixed-order sums";
+      "(group statistics recomputed in double, or read from the training forward's), then the "
+      "parameter gradients as fixed-order sums";
   plan.includes = {"backward.cuh"};
 
   // The signature of this step.
   std::vector<TensorSpec>& sig = plan.signature;
   sig.push_back({std::string(kInputName), TensorRole::kInput, chain.dtype, chain.input, 16});
   if (producer) sig.push_back({u, TensorRole::kSaved, chain.dtype, p, 16});
+  if (saved_stats) sig.push_back(SavedStatsSpec(chain));
   sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, chain.dtype,
                  OutputShape(chain), 16});
   for (const ParamSpec& ps : ChainParams(chain)) {
@@ -471,7 +494,10 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
       std::clamp<int64_t>(CeilDiv(4 * target.sm_count, slices), 1, std::max<int64_t>(1, spatial / 2048));
   plan.tunes.push_back({"BwdTune", {Int("kSplit", split), Int("kThreads", kThreads)}});
   const int64_t parts = slices * split;
-  const size_t zpart = norm ? plan.AddWorkspace("(sum z, sum z^2) per (n, c, chunk)", parts * 16) : 0;
+  // The group statistics: recomputed (zpart) unless saved.
+  const bool recompute_stats = norm && !saved_stats;
+  const size_t zpart =
+      recompute_stats ? plan.AddWorkspace("(sum z, sum z^2) per (n, c, chunk)", parts * 16) : 0;
   const size_t gpart =
       norm ? plan.AddWorkspace("(sum g_h, sum g_h*zhat) per (n, c, chunk)", parts * 16) : 0;
   const size_t bpart = bias ? plan.AddWorkspace("sum grad_u per (n, c, chunk)", parts * 8) : 0;
@@ -490,7 +516,16 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
   };
   const std::array<unsigned, 3> grid = {static_cast<unsigned>(parts), 1, 1};
   const std::array<unsigned, 3> block = {kThreads, 1, 1};
-  if (norm && info.post_ops.empty()) {
+  // zpart, or null with saved statistics; the saved statistics, or null.
+  const auto zpart_in = [&] {
+    return recompute_stats ? ws(ArgType::kDouble2, "zpart", zpart, kRead)
+                           : null(ArgType::kDouble2, "zpart", kRead);
+  };
+  const auto stats_in = [&] {
+    return saved_stats ? KernelArg::Tensor("stats", std::string(kSavedStatsName), kRead)
+                       : null(ArgType::kFloat, "stats", kRead);
+  };
+  if (recompute_stats && info.post_ops.empty()) {
     // g_h = grad_y: the sums need no statistics, so one pass reads u and grad_y once for both.
     KernelLaunch m{"fj_bwd_moments_sums", "fj::bwd_moments_sums_kernel<Cfg, BwdTune>",
                    "z = pre(u), g_h = grad_y (no op after group_norm): sums of z, z^2, g_h and "
@@ -509,32 +544,39 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target) 
               ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
     plan.kernels.push_back(f);
   } else if (norm) {
-    KernelLaunch m{"fj_bwd_moments", "fj::bwd_moments_kernel<Cfg, BwdTune>",
-                   "z = pre(u): sums of z and z^2 per (n, c, chunk), for the group statistics",
-                   grid, block};
-    m.args = {in("u", u), ws(ArgType::kDouble2, "zpart", zpart, kWrite)};
-    plan.kernels.push_back(m);
+    if (recompute_stats) {
+      KernelLaunch m{"fj_bwd_moments", "fj::bwd_moments_kernel<Cfg, BwdTune>",
+                     "z = pre(u): sums of z and z^2 per (n, c, chunk), for the group statistics",
+                     grid, block};
+      m.args = {in("u", u), ws(ArgType::kDouble2, "zpart", zpart, kWrite)};
+      plan.kernels.push_back(m);
+    }
     KernelLaunch s{"fj_bwd_sums", "fj::bwd_sums_kernel<Cfg, BwdTune>",
                    "g_h = grad_y * post'(h): sums of g_h and g_h*zhat per (n, c, chunk)", grid, block};
     s.args = {in("u", u),
               in("gy", std::string(kGradOutputName)),
               in("gamma", info.gamma_param),
               in("beta", info.beta_param),
-              ws(ArgType::kDouble2, "zpart", zpart, kRead), ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
+              zpart_in(),
+              stats_in(),
+              ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
     plan.kernels.push_back(s);
   }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
                  norm ? "grad_u = group_norm's backward of g_h, times pre'(u); conv-bias sums"
                       : "grad_u = grad_y times the ops' derivatives; conv-bias sums",
                  grid, block};
-  g.args = {in("u", u),
-            in("gy", std::string(kGradOutputName)),
-            norm ? in("gamma", info.gamma_param) : null(ArgType::kTensorDType, "gamma", kRead),
-            norm ? in("beta", info.beta_param) : null(ArgType::kTensorDType, "beta", kRead),
-            norm ? ws(ArgType::kDouble2, "zpart", zpart, kRead) : null(ArgType::kDouble2, "zpart", kRead),
-            norm ? ws(ArgType::kDouble2, "gpart", gpart, kRead) : null(ArgType::kDouble2, "gpart", kRead),
-            out("gu", gu),
-            bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite) : null(ArgType::kDouble, "bpart", kWrite)};
+  g.args = {
+      in("u", u),
+      in("gy", std::string(kGradOutputName)),
+      norm ? in("gamma", info.gamma_param) : null(ArgType::kTensorDType, "gamma", kRead),
+      norm ? in("beta", info.beta_param) : null(ArgType::kTensorDType, "beta", kRead),
+      zpart_in(),
+      stats_in(),
+      norm ? ws(ArgType::kDouble2, "gpart", gpart, kRead) : null(ArgType::kDouble2, "gpart", kRead),
+      out("gu", gu),
+      bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite)
+           : null(ArgType::kDouble, "bpart", kWrite)};
   plan.kernels.push_back(g);
   if (norm || bias) {
     KernelLaunch r{"fj_bwd_param_grads", "fj::bwd_param_grads_kernel<Cfg, BwdTune>",

@@ -26,12 +26,16 @@ namespace fusejit::codegen {
 // Names of step 2's own tensors, besides the chain's (x, grad_y, the parameters and their grads).
 inline constexpr std::string_view kProducerOutputName = "u";       // saved: the producer's output
 inline constexpr std::string_view kProducerGradName = "grad_u";    // written: dL/du
+inline constexpr std::string_view kSavedStatsName = "stats";       // saved: group mean and rstd
 
-// Step 2's plan. Its signature (Plan::signature): x, u (with a producer), grad_y, the group_norm
-// weight and bias, grad_u (grad_x without a producer), the gradient of every parameter except
-// the conv weight's data (grad_<conv weight> is computed here too), workspace.
-// REQUIRES: chain is valid and float32.
-absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target);
+// Step 2's plan. Its signature (Plan::signature): x, u (with a producer), stats (saved_stats),
+// grad_y, the group_norm weight and bias, grad_u (grad_x without a producer), the gradient of
+// every parameter except the conv weight's data (grad_<conv weight> is computed here too),
+// workspace. saved_stats: the group statistics are read from the training forward's "stats"
+// (SavedStatsSpec) instead of recomputed from u (one pass over u less).
+// REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.
+absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target,
+                                  bool saved_stats = false);
 
 // Step 1: the chain up to and including its producer. REQUIRES: the chain has a producer.
 Chain ProducerChain(const Chain& chain);
@@ -40,12 +44,19 @@ Chain ProducerChain(const Chain& chain);
 // step 1): the producer's output, f32, role kSaved. REQUIRES: the chain has a producer.
 TensorSpec SavedProducerOutputSpec(const Chain& chain);
 
+// The training forward's saved group statistics: float [N, groups, 2] (mean, rstd as the forward
+// normalized with them), role kSaved. REQUIRES: the chain has a group_norm.
+TensorSpec SavedStatsSpec(const Chain& chain);
+
 // The training forward's fused form: `plan`, a forward plan of `chain`, changed so that it also
 // writes u (bias added, before any op) into the signature tensor kProducerOutputName. A strategy
 // offers this by leaving a null float argument named "u" where its kernel can store u (as
 // mma-moments-mean's does); SaveProducerOutput binds every such argument to u and gives the plan
-// the forward signature plus u. FailedPrecondition where the plan has no such argument.
+// the forward signature plus u. Where the plan also leaves a null float argument named "stats"
+// (the convt-* plans' scale/shift kernel: CanSaveStats), it binds that to kSavedStatsName, after
+// u. FailedPrecondition where the plan has no u argument.
 bool CanSaveProducerOutput(const Plan& plan);
+bool CanSaveStats(const Plan& plan);
 absl::Status SaveProducerOutput(const Chain& chain, Plan* plan);
 
 // Step 3: the forward chain computing grad_x from grad_u: for conv3d a conv_transpose3d with the

@@ -66,7 +66,10 @@ inline KernelLaunch GroupNormScaleShiftLaunch(const ChainInfo& info, const std::
   k.block = {32, 1, 1};
   k.args = {KernelArg::Workspace(ArgType::kMoments, "partials", partials, kRead),
             KernelArg::Param("gamma", info.gamma_param), KernelArg::Param("beta", info.beta_param),
-            KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kWrite)};
+            KernelArg::Workspace(ArgType::kFloat2, "scale_shift", scale_shift, kWrite),
+            // Where the kernel stores the group statistics for a training forward
+            // (codegen::SaveProducerOutput binds it with u).
+            KernelArg::Null(ArgType::kFloat, "stats", kWrite)};
   return k;
 }
 

@@ -41,8 +41,10 @@ size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // Step 2 through the stages (the forward steps go through fusejit::Compile).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& chain,
                                                                    const Target& target,
-                                                                   const CompileOptions& options) {
-  absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(chain, target.plan_target);
+                                                                   const CompileOptions& options,
+                                                                   bool saved_stats) {
+  absl::StatusOr<codegen::Plan> plan =
+      codegen::PlanBackward(chain, target.plan_target, saved_stats);
   if (!plan.ok()) return plan.status();
   PlannedChain planned{chain, target, *std::move(plan), {}};
   planned.stats.tune_origin = "default";
@@ -89,9 +91,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
 
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
-  if (from_saved) {  // u after grad_y
-    sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
-               codegen::SavedProducerOutputSpec(chain));
+  // The group statistics, where the training forward saved them too.
+  const bool saved_stats = from_saved && TrainingForwardSavesStats(chain, *target, options);
+  if (from_saved) {  // u (and stats) after grad_y
+    auto at = sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
+                         codegen::SavedProducerOutputSpec(chain));
+    if (saved_stats) sig.insert(at + 1, codegen::SavedStatsSpec(chain));
   }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;
@@ -124,12 +129,17 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
     }
   }
   {
-    absl::StatusOr<std::shared_ptr<CompiledChain>> c = CompileBackwardPlan(chain, *target, options);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c =
+        CompileBackwardPlan(chain, *target, options, saved_stats);
     if (!c.ok()) return WithContext(c.status(), "the backward kernels");
     std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kWorkspaceName), scratch}};
     if (producer) {
       map.push_back({std::string(codegen::kProducerOutputName), u});
       map.push_back({std::string(codegen::kProducerGradName), gu});
+    }
+    if (saved_stats) {
+      map.push_back(
+          {std::string(codegen::kSavedStatsName), {IndexOf(sig, codegen::kSavedStatsName), 0}});
     }
     if (absl::Status s = add_step(producer ? "grad_y -> grad_u (the producer output's gradient) "
                                              "and the parameter gradients"
@@ -205,7 +215,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   composite.header =
       absl::StrCat("backward of chain: ", FormatChain(chain), "\n", "arch: ", composite.arch, "\n",
                    from_saved ? absl::StrCat("saved by the forward: u, the producer's output (",
-                                             u_bytes, " bytes, CompileTrainingForward)\n")
+                                             u_bytes, " bytes",
+                                             saved_stats ? ") and the group statistics (mean, "
+                                                           "rstd; not recomputed from u"
+                                                         : "",
+                                             ", CompileTrainingForward)\n")
                               : std::string("saved by the forward: nothing (the backward "
                                             "recomputes from x and the parameters)\n"),
                    layout);

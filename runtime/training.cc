@@ -78,6 +78,17 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
   return d;
 }
 
+bool TrainingForwardSavesStats(const Chain& chain, const Target& target,
+                               const CompileOptions& options) {
+  const SaveDecision d = DecideSave(chain, target.plan_target);
+  if (!d.saves || !d.fused) return false;
+  tune::TuningDb& tuning_db =
+      options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
+  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
+  return planned.ok() && codegen::CanSaveProducerOutput(planned->plan) &&
+         codegen::CanSaveStats(planned->plan);
+}
+
 namespace {
 
 // The chain's own forward plan writing u on the side; FailedPrecondition where the plan chosen
@@ -91,13 +102,15 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
   if (!planned.ok()) return planned.status();
   if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan); !s.ok()) return s;
   const size_t u_bytes = codegen::SavedProducerOutputSpec(chain).bytes();
+  const bool stats = codegen::CanSaveStats(planned->plan);
   absl::StrAppend(&planned->plan.choice,
                   "; training forward, saves for the backward: u, the "
                   "convolution's output (",
-                  u_bytes,
-                  " bytes, held until "
-                  "CompileBackwardFromSaved reads it), written by this plan: ",
-                  why);
+                  u_bytes, " bytes",
+                  stats ? absl::StrCat(") and the group statistics (",
+                                       codegen::SavedStatsSpec(chain).bytes(), " bytes")
+                        : std::string(),
+                  ", held until CompileBackwardFromSaved reads them), written by this plan: ", why);
   return BuildPlanned(*std::move(planned), options);
 }
 

@@ -8,6 +8,7 @@
 #include "codegen/planner.h"
 #include "fusejit/chain.h"
 #include "fusejit/signature.h"
+#include "runtime/stages.h"
 
 namespace fusejit::runtime {
 
@@ -24,6 +25,13 @@ struct SaveDecision {
   std::string why;     // one line for explain
 };
 SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target);
+
+// Whether CompileTrainingForward of `chain` also saves the group statistics ("stats",
+// codegen::SavedStatsSpec): where its fused plan offers them (codegen::CanSaveStats).
+// CompileBackwardFromSaved reads them then instead of recomputing them from u. Both sides call
+// this with the same options, so they agree.
+bool TrainingForwardSavesStats(const Chain& chain, const Target& target,
+                               const CompileOptions& options);
 
 // The ops after the producer as a chain of their own on u (their parameters renumbered from 0).
 // REQUIRES: TrainingForwardSaves(chain).

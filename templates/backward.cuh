@@ -12,7 +12,9 @@
 // index order -- results are bitwise reproducible run to run (no atomics).
 //
 // Workspace (double2/double, one entry per (n, c, chunk), index (n*kC + c)*kSplit + chunk):
-//   zpart (sum z, sum z^2)         bwd_moments   -> the group statistics (recomputed, in double)
+//   zpart (sum z, sum z^2)         bwd_moments   -> the group statistics (recomputed, in double;
+//                                                   or read from the training forward's saved
+//                                                   stats [N][G][2] (mean, rstd): no zpart)
 //   gpart (sum g_h, sum g_h*zhat)  bwd_sums      -> group_norm's backward terms, grad_gamma/beta
 //   (with no op after group_norm, bwd_moments_sums writes both in one pass, then bwd_sums_fix)
 //   bpart (sum grad_u)             bwd_grad_u    -> grad of the conv bias
@@ -78,10 +80,17 @@ struct Bwd {
     }
   }
 
-  // Mean and rstd of group g of sample n from zpart, in double; every thread gets them.
-  // REQUIRES: all threads of the block call it.
-  __device__ static void group_stats(const double2* __restrict__ zpart, int n, int g, float& mean,
+  // Mean and rstd of group g of sample n: the training forward's (stats [N][G][2], not null), or
+  // from zpart in double; every thread gets them. REQUIRES: all threads of the block call it.
+  __device__ static void group_stats(const double2* __restrict__ zpart,
+                                     const float* __restrict__ stats, int n, int g, float& mean,
                                      float& rstd, double* scratch) {
+    if (stats != nullptr) {  // block-uniform
+      const float* const st = stats + 2 * (static_cast<size_t>(n) * Cfg::kGroups + g);
+      mean = st[0];
+      rstd = st[1];
+      return;
+    }
     constexpr int kParts = kCg * kSplit;
     const double2* p = zpart + (static_cast<size_t>(n) * Cfg::kC + g * kCg) * kSplit;
     double s = 0, ss = 0;
@@ -91,17 +100,17 @@ struct Bwd {
     }
     s = block_reduce_sum(s, scratch);
     ss = block_reduce_sum(ss, scratch);
-    __shared__ float stats[2];
+    __shared__ float s_stats[2];
     if (threadIdx.x == 0) {
       const double count = static_cast<double>(kCg) * kS;
       const double m = s / count;
       const double var = fmax(ss / count - m * m, 0.0);  // biased, as group_norm's forward
-      stats[0] = static_cast<float>(m);
-      stats[1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(Cfg::kEps)));
+      s_stats[0] = static_cast<float>(m);
+      s_stats[1] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(Cfg::kEps)));
     }
     __syncthreads();
-    mean = stats[0];
-    rstd = stats[1];
+    mean = s_stats[0];
+    rstd = s_stats[1];
   }
 };
 
@@ -127,12 +136,13 @@ __device__ void bwd_moments_kernel(const float* __restrict__ u, double2* __restr
 template <class Cfg, class Tune>
 __device__ void bwd_sums_kernel(const float* __restrict__ u, const float* __restrict__ gy,
                                 const float* __restrict__ gamma, const float* __restrict__ beta,
-                                const double2* __restrict__ zpart, double2* __restrict__ gpart) {
+                                const double2* __restrict__ zpart, const float* __restrict__ stats,
+                                double2* __restrict__ gpart) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
   const int nc = B::slice(), n = nc / Cfg::kC, c = nc % Cfg::kC;
   float mean, rstd;
-  B::group_stats(zpart, n, c / B::kCg, mean, rstd, scratch);
+  B::group_stats(zpart, stats, n, c / B::kCg, mean, rstd, scratch);
   const float ga = gamma[c], be = beta[c];
   const float* src = u + static_cast<size_t>(nc) * B::kS;
   double s1 = 0, s2 = 0;
@@ -190,7 +200,7 @@ __device__ void bwd_sums_fix_kernel(const double2* __restrict__ zpart,
   __shared__ double scratch[32];
   const int n = blockIdx.x / Cfg::kGroups, g = blockIdx.x % Cfg::kGroups;
   float mean, rstd;
-  B::group_stats(zpart, n, g, mean, rstd, scratch);
+  B::group_stats(zpart, nullptr, n, g, mean, rstd, scratch);
   constexpr int kParts = B::kCg * B::kSplit;
   double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * B::kCg) * B::kSplit;
   for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
@@ -207,6 +217,7 @@ template <class Cfg, class Tune>
 __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __restrict__ gy,
                                   const float* __restrict__ gamma, const float* __restrict__ beta,
                                   const double2* __restrict__ zpart,
+                                  const float* __restrict__ stats,
                                   const double2* __restrict__ gpart, float* __restrict__ gu,
                                   double* __restrict__ bpart) {
   using B = Bwd<Cfg, Tune>;
@@ -218,7 +229,7 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __re
   if constexpr (Cfg::kGroups > 0) {
     const int g = c / B::kCg;
     float mean, rstd;
-    B::group_stats(zpart, n, g, mean, rstd, scratch);
+    B::group_stats(zpart, stats, n, g, mean, rstd, scratch);
     // mean over the group of gamma*g_h and of gamma*g_h*zhat.
     constexpr int kParts = B::kCg * B::kSplit;
     const double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * B::kCg) * B::kSplit;
@@ -307,8 +318,8 @@ extern "C" __global__ void bwd_moments(const float* u, double2* z) {
   fj::bwd_moments_kernel<C, BwdSelfTune>(u, z);
 }
 extern "C" __global__ void bwd_sums(const float* u, const float* gy, const float* g, const float* b,
-                                    const double2* z, double2* p) {
-  fj::bwd_sums_kernel<C, BwdSelfTune>(u, gy, g, b, z, p);
+                                    const double2* z, const float* st, double2* p) {
+  fj::bwd_sums_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p);
 }
 extern "C" __global__ void bwd_moments_sums(const float* u, const float* gy, double2* z,
                                             double2* p) {
@@ -318,9 +329,9 @@ extern "C" __global__ void bwd_sums_fix(const double2* z, double2* p) {
   fj::bwd_sums_fix_kernel<C, BwdSelfTune>(z, p);
 }
 extern "C" __global__ void bwd_grad_u(const float* u, const float* gy, const float* g,
-                                      const float* b, const double2* z, const double2* p,
-                                      float* gu, double* bp) {
-  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, p, gu, bp);
+                                      const float* b, const double2* z, const float* st,
+                                      const double2* p, float* gu, double* bp) {
+  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p, gu, bp);
 }
 extern "C" __global__ void bwd_param_grads(const double2* p, const double* bp, float* gg,
                                            float* gb, float* gbias) {

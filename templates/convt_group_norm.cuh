@@ -38,8 +38,11 @@
 //        layout [N][kStatBlocksPerSample][G], all written; with u (not null: the training
 //        forward) every element of u [N, C, D, H, W] as f32 conv_transpose3d + bias; with kStore
 //        every element of y [N, C, D, H, W] as Cfg::pre(conv_transpose3d + bias).
-//   2. group_norm_scale_shift<Cfg,Tune>(partials, gamma, beta, scale_shift):
-//        grid = dim3(Cfg::kN), block = dim3(32); writes scale_shift: workspace of kN * kC float2.
+//   2. group_norm_scale_shift<Cfg,Tune>(partials, gamma, beta, scale_shift, stats):
+//        grid = dim3(Cfg::kN), block = dim3(32); writes scale_shift: workspace of kN * kC float2;
+//        with stats not null (the training forward: codegen::SaveProducerOutput) the group
+//        statistics as float [N][G][2] (mean, rstd), which the backward reads instead of
+//        recomputing them from u.
 //   3. convt_norm_write<Cfg,Tune>(x, weight, bias, scale_shift, y):
 //        grid = dim3(Tune::kWriteBlocksPerSample, Cfg::kN), block = dim3(Tune::kThreads), dynamic
 //        smem kDynSmemBytes; writes every element of y [N, C, D, H, W].
@@ -455,7 +458,8 @@ template <class Cfg, class Tune>
 __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict__ partials,
                                                        const ElemT<Cfg>* __restrict__ gamma,
                                                        const ElemT<Cfg>* __restrict__ beta,
-                                                       float2* __restrict__ scale_shift) {
+                                                       float2* __restrict__ scale_shift,
+                                                       float* __restrict__ stats = nullptr) {
   convt_static_checks<Cfg>();
   constexpr int C = Cfg::kC, G = Cfg::kGroups, CPG = C / G, B = Tune::kStatBlocksPerSample;
   __shared__ float s_mu[G], s_rstd[G];
@@ -470,6 +474,10 @@ __device__ __forceinline__ void group_norm_scale_shift(const Moments* __restrict
     }
     s_mu[lane] = gm;
     s_rstd[lane] = 1.f / sqrtf(gq / gn + Cfg::kEps);
+    if (stats != nullptr) {  // the training forward saves them for the backward
+      stats[2 * ((size_t)n * G + lane)] = gm;
+      stats[2 * ((size_t)n * G + lane) + 1] = s_rstd[lane];
+    }
   }
   __syncwarp();
   if (lane < C) {

@@ -196,10 +196,13 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
 // ops from u cost less than the fused forward: the planner's cost model decides (Explain gives
 // both estimates and u's bytes, held until the backward). Only f32 chains with ops after their
 // conv3d / conv_transpose3d can save. Where it does not save it is Compile's forward and its
-// signature has no kSaved tensor.
-// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (kSaved, read) bound after
-// grad_y: the u a CompileTrainingForward run of the same x and parameters wrote. InvalidArgument
-// for a chain whose training forward saves nothing (use CompileBackward).
+// signature has no kSaved tensor. Where the chain's own plan can write u (one step), and its
+// plan offers them too (the convt-* plans), it also saves "stats" after u: the group statistics
+// it normalized with, f32 [N, groups, 2] (mean, rstd).
+// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (and "stats" where the
+// training forward saves them; kSaved, read) bound after grad_y: what a CompileTrainingForward
+// run of the same x and parameters, with the same options, wrote. InvalidArgument for a chain
+// whose training forward saves nothing (use CompileBackward).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
     const Chain& chain, const CompileOptions& options);
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardFromSaved(

@@ -29,10 +29,13 @@ How a call runs:
   gradients). A float32 chain with ops after its convolution, where saving pays (the planner's
   cost model), runs the training forward (fusejit::CompileTrainingForward) on such a call: it
   also saves the convolution's output u (float32, kept for the backward like PyTorch's saved
-  tensors), and the backward (CompileBackwardFromSaved) reads u instead of recomputing the
-  convolution. Otherwise (and under
+  tensors) and, where its plan offers them, the group statistics (mean, rstd per sample and
+  group), and the backward (CompileBackwardFromSaved) reads them instead of recomputing the
+  convolution and the statistics. Otherwise (and under
   torch.compile's custom op) the backward recomputes what it needs from the saved input and
-  parameters (fusejit::CompileBackward); the gradients are bitwise the same either way.
+  parameters (fusejit::CompileBackward); the gradients agree to rounding (bitwise where only u is
+  saved: the saved statistics are the forward's float32 ones, the recomputed ones come from
+  sums in double), both within 1e-5 of float64.
 - Dtypes: float32, bfloat16 and float16 run fused. A bf16/f16 chain computes in fp32 (statistics
   included) and rounds its output (or gradients) to its dtype once, so its error against float64
   is at most PyTorch's own in that dtype. float64 runs fused in double (the generic plans: one
@@ -149,13 +152,14 @@ def _compiled_backward(spec: str, device: int):
 
 def _check_backward_layout(chain, spec: str, saved: bool = False) -> None:
     """The backward signature _launch_backward relies on (fusejit/signature.h's
-    BackwardSignature): x, the n parameters, grad_y, (saved=True: u, the SAVED tensor,) grad_x,
-    grad_<param> for each parameter in the same order, then the workspace when there is one.
+    BackwardSignature): x, the n parameters, grad_y, (saved=True: the SAVED tensors the training
+    forward wrote -- u, and the group statistics where it saves them --,) grad_x, grad_<param>
+    for each parameter in the same order, then the workspace when there is one.
     Raises FusejitError(12, FJ_UNIMPLEMENTED: this package cannot bind it, a refusal like a chain
     without a plan) otherwise."""
     sig = chain.signature
     n = _chain.param_count(_ops(spec))
-    s = 1 if saved else 0
+    s = sum(1 for t in sig if t.role == _lib.ROLE_SAVED) if saved else 0
     roles = ([_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_GRAD_OUTPUT] +
              [_lib.ROLE_SAVED] * s + [_lib.ROLE_GRAD_INPUT] + [_lib.ROLE_GRAD_PARAM] * n +
              ([_lib.ROLE_WORKSPACE] if chain.workspace_bytes else []))
@@ -169,12 +173,14 @@ def _check_backward_layout(chain, spec: str, saved: bool = False) -> None:
 
 def _check_training_layout(chain, spec: str) -> None:
     """A training forward's signature: the forward's (x, the n parameters, y), then -- where it
-    saves one -- u (SAVED), then the workspace. Raises FusejitError(12) otherwise."""
+    saves them -- the SAVED tensors (u, and the group statistics where its plan saves them), then
+    the workspace. Raises FusejitError(12) otherwise."""
     n = _chain.param_count(_ops(spec))
     roles = [t.role for t in chain.signature]
     head = [_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_OUTPUT]
     tail = [_lib.ROLE_WORKSPACE] if chain.workspace_bytes else []
-    if roles != head + tail and roles != head + [_lib.ROLE_SAVED] + tail:
+    k = roles.count(_lib.ROLE_SAVED)
+    if k > 2 or roles != head + [_lib.ROLE_SAVED] * k + tail:
         raise _lib.FusejitError(12, "the training forward of %s has the signature %s, not x, the "
                                     "parameters, y[, u] this package binds" % (spec, chain.signature))
 
@@ -200,17 +206,20 @@ def _training_pair(spec: str, device: int):
 
 
 def _launch_training(fwd, x: torch.Tensor, params: List[torch.Tensor]):
-    """Enqueues the training forward: returns (y, u), both new and written in full."""
+    """Enqueues the training forward: returns (y, [the SAVED tensors: u, and the group statistics
+    where it saves them]), all new and written in full."""
     device = x.device
     n = len(params)
     y = _new_output(fwd.signature[n + 1].shape, x.dtype, device)
-    u = _new_output(fwd.signature[n + 2].shape, torch.float32, device)
-    pointers = [x.data_ptr()] + [p.data_ptr() for p in params] + [y.data_ptr(), u.data_ptr()]
+    saved = [_new_output(t.shape, torch.float32, device)
+             for t in fwd.signature if t.role == _lib.ROLE_SAVED]
+    pointers = ([x.data_ptr()] + [p.data_ptr() for p in params] + [y.data_ptr()] +
+                [t.data_ptr() for t in saved])
     if fwd.workspace_bytes:
         ws = _empty(fwd.workspace_bytes, dtype=torch.uint8, device=device)
         pointers.append(ws.data_ptr())  # freed after the enqueue: stream-ordered reuse is safe
     fwd.run_pointers(pointers, _stream(fwd.device))
-    return y, u
+    return y, saved
 
 
 def _backward_or_why(spec: str, device: int):
@@ -276,7 +285,8 @@ def _run(spec: str, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor
 
 
 def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor], grad: torch.Tensor,
-                     u: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+                     saved: Optional[List[torch.Tensor]] = None
+                     ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
     """Enqueues the compiled backward `chain` on the current stream and returns (dL/dx,
     [dL/dparam]), every one of them new and written in full.
     REQUIRES: x, params (the forward's, in signature order) and grad (dL/dy, the output's shape)
@@ -285,12 +295,12 @@ def _launch_backward(chain, x: torch.Tensor, params: List[torch.Tensor], grad: t
     device = x.device
     sig = chain.signature
     n = len(params)
-    s = 0 if u is None else 1  # the backward reading a training forward's u: u after grad_y
+    saved = saved or []  # the backward reading a training forward's SAVED tensors: after grad_y
+    s = len(saved)
     # grad_x, then grad_<param> for each parameter: signature entries n+2+s .. 2n+2+s
     grads = [_new_output(t.shape, x.dtype, device) for t in sig[n + 2 + s:2 * n + 3 + s]]
     pointers = [x.data_ptr()] + [p.data_ptr() for p in params] + [grad.data_ptr()]
-    if u is not None:
-        pointers.append(u.data_ptr())
+    pointers += [t.data_ptr() for t in saved]
     pointers += [g.data_ptr() for g in grads]
     if chain.workspace_bytes:  # 256-byte alignment wanted; the caching allocator gives 512
         ws = _empty(chain.workspace_bytes, dtype=torch.uint8, device=device)
@@ -405,9 +415,10 @@ class _ChainFunction(torch.autograd.Function):
         pair = _training_pair(spec, x.device.index) if any(ctx.needs_input_grad[1:]) else None
         ctx.backward_saved = None
         if pair is not None:
-            y, u = _launch_training(pair[0], x, list(params))
+            y, saved = _launch_training(pair[0], x, list(params))
             ctx.backward_saved = pair[1]
-            ctx.save_for_backward(x, u, *params)
+            ctx.n_saved = len(saved)
+            ctx.save_for_backward(x, *saved, *params)
             return y
         ctx.save_for_backward(x, *params)
         return _run(spec, x, list(params))
@@ -416,8 +427,10 @@ class _ChainFunction(torch.autograd.Function):
     @once_differentiable  # the fused backward builds no graph: differentiating it is an error
     def backward(ctx, grad):
         if ctx.backward_saved is not None:
-            x, u, *params = ctx.saved_tensors
-            gx, gps = _launch_backward(ctx.backward_saved, x, params, _aligned(grad, x.dtype), u)
+            x, *rest = ctx.saved_tensors
+            saved, params = rest[:ctx.n_saved], rest[ctx.n_saved:]
+            gx, gps = _launch_backward(ctx.backward_saved, x, params, _aligned(grad, x.dtype),
+                                       saved)
             _stats["fused_backward"] += 1
             _stats["saved_backward"] += 1
             needs = [bool(n) for n in ctx.needs_input_grad[1:]]
@@ -678,8 +691,8 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
 
     def fused_step():
         if pair is not None:
-            _, u = _launch_training(pair[0], x, params)
-            return _launch_backward(pair[1], x, params, g, u)
+            _, saved = _launch_training(pair[0], x, params)
+            return _launch_backward(pair[1], x, params, g, saved)
         _run(spec, x, params)
         return _launch_backward(backward, x, params, g)
 

@@ -194,7 +194,16 @@ void CheckSavedGradients(const Chain& chain, uint64_t seed, CompiledChain& fwd_c
       tools::RunSignatureOnDevice(fwd_chain, reads, {.reps = 0});
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_EQ(f->written.count("u"), 1u);
-  for (double v : f->written.at("u").data) ASSERT_TRUE(std::isfinite(v)) << "u not written in full";
+  // Every saved tensor (u; the group statistics where the plan saves them too) written in full.
+  std::vector<std::string> saved;
+  for (const TensorSpec& t : fwd_chain.signature()) {
+    if (t.role != TensorRole::kSaved) continue;
+    saved.push_back(t.name);
+    ASSERT_EQ(f->written.count(t.name), 1u) << t.name;
+    for (double v : f->written.at(t.name).data) {
+      ASSERT_TRUE(std::isfinite(v)) << t.name << " not written in full";
+    }
+  }
   absl::StatusOr<tools::CheckResult> y =
       tools::CheckOutput(chain, inputs, f->written.at("y"), tools::CheckOptions{});
   ASSERT_TRUE(y.ok()) << y.status();
@@ -204,11 +213,11 @@ void CheckSavedGradients(const Chain& chain, uint64_t seed, CompiledChain& fwd_c
   absl::StatusOr<tools::SignatureRunResult> recomputed =
       tools::RunSignatureOnDevice(**plain, reads, {.reps = 0});
   ASSERT_TRUE(recomputed.ok()) << recomputed.status();
-  reads["u"] = f->written.at("u");
+  for (const std::string& name : saved) reads[name] = f->written.at(name);
   absl::StatusOr<tools::SignatureRunResult> b =
       tools::RunSignatureOnDevice(**bwd, reads, {.reps = 0});
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_EQ(b->written.count("u"), 0u);  // read, not written
+  for (const std::string& name : saved) EXPECT_EQ(b->written.count(name), 0u) << name;  // read
   const bool fused = fwd_chain.strategy() != "training-forward";
   absl::StatusOr<tools::SignatureRunResult> again;
   if (fused) {
@@ -276,7 +285,8 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   // Plans writing u in their own forward (codegen::SaveProducerOutput): mma-moments-mean (W2's
   // and W4's plan; odd sizes, kernels and channel counts, both mean modes),
   // convt-recompute-normalize's statistics pass (W1's plan; coalesced rows (stride 2 along w) and
-  // direct ones, output_padding, per-dimension strides), convt-direct's pass, and the igemm
+  // direct ones, output_padding, per-dimension strides; it saves the group statistics too),
+  // mma-convt-recompute-normalize's, convt-direct's pass, and the igemm
   // epilogue (W3's plan, with and without group_norm, a spatial size not a multiple of 4: scalar
   // stores).
   struct Fused {
@@ -303,6 +313,11 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
       {"x:f32[2,2,5,6,7] | conv_transpose3d(out=12,k=[3,2,3],stride=[1,2,3]) | relu | "
        "group_norm(groups=3)",
        "convt-recompute-normalize"},
+      // mma-convt-recompute-normalize's statistics pass (u, and the group statistics from its
+      // scale/shift kernel, as convt-recompute-normalize's).
+      {"x:f32[17,8,8,16,16] | conv_transpose3d(out=16,k=2,stride=2) | gelu | "
+       "group_norm(groups=4) | relu",
+       "mma-convt-recompute-normalize"},
       {"x:f32[1,64,12,12,12] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
        "group_norm(groups=8)",
        "igemm-store-normalize"},

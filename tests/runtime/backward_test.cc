@@ -376,6 +376,28 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     ASSERT_TRUE(f.ok()) << f.status();
     EXPECT_EQ((*f)->strategy(), "convt-recompute-normalize");
     EXPECT_NE((*f)->Explain().find("u=u"), std::string::npos);
+    // Its scale/shift kernel saves the group statistics too: the backward reads them instead of
+    // a pass over u (no fj_bwd_moments).
+    EXPECT_NE((*f)->Explain().find("stats=stats"), std::string::npos) << (*f)->Explain();
+    EXPECT_EQ(Names((*f)->signature()),
+              (std::vector<std::string>{"x", "0.weight", "0.bias", "2.weight", "2.bias", "y", "u",
+                                        "stats", "workspace"}));
+    EXPECT_EQ((*f)->signature()[7].role, TensorRole::kSaved);
+    EXPECT_EQ((*f)->signature()[7].shape, (Shape{128, 4, 2}));
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(w1, Arch("sm_90"));
+    ASSERT_TRUE(b.ok()) << b.status();
+    const std::vector<std::string> names = Names((*b)->signature());
+    ASSERT_GE(names.size(), 8u);
+    EXPECT_EQ(std::vector<std::string>(names.begin() + 5, names.begin() + 8),
+              (std::vector<std::string>{"grad_y", "u", "stats"}));
+    const std::string e = (*b)->Explain();
+    EXPECT_NE(e.find("and the group statistics"), std::string::npos) << e;
+    EXPECT_EQ(e.find("fj_bwd_moments"), std::string::npos) << e;
+    EXPECT_NE(e.find("fj_bwd_sums"), std::string::npos) << e;
+    // The recomputing backward still recomputes them.
+    absl::StatusOr<std::shared_ptr<CompiledChain>> r = CompileBackward(w1, Arch("sm_90"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE((*r)->Explain().find("fj_bwd_moments"), std::string::npos);
   }
   // W2's and W4's plan (mma-moments-mean) writes u itself: one plan, its kernel's null u
   // argument bound (codegen::SaveProducerOutput), u before the workspace. The plain forward
