@@ -138,12 +138,15 @@ int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_
 /* Training (minor 2): a forward that saves the convolution's output for its backward, and the
  * backward that reads it instead of recomputing the convolution (fusejit.h,
  * CompileTrainingForward). fj_compile_training_forward's signature is the forward's (x, the
- * parameters, y) then "u" (FJ_ROLE_SAVED, f32, the convolution's output shape, written) and the
- * workspace -- where saving pays (f32 chains with ops after their convolution that cost less from
- * u than the fused forward, by the planner's cost model); for any other chain it is fj_compile's
- * chain, with no SAVED tensor. fj_compile_backward_saved's is fj_compile_backward's
- * with "u" (FJ_ROLE_SAVED, read) after grad_y; FJ_INVALID_ARGUMENT for a chain whose training
- * forward saves nothing. Same options as fj_compile_backward (strategy, tune_config NULL). */
+ * parameters, y) then "u" (FJ_ROLE_SAVED, f32, the convolution's output shape, written), where
+ * its plan offers them "stats" (FJ_ROLE_SAVED, f32 [N, groups, 2]: the group mean and rstd it
+ * normalized with), and the workspace -- where saving pays (f32 chains with ops after their
+ * convolution that cost less from u than the fused forward, by the planner's cost model); for any
+ * other chain it is fj_compile's chain, with no SAVED tensor. fj_compile_backward_saved's is
+ * fj_compile_backward's with the same SAVED tensors (read) after grad_y, in the same order: bind
+ * every SAVED tensor the training forward wrote (fj_chain_tensor); FJ_INVALID_ARGUMENT for a chain
+ * whose training forward saves nothing. Same options as fj_compile_backward (strategy,
+ * tune_config NULL) and as the training forward. */
 int fj_compile_training_forward(const char* spec, const fj_compile_options* options,
                                 fj_chain** out);
 int fj_compile_backward_saved(const char* spec, const fj_compile_options* options, fj_chain** out);
