@@ -621,30 +621,8 @@ __device__ __forceinline__ void mma_conv_body(const ElemT<Cfg>* __restrict__ x,
   }
   if constexpr (kDirect) return;
 
-    // Lanes of the same t (same channels): merge over g in a fixed tree, then warps in order.
-#pragma unroll
-  for (int off = 16; off >= 4; off >>= 1) {
-    const float cb = __shfl_down_sync(0xffffffffu, run_n, off);
-    const float wb = chan_weight(run_n, cb);
-#pragma unroll
-    for (int k = 0; k < 2 * NT; ++k) {
-      const float mb = __shfl_down_sync(0xffffffffu, run_m[k], off);
-      const float qb = __shfl_down_sync(0xffffffffu, run_q[k], off);
-      chan_merge_w(run_m[k], run_q[k], run_n, mb, qb, wb);
-    }
-    run_n += cb;
-  }
-  if (lane < 4) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float* const r = s_red + (warp * C + nt * 8 + 2 * lane + e) * 3;
-        r[0] = run_n;
-        r[1] = run_m[2 * nt + e];
-        r[2] = run_q[2 * nt + e];
-      }
-  }
+  // Lanes of the same t (same channels): merge over g in a fixed tree, then warps in order.
+  fragment_moments_to_shared<NT>(run_n, run_m, run_q, s_red, C);
   __syncthreads();
   for (int c = tid; c < C; c += G::kThreads) {
     float cn = 0.f, cm = 0.f, cq = 0.f;

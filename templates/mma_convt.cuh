@@ -124,29 +124,7 @@ __device__ __forceinline__ void mma_convt_merge(float run_n, float (&run_m)[2 * 
   constexpr int CP = 8 * NT, C = Cfg::kC;
   constexpr int kWarps = Tune::kWarps, kThreads = 32 * kWarps, BPS = Tune::kStatBlocksPerSample;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = blockIdx.y;
-#pragma unroll
-  for (int off = 16; off >= 4; off >>= 1) {
-    const float cb = __shfl_down_sync(0xffffffffu, run_n, off);
-    const float wb = chan_weight(run_n, cb);
-#pragma unroll
-    for (int k = 0; k < 2 * NT; ++k) {
-      const float mb = __shfl_down_sync(0xffffffffu, run_m[k], off);
-      const float qb = __shfl_down_sync(0xffffffffu, run_q[k], off);
-      chan_merge_w(run_m[k], run_q[k], run_n, mb, qb, wb);
-    }
-    run_n += cb;
-  }
-  if (lane < 4) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float* const r = s_red + (warp * CP + nt * 8 + 2 * lane + e) * 3;
-        r[0] = run_n;
-        r[1] = run_m[2 * nt + e];
-        r[2] = run_q[2 * nt + e];
-      }
-  }
+  fragment_moments_to_shared<NT>(run_n, run_m, run_q, s_red, CP);
   __syncthreads();
   constexpr int Gn = Cfg::kGroups > 0 ? Cfg::kGroups : 1, CPG = C / Gn;
   for (int gr = tid; gr < Gn; gr += kThreads) {

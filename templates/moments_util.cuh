@@ -3,7 +3,7 @@
 // of values). The Chan weight wb = nb / (na + nb) is then computed once and reused for all K sets,
 // so merging costs no division per set. Fixed merge order everywhere: deterministic.
 //
-// No kernels here; included by direct_conv_moments.cuh and convt_group_norm.cuh.
+// No kernels here; included by direct_conv_moments.cuh, convt_group_norm.cuh and the mma kernels.
 #ifndef FUSEJIT_TEMPLATES_MOMENTS_UTIL_CUH_
 #define FUSEJIT_TEMPLATES_MOMENTS_UTIL_CUH_
 
@@ -40,6 +40,41 @@ __device__ __forceinline__ void warp_reduce_shared_count(float& cnt, float (&mea
       chan_merge_w(mean[k], m2[k], cnt, mb, m2b, wb);
     }
     cnt += cb;
+  }
+}
+
+// The moments of an mma.sync m16n8 fragment's channels: thread (g = lane / 4, t = lane % 4) holds
+// channels nt*8 + 2t + e as run_m/run_q[2*nt + e] with one count run_n. Merges them over the 8
+// lanes g of each t in a fixed tree, then lanes t < 4 write channel c's (count, mean, M2) to
+// s_red[(warp * stride + c) * 3 + {0, 1, 2}] (stride: the channels of a warp's row of s_red).
+// The caller's barrier publishes them. REQUIRES: all lanes of the warp call it.
+template <int NT>
+__device__ __forceinline__ void fragment_moments_to_shared(float run_n, float (&run_m)[2 * NT],
+                                                           float (&run_q)[2 * NT], float* s_red,
+                                                           int stride) {
+#pragma unroll
+  for (int off = 16; off >= 4; off >>= 1) {
+    const float cb = __shfl_down_sync(0xffffffffu, run_n, off);
+    const float wb = chan_weight(run_n, cb);
+#pragma unroll
+    for (int k = 0; k < 2 * NT; ++k) {
+      const float mb = __shfl_down_sync(0xffffffffu, run_m[k], off);
+      const float qb = __shfl_down_sync(0xffffffffu, run_q[k], off);
+      chan_merge_w(run_m[k], run_q[k], run_n, mb, qb, wb);
+    }
+    run_n += cb;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane < 4) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float* const r = s_red + (warp * stride + nt * 8 + 2 * lane + e) * 3;
+        r[0] = run_n;
+        r[1] = run_m[2 * nt + e];
+        r[2] = run_q[2 * nt + e];
+      }
   }
 }
 
