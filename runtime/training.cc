@@ -100,9 +100,9 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
   absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
   if (!planned.ok()) return planned.status();
+  const bool stats = codegen::CanSaveStats(planned->plan);  // before binding its slot
   if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan); !s.ok()) return s;
   const size_t u_bytes = codegen::SavedProducerOutputSpec(chain).bytes();
-  const bool stats = codegen::CanSaveStats(planned->plan);
   absl::StrAppend(&planned->plan.choice,
                   "; training forward, saves for the backward: u, the "
                   "convolution's output (",

@@ -379,6 +379,8 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     // Its scale/shift kernel saves the group statistics too: the backward reads them instead of
     // a pass over u (no fj_bwd_moments).
     EXPECT_NE((*f)->Explain().find("stats=stats"), std::string::npos) << (*f)->Explain();
+    EXPECT_NE((*f)->Explain().find("and the group statistics (4096 bytes"), std::string::npos)
+        << (*f)->Explain();
     EXPECT_EQ(Names((*f)->signature()),
               (std::vector<std::string>{"x", "0.weight", "0.bias", "2.weight", "2.bias", "y", "u",
                                         "stats", "workspace"}));
