@@ -39,8 +39,8 @@
 //        writes partials: kN * kStatBlocksPerSample * kGroups fj::Moments, [N][blocks][G], every
 //        entry (a block with no rows writes count 0); with u not null (the training forward)
 //        every element of u [N,C,D,H,W] as f32 conv_transpose3d + bias.
-//   2. group_norm_scale_shift<Cfg, Tune>(partials, gamma, beta, scale_shift)
-//   (convt_group_norm.cuh).
+//   2. group_norm_scale_shift<Cfg, Tune>(partials, gamma, beta, scale_shift, stats)
+//      (convt_group_norm.cuh; stats, the saved group statistics, in a training forward).
 //   3. mma_convt_norm_write<Cfg, Tune>(x, weight, bias, scale_shift, y): grid = dim3(Tune::
 //        kWriteBlocksPerSample, Cfg::kN), the same block and shared memory; reads scale_shift
 //        [N][C] float2; writes every element of y [N,C,D,H,W].
