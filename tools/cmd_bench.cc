@@ -130,13 +130,18 @@ int BenchGrad(const Chain& chain, const CompileOptions& options, const HostInput
   run_options.l2_flush_bytes = kL2FlushBytes;
   absl::StatusOr<SignatureRunResult> f = RunSignatureOnDevice(**forward, reads, run_options);
   if (!f.ok()) return Failure(err, spec, f.status().message());
-  if (saves) reads[std::string(codegen::kProducerOutputName)] = f->written.at("u");
+  // Every tensor the training forward saved (u, and the group statistics where its plan saves
+  // them), held from the forward to the backward, which reads them.
+  size_t saved_bytes = 0;
+  for (const TensorSpec& t : (*forward)->signature()) {
+    if (t.role != TensorRole::kSaved) continue;
+    reads[t.name] = f->written.at(t.name);
+    saved_bytes += t.bytes();
+  }
   run_options.per_kernel = kernels;
   absl::StatusOr<SignatureRunResult> b = RunSignatureOnDevice(**backward, reads, run_options);
   if (!b.ok()) return Failure(err, spec, b.status().message());
   const size_t extra = (*backward)->workspace_bytes();
-  const size_t saved_bytes =  // u, held from the forward to the backward
-      saves ? static_cast<size_t>(NumElements(codegen::AnalyzeChain(chain).producer_shape)) * 4 : 0;
   if (json) {
     out << fmt::format(
         "{{\"spec\": {}, \"device\": {}, \"forward_ms\": {:.6f}, \"backward_ms\": {:.6f}, "
@@ -150,7 +155,11 @@ int BenchGrad(const Chain& chain, const CompileOptions& options, const HostInput
   out << fmt::format("device:     {}, forward plan {}\n", device, (*forward)->strategy());
   out << fmt::format(
       "forward:    {:.4f} ms median of {} runs (L2 flushed){}\n", f->median_ms, reps,
-      saves ? fmt::format(", saving u ({:.1f} MB) for the backward", saved_bytes * 1e-6)
+      saves ? fmt::format(", saving u{} ({:.1f} MB) for the backward",
+                          reads.count(std::string(codegen::kSavedStatsName)) > 0
+                              ? " and the group statistics"
+                              : "",
+                          saved_bytes * 1e-6)
             : std::string(recompute ? ", the backward recomputes u" : ""));
   out << fmt::format("backward:   {:.4f} ms median ({} kernels, workspace {:.1f} MB)\n",
                      b->median_ms, (*backward)->kernel_count(), extra * 1e-6);
