@@ -76,7 +76,7 @@ bool IsWritten(TensorRole role) {
 }
 
 // A saved tensor is written by the training forward and read by its backward: read when `reads`
-// has it.
+// has it (a backward's run requires it: RunSignatureOnDevice).
 bool IsWrittenGiven(const TensorSpec& t, const std::map<std::string, HostTensor>& reads) {
   return IsWritten(t.role) || (t.role == TensorRole::kSaved && reads.count(t.name) == 0);
 }
@@ -85,6 +85,17 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
     CompiledChain& compiled, const std::map<std::string, HostTensor>& reads,
     const DeviceRunOptions& options) {
   const std::vector<TensorSpec>& sig = compiled.signature();
+  // A backward (its signature reads grad_y) reads its saved tensors: each must be given.
+  const bool backward = std::any_of(sig.begin(), sig.end(), [](const TensorSpec& t) {
+    return t.role == TensorRole::kGradOutput;
+  });
+  for (const TensorSpec& t : sig) {
+    if (backward && t.role == TensorRole::kSaved && reads.count(t.name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the backward reads the saved tensor '", t.name,
+          "', which the training forward wrote; pass it (every kSaved tensor of its signature)"));
+    }
+  }
   NamedBindings bindings;
   std::map<std::string, jit::DeviceBuffer> buffers;
   std::optional<Workspace> workspace;

@@ -63,9 +63,9 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
     const DeviceRunOptions& options = {});
 
 // Whether a signature role is written by a run (output and gradients) rather than read. A kSaved
-// tensor (fusejit::CompileTrainingForward's u) is RunSignatureOnDevice's to write -- poisoned,
-// returned in `written` -- when `reads` lacks it, and uploaded from `reads` when it has it (the
-// backward reading it).
+// tensor (fusejit::CompileTrainingForward's u, stats) is RunSignatureOnDevice's to write --
+// poisoned, returned in `written` -- when `reads` lacks it, and uploaded from `reads` when it has
+// it (the backward reading it; a backward's run without one of them is an InvalidArgument).
 bool IsWritten(TensorRole role);
 
 // `k` batch indices spread evenly over [0, batch), the first and the last included, ascending;
