@@ -93,26 +93,8 @@ absl::Status CheckMmaConvT(const Chain& chain, const ChainInfo& info, const MmaC
                                      "] (output depths per depth phase)"));
     }
   }
-  const int64_t limit = SharedOptInLimit(target.arch);
-  if (g.shared_bytes > limit) {
-    return Invalid(c, absl::StrCat("needs ", g.shared_bytes,
-                                   " bytes of shared memory per block, "
-                                   "at most ",
-                                   limit, " on ", target.arch));
-  }
-  if (t.min_blocks * (g.shared_bytes + 1024) > limit + 1024) {
-    return Invalid(c, absl::StrCat("min_blocks ", t.min_blocks, " blocks of ", g.shared_bytes,
-                                   " bytes of shared memory do not fit an SM of ", target.arch));
-  }
-  if (g.registers > RegisterCap(32 * t.warps, t.min_blocks)) {
-    return Invalid(c, absl::StrCat("~", g.registers, " registers per thread over the ",
-                                   RegisterCap(32 * t.warps, t.min_blocks),
-                                   "-register cap of threads x min_blocks"));
-  }
-  if (info.producer_shape[0] > 65535) {
-    return Invalid(c, absl::StrCat("batch ", info.producer_shape[0], " over grid.y's 65535"));
-  }
-  return absl::OkStatus();
+  return CheckResidency(c, g.shared_bytes, 32 * t.warps, t.min_blocks, g.registers,
+                        info.producer_shape[0], target.arch);
 }
 
 // Blocks per sample for n samples of dq output depths (per depth phase) on `slots` resident

@@ -107,6 +107,33 @@ inline absl::Status Invalid(const TuneConfig& c, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("tune config ", c.ToString(), ": ", why));
 }
 
+// What a block of `threads` threads needs to be resident `min_blocks` times an SM of `arch`:
+// `shared_bytes` of dynamic shared memory per block (and per SM with 1 KiB reserved per block),
+// about `registers` per thread under the cap, and a batch within grid.y's 65535. The checks of
+// the mma.sync strategies (mma-moments-mean, mma-direct, mma-convt-*), with the reason.
+inline absl::Status CheckResidency(const TuneConfig& c, int64_t shared_bytes, int64_t threads,
+                                   int64_t min_blocks, int64_t registers, int64_t batch,
+                                   const std::string& arch) {
+  const int64_t limit = SharedOptInLimit(arch);
+  if (shared_bytes > limit) {
+    return Invalid(c, absl::StrCat("needs ", shared_bytes,
+                                   " bytes of shared memory per block, "
+                                   "at most ",
+                                   limit, " on ", arch));
+  }
+  if (min_blocks * (shared_bytes + 1024) > limit + 1024) {
+    return Invalid(c, absl::StrCat("min_blocks ", min_blocks, " blocks of ", shared_bytes,
+                                   " bytes of shared memory do not fit an SM of ", arch));
+  }
+  if (registers > RegisterCap(threads, min_blocks)) {
+    return Invalid(
+        c, absl::StrCat("~", registers, " registers per thread over the ",
+                        RegisterCap(threads, min_blocks), "-register cap of threads x min_blocks"));
+  }
+  if (batch > 65535) return Invalid(c, absl::StrCat("batch ", batch, " over grid.y's 65535"));
+  return absl::OkStatus();
+}
+
 // Candidate counts of blocks per sample around the heuristic's `b`: fractions and multiples of it,
 // and the counts that fill the device 1..8 times over.
 inline std::vector<int64_t> BlocksPerSampleCandidates(int64_t b, int64_t n, const PlanTarget& target) {
