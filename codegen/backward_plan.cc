@@ -85,14 +85,14 @@ WgTile ChooseMmaWgTile(int64_t rows, int64_t cols) {
 
 constexpr int64_t kMaxPartsBytes = int64_t{512} << 20;
 
-// wgrad_reduce_kernel: grad_w = the partials summed in chunk order.
-void AddWeightGradientReduce(const WeightGradient& wg, const ChainInfo& info, size_t wpart,
-                             Plan& plan) {
+// wgrad_reduce_kernel: grad_w (`weights` values) = the partials summed in a fixed order; 32
+// weights per block of 256 threads.
+void AddWeightGradientReduce(int64_t weights, const ChainInfo& info, size_t wpart, Plan& plan) {
   KernelLaunch wr{"fj_wgrad_reduce",
                   "fj::wgrad_reduce_kernel<Cfg, WgTune>",
-                  "weight gradient: sum the chunks in order",
-                  {static_cast<unsigned>(CeilDiv(wg.rows * wg.cols(), kThreads)), 1, 1},
-                  {kThreads, 1, 1}};
+                  "weight gradient: sum the chunks in a fixed order",
+                  {static_cast<unsigned>(CeilDiv(weights, 32)), 1, 1},
+                  {256, 1, 1}};
   wr.args = {KernelArg::Workspace(ArgType::kDouble, "part", wpart, kRead),
              KernelArg::Tensor("grad_w", GradName(info.weight_param), kWrite)};
   plan.kernels.push_back(wr);
@@ -188,7 +188,7 @@ void AddHaloWeightGradient(const WeightGradient& wg, const HaloTile& h, const Ch
             KernelArg::Tensor("gu", gu, kRead),
             KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
   plan.kernels.push_back(w);
-  AddWeightGradientReduce(wg, info, wpart, plan);
+  AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
 }
 
 // templates/wgrad.cuh: on tensor cores (mma.sync) on sm_80 and later where T has 8 or more
@@ -247,7 +247,7 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
             KernelArg::Tensor("gu", gu, kRead),
             KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
   plan.kernels.push_back(w);
-  AddWeightGradientReduce(wg, info, wpart, plan);
+  AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
 }
 
 // wgmma (templates/wgrad_wgmma.cuh) on sm_90 where both channel counts fill half a 64-wide tile.
@@ -329,7 +329,151 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
             ws(ArgType::kFloat, "absmax", absmax, kRead),
             ws(ArgType::kDouble, "part", wpart, kWrite)};
   plan.kernels.push_back(w);
-  AddWeightGradientReduce(wg, info, wpart, plan);
+  AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
+}
+
+// ---- conv_transpose3d with few input channels: templates/convt_backward.cuh ----------------
+// One kernel computes grad_u on the fly, grad_x, the weight partials and the bias partials (no
+// grad_u tensor, no data-gradient step). Taken for conv_transpose3d with at most 4 input channels
+// (the weight-gradient GEMM has fewer than 8 rows there, FFMA; the data gradient is a few-out
+// convolution: three passes over grad_u, against two over u and grad_y here) whose tile fits.
+constexpr int kFusedConvTThreads = 256;
+constexpr int64_t kFusedConvTMaxCin = 4;
+constexpr int64_t kFusedConvTSharedLimit = 110 * 1024;  // two blocks per SM at least
+
+struct FusedConvTTile {
+  int64_t xd = 0, xh = 0, xw = 0;
+  fj::geom::ConvTBwd g{};
+};
+
+fj::geom::ConvTBwd FusedConvTGeomOf(const Chain& chain, const ChainInfo& info, int64_t xd,
+                                    int64_t xh, int64_t xw) {
+  const ConvAttrs& a = info.producer->conv;
+  const Shape& x = chain.input;
+  return fj::geom::ConvTBwdOf(
+      x[1], info.producer_shape[1], x[2], x[3], x[4], a.kernel[0], a.kernel[1], a.kernel[2],
+      a.stride[0], a.stride[1], a.stride[2], a.padding[0], a.padding[1], a.padding[2],
+      a.dilation[0], a.dilation[1], a.dilation[2], a.output_padding[0], a.output_padding[1],
+      a.output_padding[2], info.group_norm ? info.group_norm->groups : 0, xd, xh, xw,
+      kFusedConvTThreads);
+}
+
+// Blocks per SM the fused kernel is compiled for: three where a thread has at most 4 x points
+// (its registers fit 85) and three blocks' shared memory fits, else two.
+int64_t FusedConvTBlocksPerSm(const fj::geom::ConvTBwd& g) {
+  return g.points_per_thread <= 4 && 3 * (g.smem + 1024) <= 227 * 1024 ? 3 : 2;
+}
+
+// Estimated instructions of one block for one channel (W1, H100, 2026-11-27: the kernel is bound
+// by issuing instructions; staging a region point costs about 50 along whole-warp row segments
+// and 60 for the rows' remaining columns, and short rows waste part of their DRAM sectors; a tap
+// of an x point 1 + 2 * cin; a weight-partial reduce-scatter about 130).
+double FusedConvTBlockCost(const fj::geom::ConvTBwd& g, int64_t cin, int64_t kv, int64_t threads) {
+  const int64_t rows = g.ld * g.lh, whole = g.lw / 32, rem = g.lw % 32;
+  // Rows read from DRAM in 32-byte sectors: about one partial sector more per row.
+  const double staging = (static_cast<double>(rows * whole * 32) * 50 +
+                          static_cast<double>(CeilDiv(rows * rem, threads) * threads) * 60) *
+                         static_cast<double>(g.lw + 8) / static_cast<double>(g.lw);
+  const double taps =
+      static_cast<double>(g.points_per_thread * threads * kv) * static_cast<double>(1 + 2 * cin);
+  return staging + taps + static_cast<double>(g.chunks * threads) * 130;
+}
+
+// The x tile of least estimated time: up to 8 points per thread, shared memory for two blocks per
+// SM, power-of-two sides; instructions over all blocks, 20% more at two blocks per SM than at
+// three (W1: the best 8-point tile 1.34 ms against the best 4-point one's 1.23), divided by the
+// fill where the grid has less than a full wave. nullopt outside the domain above.
+std::optional<FusedConvTTile> ChooseFusedConvTTile(const Chain& chain, const ChainInfo& info,
+                                                   const PlanTarget& target) {
+  if (info.producer == nullptr || info.producer->kind != OpKind::kConvTranspose3d) {
+    return std::nullopt;
+  }
+  const Shape& x = chain.input;
+  if (x[1] > kFusedConvTMaxCin) return std::nullopt;
+  const int64_t kv =
+      info.producer->conv.kernel[0] * info.producer->conv.kernel[1] * info.producer->conv.kernel[2];
+  std::optional<FusedConvTTile> best;
+  double best_cost = 0;
+  const auto pow2_upto = [](int64_t limit) {
+    std::vector<int64_t> v;
+    for (int64_t t = 1; t < 2 * limit && t <= 64; t *= 2) v.push_back(t);
+    return v;
+  };
+  for (int64_t xw : pow2_upto(x[4])) {
+    for (int64_t xh : pow2_upto(x[3])) {
+      for (int64_t xd : pow2_upto(x[2])) {
+        const int64_t points = xd * xh * xw;
+        if (points > 8 * kFusedConvTThreads) continue;
+        const fj::geom::ConvTBwd g = FusedConvTGeomOf(chain, info, xd, xh, xw);
+        if (g.smem > kFusedConvTSharedLimit || g.chunks > 16) continue;
+        const int64_t blocks = x[0] * g.tiles;
+        const int64_t per_sm = FusedConvTBlocksPerSm(g);
+        const double fill = std::min(
+            1.0, static_cast<double>(blocks) / static_cast<double>(per_sm * target.sm_count));
+        const double cost = static_cast<double>(blocks) *
+                            FusedConvTBlockCost(g, x[1], kv, kFusedConvTThreads) *
+                            (per_sm == 3 ? 1.0 : 1.2) / fill;
+        if (!best || cost < best_cost) {
+          best = FusedConvTTile{xd, xh, xw, g};
+          best_cost = cost;
+        }
+      }
+    }
+  }
+  return best;
+}
+
+// The fused kernel, the weight-gradient reduction; bpart (the conv bias) per (n, c, tile).
+void AddFusedConvTBackward(const Chain& chain, const ChainInfo& info, const FusedConvTTile& t,
+                           const std::string& u, KernelArg zpart_in, KernelArg stats_in,
+                           std::optional<size_t> gpart, std::optional<size_t> bpart, Plan& plan) {
+  const int64_t blocks = chain.input[0] * t.g.tiles;
+  const int64_t kv =
+      info.producer->conv.kernel[0] * info.producer->conv.kernel[1] * info.producer->conv.kernel[2];
+  const int64_t weights = chain.input[1] * info.producer_shape[1] * kv;
+  const bool norm = info.group_norm != nullptr;
+  plan.includes.push_back("convt_backward.cuh");
+  plan.includes.push_back("wgrad.cuh");
+  const int64_t unroll = 8, minb = FusedConvTBlocksPerSm(t.g);
+  // kUnroll: region points a thread loads before using them (8: 1.23 ms on W1, 4: 1.34).
+  plan.tunes.push_back({"CtbTune",
+                        {Int("kXD", t.xd), Int("kXH", t.xh), Int("kXW", t.xw),
+                         Int("kThreads", kFusedConvTThreads), Int("kUnroll", unroll)}});
+  plan.tunes.push_back({"WgTune", {Int("kSplits", blocks)}});
+  const size_t wpart = plan.AddWorkspace("weight-gradient partials per block (double)",
+                                         static_cast<size_t>(blocks * weights * 8));
+  KernelLaunch k{
+      "fj_bwd_convt_fused",
+      "fj::bwd_convt_fused_kernel<Cfg, BwdTune, CtbTune>",
+      absl::StrCat("grad_u on the fly (never stored) -> grad_x, the weight partials and the bias "
+                   "partials, per x tile of ",
+                   t.xd, " x ", t.xh, " x ", t.xw, " points (", t.g.region,
+                   "-point output region per channel in shared memory, FFMA)"),
+      {static_cast<unsigned>(blocks), 1, 1},
+      {kFusedConvTThreads, 1, 1}};
+  k.shared_bytes = static_cast<unsigned>(t.g.smem);
+  k.min_blocks_per_sm = static_cast<unsigned>(minb);
+  const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
+    return KernelArg::Workspace(type, name, offset, access);
+  };
+  k.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
+            KernelArg::Tensor("u", u, kRead),
+            KernelArg::Tensor("gy", std::string(kGradOutputName), kRead),
+            KernelArg::Tensor("w", info.weight_param, kRead),
+            norm ? KernelArg::Tensor("gamma", info.gamma_param, kRead)
+                 : KernelArg::Null(ArgType::kTensorDType, "gamma", kRead),
+            norm ? KernelArg::Tensor("beta", info.beta_param, kRead)
+                 : KernelArg::Null(ArgType::kTensorDType, "beta", kRead),
+            std::move(zpart_in),
+            std::move(stats_in),
+            gpart ? ws(ArgType::kDouble2, "gpart", *gpart, kRead)
+                  : KernelArg::Null(ArgType::kDouble2, "gpart", kRead),
+            KernelArg::Tensor("gx", std::string(kGradInputName), kWrite),
+            ws(ArgType::kDouble, "part", wpart, kWrite),
+            bpart ? ws(ArgType::kDouble, "bpart", *bpart, kWrite)
+                  : KernelArg::Null(ArgType::kDouble, "bpart", kWrite)};
+  plan.kernels.push_back(k);
+  AddWeightGradientReduce(weights, info, wpart, plan);
 }
 
 }  // namespace
@@ -372,6 +516,14 @@ bool HasOpenSaveSlot(const Plan& plan, std::string_view name) {
   return false;
 }
 }  // namespace
+
+bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan) {
+  if (AnalyzeChain(chain).producer == nullptr) return false;
+  for (const TensorSpec& t : plan.signature) {
+    if (t.name == kGradInputName) return true;
+  }
+  return false;
+}
 
 bool CanSaveProducerOutput(const Plan& plan) { return HasOpenSaveSlot(plan, kProducerOutputName); }
 bool CanSaveStats(const Plan& plan) { return HasOpenSaveSlot(plan, kSavedStatsName); }
@@ -461,7 +613,9 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   const int64_t slices = p[0] * p[1];
   const int64_t spatial = p[2] * p[3] * p[4];
   const std::string u = std::string(producer ? kProducerOutputName : kInputName);
-  const std::string gu = std::string(producer ? kProducerGradName : kGradInputName);
+  // conv_transpose3d with few input channels: one kernel from grad_y's sums to grad_x.
+  const std::optional<FusedConvTTile> fused = ChooseFusedConvTTile(chain, info, target);
+  const std::string gu = std::string(producer && !fused ? kProducerGradName : kGradInputName);
 
   Plan plan;
   plan.strategy = "backward";
@@ -471,6 +625,11 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       "(group statistics recomputed in double, or read from the training forward's), then the "
       "parameter gradients as fixed-order sums";
   plan.includes = {"backward.cuh"};
+  if (fused) {
+    absl::StrAppend(&plan.description,
+                    "; conv_transpose3d's data and weight gradients in the same kernel as grad_u, "
+                    "which is never stored (few input channels)");
+  }
 
   // The signature of this step.
   std::vector<TensorSpec>& sig = plan.signature;
@@ -480,11 +639,12 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, chain.dtype,
                  OutputShape(chain), 16});
   for (const ParamSpec& ps : ChainParams(chain)) {
-    if (ps.op_index == static_cast<size_t>(info.group_norm_index)) {
+    if (ps.op_index == static_cast<size_t>(info.group_norm_index) ||
+        (fused && ps.name == info.weight_param)) {
       sig.push_back({ps.name, TensorRole::kParam, chain.dtype, ps.shape, 16});
     }
   }
-  sig.push_back({gu, TensorRole::kGradInput, chain.dtype, p, 16});
+  sig.push_back({gu, TensorRole::kGradInput, chain.dtype, fused ? chain.input : p, 16});
   for (const ParamSpec& ps : ChainParams(chain)) {
     sig.push_back({GradName(ps.name), TensorRole::kGradParam, chain.dtype, ps.shape, 16});
   }
@@ -492,7 +652,11 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   // Elementwise / group_norm part.
   const int64_t split =
       std::clamp<int64_t>(CeilDiv(4 * target.sm_count, slices), 1, std::max<int64_t>(1, spatial / 2048));
-  plan.tunes.push_back({"BwdTune", {Int("kSplit", split), Int("kThreads", kThreads)}});
+  // The bias partials' chunks per (n, c): the fused kernel's x tiles, or grad_u's chunks.
+  const int64_t bias_split = fused ? fused->g.tiles : split;
+  plan.tunes.push_back(
+      {"BwdTune",
+       {Int("kSplit", split), Int("kBiasSplit", bias_split), Int("kThreads", kThreads)}});
   const int64_t parts = slices * split;
   // The group statistics: recomputed (zpart) unless saved.
   const bool recompute_stats = norm && !saved_stats;
@@ -500,7 +664,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       recompute_stats ? plan.AddWorkspace("(sum z, sum z^2) per (n, c, chunk)", parts * 16) : 0;
   const size_t gpart =
       norm ? plan.AddWorkspace("(sum g_h, sum g_h*zhat) per (n, c, chunk)", parts * 16) : 0;
-  const size_t bpart = bias ? plan.AddWorkspace("sum grad_u per (n, c, chunk)", parts * 8) : 0;
+  const size_t bpart =
+      bias ? plan.AddWorkspace("sum grad_u per (n, c, chunk)", slices * bias_split * 8) : 0;
   const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
     return KernelArg::Workspace(type, name, offset, access);
   };
@@ -562,6 +727,11 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
               ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
     plan.kernels.push_back(s);
   }
+  if (fused) {
+    AddFusedConvTBackward(chain, info, *fused, u, zpart_in(), stats_in(),
+                          norm ? std::optional<size_t>(gpart) : std::nullopt,
+                          bias ? std::optional<size_t>(bpart) : std::nullopt, plan);
+  }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
                  norm ? "grad_u = group_norm's backward of g_h, times pre'(u); conv-bias sums"
                       : "grad_u = grad_y times the ops' derivatives; conv-bias sums",
@@ -577,7 +747,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       out("gu", gu),
       bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite)
            : null(ArgType::kDouble, "bpart", kWrite)};
-  plan.kernels.push_back(g);
+  if (!fused) plan.kernels.push_back(g);
   if (norm || bias) {
     KernelLaunch r{"fj_bwd_param_grads", "fj::bwd_param_grads_kernel<Cfg, BwdTune>",
                    "grad of group_norm weight, bias and conv bias: per channel, fixed-order sums",
@@ -593,8 +763,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     plan.kernels.push_back(r);
   }
 
-  // Weight gradient.
-  if (producer) {
+  // Weight gradient (the fused kernel's own).
+  if (producer && !fused) {
     const bool conv = info.producer->kind == OpKind::kConv3d;
     const ConvAttrs& a = info.producer->conv;
     const int64_t rows = conv ? p[1] : chain.input[1];

@@ -33,9 +33,15 @@ inline constexpr std::string_view kSavedStatsName = "stats";       // saved: gro
 // every parameter except the conv weight's data (grad_<conv weight> is computed here too),
 // workspace. saved_stats: the group statistics are read from the training forward's "stats"
 // (SavedStatsSpec) instead of recomputed from u (one pass over u less).
+// A conv_transpose3d with few input channels gets the fused form (templates/convt_backward.cuh):
+// the conv weight is in the signature too and grad_x takes grad_u's place -- it computes the data
+// gradient itself, so steps 3 and 4 are skipped (BackwardPlanWritesGradX).
 // REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target,
                                   bool saved_stats = false);
+
+// Whether step 2's `plan` of `chain` (which has a producer) writes grad_x itself: the fused form.
+bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);
 
 // Step 1: the chain up to and including its producer. REQUIRES: the chain has a producer.
 Chain ProducerChain(const Chain& chain);

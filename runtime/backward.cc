@@ -7,6 +7,9 @@
 //   step 4  (only where step 3's output is larger than x: conv_transpose3d with output_padding
 //           >= stride) grad_x = the leading box of step 3's output    codegen::PlanCrop
 //
+// A conv_transpose3d with few input channels gets step 2's fused form, which writes grad_x itself
+// (codegen::BackwardPlanWritesGradX): no grad_u tensor, no steps 3 and 4.
+//
 // Steps 1 and 3 are ordinary forward chains, so they get the planner's fastest convolution (the
 // tensor-core engine where it applies) and the kernel cache like any chain. Workspace layout:
 // [u][grad_u][step 3's output, when cropped][scratch], scratch being the largest workspace any
@@ -42,11 +45,8 @@ size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& chain,
                                                                    const Target& target,
                                                                    const CompileOptions& options,
-                                                                   bool saved_stats) {
-  absl::StatusOr<codegen::Plan> plan =
-      codegen::PlanBackward(chain, target.plan_target, saved_stats);
-  if (!plan.ok()) return plan.status();
-  PlannedChain planned{chain, target, *std::move(plan), {}};
+                                                                   codegen::Plan plan) {
+  PlannedChain planned{chain, target, std::move(plan), {}};
   planned.stats.tune_origin = "default";
   return BuildPlanned(std::move(planned), options);
 }
@@ -82,17 +82,22 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
   const bool producer = info.producer != nullptr;
-  absl::StatusOr<Chain> data_grad = producer ? codegen::DataGradientChain(chain) : Chain{};
+  // The group statistics, where the training forward saved them too.
+  const bool saved_stats = from_saved && TrainingForwardSavesStats(chain, *target, options);
+  absl::StatusOr<codegen::Plan> step2 =
+      codegen::PlanBackward(chain, target->plan_target, saved_stats);
+  if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");
+  // Step 2 writes grad_x itself (the fused conv_transpose3d form): no grad_u, no step 3.
+  const bool data_step = producer && !codegen::BackwardPlanWritesGradX(chain, *step2);
+  absl::StatusOr<Chain> data_grad = data_step ? codegen::DataGradientChain(chain) : Chain{};
   if (!data_grad.ok()) return data_grad.status();
   // Step 3 on a grid larger than x (conv_transpose3d with output_padding >= stride): its output
   // goes to a workspace region, cropped into grad_x by step 4.
-  const Shape full_grad_x = producer ? OutputShape(*data_grad) : chain.input;
+  const Shape full_grad_x = data_step ? OutputShape(*data_grad) : chain.input;
   const bool cropped = full_grad_x != chain.input;
 
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
-  // The group statistics, where the training forward saved them too.
-  const bool saved_stats = from_saved && TrainingForwardSavesStats(chain, *target, options);
   if (from_saved) {  // u (and stats) after grad_y
     auto at = sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
                          codegen::SavedProducerOutputSpec(chain));
@@ -101,7 +106,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;
   const size_t u_off = 0, gu_off = producer && !from_saved ? Align256(u_bytes) : 0;
-  const size_t full_off = producer ? gu_off + Align256(u_bytes) : 0;
+  const size_t full_off = data_step ? gu_off + Align256(u_bytes) : gu_off;
   const size_t scratch_off = full_off + Align256(full_bytes);
   const int workspace_index = static_cast<int>(sig.size());
 
@@ -130,26 +135,24 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   {
     absl::StatusOr<std::shared_ptr<CompiledChain>> c =
-        CompileBackwardPlan(chain, *target, options, saved_stats);
+        CompileBackwardPlan(chain, *target, options, *std::move(step2));
     if (!c.ok()) return WithContext(c.status(), "the backward kernels");
     std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kWorkspaceName), scratch}};
-    if (producer) {
-      map.push_back({std::string(codegen::kProducerOutputName), u});
-      map.push_back({std::string(codegen::kProducerGradName), gu});
-    }
+    if (producer) map.push_back({std::string(codegen::kProducerOutputName), u});
+    if (data_step) map.push_back({std::string(codegen::kProducerGradName), gu});
     if (saved_stats) {
       map.push_back(
           {std::string(codegen::kSavedStatsName), {IndexOf(sig, codegen::kSavedStatsName), 0}});
     }
-    if (absl::Status s = add_step(producer ? "grad_y -> grad_u (the producer output's gradient) "
-                                             "and the parameter gradients"
-                                           : "grad_y -> grad_x and the parameter gradients",
+    if (absl::Status s = add_step(data_step ? "grad_y -> grad_u (the producer output's gradient) "
+                                              "and the parameter gradients"
+                                            : "grad_y -> grad_x and the parameter gradients",
                                   *c, map);
         !s.ok()) {
       return s;
     }
   }
-  if (producer) {
+  if (data_step) {
     const Chain& dc = *data_grad;
     absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(dc, sub);
     if (!c.ok()) return WithContext(c.status(), absl::StrCat("the data gradient (", FormatChain(dc), ")"));
@@ -189,7 +192,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   if (producer && !from_saved) {
     absl::StrAppend(&layout, "  +", u_off, " ", u_bytes, " bytes: u (the producer's output)\n");
   }
-  if (producer) absl::StrAppend(&layout, "  +", gu_off, " ", u_bytes, " bytes: grad_u\n");
+  if (data_step) absl::StrAppend(&layout, "  +", gu_off, " ", u_bytes, " bytes: grad_u\n");
   if (cropped) {
     absl::StrAppend(&layout, "  +", full_off, " ", full_bytes,
                     " bytes: the data gradient on its larger grid ", FormatShape(full_grad_x),

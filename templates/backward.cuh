@@ -112,6 +112,58 @@ struct Bwd {
     mean = s_stats[0];
     rstd = s_stats[1];
   }
+
+  // What grad_u at a point of group g of sample n needs besides u, grad_y and the channel's gamma
+  // and beta: the group statistics and ma, mb = the group's means of gamma*g_h and gamma*g_h*zhat
+  // (from gpart). REQUIRES: all threads of the block call it.
+  struct GroupTerms {
+    float mean, rstd, ma, mb;
+  };
+  __device__ static GroupTerms group_terms(const double2* __restrict__ zpart,
+                                           const float* __restrict__ stats,
+                                           const double2* __restrict__ gpart,
+                                           const float* __restrict__ gamma, int n, int g,
+                                           double* scratch) {
+    GroupTerms t;
+    group_stats(zpart, stats, n, g, t.mean, t.rstd, scratch);
+    constexpr int kParts = kCg * kSplit;
+    const double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * kCg) * kSplit;
+    double a = 0, b = 0;
+    for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
+      const double gc = gamma[g * kCg + i / kSplit];
+      a += gc * p[i].x;
+      b += gc * p[i].y;
+    }
+    a = block_reduce_sum(a, scratch);
+    b = block_reduce_sum(b, scratch);
+    __shared__ float ab[2];
+    if (threadIdx.x == 0) {
+      const double count = static_cast<double>(kCg) * kS;
+      ab[0] = static_cast<float>(a / count);
+      ab[1] = static_cast<float>(b / count);
+    }
+    __syncthreads();
+    t.ma = ab[0];
+    t.mb = ab[1];
+    return t;
+  }
+
+  // grad_u at one point from u and grad_y there. With group_norm (t: the point's group terms,
+  // ga, be: its channel's gamma and beta): dz = rstd * (gamma*g_h - ma - zhat * mb), g_h =
+  // grad_y * post'(h), grad_u = dz * pre'(u). Without: grad_u = grad_y * pre'(u).
+  __device__ __forceinline__ static float grad_u_norm(float u, float gy, const GroupTerms& t,
+                                                      float ga, float be) {
+    float dp, d;
+    const float zh = (Cfg::pre_d(u, dp) - t.mean) * t.rstd;
+    Cfg::post_d(fmaf(zh, ga, be), d);
+    const float gh = gy * d;
+    return t.rstd * (ga * gh - t.ma - zh * t.mb) * dp;
+  }
+  __device__ __forceinline__ static float grad_u_plain(float u, float gy) {
+    float dp;
+    Cfg::pre_d(u, dp);
+    return gy * dp;
+  }
 };
 
 // zpart[slice chunk] = (sum z, sum z^2) with z = pre(u). Grid kN*kC*kSplit.
@@ -227,44 +279,19 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __re
   float* dst = gu + static_cast<size_t>(nc) * B::kS;
   double sb = 0;
   if constexpr (Cfg::kGroups > 0) {
-    const int g = c / B::kCg;
-    float mean, rstd;
-    B::group_stats(zpart, stats, n, g, mean, rstd, scratch);
-    // mean over the group of gamma*g_h and of gamma*g_h*zhat.
-    constexpr int kParts = B::kCg * B::kSplit;
-    const double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * B::kCg) * B::kSplit;
-    double a = 0, b = 0;
-    for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
-      const double gc = gamma[g * B::kCg + i / B::kSplit];
-      a += gc * p[i].x;
-      b += gc * p[i].y;
-    }
-    a = block_reduce_sum(a, scratch);
-    b = block_reduce_sum(b, scratch);
-    __shared__ float ab[2];
-    if (threadIdx.x == 0) {
-      const double count = static_cast<double>(B::kCg) * B::kS;
-      ab[0] = static_cast<float>(a / count);
-      ab[1] = static_cast<float>(b / count);
-    }
-    __syncthreads();
-    const float ma = ab[0], mb = ab[1], ga = gamma[c], be = beta[c];
+    const typename B::GroupTerms t =
+        B::group_terms(zpart, stats, gpart, gamma, n, c / B::kCg, scratch);
+    const float ga = gamma[c], be = beta[c];
     B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
                       [&](int i, float2 v) {
-                        float dp, d;
-                        const float zh = (Cfg::pre_d(v.x, dp) - mean) * rstd;
-                        Cfg::post_d(fmaf(zh, ga, be), d);
-                        const float gh = v.y * d;
-                        const float g_u = rstd * (ga * gh - ma - zh * mb) * dp;
+                        const float g_u = B::grad_u_norm(v.x, v.y, t, ga, be);
                         dst[i] = g_u;
                         sb += g_u;
                       });
   } else {
     B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
                       [&](int i, float2 v) {
-                        float dp;
-                        Cfg::pre_d(v.x, dp);
-                        const float g_u = v.y * dp;
+                        const float g_u = B::grad_u_plain(v.x, v.y);
                         dst[i] = g_u;
                         sb += g_u;
                       });
@@ -276,7 +303,9 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __re
 }
 
 // One block per channel c: grad_gamma[c], grad_beta[c] (from gpart) and grad_bias[c] (from
-// bpart), summed over samples and chunks in a fixed order; null outputs are skipped.
+// bpart: Tune::kBiasSplit chunks per (n, c), kSplit's unless the bias partials came from another
+// kernel, convt_backward.cuh's), summed over samples and chunks in a fixed order; null outputs
+// are skipped.
 template <class Cfg, class Tune>
 __device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,
                                        const double* __restrict__ bpart,
@@ -285,15 +314,20 @@ __device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
   const int c = blockIdx.x;
-  constexpr int kParts = Cfg::kN * B::kSplit;
   double s1 = 0, s2 = 0, sb = 0;
-  for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
-    const size_t idx = (static_cast<size_t>(i / B::kSplit) * Cfg::kC + c) * B::kSplit + i % B::kSplit;
-    if (gpart != nullptr) {
+  if (gpart != nullptr) {
+    for (int i = threadIdx.x; i < Cfg::kN * B::kSplit; i += blockDim.x) {
+      const size_t idx =
+          (static_cast<size_t>(i / B::kSplit) * Cfg::kC + c) * B::kSplit + i % B::kSplit;
       s1 += gpart[idx].x;
       s2 += gpart[idx].y;
     }
-    if (bpart != nullptr) sb += bpart[idx];
+  }
+  if (bpart != nullptr) {
+    constexpr int kBS = Tune::kBiasSplit;
+    for (int i = threadIdx.x; i < Cfg::kN * kBS; i += blockDim.x) {
+      sb += bpart[(static_cast<size_t>(i / kBS) * Cfg::kC + c) * kBS + i % kBS];
+    }
   }
   s1 = block_reduce_sum(s1, scratch);
   s2 = block_reduce_sum(s2, scratch);
@@ -311,7 +345,7 @@ __device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,
 // Compiled on its own (tests): every kernel with the default configuration.
 namespace fj_selftest {
 struct BwdSelfTune {
-  static constexpr int kSplit = 3, kThreads = 256;
+  static constexpr int kSplit = 3, kBiasSplit = 3, kThreads = 256;
 };
 using C = fj::DefaultConfig;
 extern "C" __global__ void bwd_moments(const float* u, double2* z) {

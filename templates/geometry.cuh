@@ -320,6 +320,54 @@ constexpr WgradHalo WgradHaloOf(long long n, long long td, long long th, long lo
   return g;
 }
 
+// ---- convt_backward.cuh (the backward plan's fused conv_transpose3d step) ----------------------
+// A block owns an x tile of xd x xh x xw points of one sample. Per axis its output region starts
+// at o = i0*s - p (the tile's first point's first tap) and spans ConvTBwdSpan points: every tap
+// of the tile's points, the points it owns for the bias sum (s per x point; the last tile also
+// the output_padding's points past the last tap), whichever is longer.
+constexpr long long ConvTBwdSpan(long long t, long long s, long long k, long long dil, long long op,
+                                 long long p) {
+  const long long taps = (t - 1) * s + (k - 1) * dil + 1 + (op > p ? op - p : 0);
+  return taps > t * s ? taps : t * s;
+}
+struct ConvTBwd {
+  long long ld, lh, lw, region;  // the output region per axis and its points
+  long long tiles;               // x tiles per sample
+  long long taps_per_chunk;      // taps whose cin x taps weight partials one reduce-scatter sums
+  long long chunks;              // ceil(kv / taps_per_chunk)
+  long long points_per_thread;
+  // Dynamic shared memory, floats: the region (grad_u of one channel), the weights, the warps'
+  // partials (two buffers of chunks x warps x 32), group terms (4 per group); doubles: the warps'
+  // bias sums per channel.
+  long long weights_offset, partials_offset, terms_offset, bias_offset, smem;
+};
+// cin, c: channels; din, hin, win: x's grid; k*, s*, p*, l* (dilation), o* (output_padding) per
+// axis; groups (0: none); xd x xh x xw the tile; threads per block.
+constexpr ConvTBwd ConvTBwdOf(long long cin, long long c, long long din, long long hin,
+                              long long win, long long kd, long long kh, long long kw, long long sd,
+                              long long sh, long long sw, long long pd, long long ph, long long pw,
+                              long long ldd, long long ldh, long long ldw, long long od,
+                              long long oh, long long ow, long long groups, long long xd,
+                              long long xh, long long xw, long long threads) {
+  ConvTBwd g{};
+  g.ld = ConvTBwdSpan(xd, sd, kd, ldd, od, pd);
+  g.lh = ConvTBwdSpan(xh, sh, kh, ldh, oh, ph);
+  g.lw = ConvTBwdSpan(xw, sw, kw, ldw, ow, pw);
+  g.region = g.ld * g.lh * g.lw;
+  g.tiles = CeilDiv(din, xd) * CeilDiv(hin, xh) * CeilDiv(win, xw);
+  const long long kv = kd * kh * kw;
+  g.taps_per_chunk = 32 / cin < kv ? 32 / cin : kv;
+  g.chunks = g.taps_per_chunk > 0 ? CeilDiv(kv, g.taps_per_chunk) : 0;
+  g.points_per_thread = CeilDiv(xd * xh * xw, threads);
+  const long long warps = threads / 32;
+  g.weights_offset = RoundUp(g.region, 4);
+  g.partials_offset = g.weights_offset + RoundUp(cin * c * kv, 4);
+  g.terms_offset = g.partials_offset + 2 * g.chunks * warps * 32;
+  g.bias_offset = RoundUp(g.terms_offset + 4 * groups, 2);
+  g.smem = 4 * g.bias_offset + 8 * c * warps;
+  return g;
+}
+
 }  // namespace geom
 }  // namespace fj
 

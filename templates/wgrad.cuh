@@ -11,7 +11,7 @@
 // FFMA with register tiles. Precision: each kBK-long run of products is summed in fp32, then added
 // into double accumulators, so the error does not grow with kR (a seed's reduction is ~10^6-10^7
 // long). The reduction is split into WgTune::kSplits chunks (grid z); each block writes its tile's
-// double partials and wgrad_reduce_kernel sums the chunks in index order: deterministic.
+// double partials and wgrad_reduce_kernel sums the chunks in a fixed order: deterministic.
 #ifndef FUSEJIT_TEMPLATES_WGRAD_CUH_
 #define FUSEJIT_TEMPLATES_WGRAD_CUH_
 
@@ -383,16 +383,31 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
             m0 + wr * (MI * 16), [&](int ni) { return c0 + wc * (NI * 8) + ni * 8; });
 }
 
-// grad_w[i] = sum over chunks of part[chunk][i], in chunk order. One thread per weight element.
+// grad_w[i] = the sum over chunks of part[chunk][i] in a fixed order (below). Grid ceil(weights /
+// 32) blocks of 256 threads.
 template <class Cfg, class Tune>
 __device__ void wgrad_reduce_kernel(const double* __restrict__ part, float* __restrict__ grad_w) {
   using G = WgGeom<Cfg>;
   constexpr int kTotal = G::kA * G::kNcol;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= kTotal) return;
+  // 32 weights per block of 256 threads (kWgradReduceThreads): warp j sums the chunks j, j + 8,
+  // ... of its lane's weight in order, then lane's warp sums are added in warp order.
+  constexpr int kSlices = 8;
+  __shared__ double sums[kSlices][32];
+  const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5;
+  const int i = blockIdx.x * 32 + lane;
   double s = 0;
-  for (int k = 0; k < Tune::kSplits; ++k) s += part[static_cast<size_t>(k) * kTotal + i];
-  grad_w[i] = static_cast<float>(s);
+  if (i < kTotal) {
+    for (int k = slice; k < Tune::kSplits; k += kSlices)
+      s += part[static_cast<size_t>(k) * kTotal + i];
+  }
+  sums[slice][lane] = s;
+  __syncthreads();
+  if (slice == 0 && i < kTotal) {
+    double t = 0;
+#pragma unroll
+    for (int j = 0; j < kSlices; ++j) t += sums[j][lane];
+    grad_w[i] = static_cast<float>(t);
+  }
 }
 
 }  // namespace fj

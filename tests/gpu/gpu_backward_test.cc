@@ -357,6 +357,50 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   EXPECT_EQ(checked, 12);
 }
 
+// The fused conv_transpose3d backward (few input channels: templates/convt_backward.cuh): strides,
+// padding beyond the stride, dilation, output_padding (also >= stride), odd sizes that leave
+// partial tiles, no bias, no group_norm, mean modes, ops after group_norm, W1 at batch 2; and
+// random chains that take it.
+TEST(GpuBackward, FusedConvTransposeBackward) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish",
+      "x:f32[3,1,5,7,9] | conv_transpose3d(out=5,k=[2,3,1],stride=[2,1,3],bias=false) | tanh",
+      "x:f32[2,4,6,5,7] | conv_transpose3d(out=8,k=3,dilation=2,padding=3,output_padding=1,"
+      "stride=2) | relu | group_norm(groups=2) | mean(dims=[2,3,4])",
+      "x:f32[2,2,4,5,6] | conv_transpose3d(out=6,k=3,stride=[1,2,1],dilation=[2,2,3],"
+      "output_padding=[1,1,2]) | gelu | group_norm(groups=3) | leaky_relu(negative_slope=0.1)",
+      "x:f32[1,3,9,11,13] | conv_transpose3d(out=7,k=[3,2,4],stride=[3,2,1],padding=[0,1,2]) | "
+      "hardswish | group_norm(groups=7) | mean(dims=[1,2,3,4])",
+      "x:f32[2,4,3,40,70] | conv_transpose3d(out=4,k=1,stride=2) | sigmoid | "
+      "group_norm(groups=1)",
+      "x:f32[4,1,8,8,8] | conv_transpose3d(out=32,k=5,stride=1,padding=2) | relu",
+  };
+  int seed = 500;
+  for (const char* spec : specs) {
+    const Chain chain = WithBatch(spec, ParseChain(spec)->input[0]);
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::PlanBackward(chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(codegen::BackwardPlanWritesGradX(chain, *plan)) << spec;
+    CheckBackward(chain, seed++);
+  }
+  Rng rng(9191);
+  int taken = 0;
+  for (int i = 0; i < 400 && taken < 20; ++i) {
+    const Chain chain = RandomChain(rng);
+    const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
+    if (info.producer == nullptr || info.producer->kind != OpKind::kConvTranspose3d ||
+        chain.input[1] > 4) {
+      continue;
+    }
+    ++taken;
+    CheckBackward(chain, 700 + i);
+  }
+  EXPECT_GE(taken, 10);
+}
+
 TEST(GpuBackward, RandomChains) {
   SKIP_WITHOUT_GPU();
   Rng rng(4242);

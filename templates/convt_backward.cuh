@@ -1,0 +1,352 @@
+// templates/convt_backward.cuh: the backward of a conv_transpose3d with few input channels after
+// grad_y's sums (backward.cuh's gpart), in one kernel: grad_u computed where it is used and never
+// stored, the data gradient grad_x, the weight-gradient partials and the conv-bias partials. It
+// replaces bwd_grad_u (grad_u's write), the weight-gradient GEMM and the data-gradient
+// convolution (three passes over grad_u).
+//
+// Block: sample n, an x tile of kXD x kXH x kXW points (geom::ConvTBwd). For each output channel
+// c in turn the block stages grad_u[n, c] over the tile's output region in shared memory,
+// computed from u and grad_y (Bwd::grad_u_norm / grad_u_plain); region points outside the output
+// hold 0. Then each thread, for each of its x points i and every tap k (output o = i*s - p + k*dil
+// per axis, a constant offset in the region):
+//   grad_x[n, ci, i] += W[ci, c, k] * grad_u(o)         (registers, over every c)
+//   wpart[ci, c, k]  += x[n, ci, i] * grad_u(o)        (per thread, then the warp, the block)
+// The weight partials of taps_per_chunk taps at a time (cin x taps <= 32) are summed over the warp
+// by a reduce-scatter (lane l ends with partial l), over the warps in index order, and written as
+// doubles: part[block][ci][c][k], which wgrad_reduce_kernel sums over blocks in index order.
+// Bias: output o is owned, per axis, by the tile holding x point clamp(floor((o + p) / s), 0,
+// Di - 1); the owning block adds grad_u(o) while staging it: bpart[(n*kC + c)*tiles + tile]
+// (bwd_param_grads with kBiasSplit = tiles). Every sum in a fixed order: deterministic.
+#ifndef FUSEJIT_TEMPLATES_CONVT_BACKWARD_CUH_
+#define FUSEJIT_TEMPLATES_CONVT_BACKWARD_CUH_
+
+#include "backward.cuh"
+#include "common.cuh"
+#include "default_config.cuh"
+#include "geometry.cuh"
+
+namespace fj {
+
+template <class Cfg, class Tune>
+struct ConvTBwdGeom {
+  static_assert(Cfg::kProducer == kConvTranspose3d, "convt_backward: conv_transpose3d only");
+  static constexpr geom::ConvTBwd kG =
+      geom::ConvTBwdOf(Cfg::kCin, Cfg::kC, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kKD, Cfg::kKH,
+                       Cfg::kKW, Cfg::kSD, Cfg::kSH, Cfg::kSW, Cfg::kPD, Cfg::kPH, Cfg::kPW,
+                       Cfg::kDilD, Cfg::kDilH, Cfg::kDilW, Cfg::kOPD, Cfg::kOPH, Cfg::kOPW,
+                       Cfg::kGroups, Tune::kXD, Tune::kXH, Tune::kXW, Tune::kThreads);
+  static constexpr int kLD = kG.ld, kLH = kG.lh, kLW = kG.lw, kRegion = kG.region;
+  static constexpr int kTilesD = (Cfg::kDin + Tune::kXD - 1) / Tune::kXD;
+  static constexpr int kTilesH = (Cfg::kHin + Tune::kXH - 1) / Tune::kXH;
+  static constexpr int kTilesW = (Cfg::kWin + Tune::kXW - 1) / Tune::kXW;
+  static constexpr int kTiles = kG.tiles;
+  static constexpr int kKV = Cfg::kKD * Cfg::kKH * Cfg::kKW;
+  static constexpr int kTC = kG.taps_per_chunk, kChunks = kG.chunks;
+  static constexpr int kP = kG.points_per_thread;
+  static constexpr int kThreads = Tune::kThreads, kWarps = kThreads / 32;
+  static constexpr int kWeights = Cfg::kCin * Cfg::kC * kKV;
+  static_assert(kTC >= 1, "convt_backward: at most 32 input channels");
+  static_assert(kThreads % 32 == 0, "whole warps");
+};
+
+// The warp's sums of v[0..31] over its lanes, lane l getting the sum of v[l] (31 shuffles: each
+// step keeps the half of the values whose index bit matches the lane's and adds the partner's).
+template <int kHalf>
+__device__ __forceinline__ void warp_reduce_scatter_step(float (&v)[32]) {
+  const bool upper = (threadIdx.x & kHalf) != 0;
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const float keep = upper ? v[kHalf + j] : v[j];
+    const float send = upper ? v[j] : v[kHalf + j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
+  }
+}
+__device__ __forceinline__ float warp_reduce_scatter32(float (&v)[32]) {
+  warp_reduce_scatter_step<16>(v);
+  warp_reduce_scatter_step<8>(v);
+  warp_reduce_scatter_step<4>(v);
+  warp_reduce_scatter_step<2>(v);
+  warp_reduce_scatter_step<1>(v);
+  return v[0];
+}
+
+// Grid: kN * tiles blocks of Tune::kThreads, dynamic shared memory geom::ConvTBwd::smem. x and w
+// (conv weight [Cin, C, k]) read; u, gy, gamma, beta, zpart/stats and gpart as bwd_grad_u's.
+template <class Cfg, class BwdTune, class Tune>
+__device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float* __restrict__ u,
+                                       const float* __restrict__ gy, const float* __restrict__ w,
+                                       const float* __restrict__ gamma,
+                                       const float* __restrict__ beta,
+                                       const double2* __restrict__ zpart,
+                                       const float* __restrict__ stats,
+                                       const double2* __restrict__ gpart, float* __restrict__ gx,
+                                       double* __restrict__ part, double* __restrict__ bpart) {
+  using G = ConvTBwdGeom<Cfg, Tune>;
+  using B = Bwd<Cfg, BwdTune>;
+  constexpr int Ci = Cfg::kCin, C = Cfg::kC, P = G::kP, TC = G::kTC;
+  constexpr int kXPts = Tune::kXD * Tune::kXH * Tune::kXW;
+  constexpr int kSin = Cfg::kDin * Cfg::kHin * Cfg::kWin;
+  extern __shared__ __align__(16) float fj_convt_bwd_smem[];
+  float* const region = fj_convt_bwd_smem;
+  float* const ws = fj_convt_bwd_smem + G::kG.weights_offset;
+  float* const wred = fj_convt_bwd_smem + G::kG.partials_offset;  // [2][chunks][warps][32]
+  float* const terms = fj_convt_bwd_smem + G::kG.terms_offset;    // [groups][4]
+  double* const bred =
+      reinterpret_cast<double*>(fj_convt_bwd_smem + G::kG.bias_offset);  // [C][warps]
+  __shared__ double scratch[32];
+
+  const int tile = blockIdx.x % G::kTiles, n = blockIdx.x / G::kTiles;
+  const int td = tile / (G::kTilesH * G::kTilesW), th = (tile / G::kTilesW) % G::kTilesH,
+            tw = tile % G::kTilesW;
+  const int i0d = td * Tune::kXD, i0h = th * Tune::kXH, i0w = tw * Tune::kXW;
+  // The region's first output point per axis, and where the tile's owned points end.
+  const int lod = i0d * Cfg::kSD - Cfg::kPD, loh = i0h * Cfg::kSH - Cfg::kPH,
+            low = i0w * Cfg::kSW - Cfg::kPW;
+  const int ownd = td == G::kTilesD - 1 ? Cfg::kD : lod + Tune::kXD * Cfg::kSD;
+  const int ownh = th == G::kTilesH - 1 ? Cfg::kH : loh + Tune::kXH * Cfg::kSH;
+  const int ownw = tw == G::kTilesW - 1 ? Cfg::kW : low + Tune::kXW * Cfg::kSW;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  for (int i = threadIdx.x; i < G::kWeights; i += blockDim.x) ws[i] = w[i];
+  if constexpr (Cfg::kGroups > 0) {
+    for (int g = 0; g < Cfg::kGroups; ++g) {
+      const typename B::GroupTerms t = B::group_terms(zpart, stats, gpart, gamma, n, g, scratch);
+      if (threadIdx.x == 0) {
+        terms[4 * g] = t.mean;
+        terms[4 * g + 1] = t.rstd;
+        terms[4 * g + 2] = t.ma;
+        terms[4 * g + 3] = t.mb;
+      }
+    }
+  }
+
+  // This thread's x points: region offset of tap 0, x values, grad_x sums.
+  int base[P];
+  float xv[P][Ci], dx[P][Ci];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int q = threadIdx.x + j * G::kThreads;
+    const int qd = q / (Tune::kXH * Tune::kXW), qh = (q / Tune::kXW) % Tune::kXH,
+              qw = q % Tune::kXW;
+    const bool in =
+        q < kXPts && i0d + qd < Cfg::kDin && i0h + qh < Cfg::kHin && i0w + qw < Cfg::kWin;
+    base[j] = q < kXPts ? (qd * Cfg::kSD * G::kLH + qh * Cfg::kSH) * G::kLW + qw * Cfg::kSW : 0;
+    const size_t at =
+        ((static_cast<size_t>(i0d + qd) * Cfg::kHin + i0h + qh) * Cfg::kWin + i0w + qw);
+#pragma unroll
+    for (int ci = 0; ci < Ci; ++ci) {
+      xv[j][ci] = in ? x[(static_cast<size_t>(n) * Ci + ci) * kSin + at] : 0.f;
+      dx[j][ci] = 0.f;
+    }
+  }
+
+#pragma unroll 1
+  for (int c = 0; c < C; ++c) {
+    __syncthreads();  // the previous channel's reads of the region are done
+    // Stage grad_u[n, c] over the region; sum the owned points for the bias.
+    float tmean = 0, trstd = 0, tma = 0, tmb = 0, ga = 0, be = 0;
+    if constexpr (Cfg::kGroups > 0) {
+      const int g = c / B::kCg;
+      tmean = terms[4 * g];
+      trstd = terms[4 * g + 1];
+      tma = terms[4 * g + 2];
+      tmb = terms[4 * g + 3];
+      ga = gamma[c];
+      be = beta[c];
+    }
+    const typename B::GroupTerms t{tmean, trstd, tma, tmb};
+    const int nc = n * C + c;
+    const float* const uc = u + static_cast<size_t>(nc) * B::kS;
+    // grad_y of the slice, or its one value broadcast through the mean.
+    constexpr bool kNoMeanGy = Cfg::kMean == kNoMean;
+    const float* const gyc = kNoMeanGy ? gy + static_cast<size_t>(nc) * B::kS : gy;
+    const float gy_mean = kNoMeanGy ? 0.f : B::grad_y(gy, nc, 0);
+    float bsum = 0.f;
+    // One region point: its (u, grad_y) (zeros outside the output) and flags; then its grad_u
+    // into the region, added to the bias sum where the tile owns it.
+    struct Point {
+      float2 v;
+      bool valid, own;
+    };
+    const auto load = [&](bool in_region, int ed, int eh, int ew) {
+      const int od = lod + ed, oh = loh + eh, ow = low + ew;
+      Point q;
+      q.valid = in_region && static_cast<unsigned>(od) < static_cast<unsigned>(Cfg::kD) &&
+                static_cast<unsigned>(oh) < static_cast<unsigned>(Cfg::kH) &&
+                static_cast<unsigned>(ow) < static_cast<unsigned>(Cfg::kW);
+      // The region starts at the tile's first owned point on every axis.
+      q.own = od < ownd && oh < ownh && ow < ownw;
+      const int at = (od * Cfg::kH + oh) * Cfg::kW + ow;
+      q.v = q.valid ? make_float2(uc[at], kNoMeanGy ? gyc[at] : gy_mean) : make_float2(0.f, 0.f);
+      return q;
+    };
+    const auto store = [&](const Point& q, int e) {
+      float g = 0.f;
+      if (q.valid) {
+        if constexpr (Cfg::kGroups > 0) {
+          g = B::grad_u_norm(q.v.x, q.v.y, t, ga, be);
+        } else {
+          g = B::grad_u_plain(q.v.x, q.v.y);
+        }
+        if (q.own) bsum += g;
+      }
+      region[e] = g;
+    };
+    // Whole warps along the region's rows: warp w takes rows w, w + kWarps, ... (kRowUnroll at a
+    // time, their loads in flight together), lane l columns l + 32 j, j < kM.
+    constexpr int kRows = G::kLD * G::kLH, kM = G::kLW / 32, kRem = G::kLW % 32;
+    constexpr int kRowUnroll = kM == 0 ? 1 : (Tune::kUnroll + kM - 1) / kM;
+    if constexpr (kM > 0) {
+      for (int r0 = warp; r0 < kRows; r0 += kRowUnroll * G::kWarps) {
+        Point q[kRowUnroll][kM];
+#pragma unroll
+        for (int i = 0; i < kRowUnroll; ++i) {
+          const int r = r0 + i * G::kWarps;
+          const int ed = r / G::kLH, eh = r % G::kLH;
+#pragma unroll
+          for (int j = 0; j < kM; ++j) {
+            q[i][j] = load(r < kRows, ed, eh, lane + 32 * j);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kRowUnroll; ++i) {
+          const int r = r0 + i * G::kWarps;
+          if (r < kRows) {
+#pragma unroll
+            for (int j = 0; j < kM; ++j) store(q[i][j], r * G::kLW + lane + 32 * j);
+          }
+        }
+      }
+    }
+    // The remaining kRem columns of every row, a point per thread.
+    if constexpr (kRem > 0) {
+      constexpr int kPerThread = (kRows * kRem + G::kThreads - 1) / G::kThreads;
+      constexpr int kU = kPerThread < Tune::kUnroll ? kPerThread : Tune::kUnroll;
+      for (int e0 = threadIdx.x; e0 < kRows * kRem; e0 += kU * G::kThreads) {
+        Point q[kU];
+#pragma unroll
+        for (int k = 0; k < kU; ++k) {
+          const int e = e0 + k * G::kThreads, r = e / kRem;
+          q[k] = load(e < kRows * kRem, r / G::kLH, r % G::kLH, kM * 32 + e % kRem);
+        }
+#pragma unroll
+        for (int k = 0; k < kU; ++k) {
+          const int e = e0 + k * G::kThreads, r = e / kRem;
+          if (e < kRows * kRem) store(q[k], r * G::kLW + kM * 32 + e % kRem);
+        }
+      }
+    }
+    // The bias sum of this warp (fixed tree), kept per (c, warp).
+    double bs = bsum;
+    for (int off = 16; off > 0; off >>= 1) bs += __shfl_down_sync(0xffffffffu, bs, off);
+    if (lane == 0) bred[c * G::kWarps + warp] = bs;
+    __syncthreads();  // the region is staged
+
+    // The previous channel's weight partials: over the warps in order, to part as doubles.
+    float* const red_prev = wred + ((c + 1) % 2) * G::kChunks * G::kWarps * 32;
+    if (c > 0) {
+      for (int i = threadIdx.x; i < G::kChunks * 32; i += blockDim.x) {
+        const int ch = i / 32, l = i % 32, tap = ch * TC + l % TC, ci = l / TC;
+        if (l < Ci * TC && tap < G::kKV) {
+          double s = 0;
+          for (int wp = 0; wp < G::kWarps; ++wp) s += red_prev[(ch * G::kWarps + wp) * 32 + l];
+          part[static_cast<size_t>(blockIdx.x) * G::kWeights + (ci * C + c - 1) * G::kKV + tap] = s;
+        }
+      }
+    }
+
+    float* const red = wred + (c % 2) * G::kChunks * G::kWarps * 32;
+#pragma unroll
+    for (int ch = 0; ch < G::kChunks; ++ch) {
+      float acc[32];
+#pragma unroll
+      for (int l = 0; l < 32; ++l) acc[l] = 0.f;
+#pragma unroll
+      for (int tl = 0; tl < TC; ++tl) {
+        const int tap = ch * TC + tl;
+        if (G::kKV % TC == 0 || tap < G::kKV) {
+          const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
+                    kw = tap % Cfg::kKW;
+          const int off = (kd * Cfg::kDilD * G::kLH + kh * Cfg::kDilH) * G::kLW + kw * Cfg::kDilW;
+          float wv[Ci];
+#pragma unroll
+          for (int ci = 0; ci < Ci; ++ci) wv[ci] = ws[(ci * C + c) * G::kKV + tap];
+#pragma unroll
+          for (int j = 0; j < P; ++j) {
+            const float g = region[base[j] + off];
+#pragma unroll
+            for (int ci = 0; ci < Ci; ++ci) {
+              dx[j][ci] = fmaf(wv[ci], g, dx[j][ci]);
+              acc[ci * TC + tl] = fmaf(xv[j][ci], g, acc[ci * TC + tl]);
+            }
+          }
+        }
+      }
+      const float total = warp_reduce_scatter32(acc);
+      red[(ch * G::kWarps + warp) * 32 + lane] = total;
+    }
+  }
+  __syncthreads();
+  // The last channel's weight partials, the bias partials.
+  {
+    const float* const red_last = wred + ((C - 1) % 2) * G::kChunks * G::kWarps * 32;
+    for (int i = threadIdx.x; i < G::kChunks * 32; i += blockDim.x) {
+      const int ch = i / 32, l = i % 32, tap = ch * TC + l % TC, ci = l / TC;
+      if (l < Ci * TC && tap < G::kKV) {
+        double s = 0;
+        for (int wp = 0; wp < G::kWarps; ++wp) s += red_last[(ch * G::kWarps + wp) * 32 + l];
+        part[static_cast<size_t>(blockIdx.x) * G::kWeights + (ci * C + C - 1) * G::kKV + tap] = s;
+      }
+    }
+    if (bpart != nullptr) {
+      for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        double s = 0;
+        for (int wp = 0; wp < G::kWarps; ++wp) s += bred[c * G::kWarps + wp];
+        bpart[(static_cast<size_t>(n) * C + c) * G::kTiles + tile] = s;
+      }
+    }
+  }
+  // grad_x.
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int q = threadIdx.x + j * G::kThreads;
+    const int qd = q / (Tune::kXH * Tune::kXW), qh = (q / Tune::kXW) % Tune::kXH,
+              qw = q % Tune::kXW;
+    if (q < kXPts && i0d + qd < Cfg::kDin && i0h + qh < Cfg::kHin && i0w + qw < Cfg::kWin) {
+      const size_t at =
+          ((static_cast<size_t>(i0d + qd) * Cfg::kHin + i0h + qh) * Cfg::kWin + i0w + qw);
+#pragma unroll
+      for (int ci = 0; ci < Ci; ++ci)
+        gx[(static_cast<size_t>(n) * Ci + ci) * kSin + at] = dx[j][ci];
+    }
+  }
+}
+
+}  // namespace fj
+
+#ifndef FJ_GENERATED
+// Compiled on its own (tests): the kernel with a conv_transpose3d configuration.
+namespace fj_selftest {
+struct ConvTBwdSelfCfg : fj::DefaultConfig {
+  static constexpr int kProducer = fj::kConvTranspose3d;
+  static constexpr int kCin = 3, kDin = 4, kHin = 5, kWin = 6;
+  static constexpr int kC = 8, kD = 7, kH = 9, kW = 11;
+  static constexpr int kSD = 2, kSH = 2, kSW = 2, kPD = 1, kPH = 1, kPW = 1;
+};
+struct ConvTBwdSelfBwdTune {
+  static constexpr int kSplit = 2, kBiasSplit = 4, kThreads = 256;
+};
+struct ConvTBwdSelfTune {
+  static constexpr int kXD = 2, kXH = 4, kXW = 6, kThreads = 64, kUnroll = 4;
+};
+extern "C" __global__ void bwd_convt_fused(const float* x, const float* u, const float* gy,
+                                           const float* w, const float* g, const float* b,
+                                           const double2* z, const float* st, const double2* p,
+                                           float* gx, double* part, double* bp) {
+  fj::bwd_convt_fused_kernel<ConvTBwdSelfCfg, ConvTBwdSelfBwdTune, ConvTBwdSelfTune>(
+      x, u, gy, w, g, b, z, st, p, gx, part, bp);
+}
+}  // namespace fj_selftest
+#endif  // FJ_GENERATED
+
+#endif  // FUSEJIT_TEMPLATES_CONVT_BACKWARD_CUH_
