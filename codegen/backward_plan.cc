@@ -332,35 +332,50 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
 }
 
-// ---- conv_transpose3d with few input channels: templates/convt_backward.cuh ----------------
+// ---- few input channels: templates/few_in_backward.cuh ------------------------------------
 // One kernel computes grad_u on the fly, grad_x, the weight partials and the bias partials (no
-// grad_u tensor, no data-gradient step). Taken for conv_transpose3d with at most 4 input channels
-// (the weight-gradient GEMM has fewer than 8 rows there, FFMA; the data gradient is a few-out
-// convolution: three passes over grad_u, against two over u and grad_y here) whose tile fits.
-constexpr int kFusedConvTThreads = 256;
-constexpr int64_t kFusedConvTMaxCin = 4;
-constexpr int64_t kFusedConvTSharedLimit = 110 * 1024;  // two blocks per SM at least
+// grad_u tensor, no data-gradient step). Taken for conv_transpose3d, and conv3d with stride 1
+// and padding <= (kernel-1)*dilation, with at most 4 input channels (the weight-gradient GEMM has
+// fewer than 8 rows there, FFMA; the data gradient is a few-out convolution: three passes over
+// grad_u, against two over u and grad_y here), at most kFewInMaxTaps taps and
+// kFewInMaxTapsPerOutput taps per output point (below), whose tile fits.
+constexpr int kFewInThreads = 256;
+constexpr int64_t kFewInMaxCin = 4;
+constexpr int64_t kFewInMaxTaps = 64;
+constexpr int64_t kFewInMaxTapsPerOutput = 48;
+constexpr int64_t kFewInSharedLimit = 110 * 1024;  // two blocks per SM at least
 
-struct FusedConvTTile {
+struct FewInTile {
   int64_t xd = 0, xh = 0, xw = 0;
-  fj::geom::ConvTBwd g{};
+  fj::geom::FewInBwd g{};
 };
 
-fj::geom::ConvTBwd FusedConvTGeomOf(const Chain& chain, const ChainInfo& info, int64_t xd,
-                                    int64_t xh, int64_t xw) {
+// Whether the producer is one the kernel takes (above), channels and taps aside.
+bool FewInProducer(const ChainInfo& info) {
+  if (info.producer == nullptr) return false;
+  if (info.producer->kind == OpKind::kConvTranspose3d) return true;
+  const ConvAttrs& a = info.producer->conv;
+  for (int d = 0; d < 3; ++d) {
+    if (a.stride[d] != 1 || a.padding[d] > (a.kernel[d] - 1) * a.dilation[d]) return false;
+  }
+  return true;
+}
+
+fj::geom::FewInBwd FewInGeomOf(const Chain& chain, const ChainInfo& info, int64_t xd, int64_t xh,
+                               int64_t xw) {
   const ConvAttrs& a = info.producer->conv;
   const Shape& x = chain.input;
-  return fj::geom::ConvTBwdOf(
-      x[1], info.producer_shape[1], x[2], x[3], x[4], a.kernel[0], a.kernel[1], a.kernel[2],
-      a.stride[0], a.stride[1], a.stride[2], a.padding[0], a.padding[1], a.padding[2],
-      a.dilation[0], a.dilation[1], a.dilation[2], a.output_padding[0], a.output_padding[1],
-      a.output_padding[2], info.group_norm ? info.group_norm->groups : 0, xd, xh, xw,
-      kFusedConvTThreads);
+  return fj::geom::FewInBwdOf(
+      info.producer->kind == OpKind::kConvTranspose3d, x[1], info.producer_shape[1], x[2], x[3],
+      x[4], a.kernel[0], a.kernel[1], a.kernel[2], a.stride[0], a.stride[1], a.stride[2],
+      a.padding[0], a.padding[1], a.padding[2], a.dilation[0], a.dilation[1], a.dilation[2],
+      a.output_padding[0], a.output_padding[1], a.output_padding[2],
+      info.group_norm ? info.group_norm->groups : 0, xd, xh, xw, kFewInThreads);
 }
 
 // Blocks per SM the fused kernel is compiled for: three where a thread has at most 4 x points
 // (its registers fit 85) and three blocks' shared memory fits, else two.
-int64_t FusedConvTBlocksPerSm(const fj::geom::ConvTBwd& g) {
+int64_t FewInBlocksPerSm(const fj::geom::FewInBwd& g) {
   return g.points_per_thread <= 4 && 3 * (g.smem + 1024) <= 227 * 1024 ? 3 : 2;
 }
 
@@ -368,7 +383,7 @@ int64_t FusedConvTBlocksPerSm(const fj::geom::ConvTBwd& g) {
 // by issuing instructions; staging a region point costs about 50 along whole-warp row segments
 // and 60 for the rows' remaining columns, and short rows waste part of their DRAM sectors; a tap
 // of an x point 1 + 2 * cin; a weight-partial reduce-scatter about 130).
-double FusedConvTBlockCost(const fj::geom::ConvTBwd& g, int64_t cin, int64_t kv, int64_t threads) {
+double FewInBlockCost(const fj::geom::FewInBwd& g, int64_t cin, int64_t kv, int64_t threads) {
   const int64_t rows = g.ld * g.lh, whole = g.lw / 32, rem = g.lw % 32;
   // Rows read from DRAM in 32-byte sectors: about one partial sector more per row.
   const double staging = (static_cast<double>(rows * whole * 32) * 50 +
@@ -383,16 +398,19 @@ double FusedConvTBlockCost(const fj::geom::ConvTBwd& g, int64_t cin, int64_t kv,
 // SM, power-of-two sides; instructions over all blocks, 20% more at two blocks per SM than at
 // three (W1: the best 8-point tile 1.34 ms against the best 4-point one's 1.23), divided by the
 // fill where the grid has less than a full wave. nullopt outside the domain above.
-std::optional<FusedConvTTile> ChooseFusedConvTTile(const Chain& chain, const ChainInfo& info,
-                                                   const PlanTarget& target) {
-  if (info.producer == nullptr || info.producer->kind != OpKind::kConvTranspose3d) {
-    return std::nullopt;
-  }
+std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& info,
+                                         const PlanTarget& target) {
+  if (!FewInProducer(info)) return std::nullopt;
   const Shape& x = chain.input;
-  if (x[1] > kFusedConvTMaxCin) return std::nullopt;
   const int64_t kv =
       info.producer->conv.kernel[0] * info.producer->conv.kernel[1] * info.producer->conv.kernel[2];
-  std::optional<FusedConvTTile> best;
+  if (x[1] > kFewInMaxCin || kv > kFewInMaxTaps) return std::nullopt;
+  // Its FFMA taps per output point (x points x taps / output points) at most 48: backward W1
+  // (3.6 taps a point) 3.57 -> 1.97 ms and W4 (33.5) 1.65 -> 1.42 ms, but W2 (96) 6.34 -> 9.58 ms
+  // (its weight gradient runs on tensor cores otherwise; H100, 2026-11-27).
+  const Shape& u = info.producer_shape;
+  if (x[2] * x[3] * x[4] * kv > kFewInMaxTapsPerOutput * u[2] * u[3] * u[4]) return std::nullopt;
+  std::optional<FewInTile> best;
   double best_cost = 0;
   const auto pow2_upto = [](int64_t limit) {
     std::vector<int64_t> v;
@@ -403,18 +421,20 @@ std::optional<FusedConvTTile> ChooseFusedConvTTile(const Chain& chain, const Cha
     for (int64_t xh : pow2_upto(x[3])) {
       for (int64_t xd : pow2_upto(x[2])) {
         const int64_t points = xd * xh * xw;
-        if (points > 8 * kFusedConvTThreads) continue;
-        const fj::geom::ConvTBwd g = FusedConvTGeomOf(chain, info, xd, xh, xw);
-        if (g.smem > kFusedConvTSharedLimit || g.chunks > 16) continue;
+        if (points > 8 * kFewInThreads) continue;
+        const fj::geom::FewInBwd g = FewInGeomOf(chain, info, xd, xh, xw);
+        if (g.smem > std::min(kFewInSharedLimit, SharedOptInLimit(target.arch)) || g.chunks > 16) {
+          continue;
+        }
         const int64_t blocks = x[0] * g.tiles;
-        const int64_t per_sm = FusedConvTBlocksPerSm(g);
+        const int64_t per_sm = FewInBlocksPerSm(g);
         const double fill = std::min(
             1.0, static_cast<double>(blocks) / static_cast<double>(per_sm * target.sm_count));
         const double cost = static_cast<double>(blocks) *
-                            FusedConvTBlockCost(g, x[1], kv, kFusedConvTThreads) *
-                            (per_sm == 3 ? 1.0 : 1.2) / fill;
+                            FewInBlockCost(g, x[1], kv, kFewInThreads) * (per_sm == 3 ? 1.0 : 1.2) /
+                            fill;
         if (!best || cost < best_cost) {
-          best = FusedConvTTile{xd, xh, xw, g};
+          best = FewInTile{xd, xh, xw, g};
           best_cost = cost;
         }
       }
@@ -424,33 +444,33 @@ std::optional<FusedConvTTile> ChooseFusedConvTTile(const Chain& chain, const Cha
 }
 
 // The fused kernel, the weight-gradient reduction; bpart (the conv bias) per (n, c, tile).
-void AddFusedConvTBackward(const Chain& chain, const ChainInfo& info, const FusedConvTTile& t,
-                           const std::string& u, KernelArg zpart_in, KernelArg stats_in,
-                           std::optional<size_t> gpart, std::optional<size_t> bpart, Plan& plan) {
+void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile& t,
+                      const std::string& u, KernelArg zpart_in, KernelArg stats_in,
+                      std::optional<size_t> gpart, std::optional<size_t> bpart, Plan& plan) {
   const int64_t blocks = chain.input[0] * t.g.tiles;
   const int64_t kv =
       info.producer->conv.kernel[0] * info.producer->conv.kernel[1] * info.producer->conv.kernel[2];
   const int64_t weights = chain.input[1] * info.producer_shape[1] * kv;
   const bool norm = info.group_norm != nullptr;
-  plan.includes.push_back("convt_backward.cuh");
+  plan.includes.push_back("few_in_backward.cuh");
   plan.includes.push_back("wgrad.cuh");
-  const int64_t unroll = 8, minb = FusedConvTBlocksPerSm(t.g);
+  const int64_t unroll = 8, minb = FewInBlocksPerSm(t.g);
   // kUnroll: region points a thread loads before using them (8: 1.23 ms on W1, 4: 1.34).
   plan.tunes.push_back({"CtbTune",
                         {Int("kXD", t.xd), Int("kXH", t.xh), Int("kXW", t.xw),
-                         Int("kThreads", kFusedConvTThreads), Int("kUnroll", unroll)}});
+                         Int("kThreads", kFewInThreads), Int("kUnroll", unroll)}});
   plan.tunes.push_back({"WgTune", {Int("kSplits", blocks)}});
   const size_t wpart = plan.AddWorkspace("weight-gradient partials per block (double)",
                                          static_cast<size_t>(blocks * weights * 8));
   KernelLaunch k{
-      "fj_bwd_convt_fused",
-      "fj::bwd_convt_fused_kernel<Cfg, BwdTune, CtbTune>",
+      "fj_bwd_few_in",
+      "fj::bwd_few_in_kernel<Cfg, BwdTune, CtbTune>",
       absl::StrCat("grad_u on the fly (never stored) -> grad_x, the weight partials and the bias "
                    "partials, per x tile of ",
                    t.xd, " x ", t.xh, " x ", t.xw, " points (", t.g.region,
                    "-point output region per channel in shared memory, FFMA)"),
       {static_cast<unsigned>(blocks), 1, 1},
-      {kFusedConvTThreads, 1, 1}};
+      {kFewInThreads, 1, 1}};
   k.shared_bytes = static_cast<unsigned>(t.g.smem);
   k.min_blocks_per_sm = static_cast<unsigned>(minb);
   const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
@@ -613,8 +633,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   const int64_t slices = p[0] * p[1];
   const int64_t spatial = p[2] * p[3] * p[4];
   const std::string u = std::string(producer ? kProducerOutputName : kInputName);
-  // conv_transpose3d with few input channels: one kernel from grad_y's sums to grad_x.
-  const std::optional<FusedConvTTile> fused = ChooseFusedConvTTile(chain, info, target);
+  // Few input channels: one kernel from grad_y's sums to grad_x (few_in_backward.cuh).
+  const std::optional<FewInTile> fused = ChooseFewInTile(chain, info, target);
   const std::string gu = std::string(producer && !fused ? kProducerGradName : kGradInputName);
 
   Plan plan;
@@ -627,7 +647,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   plan.includes = {"backward.cuh"};
   if (fused) {
     absl::StrAppend(&plan.description,
-                    "; conv_transpose3d's data and weight gradients in the same kernel as grad_u, "
+                    "; the convolution's data and weight gradients in the same kernel as grad_u, "
                     "which is never stored (few input channels)");
   }
 
@@ -728,9 +748,9 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     plan.kernels.push_back(s);
   }
   if (fused) {
-    AddFusedConvTBackward(chain, info, *fused, u, zpart_in(), stats_in(),
-                          norm ? std::optional<size_t>(gpart) : std::nullopt,
-                          bias ? std::optional<size_t>(bpart) : std::nullopt, plan);
+    AddFewInBackward(chain, info, *fused, u, zpart_in(), stats_in(),
+                     norm ? std::optional<size_t>(gpart) : std::nullopt,
+                     bias ? std::optional<size_t>(bpart) : std::nullopt, plan);
   }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
                  norm ? "grad_u = group_norm's backward of g_h, times pre'(u); conv-bias sums"

@@ -33,7 +33,8 @@ inline constexpr std::string_view kSavedStatsName = "stats";       // saved: gro
 // every parameter except the conv weight's data (grad_<conv weight> is computed here too),
 // workspace. saved_stats: the group statistics are read from the training forward's "stats"
 // (SavedStatsSpec) instead of recomputed from u (one pass over u less).
-// A conv_transpose3d with few input channels gets the fused form (templates/convt_backward.cuh):
+// A convolution with few input channels (conv_transpose3d; conv3d with stride 1) gets the fused
+// form (templates/few_in_backward.cuh):
 // the conv weight is in the signature too and grad_x takes grad_u's place -- it computes the data
 // gradient itself, so steps 3 and 4 are skipped (BackwardPlanWritesGradX).
 // REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.

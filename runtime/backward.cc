@@ -7,7 +7,8 @@
 //   step 4  (only where step 3's output is larger than x: conv_transpose3d with output_padding
 //           >= stride) grad_x = the leading box of step 3's output    codegen::PlanCrop
 //
-// A conv_transpose3d with few input channels gets step 2's fused form, which writes grad_x itself
+// A convolution with few input channels (conv_transpose3d; conv3d with stride 1) gets step 2's
+// fused form, which writes grad_x itself
 // (codegen::BackwardPlanWritesGradX): no grad_u tensor, no steps 3 and 4.
 //
 // Steps 1 and 3 are ordinary forward chains, so they get the planner's fastest convolution (the
@@ -87,7 +88,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   absl::StatusOr<codegen::Plan> step2 =
       codegen::PlanBackward(chain, target->plan_target, saved_stats);
   if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");
-  // Step 2 writes grad_x itself (the fused conv_transpose3d form): no grad_u, no step 3.
+  // Step 2 writes grad_x itself (the fused few-input-channel form): no grad_u, no step 3.
   const bool data_step = producer && !codegen::BackwardPlanWritesGradX(chain, *step2);
   absl::StatusOr<Chain> data_grad = data_step ? codegen::DataGradientChain(chain) : Chain{};
   if (!data_grad.ok()) return data_grad.status();

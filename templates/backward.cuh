@@ -304,7 +304,7 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __re
 
 // One block per channel c: grad_gamma[c], grad_beta[c] (from gpart) and grad_bias[c] (from
 // bpart: Tune::kBiasSplit chunks per (n, c), kSplit's unless the bias partials came from another
-// kernel, convt_backward.cuh's), summed over samples and chunks in a fixed order; null outputs
+// kernel, few_in_backward.cuh's), summed over samples and chunks in a fixed order; null outputs
 // are skipped.
 template <class Cfg, class Tune>
 __device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,

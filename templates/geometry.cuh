@@ -320,17 +320,31 @@ constexpr WgradHalo WgradHaloOf(long long n, long long td, long long th, long lo
   return g;
 }
 
-// ---- convt_backward.cuh (the backward plan's fused conv_transpose3d step) ----------------------
-// A block owns an x tile of xd x xh x xw points of one sample. Per axis its output region starts
-// at o = i0*s - p (the tile's first point's first tap) and spans ConvTBwdSpan points: every tap
-// of the tile's points, the points it owns for the bias sum (s per x point; the last tile also
-// the output_padding's points past the last tap), whichever is longer.
-constexpr long long ConvTBwdSpan(long long t, long long s, long long k, long long dil, long long op,
-                                 long long p) {
-  const long long taps = (t - 1) * s + (k - 1) * dil + 1 + (op > p ? op - p : 0);
-  return taps > t * s ? taps : t * s;
+// ---- few_in_backward.cuh (the backward plan's fused step for few input channels) ------------
+// A block owns an x tile of xd x xh x xw points of one sample. Per axis, x point i's tap k reaches
+// output o = a*i + b + k'*dil, where conv_transpose3d has a = stride, b = -padding, k' = k, and
+// conv3d (stride 1 only) a = 1, b = padding - (kernel-1)*dil, k' = kernel-1-k. The tile's output
+// region starts at a*i0 + b (its first point's tap k' = 0) and spans FewInBwdSpan points: every
+// tap of the tile's points and the a points per x point the tile owns for the bias sum, plus
+// `extra` (the last tile's outputs past the last tap: conv_transpose3d's output_padding beyond
+// the padding), whichever is longer.
+constexpr long long FewInBwdSpan(long long t, long long a, long long k, long long dil,
+                                 long long extra) {
+  const long long taps = (t - 1) * a + (k - 1) * dil + 1 + extra;
+  return taps > t * a ? taps : t * a;
 }
-struct ConvTBwd {
+constexpr long long FewInBwdStep(bool transposed, long long s) { return transposed ? s : 1; }
+constexpr long long FewInBwdStart(bool transposed, long long p, long long k, long long dil) {
+  return transposed ? -p : p - (k - 1) * dil;
+}
+// Outputs past the last tap: conv_transpose3d output_padding - padding; conv3d padding -
+// (kernel-1)*dil (0 where the plan takes it: it requires padding <= (kernel-1)*dil).
+constexpr long long FewInBwdExtra(bool transposed, long long p, long long k, long long dil,
+                                  long long op) {
+  const long long e = transposed ? op - p : p - (k - 1) * dil;
+  return e > 0 ? e : 0;
+}
+struct FewInBwd {
   long long ld, lh, lw, region;  // the output region per axis and its points
   long long tiles;               // x tiles per sample
   long long taps_per_chunk;      // taps whose cin x taps weight partials one reduce-scatter sums
@@ -341,18 +355,23 @@ struct ConvTBwd {
   // bias sums per channel.
   long long weights_offset, partials_offset, terms_offset, bias_offset, smem;
 };
-// cin, c: channels; din, hin, win: x's grid; k*, s*, p*, l* (dilation), o* (output_padding) per
-// axis; groups (0: none); xd x xh x xw the tile; threads per block.
-constexpr ConvTBwd ConvTBwdOf(long long cin, long long c, long long din, long long hin,
-                              long long win, long long kd, long long kh, long long kw, long long sd,
-                              long long sh, long long sw, long long pd, long long ph, long long pw,
-                              long long ldd, long long ldh, long long ldw, long long od,
-                              long long oh, long long ow, long long groups, long long xd,
-                              long long xh, long long xw, long long threads) {
-  ConvTBwd g{};
-  g.ld = ConvTBwdSpan(xd, sd, kd, ldd, od, pd);
-  g.lh = ConvTBwdSpan(xh, sh, kh, ldh, oh, ph);
-  g.lw = ConvTBwdSpan(xw, sw, kw, ldw, ow, pw);
+// transposed: conv_transpose3d (else conv3d); cin, c: channels; din, hin, win: x's grid; k*, s*,
+// p*, l* (dilation), o* (output_padding) per axis; groups (0: none); xd x xh x xw the tile;
+// threads per block.
+constexpr FewInBwd FewInBwdOf(bool transposed, long long cin, long long c, long long din,
+                              long long hin, long long win, long long kd, long long kh,
+                              long long kw, long long sd, long long sh, long long sw, long long pd,
+                              long long ph, long long pw, long long ldd, long long ldh,
+                              long long ldw, long long od, long long oh, long long ow,
+                              long long groups, long long xd, long long xh, long long xw,
+                              long long threads) {
+  FewInBwd g{};
+  g.ld = FewInBwdSpan(xd, FewInBwdStep(transposed, sd), kd, ldd,
+                      FewInBwdExtra(transposed, pd, kd, ldd, od));
+  g.lh = FewInBwdSpan(xh, FewInBwdStep(transposed, sh), kh, ldh,
+                      FewInBwdExtra(transposed, ph, kh, ldh, oh));
+  g.lw = FewInBwdSpan(xw, FewInBwdStep(transposed, sw), kw, ldw,
+                      FewInBwdExtra(transposed, pw, kw, ldw, ow));
   g.region = g.ld * g.lh * g.lw;
   g.tiles = CeilDiv(din, xd) * CeilDiv(hin, xh) * CeilDiv(win, xw);
   const long long kv = kd * kh * kw;

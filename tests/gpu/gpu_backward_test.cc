@@ -357,11 +357,11 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
   EXPECT_EQ(checked, 12);
 }
 
-// The fused conv_transpose3d backward (few input channels: templates/convt_backward.cuh): strides,
-// padding beyond the stride, dilation, output_padding (also >= stride), odd sizes that leave
-// partial tiles, no bias, no group_norm, mean modes, ops after group_norm, W1 at batch 2; and
-// random chains that take it.
-TEST(GpuBackward, FusedConvTransposeBackward) {
+// The fused backward for few input channels (templates/few_in_backward.cuh): conv_transpose3d
+// with strides, padding beyond the stride, dilation, output_padding (also >= stride); conv3d with
+// stride 1, padding and dilation; odd sizes that leave partial tiles, no bias, no group_norm,
+// mean modes, ops after group_norm, W1 and W4 at batch 2; and random chains that take it.
+TEST(GpuBackward, FewInputChannelsFusedBackward) {
   SKIP_WITHOUT_GPU();
   const char* const specs[] = {
       "x:f32[2,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
@@ -375,7 +375,16 @@ TEST(GpuBackward, FusedConvTransposeBackward) {
       "hardswish | group_norm(groups=7) | mean(dims=[1,2,3,4])",
       "x:f32[2,4,3,40,70] | conv_transpose3d(out=4,k=1,stride=2) | sigmoid | "
       "group_norm(groups=1)",
-      "x:f32[4,1,8,8,8] | conv_transpose3d(out=32,k=5,stride=1,padding=2) | relu",
+      "x:f32[4,1,8,8,8] | conv_transpose3d(out=32,k=[3,3,1],stride=1,padding=1) | relu",
+      // conv3d with stride 1: W4 at batch 2, padding, dilation, odd sizes, no bias.
+      "x:f32[2,3,24,32,32] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
+      "x:f32[2,3,16,32,32] | conv3d(out=16,k=[2,4,2]) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[2,2,6,7,9] | conv3d(out=5,k=[3,1,2],padding=[2,0,1],dilation=[1,1,2]) | tanh",
+      "x:f32[3,4,5,9,11] | conv3d(out=6,k=3,padding=1,bias=false) | swish | "
+      "group_norm(groups=3) | gelu",
+      "x:f32[2,1,7,6,40] | conv3d(out=9,k=[2,3,3],dilation=[2,1,2],padding=[1,1,2]) | relu | "
+      "group_norm(groups=9)",
   };
   int seed = 500;
   for (const char* spec : specs) {
@@ -390,11 +399,9 @@ TEST(GpuBackward, FusedConvTransposeBackward) {
   int taken = 0;
   for (int i = 0; i < 400 && taken < 20; ++i) {
     const Chain chain = RandomChain(rng);
-    const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
-    if (info.producer == nullptr || info.producer->kind != OpKind::kConvTranspose3d ||
-        chain.input[1] > 4) {
-      continue;
-    }
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::PlanBackward(chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32});
+    if (!plan.ok() || !codegen::BackwardPlanWritesGradX(chain, *plan)) continue;
     ++taken;
     CheckBackward(chain, 700 + i);
   }

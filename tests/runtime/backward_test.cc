@@ -33,8 +33,9 @@ std::vector<std::string> Names(const std::vector<TensorSpec>& sig) {
 }
 
 TEST(Backward, SignatureNamesEveryGradient) {
-  const Chain c = Parse(
-      "x:f32[2,3,6,7,8] | conv3d(out=8,k=3,padding=1) | swish | group_norm(groups=2) | tanh");
+  // (5 input channels: with 4 or fewer the fused backward computes grad_x itself, no step 3.)
+  const Chain c =
+      Parse("x:f32[2,5,6,7,8] | conv3d(out=8,k=3,padding=1) | swish | group_norm(groups=2) | tanh");
   absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(c, Arch("sm_90"));
   ASSERT_TRUE(b.ok()) << b.status();
   const std::vector<std::string> expected = {
@@ -47,13 +48,14 @@ TEST(Backward, SignatureNamesEveryGradient) {
   EXPECT_EQ(sig[6].role, TensorRole::kGradInput);
   EXPECT_EQ(sig[6].shape, c.input);
   EXPECT_EQ(sig[7].role, TensorRole::kGradParam);
-  EXPECT_EQ(sig[7].shape, (Shape{8, 3, 3, 3, 3}));
+  EXPECT_EQ(sig[7].shape, (Shape{8, 5, 3, 3, 3}));
   // u and grad_u (2 x 2*8*6*7*8 floats) and scratch.
   EXPECT_GE((*b)->workspace_bytes(), 2u * 2 * 8 * 6 * 7 * 8 * 4);
   const std::string e = (*b)->Explain();
-  for (const char* part : {"step 1: recompute u", "step 2: grad_y -> grad_u", "step 3: grad_x",
-                           "conv_transpose3d(out=3,k=3,padding=1,bias=false)", "grad_0.weight f32[8,3,3,3,3] grad_param",
-                           "saved by the forward: nothing"}) {
+  for (const char* part :
+       {"step 1: recompute u", "step 2: grad_y -> grad_u", "step 3: grad_x",
+        "conv_transpose3d(out=5,k=3,padding=1,bias=false)",
+        "grad_0.weight f32[8,5,3,3,3] grad_param", "saved by the forward: nothing"}) {
     EXPECT_NE(e.find(part), std::string::npos) << part << "\n" << e;
   }
   EXPECT_EQ((*b)->output_shape(), c.input);
@@ -142,7 +144,7 @@ TEST(Backward, RandomChainsCompileForSm80AndSm90) {
 TEST(Backward, StatisticsPassesByOpsAfterGroupNorm) {
   struct Case {
     const char* spec;
-    std::vector<std::string> first;  // the kernels before fj_bwd_grad_u
+    std::vector<std::string> first;  // the kernels before fj_bwd_grad_u (or fj_bwd_few_in)
   };
   const Case cases[] = {
       {"x:f32[2,3,6,7,8] | conv3d(out=8,k=3) | relu | group_norm(groups=2)",
@@ -162,7 +164,7 @@ TEST(Backward, StatisticsPassesByOpsAfterGroupNorm) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     std::vector<std::string> first;
     for (const codegen::KernelLaunch& k : plan->kernels) {
-      if (k.symbol == "fj_bwd_grad_u") break;
+      if (k.symbol == "fj_bwd_grad_u" || k.symbol == "fj_bwd_few_in") break;
       first.push_back(k.symbol);
     }
     EXPECT_EQ(first, c.first) << codegen::ExplainPlan(*plan);
@@ -192,7 +194,7 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
        "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
       {"x:f32[2,48,6,7,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1) | tanh", "sm_90",
        "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
-      {"x:f32[2,3,16,16,16] | conv3d(out=16,k=3) | relu", "sm_90",
+      {"x:f32[2,5,16,16,16] | conv3d(out=16,k=3) | relu", "sm_90",
        "fj::wgrad_halo_kernel<Cfg, WgTune>"},
       {"x:f32[2,9,9,10,70] | conv_transpose3d(out=7,k=[2,3,4],stride=[1,2,3],dilation=[1,2,1]) | "
        "relu",
@@ -204,7 +206,7 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
        "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
       {"x:f32[2,40,6,7,8] | conv3d(out=24,k=3) | relu", "sm_80",
        "fj::wgrad_halo_kernel<Cfg, WgTune>"},
-      {"x:f32[2,3,16,16,16] | conv3d(out=16,k=3) | relu", "sm_75",
+      {"x:f32[2,5,16,16,16] | conv3d(out=16,k=3) | relu", "sm_75",
        "fj::wgrad_partial_kernel<Cfg, WgTune>"},
   };
   for (const Case& c : cases) {

@@ -1,24 +1,26 @@
-// templates/convt_backward.cuh: the backward of a conv_transpose3d with few input channels after
-// grad_y's sums (backward.cuh's gpart), in one kernel: grad_u computed where it is used and never
-// stored, the data gradient grad_x, the weight-gradient partials and the conv-bias partials. It
-// replaces bwd_grad_u (grad_u's write), the weight-gradient GEMM and the data-gradient
-// convolution (three passes over grad_u).
+// templates/few_in_backward.cuh: the backward of a convolution with few input channels --
+// conv_transpose3d, or conv3d with stride 1 -- after grad_y's sums (backward.cuh's gpart), in one
+// kernel: grad_u computed where it is used and never stored, the data gradient grad_x, the
+// weight-gradient partials and the conv-bias partials. It replaces bwd_grad_u (grad_u's write),
+// the weight-gradient GEMM and the data-gradient convolution (three passes over grad_u).
 //
-// Block: sample n, an x tile of kXD x kXH x kXW points (geom::ConvTBwd). For each output channel
+// Block: sample n, an x tile of kXD x kXH x kXW points (geom::FewInBwd). For each output channel
 // c in turn the block stages grad_u[n, c] over the tile's output region in shared memory,
 // computed from u and grad_y (Bwd::grad_u_norm / grad_u_plain); region points outside the output
-// hold 0. Then each thread, for each of its x points i and every tap k (output o = i*s - p + k*dil
-// per axis, a constant offset in the region):
-//   grad_x[n, ci, i] += W[ci, c, k] * grad_u(o)         (registers, over every c)
-//   wpart[ci, c, k]  += x[n, ci, i] * grad_u(o)        (per thread, then the warp, the block)
-// The weight partials of taps_per_chunk taps at a time (cin x taps <= 32) are summed over the warp
-// by a reduce-scatter (lane l ends with partial l), over the warps in index order, and written as
-// doubles: part[block][ci][c][k], which wgrad_reduce_kernel sums over blocks in index order.
-// Bias: output o is owned, per axis, by the tile holding x point clamp(floor((o + p) / s), 0,
-// Di - 1); the owning block adds grad_u(o) while staging it: bpart[(n*kC + c)*tiles + tile]
-// (bwd_param_grads with kBiasSplit = tiles). Every sum in a fixed order: deterministic.
-#ifndef FUSEJIT_TEMPLATES_CONVT_BACKWARD_CUH_
-#define FUSEJIT_TEMPLATES_CONVT_BACKWARD_CUH_
+// hold 0. Then each thread, for each of its x points i and every tap k (output o = a*i + b + k'*dil
+// per axis, geom::FewInBwd's notation; a constant offset in the region):
+//   grad_x[n, ci, i] += W(ci, c, k) * grad_u(o)         (registers, over every c)
+//   wpart(ci, c, k)  += x[n, ci, i] * grad_u(o)        (per thread, then the warp, the block)
+// W(ci, c, k) is w[ci][c][k] (conv_transpose3d) or w[c][ci][k] (conv3d). The weight partials of
+// taps_per_chunk taps at a time (cin x taps <= 32) are summed over the warp by a reduce-scatter
+// (lane l ends with partial l), over the warps in index order, and written as doubles in the
+// weight's layout: part[block][weight], which wgrad_reduce_kernel sums over blocks.
+// Bias: per axis, a tile owns the outputs from its region's start for a points per x point (the
+// first tile from 0, the last to the end); the owning block adds grad_u(o) while staging it:
+// bpart[(n*kC + c)*tiles + tile] (bwd_param_grads with kBiasSplit = tiles). Every sum in a fixed
+// order: deterministic.
+#ifndef FUSEJIT_TEMPLATES_FEW_IN_BACKWARD_CUH_
+#define FUSEJIT_TEMPLATES_FEW_IN_BACKWARD_CUH_
 
 #include "backward.cuh"
 #include "common.cuh"
@@ -28,10 +30,20 @@
 namespace fj {
 
 template <class Cfg, class Tune>
-struct ConvTBwdGeom {
-  static_assert(Cfg::kProducer == kConvTranspose3d, "convt_backward: conv_transpose3d only");
-  static constexpr geom::ConvTBwd kG =
-      geom::ConvTBwdOf(Cfg::kCin, Cfg::kC, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kKD, Cfg::kKH,
+struct FewInBwdGeom {
+  static constexpr bool kT = Cfg::kProducer == kConvTranspose3d;
+  static_assert(kT ||
+                    (Cfg::kProducer == kConv3d && Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1),
+                "few_in_backward: conv_transpose3d, or conv3d with stride 1");
+  // Per axis: output o = kA*i + kB + k'*dil of x point i, tap k (geom::FewInBwd).
+  static constexpr int kAD = geom::FewInBwdStep(kT, Cfg::kSD),
+                       kAH = geom::FewInBwdStep(kT, Cfg::kSH),
+                       kAW = geom::FewInBwdStep(kT, Cfg::kSW);
+  static constexpr int kBD = geom::FewInBwdStart(kT, Cfg::kPD, Cfg::kKD, Cfg::kDilD),
+                       kBH = geom::FewInBwdStart(kT, Cfg::kPH, Cfg::kKH, Cfg::kDilH),
+                       kBW = geom::FewInBwdStart(kT, Cfg::kPW, Cfg::kKW, Cfg::kDilW);
+  static constexpr geom::FewInBwd kG =
+      geom::FewInBwdOf(kT, Cfg::kCin, Cfg::kC, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kKD, Cfg::kKH,
                        Cfg::kKW, Cfg::kSD, Cfg::kSH, Cfg::kSW, Cfg::kPD, Cfg::kPH, Cfg::kPW,
                        Cfg::kDilD, Cfg::kDilH, Cfg::kDilW, Cfg::kOPD, Cfg::kOPH, Cfg::kOPW,
                        Cfg::kGroups, Tune::kXD, Tune::kXH, Tune::kXW, Tune::kThreads);
@@ -45,8 +57,12 @@ struct ConvTBwdGeom {
   static constexpr int kP = kG.points_per_thread;
   static constexpr int kThreads = Tune::kThreads, kWarps = kThreads / 32;
   static constexpr int kWeights = Cfg::kCin * Cfg::kC * kKV;
-  static_assert(kTC >= 1, "convt_backward: at most 32 input channels");
+  static_assert(kTC >= 1, "few_in_backward: at most 32 input channels");
   static_assert(kThreads % 32 == 0, "whole warps");
+  // The (ci, c) pair's kKV taps in the weight: [Cin][C][k] or [C][Cin][k].
+  __device__ static constexpr int weight(int ci, int c) {
+    return kT ? ci * Cfg::kC + c : c * Cfg::kCin + ci;
+  }
 };
 
 // The warp's sums of v[0..31] over its lanes, lane l getting the sum of v[l] (31 shuffles: each
@@ -70,29 +86,28 @@ __device__ __forceinline__ float warp_reduce_scatter32(float (&v)[32]) {
   return v[0];
 }
 
-// Grid: kN * tiles blocks of Tune::kThreads, dynamic shared memory geom::ConvTBwd::smem. x and w
+// Grid: kN * tiles blocks of Tune::kThreads, dynamic shared memory geom::FewInBwd::smem. x and w
 // (conv weight [Cin, C, k]) read; u, gy, gamma, beta, zpart/stats and gpart as bwd_grad_u's.
 template <class Cfg, class BwdTune, class Tune>
-__device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float* __restrict__ u,
-                                       const float* __restrict__ gy, const float* __restrict__ w,
-                                       const float* __restrict__ gamma,
-                                       const float* __restrict__ beta,
-                                       const double2* __restrict__ zpart,
-                                       const float* __restrict__ stats,
-                                       const double2* __restrict__ gpart, float* __restrict__ gx,
-                                       double* __restrict__ part, double* __restrict__ bpart) {
-  using G = ConvTBwdGeom<Cfg, Tune>;
+__device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __restrict__ u,
+                                  const float* __restrict__ gy, const float* __restrict__ w,
+                                  const float* __restrict__ gamma, const float* __restrict__ beta,
+                                  const double2* __restrict__ zpart,
+                                  const float* __restrict__ stats,
+                                  const double2* __restrict__ gpart, float* __restrict__ gx,
+                                  double* __restrict__ part, double* __restrict__ bpart) {
+  using G = FewInBwdGeom<Cfg, Tune>;
   using B = Bwd<Cfg, BwdTune>;
   constexpr int Ci = Cfg::kCin, C = Cfg::kC, P = G::kP, TC = G::kTC;
   constexpr int kXPts = Tune::kXD * Tune::kXH * Tune::kXW;
   constexpr int kSin = Cfg::kDin * Cfg::kHin * Cfg::kWin;
-  extern __shared__ __align__(16) float fj_convt_bwd_smem[];
-  float* const region = fj_convt_bwd_smem;
-  float* const ws = fj_convt_bwd_smem + G::kG.weights_offset;
-  float* const wred = fj_convt_bwd_smem + G::kG.partials_offset;  // [2][chunks][warps][32]
-  float* const terms = fj_convt_bwd_smem + G::kG.terms_offset;    // [groups][4]
+  extern __shared__ __align__(16) float fj_few_in_bwd_smem[];
+  float* const region = fj_few_in_bwd_smem;
+  float* const ws = fj_few_in_bwd_smem + G::kG.weights_offset;
+  float* const wred = fj_few_in_bwd_smem + G::kG.partials_offset;  // [2][chunks][warps][32]
+  float* const terms = fj_few_in_bwd_smem + G::kG.terms_offset;    // [groups][4]
   double* const bred =
-      reinterpret_cast<double*>(fj_convt_bwd_smem + G::kG.bias_offset);  // [C][warps]
+      reinterpret_cast<double*>(fj_few_in_bwd_smem + G::kG.bias_offset);  // [C][warps]
   __shared__ double scratch[32];
 
   const int tile = blockIdx.x % G::kTiles, n = blockIdx.x / G::kTiles;
@@ -100,11 +115,10 @@ __device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float*
             tw = tile % G::kTilesW;
   const int i0d = td * Tune::kXD, i0h = th * Tune::kXH, i0w = tw * Tune::kXW;
   // The region's first output point per axis, and where the tile's owned points end.
-  const int lod = i0d * Cfg::kSD - Cfg::kPD, loh = i0h * Cfg::kSH - Cfg::kPH,
-            low = i0w * Cfg::kSW - Cfg::kPW;
-  const int ownd = td == G::kTilesD - 1 ? Cfg::kD : lod + Tune::kXD * Cfg::kSD;
-  const int ownh = th == G::kTilesH - 1 ? Cfg::kH : loh + Tune::kXH * Cfg::kSH;
-  const int ownw = tw == G::kTilesW - 1 ? Cfg::kW : low + Tune::kXW * Cfg::kSW;
+  const int lod = i0d * G::kAD + G::kBD, loh = i0h * G::kAH + G::kBH, low = i0w * G::kAW + G::kBW;
+  const int ownd = td == G::kTilesD - 1 ? Cfg::kD : lod + Tune::kXD * G::kAD;
+  const int ownh = th == G::kTilesH - 1 ? Cfg::kH : loh + Tune::kXH * G::kAH;
+  const int ownw = tw == G::kTilesW - 1 ? Cfg::kW : low + Tune::kXW * G::kAW;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   for (int i = threadIdx.x; i < G::kWeights; i += blockDim.x) ws[i] = w[i];
@@ -130,7 +144,7 @@ __device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float*
               qw = q % Tune::kXW;
     const bool in =
         q < kXPts && i0d + qd < Cfg::kDin && i0h + qh < Cfg::kHin && i0w + qw < Cfg::kWin;
-    base[j] = q < kXPts ? (qd * Cfg::kSD * G::kLH + qh * Cfg::kSH) * G::kLW + qw * Cfg::kSW : 0;
+    base[j] = q < kXPts ? (qd * G::kAD * G::kLH + qh * G::kAH) * G::kLW + qw * G::kAW : 0;
     const size_t at =
         ((static_cast<size_t>(i0d + qd) * Cfg::kHin + i0h + qh) * Cfg::kWin + i0w + qw);
 #pragma unroll
@@ -250,7 +264,8 @@ __device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float*
         if (l < Ci * TC && tap < G::kKV) {
           double s = 0;
           for (int wp = 0; wp < G::kWarps; ++wp) s += red_prev[(ch * G::kWarps + wp) * 32 + l];
-          part[static_cast<size_t>(blockIdx.x) * G::kWeights + (ci * C + c - 1) * G::kKV + tap] = s;
+          part[static_cast<size_t>(blockIdx.x) * G::kWeights + G::weight(ci, c - 1) * G::kKV +
+               tap] = s;
         }
       }
     }
@@ -267,10 +282,13 @@ __device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float*
         if (G::kKV % TC == 0 || tap < G::kKV) {
           const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH,
                     kw = tap % Cfg::kKW;
-          const int off = (kd * Cfg::kDilD * G::kLH + kh * Cfg::kDilH) * G::kLW + kw * Cfg::kDilW;
+          // k' per axis: k (conv_transpose3d) or kernel-1-k (conv3d).
+          const int fd = G::kT ? kd : Cfg::kKD - 1 - kd, fh = G::kT ? kh : Cfg::kKH - 1 - kh,
+                    fw = G::kT ? kw : Cfg::kKW - 1 - kw;
+          const int off = (fd * Cfg::kDilD * G::kLH + fh * Cfg::kDilH) * G::kLW + fw * Cfg::kDilW;
           float wv[Ci];
 #pragma unroll
-          for (int ci = 0; ci < Ci; ++ci) wv[ci] = ws[(ci * C + c) * G::kKV + tap];
+          for (int ci = 0; ci < Ci; ++ci) wv[ci] = ws[G::weight(ci, c) * G::kKV + tap];
 #pragma unroll
           for (int j = 0; j < P; ++j) {
             const float g = region[base[j] + off];
@@ -295,7 +313,8 @@ __device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float*
       if (l < Ci * TC && tap < G::kKV) {
         double s = 0;
         for (int wp = 0; wp < G::kWarps; ++wp) s += red_last[(ch * G::kWarps + wp) * 32 + l];
-        part[static_cast<size_t>(blockIdx.x) * G::kWeights + (ci * C + C - 1) * G::kKV + tap] = s;
+        part[static_cast<size_t>(blockIdx.x) * G::kWeights + G::weight(ci, C - 1) * G::kKV + tap] =
+            s;
       }
     }
     if (bpart != nullptr) {
@@ -325,28 +344,36 @@ __device__ void bwd_convt_fused_kernel(const float* __restrict__ x, const float*
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-// Compiled on its own (tests): the kernel with a conv_transpose3d configuration.
+// Compiled on its own (tests): the kernel with a conv_transpose3d and a conv3d configuration.
 namespace fj_selftest {
-struct ConvTBwdSelfCfg : fj::DefaultConfig {
+struct FewInBwdSelfCfg : fj::DefaultConfig {
   static constexpr int kProducer = fj::kConvTranspose3d;
   static constexpr int kCin = 3, kDin = 4, kHin = 5, kWin = 6;
   static constexpr int kC = 8, kD = 7, kH = 9, kW = 11;
   static constexpr int kSD = 2, kSH = 2, kSW = 2, kPD = 1, kPH = 1, kPW = 1;
 };
-struct ConvTBwdSelfBwdTune {
+struct FewInBwdSelfBwdTune {
   static constexpr int kSplit = 2, kBiasSplit = 4, kThreads = 256;
 };
-struct ConvTBwdSelfTune {
+struct FewInBwdSelfTune {
   static constexpr int kXD = 2, kXH = 4, kXW = 6, kThreads = 64, kUnroll = 4;
 };
-extern "C" __global__ void bwd_convt_fused(const float* x, const float* u, const float* gy,
-                                           const float* w, const float* g, const float* b,
-                                           const double2* z, const float* st, const double2* p,
-                                           float* gx, double* part, double* bp) {
-  fj::bwd_convt_fused_kernel<ConvTBwdSelfCfg, ConvTBwdSelfBwdTune, ConvTBwdSelfTune>(
+extern "C" __global__ void bwd_few_in(const float* x, const float* u, const float* gy,
+                                      const float* w, const float* g, const float* b,
+                                      const double2* z, const float* st, const double2* p,
+                                      float* gx, double* part, double* bp) {
+  fj::bwd_few_in_kernel<FewInBwdSelfCfg, FewInBwdSelfBwdTune, FewInBwdSelfTune>(
+      x, u, gy, w, g, b, z, st, p, gx, part, bp);
+}
+// conv3d (stride 1): the default configuration.
+extern "C" __global__ void bwd_few_in_conv3d(const float* x, const float* u, const float* gy,
+                                             const float* w, const float* g, const float* b,
+                                             const double2* z, const float* st, const double2* p,
+                                             float* gx, double* part, double* bp) {
+  fj::bwd_few_in_kernel<fj::DefaultConfig, FewInBwdSelfBwdTune, FewInBwdSelfTune>(
       x, u, gy, w, g, b, z, st, p, gx, part, bp);
 }
 }  // namespace fj_selftest
 #endif  // FJ_GENERATED
 
-#endif  // FUSEJIT_TEMPLATES_CONVT_BACKWARD_CUH_
+#endif  // FUSEJIT_TEMPLATES_FEW_IN_BACKWARD_CUH_
