@@ -453,7 +453,7 @@ void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile
   const int64_t weights = chain.input[1] * info.producer_shape[1] * kv;
   const bool norm = info.group_norm != nullptr;
   plan.includes.push_back("few_in_backward.cuh");
-  plan.includes.push_back("wgrad.cuh");
+  plan.includes.push_back("wgrad_reduce.cuh");
   const int64_t unroll = 8, minb = FewInBlocksPerSm(t.g);
   // kUnroll: region points a thread loads before using them (8: 1.23 ms on W1, 4: 1.34).
   plan.tunes.push_back({"CtbTune",

@@ -18,6 +18,7 @@
 #include "common.cuh"
 #include "default_config.cuh"
 #include "mma_tf32.cuh"
+#include "wgrad_reduce.cuh"
 
 namespace fj {
 
@@ -381,33 +382,6 @@ __device__ void wgrad_mma_partial_kernel(const float* __restrict__ x, const floa
 
   acc.store(part + static_cast<size_t>(blockIdx.z) * G::kA * G::kNcol, G::kA, G::kNcol,
             m0 + wr * (MI * 16), [&](int ni) { return c0 + wc * (NI * 8) + ni * 8; });
-}
-
-// grad_w[i] = the sum over chunks of part[chunk][i] in a fixed order (below). Grid ceil(weights /
-// 32) blocks of 256 threads.
-template <class Cfg, class Tune>
-__device__ void wgrad_reduce_kernel(const double* __restrict__ part, float* __restrict__ grad_w) {
-  using G = WgGeom<Cfg>;
-  constexpr int kTotal = G::kA * G::kNcol;
-  // 32 weights per block of 256 threads (kWgradReduceThreads): warp j sums the chunks j, j + 8,
-  // ... of its lane's weight in order, then lane's warp sums are added in warp order.
-  constexpr int kSlices = 8;
-  __shared__ double sums[kSlices][32];
-  const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5;
-  const int i = blockIdx.x * 32 + lane;
-  double s = 0;
-  if (i < kTotal) {
-    for (int k = slice; k < Tune::kSplits; k += kSlices)
-      s += part[static_cast<size_t>(k) * kTotal + i];
-  }
-  sums[slice][lane] = s;
-  __syncthreads();
-  if (slice == 0 && i < kTotal) {
-    double t = 0;
-#pragma unroll
-    for (int j = 0; j < kSlices; ++j) t += sums[j][lane];
-    grad_w[i] = static_cast<float>(t);
-  }
 }
 
 }  // namespace fj
