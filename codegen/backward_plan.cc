@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
 #include "codegen/strategy_util.h"
+#include "fmt/format.h"
 #include "fusejit/signature.h"
 #include "templates/geometry.cuh"
 
@@ -350,15 +351,17 @@ struct FewInTile {
   fj::geom::FewInBwd g{};
 };
 
-// Whether the producer is one the kernel takes (above), channels and taps aside.
-bool FewInProducer(const ChainInfo& info) {
-  if (info.producer == nullptr) return false;
-  if (info.producer->kind == OpKind::kConvTranspose3d) return true;
+// Why the producer is not one the kernel takes (above), channels and taps aside; empty if it is.
+std::string FewInProducerRefusal(const ChainInfo& info) {
+  if (info.producer->kind == OpKind::kConvTranspose3d) return "";
   const ConvAttrs& a = info.producer->conv;
   for (int d = 0; d < 3; ++d) {
-    if (a.stride[d] != 1 || a.padding[d] > (a.kernel[d] - 1) * a.dilation[d]) return false;
+    if (a.stride[d] != 1) return "conv3d with a stride other than 1";
+    if (a.padding[d] > (a.kernel[d] - 1) * a.dilation[d]) {
+      return "conv3d padding beyond the kernel's reach";
+    }
   }
-  return true;
+  return "";
 }
 
 fj::geom::FewInBwd FewInGeomOf(const Chain& chain, const ChainInfo& info, int64_t xd, int64_t xh,
@@ -398,18 +401,35 @@ double FewInBlockCost(const fj::geom::FewInBwd& g, int64_t cin, int64_t kv, int6
 // SM, power-of-two sides; instructions over all blocks, 20% more at two blocks per SM than at
 // three (W1: the best 8-point tile 1.34 ms against the best 4-point one's 1.23), divided by the
 // fill where the grid has less than a full wave. nullopt outside the domain above.
+// `why`: the reason for nullopt (a chain with a producer), for the plan's description.
 std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& info,
-                                         const PlanTarget& target) {
-  if (!FewInProducer(info)) return std::nullopt;
+                                         const PlanTarget& target, std::string* why) {
+  if (std::string r = FewInProducerRefusal(info); !r.empty()) {
+    *why = r;
+    return std::nullopt;
+  }
   const Shape& x = chain.input;
   const int64_t kv =
       info.producer->conv.kernel[0] * info.producer->conv.kernel[1] * info.producer->conv.kernel[2];
-  if (x[1] > kFewInMaxCin || kv > kFewInMaxTaps) return std::nullopt;
+  if (x[1] > kFewInMaxCin) {
+    *why = absl::StrCat(x[1], " input channels (at most ", kFewInMaxCin, ")");
+    return std::nullopt;
+  }
+  if (kv > kFewInMaxTaps) {
+    *why = absl::StrCat(kv, " kernel taps (at most ", kFewInMaxTaps, ")");
+    return std::nullopt;
+  }
   // Its FFMA taps per output point (x points x taps / output points) at most 48: backward W1
   // (3.6 taps a point) 3.57 -> 1.97 ms and W4 (33.5) 1.65 -> 1.42 ms, but W2 (96) 6.34 -> 9.58 ms
   // (its weight gradient runs on tensor cores otherwise; H100, 2026-11-27).
   const Shape& u = info.producer_shape;
-  if (x[2] * x[3] * x[4] * kv > kFewInMaxTapsPerOutput * u[2] * u[3] * u[4]) return std::nullopt;
+  if (x[2] * x[3] * x[4] * kv > kFewInMaxTapsPerOutput * u[2] * u[3] * u[4]) {
+    *why = fmt::format(
+        "{:.1f} taps per output point (at most {})",
+        static_cast<double>(x[2] * x[3] * x[4] * kv) / static_cast<double>(u[2] * u[3] * u[4]),
+        kFewInMaxTapsPerOutput);
+    return std::nullopt;
+  }
   std::optional<FewInTile> best;
   double best_cost = 0;
   const auto pow2_upto = [](int64_t limit) {
@@ -440,6 +460,7 @@ std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& in
       }
     }
   }
+  if (!best) *why = "no x tile's shared memory fits";
   return best;
 }
 
@@ -634,7 +655,9 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   const int64_t spatial = p[2] * p[3] * p[4];
   const std::string u = std::string(producer ? kProducerOutputName : kInputName);
   // Few input channels: one kernel from grad_y's sums to grad_x (few_in_backward.cuh).
-  const std::optional<FewInTile> fused = ChooseFewInTile(chain, info, target);
+  std::string few_in_refusal;
+  const std::optional<FewInTile> fused =
+      producer ? ChooseFewInTile(chain, info, target, &few_in_refusal) : std::nullopt;
   const std::string gu = std::string(producer && !fused ? kProducerGradName : kGradInputName);
 
   Plan plan;
@@ -645,6 +668,10 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       "(group statistics recomputed in double, or read from the training forward's), then the "
       "parameter gradients as fixed-order sums";
   plan.includes = {"backward.cuh"};
+  if (producer && !fused) {
+    absl::StrAppend(&plan.description, "; no fused few-input-channel kernel (",
+                    few_in_refusal.empty() ? "no tile fits" : few_in_refusal, ")");
+  }
   if (fused) {
     absl::StrAppend(&plan.description,
                     "; the convolution's data and weight gradients in the same kernel as grad_u, "

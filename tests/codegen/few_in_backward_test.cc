@@ -72,6 +72,10 @@ TEST(FewInBackward, FewInputChannelsGetTheFusedPlan) {
     // (x's shape) written.
     EXPECT_EQ(HasKernel(*plan, "fj_bwd_grad_u"), !c.fused);
     if (c.fused) EXPECT_FALSE(HasKernel(*plan, "fj_wgrad_partial"));
+    // The plan says why it did not take the kernel.
+    EXPECT_EQ(plan->description.find("no fused few-input-channel kernel (") != std::string::npos,
+              !c.fused)
+        << plan->description;
     if (!c.fused) continue;
     const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
     bool weight = false, grad_x = false, grad_u = false;
@@ -83,6 +87,27 @@ TEST(FewInBackward, FewInputChannelsGetTheFusedPlan) {
     EXPECT_TRUE(weight);
     EXPECT_TRUE(grad_x);
     EXPECT_FALSE(grad_u);
+  }
+}
+
+TEST(FewInBackward, PlanNamesWhyItDidNotTakeTheKernel) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"x:f32[1024,3,16,32,32] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+       "mean(dims=[2,3,4])",
+       "(95.9 taps per output point (at most 48))"},
+      {"x:f32[2,5,6,6,6] | conv3d(out=8,k=3) | relu", "(5 input channels (at most 4))"},
+      {"x:f32[2,3,6,6,6] | conv3d(out=8,k=3,stride=2) | relu",
+       "(conv3d with a stride other than 1)"},
+      {"x:f32[2,3,6,6,6] | conv3d(out=8,k=3,padding=3) | relu",
+       "(conv3d padding beyond the kernel's reach)"},
+      {"x:f32[2,1,6,6,6] | conv_transpose3d(out=8,k=[5,5,3]) | relu",
+       "(75 kernel taps (at most 64))"},
+  };
+  for (const auto& [spec, why] : cases) {
+    SCOPED_TRACE(spec);
+    absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(ParseOrFail(spec), kH100);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->description.find(why), std::string::npos) << plan->description;
   }
 }
 
