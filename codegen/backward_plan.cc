@@ -477,7 +477,7 @@ void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile
   plan.includes.push_back("wgrad_reduce.cuh");
   const int64_t unroll = 8, minb = FewInBlocksPerSm(t.g);
   // kUnroll: region points a thread loads before using them (8: 1.23 ms on W1, 4: 1.34).
-  plan.tunes.push_back({"CtbTune",
+  plan.tunes.push_back({"FewInTune",
                         {Int("kXD", t.xd), Int("kXH", t.xh), Int("kXW", t.xw),
                          Int("kThreads", kFewInThreads), Int("kUnroll", unroll)}});
   plan.tunes.push_back({"WgTune", {Int("kSplits", blocks)}});
@@ -485,7 +485,7 @@ void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile
                                          static_cast<size_t>(blocks * weights * 8));
   KernelLaunch k{
       "fj_bwd_few_in",
-      "fj::bwd_few_in_kernel<Cfg, BwdTune, CtbTune>",
+      "fj::bwd_few_in_kernel<Cfg, BwdTune, FewInTune>",
       absl::StrCat("grad_u on the fly (never stored) -> grad_x, the weight partials and the bias "
                    "partials, per x tile of ",
                    t.xd, " x ", t.xh, " x ", t.xw, " points (", t.g.region,
