@@ -134,19 +134,40 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
     }
   }
 
+  // x point j of this thread: its tile coordinates; whether it is one of x's points (not past the
+  // tile's points or x's end), with its offset in an (n, ci) slice of x.
+  const auto x_point = [&](int j, int& qd, int& qh, int& qw, size_t& at) {
+    const int q = threadIdx.x + j * G::kThreads;
+    qd = q / (Tune::kXH * Tune::kXW);
+    qh = (q / Tune::kXW) % Tune::kXH;
+    qw = q % Tune::kXW;
+    at = (static_cast<size_t>(i0d + qd) * Cfg::kHin + i0h + qh) * Cfg::kWin + i0w + qw;
+    return q < kXPts && i0d + qd < Cfg::kDin && i0h + qh < Cfg::kHin && i0w + qw < Cfg::kWin;
+  };
+  // The weight partials of `channel` in red (its [chunks][warps][32] buffer): over the warps in
+  // order, to part as doubles.
+  const auto write_weight_partials = [&](const float* red, int channel) {
+    for (int i = threadIdx.x; i < G::kChunks * 32; i += blockDim.x) {
+      const int ch = i / 32, l = i % 32, tap = ch * TC + l % TC, ci = l / TC;
+      if (l < Ci * TC && tap < G::kKV) {
+        double s = 0;
+        for (int wp = 0; wp < G::kWarps; ++wp) s += red[(ch * G::kWarps + wp) * 32 + l];
+        part[static_cast<size_t>(blockIdx.x) * G::kWeights + G::weight(ci, channel) * G::kKV +
+             tap] = s;
+      }
+    }
+  };
+
   // This thread's x points: region offset of tap 0, x values, grad_x sums.
   int base[P];
   float xv[P][Ci], dx[P][Ci];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
+    int qd, qh, qw;
+    size_t at;
+    const bool in = x_point(j, qd, qh, qw, at);
     const int q = threadIdx.x + j * G::kThreads;
-    const int qd = q / (Tune::kXH * Tune::kXW), qh = (q / Tune::kXW) % Tune::kXH,
-              qw = q % Tune::kXW;
-    const bool in =
-        q < kXPts && i0d + qd < Cfg::kDin && i0h + qh < Cfg::kHin && i0w + qw < Cfg::kWin;
     base[j] = q < kXPts ? (qd * G::kAD * G::kLH + qh * G::kAH) * G::kLW + qw * G::kAW : 0;
-    const size_t at =
-        ((static_cast<size_t>(i0d + qd) * Cfg::kHin + i0h + qh) * Cfg::kWin + i0w + qw);
 #pragma unroll
     for (int ci = 0; ci < Ci; ++ci) {
       xv[j][ci] = in ? x[(static_cast<size_t>(n) * Ci + ci) * kSin + at] : 0.f;
@@ -256,19 +277,8 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
     if (lane == 0) bred[c * G::kWarps + warp] = bs;
     __syncthreads();  // the region is staged
 
-    // The previous channel's weight partials: over the warps in order, to part as doubles.
-    float* const red_prev = wred + ((c + 1) % 2) * G::kChunks * G::kWarps * 32;
-    if (c > 0) {
-      for (int i = threadIdx.x; i < G::kChunks * 32; i += blockDim.x) {
-        const int ch = i / 32, l = i % 32, tap = ch * TC + l % TC, ci = l / TC;
-        if (l < Ci * TC && tap < G::kKV) {
-          double s = 0;
-          for (int wp = 0; wp < G::kWarps; ++wp) s += red_prev[(ch * G::kWarps + wp) * 32 + l];
-          part[static_cast<size_t>(blockIdx.x) * G::kWeights + G::weight(ci, c - 1) * G::kKV +
-               tap] = s;
-        }
-      }
-    }
+    // The previous channel's weight partials.
+    if (c > 0) write_weight_partials(wred + ((c + 1) % 2) * G::kChunks * G::kWarps * 32, c - 1);
 
     float* const red = wred + (c % 2) * G::kChunks * G::kWarps * 32;
 #pragma unroll
@@ -307,16 +317,7 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
   __syncthreads();
   // The last channel's weight partials, the bias partials.
   {
-    const float* const red_last = wred + ((C - 1) % 2) * G::kChunks * G::kWarps * 32;
-    for (int i = threadIdx.x; i < G::kChunks * 32; i += blockDim.x) {
-      const int ch = i / 32, l = i % 32, tap = ch * TC + l % TC, ci = l / TC;
-      if (l < Ci * TC && tap < G::kKV) {
-        double s = 0;
-        for (int wp = 0; wp < G::kWarps; ++wp) s += red_last[(ch * G::kWarps + wp) * 32 + l];
-        part[static_cast<size_t>(blockIdx.x) * G::kWeights + G::weight(ci, C - 1) * G::kKV + tap] =
-            s;
-      }
-    }
+    write_weight_partials(wred + ((C - 1) % 2) * G::kChunks * G::kWarps * 32, C - 1);
     if (bpart != nullptr) {
       for (int c = threadIdx.x; c < C; c += blockDim.x) {
         double s = 0;
@@ -328,12 +329,9 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
   // grad_x.
 #pragma unroll
   for (int j = 0; j < P; ++j) {
-    const int q = threadIdx.x + j * G::kThreads;
-    const int qd = q / (Tune::kXH * Tune::kXW), qh = (q / Tune::kXW) % Tune::kXH,
-              qw = q % Tune::kXW;
-    if (q < kXPts && i0d + qd < Cfg::kDin && i0h + qh < Cfg::kHin && i0w + qw < Cfg::kWin) {
-      const size_t at =
-          ((static_cast<size_t>(i0d + qd) * Cfg::kHin + i0h + qh) * Cfg::kWin + i0w + qw);
+    int qd, qh, qw;
+    size_t at;
+    if (x_point(j, qd, qh, qw, at)) {
 #pragma unroll
       for (int ci = 0; ci < Ci; ++ci)
         gx[(static_cast<size_t>(n) * Ci + ci) * kSin + at] = dx[j][ci];
