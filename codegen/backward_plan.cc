@@ -1,6 +1,7 @@
 #include "codegen/backward_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -397,11 +398,37 @@ double FewInBlockCost(const fj::geom::FewInBwd& g, int64_t cin, int64_t kv, int6
   return staging + taps + static_cast<double>(g.chunks * threads) * 130;
 }
 
-// The x tile of least estimated time: up to 8 points per thread, shared memory for two blocks per
-// SM, power-of-two sides; instructions over all blocks, 20% more at two blocks per SM than at
-// three (W1: the best 8-point tile 1.34 ms against the best 4-point one's 1.23), divided by the
-// fill where the grid has less than a full wave. nullopt outside the domain above.
-// `why`: the reason for nullopt (a chain with a producer), for the plan's description.
+// Tile sides tried along an x axis of `extent` points: powers of two below twice the extent, and
+// the extent split evenly into 1 to 4 parts (a 24-point axis gets 24, 12, 8 and 6: a 32-point tile
+// would leave a quarter of its threads without a point), at most 64.
+std::vector<int64_t> FewInTileSides(int64_t extent) {
+  std::vector<int64_t> v;
+  for (int64_t t = 1; t < 2 * extent && t <= 64; t *= 2) v.push_back(t);
+  for (int64_t parts = 1; parts <= 4; ++parts) {
+    const int64_t t = CeilDiv(extent, parts);
+    if (t <= 64 && std::find(v.begin(), v.end(), t) == v.end()) v.push_back(t);
+  }
+  return v;
+}
+
+// The estimated time of `blocks` blocks of equal cost (1 each) at most per_sm on each of `sms`
+// SMs: the busiest SM's ceil(blocks / sms) blocks, run per_sm at a time (the last batch with
+// fewer), a batch of k blocks taking k / Efficiency(k). The kernel is bound by issuing
+// instructions; three blocks of 8 warps keep the SM busy, two reach 1/1.2 of that (W1: the best
+// 8-point tile 1.34 ms against the best 4-point one's 1.23), one about half (a block alone runs
+// 1.5 times faster than beside two others). H100, 2026-11-27: W1's 2048 blocks (3 per SM) against
+// 1024 of twice the points (2 per SM): 17 against 18.6 units, measured 1.23 against 1.34 ms; grids
+// of 1.01 to 1.29 waves ran 10-43% slower than the unfused path until the tail was counted.
+double FewInTime(int64_t blocks, int64_t per_sm, int64_t sms) {
+  const auto efficiency = [](int64_t k) { return k >= 3 ? 1.0 : k == 2 ? 1.0 / 1.2 : 0.5; };
+  const int64_t busiest = CeilDiv(blocks, sms);
+  const int64_t batches = busiest / per_sm, last = busiest % per_sm;
+  return static_cast<double>(batches * per_sm) / efficiency(per_sm) +
+         (last > 0 ? static_cast<double>(last) / efficiency(last) : 0.0);
+}
+
+// The x tile of least estimated time (FewInTime of its grid times FewInBlockCost): up to 8 points
+// per thread, shared memory for two blocks per SM. nullopt outside the domain above.
 std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& info,
                                          const PlanTarget& target, std::string* why) {
   if (std::string r = FewInProducerRefusal(info); !r.empty()) {
@@ -432,27 +459,17 @@ std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& in
   }
   std::optional<FewInTile> best;
   double best_cost = 0;
-  const auto pow2_upto = [](int64_t limit) {
-    std::vector<int64_t> v;
-    for (int64_t t = 1; t < 2 * limit && t <= 64; t *= 2) v.push_back(t);
-    return v;
-  };
-  for (int64_t xw : pow2_upto(x[4])) {
-    for (int64_t xh : pow2_upto(x[3])) {
-      for (int64_t xd : pow2_upto(x[2])) {
+  for (int64_t xw : FewInTileSides(x[4])) {
+    for (int64_t xh : FewInTileSides(x[3])) {
+      for (int64_t xd : FewInTileSides(x[2])) {
         const int64_t points = xd * xh * xw;
         if (points > 8 * kFewInThreads) continue;
         const fj::geom::FewInBwd g = FewInGeomOf(chain, info, xd, xh, xw);
         if (g.smem > std::min(kFewInSharedLimit, SharedOptInLimit(target.arch)) || g.chunks > 16) {
           continue;
         }
-        const int64_t blocks = x[0] * g.tiles;
-        const int64_t per_sm = FewInBlocksPerSm(g);
-        const double fill = std::min(
-            1.0, static_cast<double>(blocks) / static_cast<double>(per_sm * target.sm_count));
-        const double cost = static_cast<double>(blocks) *
-                            FewInBlockCost(g, x[1], kv, kFewInThreads) * (per_sm == 3 ? 1.0 : 1.2) /
-                            fill;
+        const double cost = FewInTime(x[0] * g.tiles, FewInBlocksPerSm(g), target.sm_count) *
+                            FewInBlockCost(g, x[1], kv, kFewInThreads);
         if (!best || cost < best_cost) {
           best = FewInTile{xd, xh, xw, g};
           best_cost = cost;

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "codegen/backward_plan.h"
@@ -87,6 +89,46 @@ TEST(FewInBackward, FewInputChannelsGetTheFusedPlan) {
     EXPECT_TRUE(weight);
     EXPECT_TRUE(grad_x);
     EXPECT_FALSE(grad_u);
+  }
+}
+
+// The fused plan's x tile "XDxXHxXW" (its FewInTune), and its grid's blocks.
+std::pair<std::string, int64_t> FewInTileOf(const codegen::Plan& plan) {
+  std::string tile;
+  for (const codegen::TuneStruct& t : plan.tunes) {
+    if (t.name != "FewInTune") continue;
+    for (const codegen::TuneStruct::Field& f : t.fields) {
+      if (f.name == "kXD") tile = f.value;
+      if (f.name == "kXH" || f.name == "kXW") tile += "x" + f.value;
+    }
+  }
+  for (const codegen::KernelLaunch& k : plan.kernels) {
+    if (k.symbol == "fj_bwd_few_in") return {tile, static_cast<int64_t>(k.grid[0])};
+  }
+  return {tile, 0};
+}
+
+// The tile chooser (instructions per block times the busiest SM's batches of blocks): W1 and W4
+// keep their measured tiles; an axis of 24 or 20 points gets a tile side that divides it evenly
+// (no idle threads); a mid-size grid fills its SMs evenly instead of leaving a 1.3-wave tail
+// (e14ac89 gave the conv3d on 64 x 16^3 points 512 blocks of 8^3, 1.29 waves of 3 per SM).
+TEST(FewInBackward, TileFitsTheAxesAndTheWaves) {
+  const std::tuple<const char*, const char*, int64_t> cases[] = {
+      {"x:f32[128,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+       "group_norm(groups=4) | hardswish",
+       "8x4x32", 2048},
+      {"x:f32[128,3,24,32,32] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
+       "8x8x32", 1536},
+      {"x:f32[32,3,24,24,24] | conv3d(out=32,k=3) | relu | group_norm(groups=8)", "6x12x24", 256},
+      {"x:f32[16,3,20,20,20] | conv3d(out=16,k=3) | group_norm(groups=4)", "5x10x10", 256},
+      {"x:f32[64,3,16,16,16] | conv3d(out=24,k=3) | group_norm(groups=8)", "16x4x16", 256},
+  };
+  for (const auto& [spec, tile, blocks] : cases) {
+    SCOPED_TRACE(spec);
+    absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(ParseOrFail(spec), kH100);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(FewInTileOf(*plan), std::make_pair(std::string(tile), blocks))
+        << codegen::ExplainPlan(*plan);
   }
 }
 
