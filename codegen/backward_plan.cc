@@ -252,6 +252,97 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
   AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
 }
 
+// templates/wgrad_direct.cuh: a conv3d with at most 4 input channels and at most 32 output
+// channels (kernel width <= 7), on FFMA without im2col. The tensor-core GEMMs need a 16-row tile
+// per 8 x-side columns and issue mostly staging instructions at 3 input channels (W2: 2.80 ms on
+// the halo kernel, H100, 2026-11-27).
+struct DirectWgradTile {
+  int64_t ct, rows, copies, planes, blocks, per_sm;
+  fj::geom::WgradDirect g;
+};
+constexpr int64_t kDirectWgradMaxCin = 4;
+constexpr int64_t kDirectWgradMaxRows = 32;
+
+std::optional<DirectWgradTile> ChooseDirectWgrad(const WeightGradient& wg, int64_t n,
+                                                 const PlanTarget& target) {
+  const ConvAttrs& a = wg.conv;
+  if (wg.rows > kDirectWgradMaxRows || wg.s_channels > kDirectWgradMaxCin || a.kernel[2] > 7) {
+    return std::nullopt;
+  }
+  const int64_t kw = a.kernel[2], c = wg.rows;
+  // Channels per thread: the most of 16, 8, 4 with at most 32 fp32 accumulators (and 32 doubles:
+  // about 120 registers in all), not past c rounded up to 4.
+  int64_t ct = 4;
+  for (int64_t t : {16, 8}) {
+    if (t * kw <= 32 && t <= CeilDiv(c, 4) * 4) {
+      ct = t;
+      break;
+    }
+  }
+  const int64_t h = wg.t_grid[1], w = wg.t_grid[2];
+  const int64_t rows = std::min<int64_t>(h, 8);
+  const int64_t tasks = wg.s_channels * a.kernel[0] * a.kernel[1] * CeilDiv(c, ct);
+  if (tasks > 512) return std::nullopt;
+  // Copies of the tasks up to 256 threads (each takes every copies-th row of a stage).
+  const int64_t copies = std::clamp<int64_t>(256 / tasks, 1, rows);
+  const fj::geom::WgradDirect g =
+      fj::geom::WgradDirectOf(wg.s_channels, c, w, a.kernel[0], a.kernel[1], kw, a.stride[1],
+                              a.stride[2], a.dilation[1], a.dilation[2], ct, rows, copies);
+  if (g.smem > 96 * 1024) return std::nullopt;
+  // Blocks per SM: registers (about 128 a thread) and shared memory.
+  const int64_t per_sm = std::max<int64_t>(
+      1, std::min<int64_t>(512 / g.threads, SharedOptInLimit(target.arch) / (g.smem + 1024)));
+  // Planes per block: the busiest SM's fewest planes, with at most 8 waves of blocks (each
+  // writes its partials: W2 would otherwise write 327 MB of them), at most 64 planes a block.
+  const int64_t planes = n * wg.t_grid[0];
+  const int64_t weights = wg.rows * wg.cols();
+  const int64_t max_blocks =
+      std::min(8 * per_sm * target.sm_count, std::max<int64_t>(1, kMaxPartsBytes / (weights * 8)));
+  DirectWgradTile best{ct, rows, copies, 0, 0, per_sm, g};
+  int64_t best_load = 0;
+  for (int64_t pb = 1; pb <= 64; ++pb) {
+    const int64_t blocks = CeilDiv(planes, pb);
+    if (blocks > max_blocks && pb < 64) continue;
+    // The busiest SM runs ceil(blocks / sms) blocks, per_sm at a time: its planes in sequence.
+    const int64_t load = CeilDiv(CeilDiv(blocks, target.sm_count), per_sm) * pb;
+    if (best.planes == 0 || load < best_load) {
+      best.planes = pb;
+      best.blocks = blocks;
+      best_load = load;
+    }
+  }
+  if (best.planes == 0) return std::nullopt;
+  return best;
+}
+
+void AddDirectWeightGradient(const WeightGradient& wg, const DirectWgradTile& t,
+                             const ChainInfo& info, const std::string& gu, Plan& plan) {
+  plan.includes.push_back("wgrad_direct.cuh");
+  plan.includes.push_back("wgrad_reduce.cuh");
+  plan.tunes.push_back(
+      {"WgTune",
+       {Int("kCT", t.ct), Int("kRows", t.rows), Int("kCopies", t.copies), Int("kPlanes", t.planes),
+        Int("kThreads", t.g.threads), Int("kSplits", t.blocks)}});
+  const size_t wpart = plan.AddWorkspace("weight-gradient partials per block (double)",
+                                         static_cast<size_t>(t.blocks * wg.rows * wg.cols() * 8));
+  KernelLaunch w{
+      "fj_wgrad_partial",
+      "fj::wgrad_direct_kernel<Cfg, WgTune>",
+      absl::StrCat("weight gradient on FFMA: a thread per (input channel, kd, kh, ", t.ct,
+                   " output channels) x ", t.copies, " copies, every kw tap, ", t.planes,
+                   " (n, d) planes per block in stages of ", t.rows,
+                   " rows (grad_u channels-last and x's rows in shared memory), double partials"),
+      {static_cast<unsigned>(t.blocks), 1, 1},
+      {static_cast<unsigned>(t.g.threads), 1, 1}};
+  w.shared_bytes = static_cast<unsigned>(t.g.smem);
+  w.min_blocks_per_sm = static_cast<unsigned>(std::min<int64_t>(t.per_sm, 4));
+  w.args = {KernelArg::Tensor("x", std::string(kInputName), kRead),
+            KernelArg::Tensor("gu", gu, kRead),
+            KernelArg::Workspace(ArgType::kDouble, "part", wpart, kWrite)};
+  plan.kernels.push_back(w);
+  AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
+}
+
 // wgmma (templates/wgrad_wgmma.cuh) on sm_90 where both channel counts fill half a 64-wide tile.
 bool UseWgmmaWeightGradient(const WeightGradient& wg, const PlanTarget& target) {
   if (target.arch != "sm_90" && target.arch != "sm_90a") return false;
@@ -841,7 +932,11 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     const Dims3 t_grid =
         conv ? Dims3{p[2], p[3], p[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
     WeightGradient wg{rows, s_channels, kv, reduction, t_points, s_points, t_grid, a};
-    if (UseWgmmaWeightGradient(wg, target)) {
+    const std::optional<DirectWgradTile> direct =
+        conv ? ChooseDirectWgrad(wg, chain.input[0], target) : std::nullopt;
+    if (direct) {
+      AddDirectWeightGradient(wg, *direct, info, gu, plan);
+    } else if (UseWgmmaWeightGradient(wg, target)) {
       AddWgmmaWeightGradient(wg, chain, info, gu, target, plan);
     } else {
       AddMmaWeightGradient(wg, info, gu, target, plan);

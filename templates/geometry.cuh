@@ -387,6 +387,39 @@ constexpr FewInBwd FewInBwdOf(bool transposed, long long cin, long long c, long 
   return g;
 }
 
+// wgrad_direct.cuh: a conv3d's weight gradient on FFMA, a thread per (ci, kd, kh, group of ct
+// output channels) and copy. c channels, x rows of the stage (rows output rows, stride sh,
+// dilation lh, kh taps), x columns of an output row (w points, stride sw, dilation lw, kw taps).
+struct WgradDirect {
+  long long groups;    // channel groups: ceil(c / ct)
+  long long cpad;      // groups * ct: grad_u's staged channels (zeros past c)
+  long long tasks;     // cin * kd * kh * groups
+  long long threads;   // tasks * copies, in whole warps
+  long long rows_in;   // x rows a stage reaches per (ci, kd)
+  long long cols;      // x columns an output row reaches
+  long long pitch;     // cols rounded up to odd: the tasks' rows fall in different banks
+  long long x_offset;  // floats: after grad_u's stage, rows * w * cpad
+  long long smem;      // bytes: the stage (grad_u, then x), or the copies' double sums after it
+};
+constexpr WgradDirect WgradDirectOf(long long cin, long long c, long long w, long long kd,
+                                    long long kh, long long kw, long long sh, long long sw,
+                                    long long lh, long long lw, long long ct, long long rows,
+                                    long long copies) {
+  WgradDirect g{};
+  g.groups = CeilDiv(c, ct);
+  g.cpad = g.groups * ct;
+  g.tasks = cin * kd * kh * g.groups;
+  g.threads = RoundUp(g.tasks * copies, 32);
+  g.rows_in = (rows - 1) * sh + (kh - 1) * lh + 1;
+  g.cols = (w - 1) * sw + (kw - 1) * lw + 1;
+  g.pitch = g.cols % 2 == 1 ? g.cols : g.cols + 1;
+  g.x_offset = rows * w * g.cpad;
+  const long long stage = 4 * (g.x_offset + cin * kd * g.rows_in * g.pitch);
+  const long long sums = 8 * copies * g.tasks * ct * kw;
+  g.smem = stage > sums ? stage : sums;
+  return g;
+}
+
 }  // namespace geom
 }  // namespace fj
 

@@ -131,9 +131,9 @@ TEST(GpuBackward, TensorCoreWeightGradient) {
 TEST(GpuBackward, HaloWeightGradient) {
   SKIP_WITHOUT_GPU();
   const char* const specs[] = {
-      "x:f32[3,3,12,20,20] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+      "x:f32[3,5,12,20,20] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
       "mean(dims=[2,3,4])",
-      "x:f32[2,3,6,9,70] | conv3d(out=24,k=3,padding=[0,1,2]) | group_norm(groups=8) | "
+      "x:f32[2,5,6,9,70] | conv3d(out=24,k=3,padding=[0,1,2]) | group_norm(groups=8) | "
       "mean(dims=[1,2,3,4])",
       "x:f32[2,12,5,8,8] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
       "group_norm(groups=4) | hardswish",
@@ -404,6 +404,50 @@ TEST(GpuBackward, FewInputChannelsFusedBackward) {
     if (!plan.ok() || !codegen::BackwardPlanWritesGradX(chain, *plan)) continue;
     ++taken;
     CheckBackward(chain, 700 + i);
+  }
+  EXPECT_GE(taken, 10);
+}
+
+// The direct FFMA weight gradient (templates/wgrad_direct.cuh) of conv3d chains with few input
+// channels the fused kernel does not take: W2 at batch 2, strides, padding beyond the kernel's
+// reach, dilation, 1 to 32 output channels (not multiples of 4), kernel widths 1 to 7, rows that
+// leave a partial stage; and random chains that take it.
+TEST(GpuBackward, DirectWeightGradient) {
+  SKIP_WITHOUT_GPU();
+  const auto direct = [](const Chain& chain) {
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::PlanBackward(chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32});
+    if (!plan.ok()) return false;
+    for (const codegen::KernelLaunch& k : plan->kernels) {
+      if (k.body.find("wgrad_direct_kernel") != std::string::npos) return true;
+    }
+    return false;
+  };
+  const char* const specs[] = {
+      "x:f32[2,3,16,32,32] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+      "mean(dims=[2,3,4])",
+      "x:f32[2,3,12,17,19] | conv3d(out=10,k=3,stride=2,padding=1) | relu | group_norm(groups=5)",
+      "x:f32[3,1,9,10,11] | conv3d(out=5,k=5,bias=false) | tanh",
+      "x:f32[2,4,7,9,12] | conv3d(out=32,k=[2,3,7],stride=[1,2,1],padding=[0,1,3]) | gelu | "
+      "group_norm(groups=8) | mean(dims=[1,2,3,4])",
+      "x:f32[2,2,8,11,13] | conv3d(out=7,k=3,dilation=[2,1,3],padding=4) | sigmoid",
+      "x:f32[1,3,5,30,6] | conv3d(out=1,k=[1,4,1],stride=[2,3,1]) | swish",
+      "x:f32[2,4,6,6,6] | conv3d(out=12,k=[3,3,1],stride=3,padding=[1,2,0]) | leaky_relu | "
+      "group_norm(groups=3) | hardswish",
+  };
+  int seed = 900;
+  for (const char* spec : specs) {
+    const Chain chain = *ParseChain(spec);
+    EXPECT_TRUE(direct(chain)) << spec;
+    CheckBackward(chain, seed++);
+  }
+  Rng rng(31337);
+  int taken = 0;
+  for (int i = 0; i < 600 && taken < 20; ++i) {
+    const Chain chain = RandomChain(rng);
+    if (!direct(chain)) continue;
+    ++taken;
+    CheckBackward(chain, 1000 + i);
   }
   EXPECT_GE(taken, 10);
 }
