@@ -253,9 +253,11 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
 }
 
 // templates/wgrad_direct.cuh: a conv3d with at most 4 input channels and at most 32 output
-// channels (kernel width <= 7), on FFMA without im2col. The tensor-core GEMMs need a 16-row tile
-// per 8 x-side columns and issue mostly staging instructions at 3 input channels (W2: 2.80 ms on
-// the halo kernel, H100, 2026-11-27).
+// channels, a kernel 5 to 7 wide and stride 1 along w, on FFMA without im2col, where it measured
+// faster than the tensor-core halo kernel (H100, 2026-11-27, bench/notes/
+// wgrad_direct_ffma_v3_session13_2026-11-27.txt): [64,1,32^3] k=5 0.238 against 0.359 ms,
+// [8,2,32^3] k=5 (24 channels) 0.123 against 0.139; not for narrower kernels: W2 (k=4) 3.02
+// against 2.84, k=3 and k=4 with stride 2 0.037 against 0.025 and 0.212 against 0.161.
 struct DirectWgradTile {
   int64_t ct, rows, copies, planes, blocks, per_sm;
   fj::geom::WgradDirect g;
@@ -266,7 +268,8 @@ constexpr int64_t kDirectWgradMaxRows = 32;
 std::optional<DirectWgradTile> ChooseDirectWgrad(const WeightGradient& wg, int64_t n,
                                                  const PlanTarget& target) {
   const ConvAttrs& a = wg.conv;
-  if (wg.rows > kDirectWgradMaxRows || wg.s_channels > kDirectWgradMaxCin || a.kernel[2] > 7) {
+  if (wg.rows > kDirectWgradMaxRows || wg.s_channels > kDirectWgradMaxCin || a.kernel[2] < 5 ||
+      a.kernel[2] > 7 || a.stride[2] != 1) {
     return std::nullopt;
   }
   const int64_t kw = a.kernel[2], c = wg.rows;
@@ -288,7 +291,7 @@ std::optional<DirectWgradTile> ChooseDirectWgrad(const WeightGradient& wg, int64
   const fj::geom::WgradDirect g =
       fj::geom::WgradDirectOf(wg.s_channels, c, w, a.kernel[0], a.kernel[1], kw, a.stride[1],
                               a.stride[2], a.dilation[1], a.dilation[2], ct, rows, copies);
-  if (g.smem > 96 * 1024) return std::nullopt;
+  if (g.smem > 110 * 1024) return std::nullopt;  // two blocks per SM
   // Blocks per SM: registers (about 128 a thread) and shared memory.
   const int64_t per_sm = std::max<int64_t>(
       1, std::min<int64_t>(512 / g.threads, SharedOptInLimit(target.arch) / (g.smem + 1024)));

@@ -398,8 +398,9 @@ struct WgradDirect {
   long long rows_in;   // x rows a stage reaches per (ci, kd)
   long long cols;      // x columns an output row reaches
   long long pitch;     // cols rounded up to odd: the tasks' rows fall in different banks
-  long long x_offset;  // floats: after grad_u's stage, rows * w * cpad
-  long long smem;      // bytes: the stage (grad_u, then x), or the copies' double sums after it
+  long long x_offset;  // floats: x's rows after grad_u's in a stage, rows * w * cpad
+  long long stage;     // floats of one stage buffer (grad_u's rows, then x's), 16-byte multiple
+  long long smem;      // bytes: two stage buffers, or the copies' double sums after them
 };
 constexpr WgradDirect WgradDirectOf(long long cin, long long c, long long w, long long kd,
                                     long long kh, long long kw, long long sh, long long sw,
@@ -414,9 +415,9 @@ constexpr WgradDirect WgradDirectOf(long long cin, long long c, long long w, lon
   g.cols = (w - 1) * sw + (kw - 1) * lw + 1;
   g.pitch = g.cols % 2 == 1 ? g.cols : g.cols + 1;
   g.x_offset = rows * w * g.cpad;
-  const long long stage = 4 * (g.x_offset + cin * kd * g.rows_in * g.pitch);
+  g.stage = RoundUp(g.x_offset + cin * kd * g.rows_in * g.pitch, 4);
   const long long sums = 8 * copies * g.tasks * ct * kw;
-  g.smem = stage > sums ? stage : sums;
+  g.smem = 8 * g.stage > sums ? 8 * g.stage : sums;
   return g;
 }
 

@@ -12,7 +12,9 @@
 //
 // Block: a run of kPlanes (n, od) planes in turn (geom::WgradDirect). Per stage of kRows output
 // rows it copies grad_u's rows channels-last (gs[r][ow][c]) and the x rows every (ci, kd) reaches
-// (xs[ci][kd][row][col], zero outside x: the padding) into shared memory. The block's threads are
+// (xs[ci][kd][row][col], zero outside x: the padding) into shared memory, with cp.async into two
+// buffers: the next stage's copies are in flight while this one is computed (without that the
+// kernel waited on its loads: W2 4.85 ms). The block's threads are
 // `copies` copies of the tasks (ci, kd, kh, channel group); copy k takes the stage rows k,
 // k + copies, ... Products of a stage are summed in fp32, then added to double accumulators;
 // at the end the copies' sums are added in order and written as doubles, part[block][weight] in
@@ -52,11 +54,11 @@ __device__ void wgrad_direct_kernel(const float* __restrict__ x, const float* __
   constexpr int kPlanesTotal = Cfg::kN * Cfg::kD;
   constexpr int kSx = Cfg::kDin * Cfg::kHin * Cfg::kWin, kSu = Cfg::kD * Cfg::kH * Cfg::kW;
   extern __shared__ __align__(16) float fj_wgrad_direct_smem[];
-  float* const gs = fj_wgrad_direct_smem;                               // [R][kW][kCpad]
-  float* const xs = fj_wgrad_direct_smem + G::kG.x_offset;              // [Cin][KD][kRin][kPitch]
-  double* const red = reinterpret_cast<double*>(fj_wgrad_direct_smem);  // after the last stage
+  // Two stage buffers of geom::WgradDirect::stage floats: gs [R][kW][kCpad] then xs
+  // [Cin][KD][kRin][kPitch]; the copies' double sums reuse the memory after the last stage.
+  double* const red = reinterpret_cast<double*>(fj_wgrad_direct_smem);
 
-  // This thread's task: (ci, kd, kh, channel group) and copy; threads past the tasks only stage.
+  // This thread's task: (ci, kd, kh, channel group) and copy; threads past the tasks only copy.
   const int task = threadIdx.x % G::kTasks, copy = threadIdx.x / G::kTasks;
   const bool worker = copy < G::kCopies;
   const int cg = task % G::kG.groups;
@@ -71,82 +73,113 @@ __device__ void wgrad_direct_kernel(const float* __restrict__ x, const float* __
     for (int k = 0; k < KW; ++k) dacc[c][k] = 0.0;
   }
 
+  // Stage s: plane p_begin + s / kStagesPerPlane, output rows from (s % kStagesPerPlane) * R.
+  constexpr int kStagesPerPlane = (Cfg::kH + R - 1) / R;
   const int p_begin = blockIdx.x * Tune::kPlanes;
   const int p_end = p_begin + Tune::kPlanes < kPlanesTotal ? p_begin + Tune::kPlanes : kPlanesTotal;
-  for (int pl = p_begin; pl < p_end; ++pl) {
+  const int stages = (p_end - p_begin) * kStagesPerPlane;
+  // Copies stage s into buffer b with 4-byte cp.async (zero-filled outside grad_u and x): gs
+  // channels-last, xs[ci][kd][j][col] = x[n, ci, od*sd - pd + kd*ld, oh0*sh - ph + j, col - pw].
+  const auto issue = [&](int st, int b) {
+    const int pl = p_begin + st / kStagesPerPlane, oh0 = (st % kStagesPerPlane) * R;
     const int n = pl / Cfg::kD, od = pl % Cfg::kD;
-    for (int oh0 = 0; oh0 < Cfg::kH; oh0 += R) {
-      __syncthreads();  // the previous stage's reads are done
-      // grad_u's rows oh0 .. oh0 + R - 1, channels-last; zero past H or C.
-      for (int i = threadIdx.x; i < R * Cfg::kW * G::kCpad; i += blockDim.x) {
-        const int ow = i % Cfg::kW, r = (i / Cfg::kW) % R, c = i / (Cfg::kW * R);
-        const int oh = oh0 + r;
-        float v = 0.f;
-        if (c < Cfg::kC && oh < Cfg::kH) {
-          v = gu[(static_cast<size_t>(n) * Cfg::kC + c) * kSu +
-                 (static_cast<size_t>(od) * Cfg::kH + oh) * Cfg::kW + ow];
-        }
-        gs[(r * Cfg::kW + ow) * G::kCpad + c] = v;
-      }
-      // x's rows the stage reaches: xs[ci][kd][j][col] = x[n, ci, id, ih, iw] with
-      // id = od*sd - pd + kd*ld, ih = oh0*sh - ph + j, iw = col - pw; zero outside x.
-      for (int i = threadIdx.x; i < Cfg::kCin * Cfg::kKD * G::kRin * G::kG.cols; i += blockDim.x) {
-        const int col = i % G::kG.cols, j = (i / G::kG.cols) % G::kRin;
-        const int kdi = (i / (G::kG.cols * G::kRin)) % Cfg::kKD;
-        const int cii = i / (G::kG.cols * G::kRin * Cfg::kKD);
-        const int id = od * Cfg::kSD - Cfg::kPD + kdi * Cfg::kDilD;
-        const int ih = oh0 * Cfg::kSH - Cfg::kPH + j, iw = col - Cfg::kPW;
-        float v = 0.f;
-        if (static_cast<unsigned>(id) < static_cast<unsigned>(Cfg::kDin) &&
-            static_cast<unsigned>(ih) < static_cast<unsigned>(Cfg::kHin) &&
-            static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::kWin)) {
-          v = x[(static_cast<size_t>(n) * Cfg::kCin + cii) * kSx +
-                (static_cast<size_t>(id) * Cfg::kHin + ih) * Cfg::kWin + iw];
-        }
-        xs[((cii * Cfg::kKD + kdi) * G::kRin + j) * G::kPitch + col] = v;
-      }
-      __syncthreads();
-      if (worker) {
-        float acc[CT][KW];
-#pragma unroll
-        for (int c = 0; c < CT; ++c) {
-#pragma unroll
-          for (int k = 0; k < KW; ++k) acc[c][k] = 0.f;
-        }
-        for (int r = copy; r < R && oh0 + r < Cfg::kH; r += G::kCopies) {
-          const float* const xrow =
-              xs + ((ci * Cfg::kKD + kd) * G::kRin + r * Cfg::kSH + kh * Cfg::kDilH) * G::kPitch;
-          const float4* const grow =
-              reinterpret_cast<const float4*>(gs + r * Cfg::kW * G::kCpad + cg * CT);
-#pragma unroll 4
-          for (int ow = 0; ow < Cfg::kW; ++ow) {
-            float g[CT];
-#pragma unroll
-            for (int q = 0; q < CT / 4; ++q) {
-              const float4 v = grow[ow * (G::kCpad / 4) + q];
-              g[4 * q] = v.x;
-              g[4 * q + 1] = v.y;
-              g[4 * q + 2] = v.z;
-              g[4 * q + 3] = v.w;
-            }
-#pragma unroll
-            for (int k = 0; k < KW; ++k) {
-              const float xv = xrow[ow * Cfg::kSW + k * Cfg::kDilW];
-#pragma unroll
-              for (int c = 0; c < CT; ++c) acc[c][k] = fmaf(g[c], xv, acc[c][k]);
-            }
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < CT; ++c) {
-#pragma unroll
-          for (int k = 0; k < KW; ++k) dacc[c][k] += static_cast<double>(acc[c][k]);
-        }
+    const unsigned base =
+        static_cast<unsigned>(__cvta_generic_to_shared(fj_wgrad_direct_smem + b * G::kG.stage));
+    // A warp per row (one division per row, not per value), its lanes along the row.
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int row = warp; row < G::kCpad * R; row += warps) {
+      const int c = row / R, r = row % R, oh = oh0 + r;
+      const bool row_ok = c < Cfg::kC && oh < Cfg::kH;
+      const float* const src = gu + (static_cast<size_t>(n) * Cfg::kC + (row_ok ? c : 0)) * kSu +
+                               (static_cast<size_t>(od) * Cfg::kH + (row_ok ? oh : 0)) * Cfg::kW;
+      const unsigned dst = base + 4u * (r * Cfg::kW * G::kCpad + c);
+      for (int ow = lane; ow < Cfg::kW; ow += 32) {
+        asm volatile(
+            "cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4u * ow * G::kCpad),
+            "l"(src + ow), "r"(row_ok ? 4 : 0));
       }
     }
+    const unsigned xbase = base + 4u * G::kG.x_offset;
+    for (int row = warp; row < Cfg::kCin * Cfg::kKD * G::kRin; row += warps) {
+      const int j = row % G::kRin, kdi = (row / G::kRin) % Cfg::kKD;
+      const int cii = row / (G::kRin * Cfg::kKD);
+      const int id = od * Cfg::kSD - Cfg::kPD + kdi * Cfg::kDilD;
+      const int ih = oh0 * Cfg::kSH - Cfg::kPH + j;
+      const bool row_ok = static_cast<unsigned>(id) < static_cast<unsigned>(Cfg::kDin) &&
+                          static_cast<unsigned>(ih) < static_cast<unsigned>(Cfg::kHin);
+      const float* const src =
+          x + (static_cast<size_t>(n) * Cfg::kCin + cii) * kSx +
+          (static_cast<size_t>(row_ok ? id : 0) * Cfg::kHin + (row_ok ? ih : 0)) * Cfg::kWin;
+      const unsigned dst = xbase + 4u * row * G::kPitch;
+      for (int col = lane; col < G::kG.cols; col += 32) {
+        const int iw = col - Cfg::kPW;
+        const bool ok = row_ok && static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::kWin);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4u * col),
+                     "l"(ok ? src + iw : x), "r"(ok ? 4 : 0));
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+
+  if (stages > 0) issue(0, 0);
+  for (int st = 0; st < stages; ++st) {
+    // The next stage's copies in flight while this one is computed.
+    if (st + 1 < stages) {
+      issue(st + 1, (st + 1) & 1);
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
+    __syncthreads();  // every thread's copies of stage st have landed
+    const float* const gs = fj_wgrad_direct_smem + (st & 1) * G::kG.stage;
+    const float* const xs = gs + G::kG.x_offset;
+    const int oh0 = (st % kStagesPerPlane) * R;
+    if (worker) {
+      float acc[CT][KW];
+#pragma unroll
+      for (int c = 0; c < CT; ++c) {
+#pragma unroll
+        for (int k = 0; k < KW; ++k) acc[c][k] = 0.f;
+      }
+      for (int r = copy; r < R && oh0 + r < Cfg::kH; r += G::kCopies) {
+        const float* const xrow =
+            xs + ((ci * Cfg::kKD + kd) * G::kRin + r * Cfg::kSH + kh * Cfg::kDilH) * G::kPitch;
+        const float4* const grow =
+            reinterpret_cast<const float4*>(gs + r * Cfg::kW * G::kCpad + cg * CT);
+        // grad_u's channels of the next point loaded while this one's products are issued.
+        float4 gn[CT / 4];
+#pragma unroll
+        for (int q = 0; q < CT / 4; ++q) gn[q] = grow[q];
+#pragma unroll 4
+        for (int ow = 0; ow < Cfg::kW; ++ow) {
+          float g[CT];
+#pragma unroll
+          for (int q = 0; q < CT / 4; ++q) {
+            g[4 * q] = gn[q].x;
+            g[4 * q + 1] = gn[q].y;
+            g[4 * q + 2] = gn[q].z;
+            g[4 * q + 3] = gn[q].w;
+          }
+          const int next = ow + 1 < Cfg::kW ? ow + 1 : ow;
+#pragma unroll
+          for (int q = 0; q < CT / 4; ++q) gn[q] = grow[next * (G::kCpad / 4) + q];
+#pragma unroll
+          for (int k = 0; k < KW; ++k) {
+            const float xv = xrow[ow * Cfg::kSW + k * Cfg::kDilW];
+#pragma unroll
+            for (int c = 0; c < CT; ++c) acc[c][k] = fmaf(g[c], xv, acc[c][k]);
+          }
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < CT; ++c) {
+#pragma unroll
+        for (int k = 0; k < KW; ++k) dacc[c][k] += static_cast<double>(acc[c][k]);
+      }
+    }
+    __syncthreads();  // buffer st & 1 is free for stage st + 2
   }
   // The copies' sums, added in copy order, to part[block][c][ci][kd][kh][kw].
-  __syncthreads();
   if (worker) {
 #pragma unroll
     for (int c = 0; c < CT; ++c) {

@@ -43,16 +43,23 @@ std::vector<int64_t> Divisors(int64_t c) {
 Chain RandomChain(Rng& rng, const RandomChainOptions& options) {
   while (true) {
     Chain chain;
-    chain.input = {rng.Int(1, options.max_batch), rng.Int(1, options.max_channels / 2),
+    const int64_t max_in =
+        options.max_input_channels > 0 ? options.max_input_channels : options.max_channels / 2;
+    chain.input = {rng.Int(1, options.max_batch), rng.Int(1, max_in),
                    rng.Int(3, options.max_spatial), rng.Int(3, options.max_spatial),
                    rng.Int(3, options.max_spatial)};
     int64_t channels = chain.input[1];
     if (rng.Chance(0.85)) {
-      const bool transposed = rng.Chance(0.45);
+      const bool transposed = rng.Chance(options.transposed_chance);
       const int64_t out = rng.Int(1, options.max_channels);
-      const Dims3 k = RandomDims(rng, 1, 3), stride = RandomDims(rng, 1, 3);
+      Dims3 k = RandomDims(rng, 1, 3);
+      const Dims3 stride = RandomDims(rng, 1, 3);
       const Dims3 padding = RandomDims(rng, 0, 2), dilation = RandomDims(rng, 1, 2);
       const bool bias = rng.Chance(0.75);
+      // Drawn only when asked for, so the default options give the same chains as before.
+      if (options.min_kernel_w != 1 || options.max_kernel_w != 3) {
+        k[2] = rng.Int(options.min_kernel_w, options.max_kernel_w);
+      }
       if (transposed) {
         Dims3 op = {0, 0, 0};
         for (int a = 0; a < 3; ++a) {

@@ -32,7 +32,12 @@ class Rng {
 struct RandomChainOptions {
   int64_t max_batch = 8;
   int64_t max_spatial = 13;   // input D, H, W in [3, max_spatial]
-  int64_t max_channels = 12;  // input and output channels
+  int64_t max_channels = 12;  // output channels; input ones up to half of it
+  int64_t max_input_channels = 0;  // input channels instead, when > 0
+  // The producer's kernel width in [min_kernel_w, max_kernel_w] (other axes 1-3); a conv3d or a
+  // conv_transpose3d with probability transposed_chance.
+  int64_t min_kernel_w = 1, max_kernel_w = 3;
+  double transposed_chance = 0.45;
 };
 
 // A random chain that passes ValidateChain.
