@@ -43,6 +43,20 @@ struct RandomChainOptions {
 // A random chain that passes ValidateChain.
 Chain RandomChain(Rng& rng, const RandomChainOptions& options = {});
 
+// conv3d chains (or none) with at most 4 input channels, up to 32 output channels and kernels 5
+// to 7 wide: the direct weight gradient's domain (templates/wgrad_direct.cuh), batch 1-3.
+inline RandomChainOptions FewInputWideKernelOptions() {
+  RandomChainOptions o;
+  o.max_batch = 3;
+  o.max_spatial = 16;
+  o.max_channels = 32;
+  o.max_input_channels = 4;
+  o.min_kernel_w = 5;
+  o.max_kernel_w = 7;
+  o.transposed_chance = 0;
+  return o;
+}
+
 // The chain of `spec`; a gtest failure naming the spec and the error (and an empty Chain) when it
 // does not parse.
 inline Chain ParseOrFail(const std::string& spec) {

@@ -80,12 +80,7 @@ TEST(WgradDirect, SharedMemoryHoldsTheStageAndTheCopiesSums) {
 
 TEST(WgradDirect, RandomChainsThatTakeItCompileForSm80AndSm90) {
   Rng rng(4711);
-  RandomChainOptions options;
-  options.max_input_channels = 4;
-  options.max_channels = 32;
-  options.min_kernel_w = 5;
-  options.max_kernel_w = 7;
-  options.transposed_chance = 0;
+  const RandomChainOptions options = FewInputWideKernelOptions();
   int taken = 0;
   for (int i = 0; i < 600 && taken < 5; ++i) {
     const Chain chain = RandomChain(rng, options);

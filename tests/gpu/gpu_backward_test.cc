@@ -444,14 +444,7 @@ TEST(GpuBackward, DirectWeightGradient) {
     CheckBackward(chain, seed++);
   }
   Rng rng(31337);
-  RandomChainOptions options;
-  options.max_batch = 3;
-  options.max_spatial = 16;
-  options.max_channels = 32;
-  options.max_input_channels = 4;
-  options.min_kernel_w = 5;
-  options.max_kernel_w = 7;
-  options.transposed_chance = 0;
+  const RandomChainOptions options = FewInputWideKernelOptions();
   int taken = 0;
   for (int i = 0; i < 600 && taken < 20; ++i) {
     const Chain chain = RandomChain(rng, options);
