@@ -1,7 +1,6 @@
 #include "codegen/backward_plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -268,8 +267,10 @@ constexpr int64_t kDirectWgradMaxRows = 32;
 std::optional<DirectWgradTile> ChooseDirectWgrad(const WeightGradient& wg, int64_t n,
                                                  const PlanTarget& target) {
   const ConvAttrs& a = wg.conv;
-  if (wg.rows > kDirectWgradMaxRows || wg.s_channels > kDirectWgradMaxCin || a.kernel[2] < 5 ||
-      a.kernel[2] > 7 || a.stride[2] != 1) {
+  // cp.async: sm_80 and later.
+  if (!HasAmpereFeatures(target.arch) || wg.rows > kDirectWgradMaxRows ||
+      wg.s_channels > kDirectWgradMaxCin || a.kernel[2] < 5 || a.kernel[2] > 7 ||
+      a.stride[2] != 1) {
     return std::nullopt;
   }
   const int64_t kw = a.kernel[2], c = wg.rows;

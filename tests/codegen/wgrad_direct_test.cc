@@ -50,6 +50,14 @@ TEST(WgradDirect, Conv3dWithFewInputChannelsGetsIt) {
     const std::string body = WgradBody(ParseOrFail(spec));
     EXPECT_EQ(body.find("wgrad_direct_kernel") != std::string::npos, direct) << body;
   }
+  // Its copies are cp.async: not before sm_80.
+  absl::StatusOr<codegen::Plan> sm75 = codegen::PlanBackward(
+      ParseOrFail("x:f32[64,1,32,32,32] | conv3d(out=8,k=5,padding=2) | gelu"),
+      codegen::PlanTarget{"sm_75", 40, Precision::kFp32});
+  ASSERT_TRUE(sm75.ok()) << sm75.status();
+  for (const codegen::KernelLaunch& k : sm75->kernels) {
+    EXPECT_EQ(k.body.find("wgrad_direct_kernel"), std::string::npos);
+  }
 }
 
 TEST(WgradDirect, SharedMemoryHoldsTheStageAndTheCopiesSums) {
