@@ -7,14 +7,15 @@
 // A thread owns one (ci, kd, kh) and kCT output channels, all kKW taps along w: kCT x kKW
 // accumulators. Per output point of its row it reads kCT values of grad_u (float4, the same for
 // every thread of the warp: a broadcast) and the kKW x values its taps reach, then does kCT x kKW
-// FFMA -- the GEMM's tensor-core forms (wgrad_halo.cuh) issue mostly staging instructions when
-// the x side has 3 channels and the output side 16 (one 16-row mma tile).
+// FFMA (with stride 1 along w, neighbouring points share all but one x value: unrolled, the
+// loads are shared). Planned where it measured faster than the tensor-core halo kernel
+// (wgrad_halo.cuh): kernels 5 to 7 wide (codegen/backward_plan.cc, ChooseDirectWgrad).
 //
 // Block: a run of kPlanes (n, od) planes in turn (geom::WgradDirect). Per stage of kRows output
 // rows it copies grad_u's rows channels-last (gs[r][ow][c]) and the x rows every (ci, kd) reaches
 // (xs[ci][kd][row][col], zero outside x: the padding) into shared memory, with cp.async into two
 // buffers: the next stage's copies are in flight while this one is computed (without that the
-// kernel waited on its loads: W2 4.85 ms). The block's threads are
+// kernel waited on its loads: W2 4.85 ms, against 3.02 with them). The block's threads are
 // `copies` copies of the tasks (ci, kd, kh, channel group); copy k takes the stage rows k,
 // k + copies, ... Products of a stage are summed in fp32, then added to double accumulators;
 // at the end the copies' sums are added in order and written as doubles, part[block][weight] in
