@@ -5,7 +5,8 @@
 //   1. recompute u, the producer's output, with the forward plan of the chain cut after its
 //      producer (no step without a producer: u is x);
 //   2. this plan: grad_u from grad_y through mean, the post ops, group_norm and the pre ops, the
-//      group_norm and conv-bias gradients, and the conv weight gradient;
+//      group_norm and conv-bias gradients, and the conv weight gradient (its kernels:
+//      codegen/weight_gradient_plan.h);
 //   3. grad_x = the data gradient of the convolution, itself a convolution of grad_u (planned as a
 //      forward chain of its own: DataGradientChain);
 //   4. only where that convolution's output is larger than x (DataGradientChain): grad_x = its
@@ -34,7 +35,7 @@ inline constexpr std::string_view kSavedStatsName = "stats";       // saved: gro
 // workspace. saved_stats: the group statistics are read from the training forward's "stats"
 // (SavedStatsSpec) instead of recomputed from u (one pass over u less).
 // A convolution with few input channels (conv_transpose3d; conv3d with stride 1) gets the fused
-// form (templates/few_in_backward.cuh):
+// form (templates/few_in_backward.cuh, planned by codegen/few_in_backward_plan.h):
 // the conv weight is in the signature too and grad_x takes grad_u's place -- it computes the data
 // gradient itself, so steps 3 and 4 are skipped (BackwardPlanWritesGradX).
 // REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.

@@ -25,7 +25,7 @@ KernelArg Stats(const ChainInfo& info, size_t offset) {
                               "stats", offset, kRead);
 }
 
-unsigned CeilDiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+unsigned GridBlocks(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 // The launch shape of the generic kernels. Each strategy tunes the members it uses (its
 // TuneField list); the others keep their defaults and are not emitted.
@@ -45,7 +45,7 @@ constexpr TuneField<GenericTune> kMeanChunksField = {"mean_chunks", "kMeanChunks
 
 // Grid for a grid-stride loop over `elements`: enough blocks to fill the device a few times.
 unsigned StrideGrid(int64_t elements, const PlanTarget& target, const GenericTune& t) {
-  return std::max(1u, std::min<unsigned>(CeilDiv(elements, t.block),
+  return std::max(1u, std::min<unsigned>(GridBlocks(elements, t.block),
                                          static_cast<unsigned>(target.sm_count * t.grid_per_sm)));
 }
 
@@ -110,7 +110,7 @@ size_t AddStatistics(const ChainInfo& info, const GenericTune& t, bool store, Pl
   f.symbol = "fj_stats_finalize";
   f.body = absl::StrCat("fj::stats_finalize_kernel<Cfg, ", chunks, ">");
   f.purpose = "merge each (sample, group)'s partials in chunk order -> mean, rstd";
-  f.grid = {CeilDiv(n * groups, t.block), 1, 1};
+  f.grid = {GridBlocks(n * groups, t.block), 1, 1};
   f.block = {static_cast<unsigned>(t.block), 1, 1};
   f.args = {KernelArg::Workspace(f64 ? ArgType::kMomentsD : ArgType::kMoments, "partials",
                                  partials, kRead),
@@ -146,7 +146,7 @@ void AddMean(const ChainInfo& info, const GenericTune& t, bool norm, size_t stat
   f.symbol = "fj_mean_finalize";
   f.body = absl::StrCat("fj::mean_finalize_kernel<Cfg, ", chunks, ">");
   f.purpose = "sum partials in a fixed order (double) and divide -> y";
-  f.grid = {CeilDiv(outputs, t.block), 1, 1};
+  f.grid = {GridBlocks(outputs, t.block), 1, 1};
   f.block = {static_cast<unsigned>(t.block), 1, 1};
   f.args = {KernelArg::Workspace(ArgType::kDouble, "partials", partials, kRead),
             KernelArg::Output()};

@@ -53,12 +53,6 @@ constexpr int64_t kMeanThreads = 256;                      // igemm_mean.cuh Ige
 constexpr int64_t kMeanMaxChannels = 1024;                 // igemm_mean.cuh static_assert
 constexpr char kTuneType[] = "fj::IgemmPlanTune<IgemmFixed, IgemmTune>";
 
-
-TuneStruct::Field Int(std::string name, int64_t v) {
-  return {"int", std::move(name), absl::StrCat(v)};
-}
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Output channels padded to whole bn-channel tiles (IgemmShape::kCP).
 int64_t PaddedChannels(int64_t c, int64_t bn) { return CeilDiv(c, bn) * bn; }
 
@@ -480,8 +474,8 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   plan.arch_override = "sm_90a";
   // IgemmFixed first: the last tune struct is the tunable one (its fields are the config's).
   plan.tunes.push_back({"IgemmFixed",
-                        {Int("kPrec", pr.prec), Int("kFlushSteps", pr.flush),
-                         Int("kAbsmaxBlocks", kAbsmaxBlocks), Int("kOut", out_)}});
+                        {TuneInt("kPrec", pr.prec), TuneInt("kFlushSteps", pr.flush),
+                         TuneInt("kAbsmaxBlocks", kAbsmaxBlocks), TuneInt("kOut", out_)}});
   plan.tunes.push_back(ToTuneStruct("IgemmTune", t, Fields()));
 
   const size_t xa = plan.AddWorkspace(

@@ -1,4 +1,4 @@
-// codegen/strategy_util.h: small helpers the direct-convolution strategies share (kernel
+// codegen/strategy_util.h: small helpers the strategies and the backward plan share (kernel
 // arguments, register and launch-shape checks, tuning-error text, blocks-per-sample candidates).
 #ifndef FUSEJIT_CODEGEN_STRATEGY_UTIL_H_
 #define FUSEJIT_CODEGEN_STRATEGY_UTIL_H_
@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,14 @@ namespace fusejit::codegen {
 
 using Kind = KernelArg::Kind;
 constexpr int64_t kStaticSharedLimit = 48 * 1024;
+
+// ceil(a / b) for a >= 0, b > 0.
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// An int field of a generated tuning struct (codegen/plan.h TuneStruct).
+inline TuneStruct::Field TuneInt(std::string name, int64_t value) {
+  return {"int", std::move(name), absl::StrCat(value)};
+}
 
 // Dynamic shared memory a block may opt into (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) on
 // `arch`, less the 1 KB the runtime reserves; 48 KB where the arch is not known here.

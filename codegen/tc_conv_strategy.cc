@@ -37,8 +37,6 @@ enum TcPrec { kPrecTF32 = 0, kPrec3xTF32 = 1, kPrec16 = 2 };
 enum TcOut { kStoreFinal = 0, kStorePreNorm = 1, kMomentsOnly = 2 };
 constexpr int64_t kMomentsBytes = 24;  // fj::TcChannelMoments
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Bytes of one GEMM operand element (fj::TcOpT), and the values a 32-bit word of a shared row
 // holds (fj::TcShape::kElemsPerWord).
 int64_t OperandBytes(TcPrec prec) { return prec == kPrec16 ? 2 : 4; }
