@@ -216,24 +216,27 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
 }
 
 // templates/wgrad_direct.cuh: a conv3d with at most 4 input channels and at most 32 output
-// channels, a kernel 5 to 7 wide and stride 1 along w, on FFMA without im2col, where it measured
+// channels, a kernel 5 wide and stride 1 along w, on FFMA without im2col, where it measured
 // faster than the tensor-core halo kernel (H100, 2026-11-27, bench/notes/
 // wgrad_direct_ffma_v3_session13_2026-11-27.txt): [64,1,32^3] k=5 0.238 against 0.359 ms,
 // [8,2,32^3] k=5 (24 channels) 0.123 against 0.139; not for narrower kernels: W2 (k=4) 3.02
-// against 2.84, k=3 and k=4 with stride 2 0.037 against 0.025 and 0.212 against 0.161.
+// against 2.84, k=3 and k=4 with stride 2 0.037 against 0.025 and 0.212 against 0.161. Kernels
+// 6 and 7 wide are correct on it (GpuBackward.DirectWeightGradient) but were not timed: the halo
+// kernel amortizes its staging over more taps there, so they keep it until measured.
 struct DirectWgradTile {
   int64_t ct, rows, copies, planes, blocks, per_sm;
   fj::geom::WgradDirect g;
 };
 constexpr int64_t kDirectWgradMaxCin = 4;
 constexpr int64_t kDirectWgradMaxRows = 32;
+constexpr int64_t kDirectWgradKernelW = 5;  // the kernel width it was measured faster at
 
 std::optional<DirectWgradTile> ChooseDirectWgrad(const WeightGradient& wg, int64_t n,
                                                  const PlanTarget& target) {
   const ConvAttrs& a = wg.conv;
   // cp.async: sm_80 and later.
   if (!HasAmpereFeatures(target.arch) || wg.rows > kDirectWgradMaxRows ||
-      wg.s_channels > kDirectWgradMaxCin || a.kernel[2] < 5 || a.kernel[2] > 7 ||
+      wg.s_channels > kDirectWgradMaxCin || a.kernel[2] != kDirectWgradKernelW ||
       a.stride[2] != 1) {
     return std::nullopt;
   }

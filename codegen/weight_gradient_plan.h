@@ -6,7 +6,7 @@
 // (templates/wgrad.cuh's notation: conv3d T = grad_u, S = x; conv_transpose3d T = x, S = grad_u).
 // AddWeightGradient picks the kernels by shape and architecture, each where it measured fastest:
 //   - FFMA without im2col (wgrad_direct.cuh): conv3d with at most 4 input and 32 output channels,
-//     a kernel 5 to 7 wide, stride 1 along w; sm_80 and later;
+//     a kernel 5 wide, stride 1 along w; sm_80 and later;
 //   - wgmma, F16x3 (wgrad_wgmma.cuh): sm_90, both channel counts 32 or more;
 //   - mma.sync 3xTF32 on a tile of T's grid and the halo of S staged once (wgrad_halo.cuh): sm_80
 //     and later, 8 to 32 GEMM rows, a halo that fits;

@@ -9,7 +9,8 @@
 // every thread of the warp: a broadcast) and the kKW x values its taps reach, then does kCT x kKW
 // FFMA (with stride 1 along w, neighbouring points share all but one x value: unrolled, the
 // loads are shared). Planned where it measured faster than the tensor-core halo kernel
-// (wgrad_halo.cuh): kernels 5 to 7 wide (codegen/weight_gradient_plan.cc, ChooseDirectWgrad).
+// (wgrad_halo.cuh): kernels 5 wide (codegen/weight_gradient_plan.cc, ChooseDirectWgrad); it
+// computes any width up to 7 (tested), 6 and 7 not yet timed.
 //
 // Block: a run of kPlanes (n, od) planes in turn (geom::WgradDirect). Per stage of kRows output
 // rows it copies grad_u's rows channels-last (gs[r][ow][c]) and the x rows every (ci, kd) reaches

@@ -44,7 +44,7 @@ struct RandomChainOptions {
 Chain RandomChain(Rng& rng, const RandomChainOptions& options = {});
 
 // conv3d chains (or none) with at most 4 input channels, up to 32 output channels and kernels 5
-// to 7 wide: the direct weight gradient's domain (templates/wgrad_direct.cuh), batch 1-3.
+// to 7 wide, batch 1-3: around the direct weight gradient's domain (templates/wgrad_direct.cuh).
 inline RandomChainOptions FewInputWideKernelOptions() {
   RandomChainOptions o;
   o.max_batch = 3;
