@@ -220,7 +220,8 @@ void AddMmaWeightGradient(const WeightGradient& wg, const ChainInfo& info, const
 // faster than the tensor-core halo kernel (H100, 2026-11-27, bench/notes/
 // wgrad_direct_ffma_v3_session13_2026-11-27.txt): [64,1,32^3] k=5 0.238 against 0.359 ms,
 // [8,2,32^3] k=5 (24 channels) 0.123 against 0.139; not for narrower kernels: W2 (k=4) 3.02
-// against 2.84, k=3 and k=4 with stride 2 0.037 against 0.025 and 0.212 against 0.161. Kernels
+// against 2.84, k=3 and k=4 with stride 2 0.037 against 0.025 and 0.212 against 0.161 (another
+// k=3 with stride 2: 0.039 against 0.042). Kernels
 // 6 and 7 wide are correct on it (GpuBackward.DirectWeightGradient) but were not timed: the halo
 // kernel amortizes its staging over more taps there, so they keep it until measured.
 struct DirectWgradTile {
