@@ -73,4 +73,16 @@ void CheckStrategyOnTheGpu(const codegen::Strategy& strategy, std::span<const ch
   }
 }
 
+void ExpectBackwardCompilesForSm80AndSm90(const Chain& chain, const std::string& expect) {
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    SCOPED_TRACE(FormatChain(chain) + " " + arch);
+    CompileOptions o;
+    o.arch = arch;
+    o.use_cache = false;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, o);
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (!expect.empty()) EXPECT_NE((*b)->Explain().find(expect), std::string::npos);
+  }
+}
+
 }  // namespace fusejit::testing

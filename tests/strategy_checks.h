@@ -28,6 +28,10 @@ void ExpectValidateRefuses(const Chain& chain, const codegen::PlanTarget& target
 // to on sm_90.
 std::vector<Chain> RandomChainsReaching(const codegen::Strategy& strategy, uint64_t seed, int want);
 
+// The chain's backward (CompileBackward, no cache) compiled for sm_80 and for sm_90; where
+// `expect` is not empty, each one's Explain() contains it (gtest failures name chain and arch).
+void ExpectBackwardCompilesForSm80AndSm90(const Chain& chain, const std::string& expect = "");
+
 // On the GPU (CheckChainWithOptions: float64 reference, poisoned outputs, two runs bitwise equal)
 // with `strategy` forced: every spec under its default configuration and each of `configs`
 // (the parameters, "threads=128"), then RandomChainsReaching(strategy, chain_seed, 20).

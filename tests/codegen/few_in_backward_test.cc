@@ -18,6 +18,7 @@
 #include "fusejit/workloads.h"
 #include "templates/geometry.cuh"
 #include "tests/random_chains.h"
+#include "tests/strategy_checks.h"
 
 namespace fusejit {
 namespace {
@@ -309,15 +310,7 @@ TEST(FewInBackward, RandomFewChannelChainsCompileForSm80AndSm90) {
         codegen::PlanBackward(chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32});
     if (!plan.ok() || !codegen::BackwardPlanWritesGradX(chain, *plan)) continue;
     ++fused;
-    for (const char* arch : {"sm_80", "sm_90"}) {
-      SCOPED_TRACE(FormatChain(chain) + " " + arch);
-      CompileOptions o;
-      o.arch = arch;
-      o.use_cache = false;
-      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, o);
-      ASSERT_TRUE(b.ok()) << b.status();
-      EXPECT_NE((*b)->Explain().find("fj_bwd_few_in"), std::string::npos);
-    }
+    testing::ExpectBackwardCompilesForSm80AndSm90(chain, "fj_bwd_few_in");
   }
   EXPECT_GE(fused, 3);
 }

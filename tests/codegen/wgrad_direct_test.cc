@@ -11,6 +11,7 @@
 #include "fusejit/fusejit.h"
 #include "templates/geometry.cuh"
 #include "tests/random_chains.h"
+#include "tests/strategy_checks.h"
 
 namespace fusejit {
 namespace {
@@ -97,14 +98,7 @@ TEST(WgradDirect, RandomChainsThatTakeItCompileForSm80AndSm90) {
     const Chain chain = RandomChain(rng, options);
     if (WgradBody(chain).find("wgrad_direct_kernel") == std::string::npos) continue;
     ++taken;
-    for (const char* arch : {"sm_80", "sm_90"}) {
-      SCOPED_TRACE(FormatChain(chain) + " " + arch);
-      CompileOptions o;
-      o.arch = arch;
-      o.use_cache = false;
-      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, o);
-      ASSERT_TRUE(b.ok()) << b.status();
-    }
+    testing::ExpectBackwardCompilesForSm80AndSm90(chain);
   }
   EXPECT_GE(taken, 3);
 }
