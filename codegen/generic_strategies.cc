@@ -25,7 +25,8 @@ KernelArg Stats(const ChainInfo& info, size_t offset) {
                               "stats", offset, kRead);
 }
 
-unsigned GridBlocks(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+// Blocks of a grid dimension: CeilDiv (strategy_util.h) as a launch's unsigned.
+unsigned GridBlocks(int64_t a, int64_t b) { return static_cast<unsigned>(CeilDiv(a, b)); }
 
 // The launch shape of the generic kernels. Each strategy tunes the members it uses (its
 // TuneField list); the others keep their defaults and are not emitted.
