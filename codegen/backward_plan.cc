@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
+#include "codegen/convt_strategy.h"
 #include "codegen/few_in_backward_plan.h"
 #include "codegen/strategy_util.h"
 #include "codegen/weight_gradient_plan.h"
@@ -160,6 +161,15 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   const std::optional<FewInTile> fused =
       producer ? ChooseFewInTile(chain, info, target, &few_in_refusal) : std::nullopt;
   const std::string gu = std::string(producer && !fused ? kProducerGradName : kGradInputName);
+  // The group statistics: recomputed (zpart) unless saved.
+  const bool recompute_stats = norm && !saved_stats;
+  // grad_y's sums beside a recomputation of u, not a read of it, where the producer is cheap
+  // (convt_backward.cuh); not where one pass over u and grad_y gives the statistics too.
+  std::string convt_sums_refusal;
+  const std::optional<ConvTSums> convt_sums =
+      producer && norm && !(recompute_stats && info.post_ops.empty())
+          ? ChooseConvTSums(chain, info, target, &convt_sums_refusal)
+          : std::nullopt;
 
   Plan plan;
   plan.strategy = "backward";
@@ -178,6 +188,12 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
                     "; the convolution's data and weight gradients in the same kernel as grad_u, "
                     "which is never stored (few input channels)");
   }
+  if (convt_sums) {
+    absl::StrAppend(&plan.description,
+                    "; grad_y's sums recompute u (a cheap conv_transpose3d) instead of reading it");
+    plan.includes.push_back("convt_backward.cuh");
+    plan.tunes.push_back(convt_sums->tune);
+  }
 
   // The signature of this step.
   std::vector<TensorSpec>& sig = plan.signature;
@@ -188,7 +204,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
                  OutputShape(chain), 16});
   for (const ParamSpec& ps : ChainParams(chain)) {
     if (ps.op_index == static_cast<size_t>(info.group_norm_index) ||
-        (fused && ps.name == info.weight_param)) {
+        ((fused || convt_sums) && ps.name == info.weight_param) ||
+        (convt_sums && ps.name == info.bias_param)) {
       sig.push_back({ps.name, TensorRole::kParam, chain.dtype, ps.shape, 16});
     }
   }
@@ -198,16 +215,17 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   }
 
   // Elementwise / group_norm part.
-  const int64_t split =
-      std::clamp<int64_t>(CeilDiv(4 * target.sm_count, slices), 1, std::max<int64_t>(1, spatial / 2048));
+  // Chunks per (n, c) slice: the recomputing sums kernel's blocks per sample, or enough to fill
+  // the GPU.
+  const int64_t split = convt_sums ? convt_sums->blocks_per_sample
+                                   : std::clamp<int64_t>(CeilDiv(4 * target.sm_count, slices), 1,
+                                                         std::max<int64_t>(1, spatial / 2048));
   // The bias partials' chunks per (n, c): the fused kernel's x tiles, or grad_u's chunks.
   const int64_t bias_split = fused ? fused->g.tiles : split;
   plan.tunes.push_back({"BwdTune",
                         {TuneInt("kSplit", split), TuneInt("kBiasSplit", bias_split),
                          TuneInt("kThreads", kThreads)}});
   const int64_t parts = slices * split;
-  // The group statistics: recomputed (zpart) unless saved.
-  const bool recompute_stats = norm && !saved_stats;
   const size_t zpart =
       recompute_stats ? plan.AddWorkspace("(sum z, sum z^2) per (n, c, chunk)", parts * 16) : 0;
   const size_t gpart =
@@ -264,16 +282,24 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       m.args = {in("u", u), ws(ArgType::kDouble2, "zpart", zpart, kWrite)};
       plan.kernels.push_back(m);
     }
-    KernelLaunch s{"fj_bwd_sums", "fj::bwd_sums_kernel<Cfg, BwdTune>",
-                   "g_h = grad_y * post'(h): sums of g_h and g_h*zhat per (n, c, chunk)", grid, block};
-    s.args = {in("u", u),
-              in("gy", std::string(kGradOutputName)),
-              in("gamma", info.gamma_param),
-              in("beta", info.beta_param),
-              zpart_in(),
-              stats_in(),
-              ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
-    plan.kernels.push_back(s);
+    const std::vector<KernelArg> sums_args = {in("gy", std::string(kGradOutputName)),
+                                              in("gamma", info.gamma_param),
+                                              in("beta", info.beta_param),
+                                              zpart_in(),
+                                              stats_in(),
+                                              ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
+    if (convt_sums) {
+      KernelLaunch s = convt_sums->launch;  // x, weight, bias
+      s.args.insert(s.args.end(), sums_args.begin(), sums_args.end());
+      plan.kernels.push_back(s);
+    } else {
+      KernelLaunch s{"fj_bwd_sums", "fj::bwd_sums_kernel<Cfg, BwdTune>",
+                     "g_h = grad_y * post'(h): sums of g_h and g_h*zhat per (n, c, chunk)", grid,
+                     block};
+      s.args = {in("u", u)};
+      s.args.insert(s.args.end(), sums_args.begin(), sums_args.end());
+      plan.kernels.push_back(s);
+    }
   }
   if (fused) {
     AddFewInBackward(chain, info, *fused, u, zpart_in(), stats_in(),

@@ -11,6 +11,8 @@
 //   convt-direct               (conv_transpose3d | ew*, no group_norm, no mean; e.g. W1's
 //       convolution alone, which the backward recomputes): the write pass alone, y = ops(v).
 // Launch shapes: heuristics measured on the H100 (DefaultConfig); tunable (TuneSpace, Validate).
+#include "codegen/convt_strategy.h"
+
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -20,6 +22,7 @@
 #include "codegen/chain_info.h"
 #include "codegen/fast_strategies.h"
 #include "codegen/strategy_util.h"
+#include "fmt/format.h"
 
 namespace fusejit::codegen {
 namespace {
@@ -389,6 +392,54 @@ class ConvTDirectStrategy : public Strategy {
 };
 
 }  // namespace
+
+std::optional<ConvTSums> ChooseConvTSums(const Chain& chain, const ChainInfo& info,
+                                         const PlanTarget& target, std::string* why) {
+  const auto refuse = [&](std::string reason) -> std::optional<ConvTSums> {
+    *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (!HasAmpereFeatures(target.arch)) return refuse("no cp.async before sm_80");
+  if (!info.producer || info.producer->kind != OpKind::kConvTranspose3d ||
+      !info.producer->conv.bias || !info.group_norm || info.producer_shape[1] > 32) {
+    return refuse("not a biased conv_transpose3d with at most 32 outputs before group_norm");
+  }
+  // H100, 2026-11-27 (BENCHMARKS.md, fifteenth session), against bwd_sums reading u and grad_y:
+  // W1 (10.1 MACs a point) 0.524 ms against 0.703; the same with k=4 (24.0) 0.758 against 0.744,
+  // with k=5 (46.9) 0.645 against 0.366.
+  if (info.macs_per_point > kConvTSumsMaxMacs) {
+    return refuse(fmt::format("{:.1f} MACs a point to recompute u (at most {})",
+                              info.macs_per_point, kConvTSumsMaxMacs));
+  }
+  ConvTTune t = ChooseConvTTune(info, target);
+  // A lane holds grad_y's values of its unit beside the accumulators: twice as many registers.
+  const int64_t regs = 2 * ConvTAccumulators(info, t) + kRegisterOverhead;
+  if (regs > RegisterCap(t.threads, t.min_blocks)) t.min_blocks = 1;
+  if (regs > RegisterCap(t.threads, t.min_blocks)) {
+    return refuse(absl::StrCat(regs, " registers a lane"));
+  }
+  const TuneConfig config =
+      ToConfig("convt-recompute-normalize", t, std::span<const TuneField<ConvTTune>>(kConvTFields));
+  if (absl::Status s = CheckConvT(chain, info, target, t, config, ConvTPasses::kStatsOnly);
+      !s.ok()) {
+    return refuse(std::string(s.message()));
+  }
+  ConvTSums out;
+  out.blocks_per_sample = t.stat_blocks;
+  out.tune = ToTuneStruct("ConvTTune", t, std::span<const TuneField<ConvTTune>>(kConvTFields));
+  KernelLaunch& k = out.launch;
+  k.symbol = "fj_convt_bwd_sums";
+  k.body = "fj::convt_bwd_sums_kernel<Cfg, ConvTTune, BwdTune>";
+  k.purpose = absl::StrCat("g_h = grad_y * post'(h) on u recomputed (conv_transpose3d by phase, ",
+                           fmt::format("{:.1f}", info.macs_per_point),
+                           " MACs a point), not read: sums of g_h and g_h*zhat per (n, c, block)");
+  k.grid = {static_cast<unsigned>(t.stat_blocks), static_cast<unsigned>(info.producer_shape[0]), 1};
+  k.block = {static_cast<unsigned>(t.threads), 1, 1};
+  k.min_blocks_per_sm = static_cast<unsigned>(t.min_blocks);
+  k.shared_bytes = static_cast<unsigned>(ConvTDynamicSharedBytes(chain, info));
+  k.args = ProducerArgs(info);
+  return out;
+}
 
 std::unique_ptr<Strategy> MakeConvTDirectStrategy() {
   return std::make_unique<ConvTDirectStrategy>();

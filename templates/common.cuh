@@ -198,6 +198,27 @@ __device__ __forceinline__ T block_reduce_sum(T v, T* scratch) {
   return v;
 }
 
+// The warp's sums of v[0..31] over its lanes, lane l getting the sum of v[l] (31 shuffles: each
+// step keeps the half of the values whose index bit matches the lane's and adds the partner's).
+template <int kHalf>
+__device__ __forceinline__ void warp_reduce_scatter_step(float (&v)[32]) {
+  const bool upper = (threadIdx.x & kHalf) != 0;
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const float keep = upper ? v[kHalf + j] : v[j];
+    const float send = upper ? v[j] : v[kHalf + j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
+  }
+}
+__device__ __forceinline__ float warp_reduce_scatter32(float (&v)[32]) {
+  warp_reduce_scatter_step<16>(v);
+  warp_reduce_scatter_step<8>(v);
+  warp_reduce_scatter_step<4>(v);
+  warp_reduce_scatter_step<2>(v);
+  warp_reduce_scatter_step<1>(v);
+  return v[0];
+}
+
 }  // namespace fj
 
 #endif  // FUSEJIT_TEMPLATES_COMMON_CUH_

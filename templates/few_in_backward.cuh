@@ -65,27 +65,6 @@ struct FewInBwdGeom {
   }
 };
 
-// The warp's sums of v[0..31] over its lanes, lane l getting the sum of v[l] (31 shuffles: each
-// step keeps the half of the values whose index bit matches the lane's and adds the partner's).
-template <int kHalf>
-__device__ __forceinline__ void warp_reduce_scatter_step(float (&v)[32]) {
-  const bool upper = (threadIdx.x & kHalf) != 0;
-#pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    const float keep = upper ? v[kHalf + j] : v[j];
-    const float send = upper ? v[j] : v[kHalf + j];
-    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
-  }
-}
-__device__ __forceinline__ float warp_reduce_scatter32(float (&v)[32]) {
-  warp_reduce_scatter_step<16>(v);
-  warp_reduce_scatter_step<8>(v);
-  warp_reduce_scatter_step<4>(v);
-  warp_reduce_scatter_step<2>(v);
-  warp_reduce_scatter_step<1>(v);
-  return v[0];
-}
-
 // Grid: kN * tiles blocks of Tune::kThreads, dynamic shared memory geom::FewInBwd::smem. x and w
 // (conv weight [Cin, C, k]) read; u, gy, gamma, beta, zpart/stats and gpart as bwd_grad_u's.
 template <class Cfg, class BwdTune, class Tune>

@@ -408,6 +408,66 @@ TEST(GpuBackward, FewInputChannelsFusedBackward) {
   EXPECT_GE(taken, 10);
 }
 
+// grad_y's group_norm sums on a recomputed u (templates/convt_backward.cuh), through the
+// recomputing backward (statistics from u: zpart) and the training pair (the forward's statistics):
+// W1 at batch 2; rows narrower than a warp (several per warp), rows wider than 64 (several q chunks
+// a lane), 32 and 20 channels (two rounds of the reduce-scatter), both mean modes, odd groups, no
+// op after group_norm (the training pair's saved statistics); and random chains that take it.
+// The mean chains' training forwards save u without the statistics, or nothing.
+TEST(GpuBackward, ConvTSumsRecomputeU) {
+  SKIP_WITHOUT_GPU();
+  const auto recomputes = [](const Chain& chain, bool saved_stats) {
+    absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(
+        chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32}, saved_stats);
+    if (!plan.ok()) return false;
+    for (const codegen::KernelLaunch& k : plan->kernels) {
+      if (k.body.find("convt_bwd_sums_kernel") != std::string::npos) return true;
+    }
+    return false;
+  };
+  const char* const specs[] = {
+      "x:f32[2,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish",
+      "x:f32[3,2,5,6,5] | conv_transpose3d(out=12,k=3,stride=2) | gelu | group_norm(groups=3) | "
+      "tanh",
+      "x:f32[2,1,4,5,70] | conv_transpose3d(out=8,k=[2,3,3],stride=[1,2,2],padding=[0,1,1],"
+      "output_padding=[0,1,0]) | relu | group_norm(groups=2) | sigmoid",
+      "x:f32[2,2,5,6,7] | conv_transpose3d(out=32,k=2,stride=2) | leaky_relu | "
+      "group_norm(groups=8) | hardswish",
+      "x:f32[2,3,4,7,9] | conv_transpose3d(out=20,k=3,stride=2,padding=1,dilation=[1,2,1]) | "
+      "swish | group_norm(groups=5) | relu",
+      "x:f32[3,3,6,5,8] | conv_transpose3d(out=9,k=3,stride=2,padding=1) | hardswish | "
+      "group_norm(groups=3) | gelu | mean(dims=[2,3,4])",
+      "x:f32[2,4,5,6,4] | conv_transpose3d(out=6,k=2,stride=[2,1,2]) | tanh | "
+      "group_norm(groups=1) | swish | mean(dims=[1,2,3,4])",
+  };
+  int seed = 1300, saved = 0;
+  for (const char* spec : specs) {
+    const Chain chain = ParseOrFail(spec);
+    EXPECT_TRUE(recomputes(chain, false)) << spec;
+    CheckBackward(chain, seed++);
+    saved += CheckTrainingPair(chain, seed++);
+  }
+  EXPECT_GE(saved, 5);  // all but the mean chains save u and the statistics
+  // No op after group_norm: the recomputing backward takes one pass over u for both sums; the
+  // training pair's backward (saved statistics) recomputes u.
+  const Chain plain = ParseOrFail(
+      "x:f32[2,3,6,9,10] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4)");
+  EXPECT_FALSE(recomputes(plain, false));
+  EXPECT_TRUE(recomputes(plain, true));
+  EXPECT_TRUE(CheckTrainingPair(plain, seed++));
+  Rng rng(2727);
+  int taken = 0;
+  for (int i = 0; i < 800 && taken < 12; ++i) {
+    const Chain chain = RandomChain(rng);
+    if (!recomputes(chain, false)) continue;
+    ++taken;
+    CheckBackward(chain, 1400 + i);
+  }
+  EXPECT_GE(taken, 6);
+}
+
 // The direct FFMA weight gradient (templates/wgrad_direct.cuh) of conv3d chains with few input
 // channels and kernels 5 wide: strides along d and h, padding, dilation, 1 to 32 output channels
 // (not multiples of 4), rows that leave a partial stage, several planes per block; and random
