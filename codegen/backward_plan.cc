@@ -30,9 +30,10 @@ Chain ProducerChain(const Chain& chain) {
   return c;
 }
 
-TensorSpec SavedProducerOutputSpec(const Chain& chain) {
+TensorSpec SavedProducerOutputSpec(const Chain& chain, ULayout layout) {
+  const Shape& p = AnalyzeChain(chain).producer_shape;
   return {std::string(kProducerOutputName), TensorRole::kSaved, DType::kF32,
-          AnalyzeChain(chain).producer_shape, 16};
+          layout == ULayout::kRowsByChannel ? Shape{p[0], p[2], p[3], p[1], p[4]} : p, 16};
 }
 
 TensorSpec SavedStatsSpec(const Chain& chain) {
@@ -71,10 +72,32 @@ bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan) {
 bool CanSaveProducerOutput(const Plan& plan) { return HasOpenSaveSlot(plan, kProducerOutputName); }
 bool CanSaveStats(const Plan& plan) { return HasOpenSaveSlot(plan, kSavedStatsName); }
 
-absl::Status SaveProducerOutput(const Chain& chain, Plan* plan) {
+namespace {
+// The tune struct whose kURowsByChannel the convt templates read (convt_group_norm.cuh).
+constexpr std::string_view kURowsByChannelTune = "ConvTTune";
+}  // namespace
+
+bool CanSaveURowsByChannel(const Plan& plan) {
+  if (!CanSaveProducerOutput(plan)) return false;
+  for (const TuneStruct& t : plan.tunes) {
+    if (t.name == kURowsByChannelTune) return true;
+  }
+  return false;
+}
+
+absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) {
   if (!CanSaveProducerOutput(*plan) || !plan->signature.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the ", plan->strategy, " plan cannot also write u, the convolution's output"));
+  }
+  if (layout == ULayout::kRowsByChannel) {
+    if (!CanSaveURowsByChannel(*plan)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ", plan->strategy, " plan cannot write u with the rows of its channels together"));
+    }
+    for (TuneStruct& t : plan->tunes) {
+      if (t.name == kURowsByChannelTune) t.fields.push_back({"bool", "kURowsByChannel", "true"});
+    }
   }
   const bool stats = CanSaveStats(*plan);
   for (KernelLaunch& k : plan->kernels) {
@@ -89,11 +112,12 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan) {
   plan->signature = ForwardSignature(chain, plan->workspace_bytes);
   auto at = plan->signature.end();
   if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
-  at = plan->signature.insert(at, SavedProducerOutputSpec(chain)) + 1;
+  at = plan->signature.insert(at, SavedProducerOutputSpec(chain, layout)) + 1;
   if (stats) plan->signature.insert(at, SavedStatsSpec(chain));
   const size_t bytes = SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&plan->description, "; also writes u, the convolution's output (", bytes,
-                  " bytes)", stats ? ", and the group statistics" : "", ", for the backward");
+                  " bytes", layout == ULayout::kRowsByChannel ? ", laid out [N, D, H, C, W]" : "",
+                  ")", stats ? ", and the group statistics" : "", ", for the backward");
   return absl::OkStatus();
 }
 
@@ -138,7 +162,12 @@ absl::StatusOr<Chain> DataGradientChain(const Chain& chain) {
   return c;
 }
 
-absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, bool saved_stats) {
+bool BackwardReadsURowsByChannel(const Chain& chain, const PlanTarget& target, bool saved_stats) {
+  return PlanBackward(chain, target, saved_stats, ULayout::kRowsByChannel).ok();
+}
+
+absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, bool saved_stats,
+                                  ULayout u_layout) {
   if (chain.dtype != DType::kF32) {
     return absl::UnimplementedError(absl::StrCat("no backward plan for dtype ",
                                                  DTypeName(chain.dtype), ": only f32 has one"));
@@ -198,7 +227,12 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   // The signature of this step.
   std::vector<TensorSpec>& sig = plan.signature;
   sig.push_back({std::string(kInputName), TensorRole::kInput, chain.dtype, chain.input, 16});
-  if (producer) sig.push_back({u, TensorRole::kSaved, chain.dtype, p, 16});
+  if (producer) {
+    TensorSpec spec = SavedProducerOutputSpec(chain, u_layout);
+    spec.name = u;
+    spec.dtype = chain.dtype;
+    sig.push_back(spec);
+  }
   if (saved_stats) sig.push_back(SavedStatsSpec(chain));
   sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, chain.dtype,
                  OutputShape(chain), 16});
@@ -302,8 +336,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     }
   }
   if (fused) {
-    AddFewInBackward(chain, info, *fused, u, zpart_in(), stats_in(),
-                     norm ? std::optional<size_t>(gpart) : std::nullopt,
+    AddFewInBackward(chain, info, *fused, u, u_layout == ULayout::kRowsByChannel, zpart_in(),
+                     stats_in(), norm ? std::optional<size_t>(gpart) : std::nullopt,
                      bias ? std::optional<size_t>(bpart) : std::nullopt, plan);
   }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
@@ -352,6 +386,21 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
         conv ? Dims3{p[2], p[3], p[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
     WeightGradient wg{rows, s_channels, kv, reduction, t_points, s_points, t_grid, a};
     AddWeightGradient(wg, chain, info, gu, target, plan);
+  }
+  // u laid out [N, D, H, C, W]: only the fused kernel reads that layout.
+  if (u_layout == ULayout::kRowsByChannel) {
+    bool reads_elsewhere = !fused;
+    for (const KernelLaunch& k : plan.kernels) {
+      for (const KernelArg& a : k.args) {
+        reads_elsewhere |=
+            a.kind == KernelArg::Kind::kTensor && a.param == u && k.symbol != "fj_bwd_few_in";
+      }
+    }
+    if (reads_elsewhere) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PlanBackward: the backward of ", FormatChain(chain),
+          " reads u in kernels that take it [N, C, D, H, W], not laid out [N, D, H, C, W]"));
+    }
   }
   if (plan.workspace_bytes > 0) {
     sig.push_back({std::string(kWorkspaceName), TensorRole::kWorkspace, DType::kF32,

@@ -29,6 +29,16 @@ inline constexpr std::string_view kProducerOutputName = "u";       // saved: the
 inline constexpr std::string_view kProducerGradName = "grad_u";    // written: dL/du
 inline constexpr std::string_view kSavedStatsName = "stats";       // saved: group mean and rstd
 
+// How the training forward's saved u lies in memory.
+//   kNCDHW:         the producer's output as PyTorch lays it out, [N, C, D, H, W].
+//   kRowsByChannel: [N, D, H, C, W], the rows of every channel at one (d, h) side by side. The
+//       convt plans' statistics pass (templates/convt_group_norm.cuh) computes a row of every
+//       channel at once and stores them as one span: W1's 63-wide rows stored a channel apart
+//       left partly written 32-byte sectors at both ends of each, and its training forward took
+//       1.397 ms against 1.155 this way (H100, 2026-11-27). Taken only where the backward reads
+//       u in the few-input-channel kernel alone (BackwardReadsURowsByChannel).
+enum class ULayout { kNCDHW, kRowsByChannel };
+
 // Step 2's plan. Its signature (Plan::signature): x, u (with a producer), stats (saved_stats),
 // grad_y, the group_norm weight and bias, grad_u (grad_x without a producer), the gradient of
 // every parameter except the conv weight's data (grad_<conv weight> is computed here too),
@@ -39,8 +49,10 @@ inline constexpr std::string_view kSavedStatsName = "stats";       // saved: gro
 // the conv weight is in the signature too and grad_x takes grad_u's place -- it computes the data
 // gradient itself, so steps 3 and 4 are skipped (BackwardPlanWritesGradX).
 // REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.
+// u_layout: how the saved u lies (kRowsByChannel: InvalidArgument unless the plan reads it in
+// the fused kernel alone).
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target,
-                                  bool saved_stats = false);
+                                  bool saved_stats = false, ULayout u_layout = ULayout::kNCDHW);
 
 // Whether step 2's `plan` of `chain` (which has a producer) writes grad_x itself: the fused form.
 bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);
@@ -49,8 +61,9 @@ bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);
 Chain ProducerChain(const Chain& chain);
 
 // The training forward's saved tensor u (runtime/training.cc, read by the backward in place of
-// step 1): the producer's output, f32, role kSaved. REQUIRES: the chain has a producer.
-TensorSpec SavedProducerOutputSpec(const Chain& chain);
+// step 1): the producer's output, f32, role kSaved, shaped as `layout` lays it out.
+// REQUIRES: the chain has a producer.
+TensorSpec SavedProducerOutputSpec(const Chain& chain, ULayout layout = ULayout::kNCDHW);
 
 // The training forward's saved group statistics: float [N, groups, 2] (mean, rstd as the forward
 // normalized with them), role kSaved. REQUIRES: the chain has a group_norm.
@@ -63,9 +76,17 @@ TensorSpec SavedStatsSpec(const Chain& chain);
 // the forward signature plus u. Where the plan also leaves a null float argument named "stats"
 // (the convt-* plans' scale/shift kernel: CanSaveStats), it binds that to kSavedStatsName, after
 // u. FailedPrecondition where the plan has no u argument.
+// layout kRowsByChannel: where the plan's kernels that store u take it (CanSaveURowsByChannel: a
+// tune struct "ConvTTune", templates/convt_group_norm.cuh), they get the tune constant
+// kURowsByChannel = true; FailedPrecondition elsewhere.
 bool CanSaveProducerOutput(const Plan& plan);
 bool CanSaveStats(const Plan& plan);
-absl::Status SaveProducerOutput(const Chain& chain, Plan* plan);
+bool CanSaveURowsByChannel(const Plan& plan);
+absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout = ULayout::kNCDHW);
+
+// Whether step 2's plan of `chain` with saved_stats can read a saved u laid out kRowsByChannel:
+// it reads u in the fused few-input-channel kernel only (grad_y's sums recompute u there).
+bool BackwardReadsURowsByChannel(const Chain& chain, const PlanTarget& target, bool saved_stats);
 
 // Step 3: the forward chain computing grad_x from grad_u: for conv3d a conv_transpose3d with the
 // same weight tensor (its [Cout,Cin,k] layout is conv_transpose3d's [in,out,k]) and the

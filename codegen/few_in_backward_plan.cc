@@ -158,8 +158,9 @@ std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& in
 }
 
 void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile& t,
-                      const std::string& u, KernelArg zpart_in, KernelArg stats_in,
-                      std::optional<size_t> gpart, std::optional<size_t> bpart, Plan& plan) {
+                      const std::string& u, bool u_rows_by_channel, KernelArg zpart_in,
+                      KernelArg stats_in, std::optional<size_t> gpart, std::optional<size_t> bpart,
+                      Plan& plan) {
   const int64_t blocks = chain.input[0] * t.g.tiles;
   const int64_t kv =
       info.producer->conv.kernel[0] * info.producer->conv.kernel[1] * info.producer->conv.kernel[2];
@@ -172,6 +173,7 @@ void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile
   plan.tunes.push_back({"FewInTune",
                         {TuneInt("kXD", t.xd), TuneInt("kXH", t.xh), TuneInt("kXW", t.xw),
                          TuneInt("kThreads", kFewInThreads), TuneInt("kUnroll", unroll)}});
+  if (u_rows_by_channel) plan.tunes.back().fields.push_back({"bool", "kURowsByChannel", "true"});
   plan.tunes.push_back({"WgTune", {TuneInt("kSplits", blocks)}});
   const size_t wpart = plan.AddWorkspace("weight-gradient partials per block (double)",
                                          static_cast<size_t>(blocks * weights * 8));

@@ -35,10 +35,12 @@ std::optional<FewInTile> ChooseFewInTile(const Chain& chain, const ChainInfo& in
 // x, `u` (the producer's output), grad_y, the conv weight, group_norm's weight and bias and the
 // group terms (zpart_in, stats_in, the workspace offset gpart of grad_y's sums; null without
 // group_norm), and writes grad_x, the conv weight's gradient and, at workspace offset bpart, the
-// conv-bias partials per (n, c, tile) (null without a bias).
+// conv-bias partials per (n, c, tile) (null without a bias). u_rows_by_channel: u is laid out
+// [N, D, H, C, W] (codegen::ULayout::kRowsByChannel), else [N, C, D, H, W].
 void AddFewInBackward(const Chain& chain, const ChainInfo& info, const FewInTile& t,
-                      const std::string& u, KernelArg zpart_in, KernelArg stats_in,
-                      std::optional<size_t> gpart, std::optional<size_t> bpart, Plan& plan);
+                      const std::string& u, bool u_rows_by_channel, KernelArg zpart_in,
+                      KernelArg stats_in, std::optional<size_t> gpart, std::optional<size_t> bpart,
+                      Plan& plan);
 
 }  // namespace fusejit::codegen
 

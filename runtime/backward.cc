@@ -85,8 +85,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const bool producer = info.producer != nullptr;
   // The group statistics, where the training forward saved them too.
   const bool saved_stats = from_saved && TrainingForwardSavesStats(chain, *target, options);
+  // How the training forward laid out u.
+  const codegen::ULayout u_layout =
+      from_saved ? TrainingForwardULayout(chain, *target, options) : codegen::ULayout::kNCDHW;
   absl::StatusOr<codegen::Plan> step2 =
-      codegen::PlanBackward(chain, target->plan_target, saved_stats);
+      codegen::PlanBackward(chain, target->plan_target, saved_stats, u_layout);
   if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");
   // Step 2 writes grad_x itself (the fused few-input-channel form): no grad_u, no step 3.
   const bool data_step = producer && !codegen::BackwardPlanWritesGradX(chain, *step2);
@@ -101,7 +104,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
   if (from_saved) {  // u (and stats) after grad_y
     auto at = sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
-                         codegen::SavedProducerOutputSpec(chain));
+                         codegen::SavedProducerOutputSpec(chain, u_layout));
     if (saved_stats) sig.insert(at + 1, codegen::SavedStatsSpec(chain));
   }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;

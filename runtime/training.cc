@@ -91,6 +91,31 @@ bool TrainingForwardSavesStats(const Chain& chain, const Target& target,
 
 namespace {
 
+// The layout of u where `plan`, the chain's fused forward plan, saves it.
+codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codegen::Plan& plan) {
+  return codegen::CanSaveURowsByChannel(plan) &&
+                 codegen::BackwardReadsURowsByChannel(chain, target.plan_target,
+                                                      codegen::CanSaveStats(plan))
+             ? codegen::ULayout::kRowsByChannel
+             : codegen::ULayout::kNCDHW;
+}
+
+}  // namespace
+
+codegen::ULayout TrainingForwardULayout(const Chain& chain, const Target& target,
+                                        const CompileOptions& options) {
+  const SaveDecision d = DecideSave(chain, target.plan_target);
+  if (!d.saves || !d.fused) return codegen::ULayout::kNCDHW;
+  tune::TuningDb& tuning_db =
+      options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
+  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
+  return planned.ok() && codegen::CanSaveProducerOutput(planned->plan)
+             ? ULayoutOf(chain, target, planned->plan)
+             : codegen::ULayout::kNCDHW;
+}
+
+namespace {
+
 // The chain's own forward plan writing u on the side; FailedPrecondition where the plan chosen
 // (a tuned configuration may name another strategy) cannot.
 absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
@@ -101,7 +126,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
   absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
   if (!planned.ok()) return planned.status();
   const bool stats = codegen::CanSaveStats(planned->plan);  // before binding its slot
-  if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan); !s.ok()) return s;
+  const codegen::ULayout layout = ULayoutOf(chain, target, planned->plan);
+  if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan, layout); !s.ok()) {
+    return s;
+  }
   const size_t u_bytes = codegen::SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&planned->plan.choice,
                   "; training forward, saves for the backward: u, the "

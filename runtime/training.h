@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "codegen/backward_plan.h"
 #include "codegen/planner.h"
 #include "fusejit/chain.h"
 #include "fusejit/signature.h"
@@ -32,6 +33,13 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target);
 // this with the same options, so they agree.
 bool TrainingForwardSavesStats(const Chain& chain, const Target& target,
                                const CompileOptions& options);
+
+// How CompileTrainingForward of `chain` lays out u (codegen::ULayout): kRowsByChannel where its
+// fused plan can store u so (codegen::CanSaveURowsByChannel) and CompileBackwardFromSaved's plan
+// reads u in the few-input-channel kernel alone (codegen::BackwardReadsURowsByChannel); else
+// kNCDHW. Both sides call this with the same options, so they agree.
+codegen::ULayout TrainingForwardULayout(const Chain& chain, const Target& target,
+                                        const CompileOptions& options);
 
 // The ops after the producer as a chain of their own on u (their parameters renumbered from 0).
 // REQUIRES: TrainingForwardSaves(chain).

@@ -198,6 +198,19 @@ __device__ __forceinline__ T block_reduce_sum(T v, T* scratch) {
   return v;
 }
 
+// Tune::kURowsByChannel where the tune struct has one, else false: whether a saved u is laid out
+// [N, D, H, C, W] (the rows of every channel at one (d, h) side by side) instead of [N, C, D, H,
+// W]. codegen::SaveProducerOutput adds the constant to the plans that store u so, and the backward
+// plan to the kernel reading it (codegen::ULayout).
+template <class Tune, class = void>
+struct URowsByChannel {
+  static constexpr bool value = false;
+};
+template <class Tune>
+struct URowsByChannel<Tune, decltype(void(Tune::kURowsByChannel))> {
+  static constexpr bool value = Tune::kURowsByChannel;
+};
+
 // The warp's sums of v[0..31] over its lanes, lane l getting the sum of v[l] (31 shuffles: each
 // step keeps the half of the values whose index bit matches the lane's and adds the partner's).
 template <int kHalf>

@@ -36,7 +36,8 @@
 //        reads x [N,Cin,Din,Hin,Win], weight [Cin,C,KD,KH,KW], bias [C];
 //        writes partials: workspace of kN * kStatBlocksPerSample * kGroups fj::Moments (12 B each),
 //        layout [N][kStatBlocksPerSample][G], all written; with u (not null: the training
-//        forward) every element of u [N, C, D, H, W] as f32 conv_transpose3d + bias; with kStore
+//        forward) every element of u [N, C, D, H, W] ([N, D, H, C, W] where Tune has
+//        kURowsByChannel = true: URowsByChannel) as f32 conv_transpose3d + bias; with kStore
 //        every element of y [N, C, D, H, W] as Cfg::pre(conv_transpose3d + bias).
 //   2. group_norm_scale_shift<Cfg,Tune>(partials, gamma, beta, scale_shift, stats):
 //        grid = dim3(Cfg::kN), block = dim3(32); writes scale_shift: workspace of kN * kC float2;
@@ -57,7 +58,8 @@
 //   scratch (kThreads/32 * (2G+1) floats) and 8*C bytes of (scale, shift).
 // The direct plan alone: convt_direct_write<Cfg,Tune>(x, weight, bias, y, u), launched as pass 3
 //   (grid kWriteBlocksPerSample x kN), no workspace, no static smem; writes every element of y and,
-//   with u not null (the training forward), of u (f32 conv_transpose3d + bias).
+//   with u not null (the training forward), of u (f32 conv_transpose3d + bias; laid out as pass 1
+//   lays it).
 // Requirements (static_assert): kProducer == kConvTranspose3d, kC <= 32, kBias; kGroups > 0 but
 // for the direct plan (kGroups == 0, no mean).
 #ifndef FUSEJIT_TEMPLATES_CONVT_GROUP_NORM_CUH_
@@ -322,7 +324,9 @@ __device__ __forceinline__ void convt_store_row(D* __restrict__ row, const float
 }
 
 // Stores the unit's convolution outputs acc (bias added, before any op) into un, sample n's u
-// [C][D][H][W] (f32), with the write pass's store pattern (coalesced when a warp holds one row).
+// (f32) [C][D][H][W], or [D][H][C][W] where Tune has kURowsByChannel (URowsByChannel: the unit's
+// rows of every channel then lie side by side, stored one after the other), with the write pass's
+// store pattern (coalesced when a warp holds one row).
 template <class Cfg, class Tune>
 __device__ __forceinline__ void convt_store_u(
     float* __restrict__ un, const float (&acc)[Tune::kRowsPerUnit][Cfg::kSW][Cfg::kC], int od,
@@ -333,13 +337,15 @@ __device__ __forceinline__ void convt_store_u(
   for (int k = 0; k < T::RB; ++k) {
     const int oh = Cfg::kSH * (ub * T::RB + k) + rh;
     if (oh >= Cfg::kH) continue;  // warp-uniform when kLR == 1
-    const size_t row = ((size_t)od * Cfg::kH + oh) * Cfg::kW;
+    const size_t row = (size_t)od * Cfg::kH + oh;
 #pragma unroll
     for (int co = 0; co < Cfg::kC; ++co) {
       float w[Cfg::kSW];
 #pragma unroll
       for (int rw = 0; rw < Cfg::kSW; ++rw) w[rw] = acc[k][rw][co];
-      convt_store_row<Cfg, Tune, kCoalesce>(un + co * T::kPlane + row, w, q, lane);
+      float* const dst = URowsByChannel<Tune>::value ? un + (row * Cfg::kC + co) * Cfg::kW
+                                                     : un + co * T::kPlane + row * Cfg::kW;
+      convt_store_row<Cfg, Tune, kCoalesce>(dst, w, q, lane);
     }
   }
 }
@@ -438,9 +444,10 @@ __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict
 
 // The recompute plan's pass 1. u, when not null (the training forward:
 // codegen::SaveProducerOutput), also gets the convolution's output (bias added, before any op) as
-// float [N][C][D][H][W], every element, stored by this pass rather than the write pass: it is the
-// lighter of the two (0.37 against 0.70 ms on W1), and u's 1 GB there balances the passes. A
-// branch of its own: the plain forward's code is as without u.
+// float [N][C][D][H][W] ([N][D][H][C][W] with Tune::kURowsByChannel), every element, stored by this
+// pass rather than the write pass: it is the lighter of the two (0.37 against 0.70 ms on W1), and
+// u's 1 GB there balances the passes. A branch of its own: the plain forward's code is as without
+// u.
 template <class Cfg, class Tune>
 __device__ __forceinline__ void convt_moments_body(const ElemT<Cfg>* __restrict__ x,
                                                    const ElemT<Cfg>* __restrict__ weight,

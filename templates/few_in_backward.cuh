@@ -66,7 +66,8 @@ struct FewInBwdGeom {
 };
 
 // Grid: kN * tiles blocks of Tune::kThreads, dynamic shared memory geom::FewInBwd::smem. x and w
-// (conv weight [Cin, C, k]) read; u, gy, gamma, beta, zpart/stats and gpart as bwd_grad_u's.
+// (conv weight [Cin, C, k]) read; u, gy, gamma, beta, zpart/stats and gpart as bwd_grad_u's, u
+// laid out [N, D, H, C, W] where Tune has kURowsByChannel = true (URowsByChannel).
 template <class Cfg, class BwdTune, class Tune>
 __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __restrict__ u,
                                   const float* __restrict__ gy, const float* __restrict__ w,
@@ -170,7 +171,12 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
     }
     const typename B::GroupTerms t{tmean, trstd, tma, tmb};
     const int nc = n * C + c;
-    const float* const uc = u + static_cast<size_t>(nc) * B::kS;
+    // u of (n, c): rows of kW points, kURow apart ([N, C, D, H, W], or [N, D, H, C, W] where
+    // Tune has kURowsByChannel: codegen::ULayout).
+    constexpr bool kURows = URowsByChannel<Tune>::value;
+    constexpr int kURow = kURows ? C * Cfg::kW : Cfg::kW;
+    const float* const uc = kURows ? u + static_cast<size_t>(n) * C * B::kS + c * Cfg::kW
+                                   : u + static_cast<size_t>(nc) * B::kS;
     // grad_y of the slice, or its one value broadcast through the mean.
     constexpr bool kNoMeanGy = Cfg::kMean == kNoMean;
     const float* const gyc = kNoMeanGy ? gy + static_cast<size_t>(nc) * B::kS : gy;
@@ -190,8 +196,9 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
                 static_cast<unsigned>(ow) < static_cast<unsigned>(Cfg::kW);
       // The region starts at the tile's first owned point on every axis.
       q.own = od < ownd && oh < ownh && ow < ownw;
-      const int at = (od * Cfg::kH + oh) * Cfg::kW + ow;
-      q.v = q.valid ? make_float2(uc[at], kNoMeanGy ? gyc[at] : gy_mean) : make_float2(0.f, 0.f);
+      const int row = od * Cfg::kH + oh, at = row * Cfg::kW + ow;
+      q.v = q.valid ? make_float2(uc[row * kURow + ow], kNoMeanGy ? gyc[at] : gy_mean)
+                    : make_float2(0.f, 0.f);
       return q;
     };
     const auto store = [&](const Point& q, int e) {

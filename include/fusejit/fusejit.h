@@ -190,7 +190,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
 // and the backward that reads it.
 //
 // CompileTrainingForward: y as Compile's forward gives it and, where saving pays, the producer's
-// output "u" (role kSaved, f32, the producer's output shape, written in full): two steps, the
+// output "u" (role kSaved, f32, written in full; shaped as the signature says: the producer's
+// output shape [N, C, D, H, W], or [N, D, H, C, W] -- the same values, the rows of every channel
+// side by side -- where the fused plan stores it faster so and the backward reads that layout:
+// codegen::ULayout; bind it as the signature gives it, don't interpret it): two steps, the
 // producer alone into u, then the ops after it from u into y. Saving turns a step of fused
 // forward + recompute + backward into producer + the ops from u + backward, so it pays when the
 // ops from u cost less than the fused forward: the planner's cost model decides (Explain gives

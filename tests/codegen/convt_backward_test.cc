@@ -118,6 +118,54 @@ TEST(ConvTSums, NamesWhyItDoesNotApply) {
   EXPECT_EQ(why, "no cp.async before sm_80");
 }
 
+// The training forward of W1 stores u with the rows of its channels side by side ([N, D, H, C, W]:
+// codegen::ULayout::kRowsByChannel), and the backward from it reads that layout in the fused
+// kernel, the only one reading u there. Chains whose backward reads u elsewhere keep [N, C, D, H,
+// W].
+TEST(ConvTSums, TrainingForwardLaysOutURowsByChannelWhereOnlyTheFusedKernelReadsIt) {
+  CompileOptions o;
+  o.arch = "sm_90";
+  o.use_cache = false;
+  const auto u_shape = [](const CompiledChain& c) {
+    for (const TensorSpec& t : c.signature()) {
+      if (t.name == "u") return t.shape;
+    }
+    return Shape{};
+  };
+  const Chain w1 = ParseOrFail(
+      "x:f32[2,3,6,7,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+      "group_norm(groups=4) | hardswish");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(w1, o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(u_shape(**f), (Shape{2, 11, 13, 16, 17}));  // [N, D, H, C, W]
+  EXPECT_NE((*f)->Explain().find("kURowsByChannel=true"), std::string::npos) << (*f)->Explain();
+  EXPECT_NE((*f)->Explain().find("laid out [N, D, H, C, W]"), std::string::npos);
+  absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(w1, o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(u_shape(**b), (Shape{2, 11, 13, 16, 17}));
+  EXPECT_NE((*b)->Explain().find("kURowsByChannel=true"), std::string::npos) << (*b)->Explain();
+  // The recomputing backward's u is its own: [N, C, D, H, W].
+  absl::StatusOr<std::shared_ptr<CompiledChain>> r = CompileBackward(w1, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->Explain().find("kURowsByChannel"), std::string::npos);
+
+  // 46.9 MACs a point: grad_y's sums read u, so u keeps PyTorch's layout.
+  const Chain k5 = ParseOrFail(
+      "x:f32[2,3,6,7,9] | conv_transpose3d(out=16,k=5,stride=2,padding=2) | swish | "
+      "group_norm(groups=4) | hardswish");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f5 = CompileTrainingForward(k5, o);
+  ASSERT_TRUE(f5.ok()) << f5.status();
+  ASSERT_EQ(u_shape(**f5), codegen::AnalyzeChain(k5).producer_shape) << (*f5)->Explain();
+  absl::StatusOr<codegen::Plan> refused =
+      codegen::PlanBackward(k5, kH100, /*saved_stats=*/true, codegen::ULayout::kRowsByChannel);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("reads u in kernels that take it [N, C, D, H, W]"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_FALSE(codegen::BackwardReadsURowsByChannel(k5, kH100, true));
+  EXPECT_TRUE(codegen::BackwardReadsURowsByChannel(w1, kH100, true));
+}
+
 TEST(ConvTSums, PlansCompileForSm80AndSm90) {
   const char* const specs[] = {
       "x:f32[2,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "

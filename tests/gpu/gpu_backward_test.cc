@@ -226,8 +226,26 @@ void CheckSavedGradients(const Chain& chain, uint64_t seed, CompiledChain& fwd_c
     for (const ParamSpec& p : ChainParams(producer)) {
       producer_inputs.params[p.name] = inputs.params.at(p.name);
     }
+    // u as [N, C, D, H, W]; the training forward may lay it out [N, D, H, C, W]
+    // (codegen::ULayout::kRowsByChannel: its signature's shape says which).
+    HostTensor u_ncdhw = f->written.at("u");
+    const Shape p = codegen::AnalyzeChain(chain).producer_shape;
+    if (u_ncdhw.shape != p) {
+      EXPECT_EQ(u_ncdhw.shape, (Shape{p[0], p[2], p[3], p[1], p[4]}));
+      const HostTensor& rows = f->written.at("u");
+      u_ncdhw.shape = p;
+      const int64_t C = p[1], D = p[2], H = p[3], W = p[4];
+      for (int64_t n = 0; n < p[0]; ++n)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t d = 0; d < D; ++d)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t w = 0; w < W; ++w) {
+                u_ncdhw.data[(((n * C + c) * D + d) * H + h) * W + w] =
+                    rows.data[(((n * D + d) * H + h) * C + c) * W + w];
+              }
+    }
     absl::StatusOr<tools::CheckResult> u =
-        tools::CheckOutput(producer, producer_inputs, f->written.at("u"), tools::CheckOptions{});
+        tools::CheckOutput(producer, producer_inputs, u_ncdhw, tools::CheckOptions{});
     ASSERT_TRUE(u.ok()) << u.status();
     EXPECT_TRUE(u->pass) << "u rel_l2 " << u->errors.rel_l2 << " unwritten " << u->unwritten;
     again = tools::RunSignatureOnDevice(**bwd, reads, {.reps = 0});
