@@ -71,66 +71,55 @@ __device__ void convt_bwd_sums_kernel(const float* __restrict__ x, const float* 
   }
   __syncthreads();
 
-  const int sub = lane / T::kLPR, ql = lane % T::kLPR;
   const float* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
   double run[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) run[r] = 0.0;
 
-#pragma unroll 1
-  for (int unit = blockIdx.x * WPB + warp; unit < T::kUnits;
-       unit += Tune::kStatBlocksPerSample * WPB) {
-    int od, rh, ub0;
-    convt_unit_coords<Cfg, Tune>(unit, od, rh, ub0);
-    if (Cfg::kSH * ub0 * T::kLR * RB + rh >= Cfg::kH) continue;  // no valid row (warp-uniform)
-    const int ub = ub0 * T::kLR + sub;                           // this lane's row block
-#pragma unroll 1
-    for (int j = 0; j < T::kJ; ++j) {
-      const int q = ql + T::kLPR * j;
-      // grad_y at the unit's points (0 outside the output), in flight during the convolution.
-      float g[RB][SW][C];
+  convt_for_each_unit<Cfg, Tune, Tune::kStatBlocksPerSample>([&](int od, int rh, int ub, int q) {
+    // grad_y at the unit's points (0 outside the output), in flight during the convolution.
+    float g[RB][SW][C];
 #pragma unroll
-      for (int k = 0; k < RB; ++k) {
-        const int oh = Cfg::kSH * (ub * RB + k) + rh;
+    for (int k = 0; k < RB; ++k) {
+      const int oh = Cfg::kSH * (ub * RB + k) + rh;
+#pragma unroll
+      for (int rw = 0; rw < SW; ++rw) {
+        const int ow = SW * q + rw;
+        const bool ok = oh < Cfg::kH && ow < Cfg::kW;
+        const int s = ok ? (od * Cfg::kH + oh) * Cfg::kW + ow : 0;
+#pragma unroll
+        for (int co = 0; co < C; ++co) g[k][rw][co] = ok ? B::grad_y(gy, n * C + co, s) : 0.f;
+      }
+    }
+    float acc[RB][SW][C];
+    convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+    float v[kR][32];
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[r][i] = 0.f;
+#pragma unroll
+    for (int co = 0; co < C; ++co) {
+      const float mean = s_stats[co / CPG][0], rstd = s_stats[co / CPG][1];
+      const float ga = s_gb[co][0], be = s_gb[co][1];
+      float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < RB; ++k)
 #pragma unroll
         for (int rw = 0; rw < SW; ++rw) {
-          const int ow = SW * q + rw;
-          const bool ok = oh < Cfg::kH && ow < Cfg::kW;
-          const int s = ok ? (od * Cfg::kH + oh) * Cfg::kW + ow : 0;
-#pragma unroll
-          for (int co = 0; co < C; ++co) g[k][rw][co] = ok ? B::grad_y(gy, n * C + co, s) : 0.f;
+          const float zh = (Cfg::pre(acc[k][rw][co]) - mean) * rstd;
+          float d;
+          Cfg::post_d(fmaf(zh, ga, be), d);
+          const float gh = g[k][rw][co] * d;
+          s1 += gh;
+          s2 = fmaf(gh, zh, s2);
         }
-      }
-      float acc[RB][SW][C];
-      convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
-      float v[kR][32];
-#pragma unroll
-      for (int r = 0; r < kR; ++r)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) v[r][i] = 0.f;
-#pragma unroll
-      for (int co = 0; co < C; ++co) {
-        const float mean = s_stats[co / CPG][0], rstd = s_stats[co / CPG][1];
-        const float ga = s_gb[co][0], be = s_gb[co][1];
-        float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-        for (int k = 0; k < RB; ++k)
-#pragma unroll
-          for (int rw = 0; rw < SW; ++rw) {
-            const float zh = (Cfg::pre(acc[k][rw][co]) - mean) * rstd;
-            float d;
-            Cfg::post_d(fmaf(zh, ga, be), d);
-            const float gh = g[k][rw][co] * d;
-            s1 += gh;
-            s2 = fmaf(gh, zh, s2);
-          }
-        v[co / 32][co % 32] = s1;
-        v[(C + co) / 32][(C + co) % 32] = s2;
-      }
-#pragma unroll
-      for (int r = 0; r < kR; ++r) run[r] += warp_reduce_scatter32(v[r]);
+      v[co / 32][co % 32] = s1;
+      v[(C + co) / 32][(C + co) % 32] = s2;
     }
-  }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) run[r] += warp_reduce_scatter32(v[r]);
+  });
 #pragma unroll
   for (int r = 0; r < kR; ++r) s_red[warp][r * 32 + lane] = run[r];
   __syncthreads();

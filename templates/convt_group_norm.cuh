@@ -293,6 +293,27 @@ __device__ __forceinline__ void convt_unit_coords(int u, int& od, int& rh, int& 
   od = t / Cfg::kSH;
 }
 
+// The work of this warp in a pass of kBlocksPerSample blocks a sample: f(od, rh, ub, q) for each
+// of its units (blockIdx.x * WPB + warp, + kBlocksPerSample * WPB, ...) that has a valid row and
+// each of the unit's q chunks, with this lane's row block ub and q value (ConvTGeom's notation;
+// od and rh are warp-uniform). Every pass here visits its units this way.
+template <class Cfg, class Tune, int kBlocksPerSample, class F>
+__device__ __forceinline__ void convt_for_each_unit(F&& f) {
+  using T = ConvTGeom<Cfg, Tune>;
+  constexpr int WPB = Tune::kThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane / T::kLPR, ql = lane % T::kLPR;
+#pragma unroll 1
+  for (int unit = blockIdx.x * WPB + warp; unit < T::kUnits; unit += kBlocksPerSample * WPB) {
+    int od, rh, ub0;
+    convt_unit_coords<Cfg, Tune>(unit, od, rh, ub0);
+    if (Cfg::kSH * ub0 * T::kLR * T::RB + rh >= Cfg::kH) continue;  // no valid row (warp-uniform)
+    const int ub = ub0 * T::kLR + sub;                              // this lane's row block
+#pragma unroll 1
+    for (int j = 0; j < T::kJ; ++j) f(od, rh, ub, ql + T::kLPR * j);
+  }
+}
+
 // Stores this lane's Cfg::kSW values v[rw] (ow = kSW * q + rw) of one output row into
 // row[0, kW). kCoalesce: transposed through shuffles so that store e of the warp writes
 // ow = 32 e + lane (full 128-byte lines) instead of every kSW-th value (REQUIRES: the warp's lanes
@@ -370,8 +391,7 @@ __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict
   __shared__ float s_red[WPB * (2 * G + 1)];
   convt_load_weights<Cfg, Tune>(weight, bias, s_w);
   __syncthreads();
-  const int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int sub = lane / T::kLPR, ql = lane % T::kLPR;
+  const int n = blockIdx.y, lane = threadIdx.x & 31;
   const E* __restrict__ xn = x + (size_t)n * Cfg::kCin * Cfg::kDin * Cfg::kHin * Cfg::kWin;
   float* __restrict__ yn = kStore ? y + (size_t)n * C * T::kPlane : nullptr;
   float* __restrict__ un = kSaveU ? u + (size_t)n * C * T::kPlane : nullptr;
@@ -379,65 +399,56 @@ __device__ __forceinline__ void convt_group_moments(const ElemT<Cfg>* __restrict
 #pragma unroll
   for (int g = 0; g < G; ++g) run_m[g] = run_q[g] = 0.f;
 
-#pragma unroll 1
-  for (int u = blockIdx.x * WPB + warp; u < T::kUnits; u += Tune::kStatBlocksPerSample * WPB) {
-    int od, rh, ub0;
-    convt_unit_coords<Cfg, Tune>(u, od, rh, ub0);
-    if (Cfg::kSH * ub0 * T::kLR * RB + rh >= Cfg::kH) continue;  // no valid row (warp-uniform)
-    const int ub = ub0 * T::kLR + sub;  // this lane's row block
+  convt_for_each_unit<Cfg, Tune, Tune::kStatBlocksPerSample>([&](int od, int rh, int ub, int q) {
     int nvh = 0;  // valid rows of this lane's row block
 #pragma unroll
     for (int k = 0; k < RB; ++k) nvh += (Cfg::kSH * (ub * RB + k) + rh < Cfg::kH) ? 1 : 0;
-#pragma unroll 1
-    for (int j = 0; j < T::kJ; ++j) {
-      const int q = ql + T::kLPR * j;
-      float acc[RB][SW][C];
-      convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
-      if constexpr (kSaveU) convt_store_u<Cfg, Tune>(un, acc, od, rh, ub, q, lane);
-      int nvw = 0;
+    float acc[RB][SW][C];
+    convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+    if constexpr (kSaveU) convt_store_u<Cfg, Tune>(un, acc, od, rh, ub, q, lane);
+    int nvw = 0;
 #pragma unroll
-      for (int rw = 0; rw < SW; ++rw) nvw += (SW * q + rw < Cfg::kW) ? 1 : 0;
-      const float tcnt = (float)(nvh * nvw * CPG);
-      const float inv = tcnt > 0.f ? 1.f / tcnt : 0.f;
-      const float wb = chan_weight(run_n, tcnt);
+    for (int rw = 0; rw < SW; ++rw) nvw += (SW * q + rw < Cfg::kW) ? 1 : 0;
+    const float tcnt = (float)(nvh * nvw * CPG);
+    const float inv = tcnt > 0.f ? 1.f / tcnt : 0.f;
+    const float wb = chan_weight(run_n, tcnt);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float v[RB][SW][CPG];
-        float s = 0.f;
+    for (int g = 0; g < G; ++g) {
+      float v[RB][SW][CPG];
+      float s = 0.f;
 #pragma unroll
-        for (int k = 0; k < RB; ++k)
+      for (int k = 0; k < RB; ++k)
 #pragma unroll
-          for (int rw = 0; rw < SW; ++rw)
+        for (int rw = 0; rw < SW; ++rw)
 #pragma unroll
-            for (int c = 0; c < CPG; ++c) {
-              v[k][rw][c] = Cfg::pre(acc[k][rw][g * CPG + c]);
-              const bool ok = (k < nvh) && (SW * q + rw < Cfg::kW);
-              s += ok ? v[k][rw][c] : 0.f;
-              if constexpr (kStore) {
-                if (ok) {
-                  const int oh = Cfg::kSH * (ub * RB + k) + rh;
-                  yn[(g * CPG + c) * T::kPlane + ((size_t)od * Cfg::kH + oh) * Cfg::kW + SW * q +
-                     rw] = v[k][rw][c];
-                }
+          for (int c = 0; c < CPG; ++c) {
+            v[k][rw][c] = Cfg::pre(acc[k][rw][g * CPG + c]);
+            const bool ok = (k < nvh) && (SW * q + rw < Cfg::kW);
+            s += ok ? v[k][rw][c] : 0.f;
+            if constexpr (kStore) {
+              if (ok) {
+                const int oh = Cfg::kSH * (ub * RB + k) + rh;
+                yn[(g * CPG + c) * T::kPlane + ((size_t)od * Cfg::kH + oh) * Cfg::kW + SW * q +
+                   rw] = v[k][rw][c];
               }
             }
-        const float tm = s * inv;
-        float qq = 0.f;
+          }
+      const float tm = s * inv;
+      float qq = 0.f;
 #pragma unroll
-        for (int k = 0; k < RB; ++k)
+      for (int k = 0; k < RB; ++k)
 #pragma unroll
-          for (int rw = 0; rw < SW; ++rw)
+        for (int rw = 0; rw < SW; ++rw)
 #pragma unroll
-            for (int c = 0; c < CPG; ++c) {
-              const bool ok = (k < nvh) && (SW * q + rw < Cfg::kW);
-              const float dv = ok ? v[k][rw][c] - tm : 0.f;
-              qq = fmaf(dv, dv, qq);
-            }
-        chan_merge_w(run_m[g], run_q[g], run_n, tm, qq, wb);
-      }
-      run_n += tcnt;
+          for (int c = 0; c < CPG; ++c) {
+            const bool ok = (k < nvh) && (SW * q + rw < Cfg::kW);
+            const float dv = ok ? v[k][rw][c] - tm : 0.f;
+            qq = fmaf(dv, dv, qq);
+          }
+      chan_merge_w(run_m[g], run_q[g], run_n, tm, qq, wb);
     }
-  }
+    run_n += tcnt;
+  });
   block_reduce_shared_count_store<G>(run_n, run_m, run_q, s_red,
                                      partials + ((size_t)n * Tune::kStatBlocksPerSample + blockIdx.x) * G);
 }
@@ -507,44 +518,33 @@ __device__ __forceinline__ void convt_write_units(const ElemT<Cfg>* __restrict__
   constexpr bool kCoalesce = Tune::kCoalesceStores && T::kJ == 1 && T::kLR == 1;
   constexpr int WPB = Tune::kThreads / 32;
   constexpr size_t kPlane = T::kPlane;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int sub = lane / T::kLPR, ql = lane % T::kLPR;
-#pragma unroll 1
-  for (int unit = blockIdx.x * WPB + warp; unit < T::kUnits;
-       unit += Tune::kWriteBlocksPerSample * WPB) {
-    int od, rh, ub0;
-    convt_unit_coords<Cfg, Tune>(unit, od, rh, ub0);
-    if (Cfg::kSH * ub0 * T::kLR * RB + rh >= Cfg::kH) continue;  // no valid row (warp-uniform)
-    const int ub = ub0 * T::kLR + sub;  // this lane's row block
-#pragma unroll 1
-    for (int j = 0; j < T::kJ; ++j) {
-      const int q = ql + T::kLPR * j;
-      float acc[RB][SW][C];
-      convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
-      if constexpr (kSaveU) convt_store_u<Cfg, Tune>(un, acc, od, rh, ub, q, lane);
+  const int lane = threadIdx.x & 31;
+  convt_for_each_unit<Cfg, Tune, Tune::kWriteBlocksPerSample>([&](int od, int rh, int ub, int q) {
+    float acc[RB][SW][C];
+    convt_unit<Cfg, Tune>(xn, s_w, od, rh, ub, q, acc);
+    if constexpr (kSaveU) convt_store_u<Cfg, Tune>(un, acc, od, rh, ub, q, lane);
 #pragma unroll
-      for (int k = 0; k < RB; ++k) {
-        const int oh = Cfg::kSH * (ub * RB + k) + rh;
-        if (oh >= Cfg::kH) continue;  // warp-uniform when kLR == 1
-        const size_t row = ((size_t)od * Cfg::kH + oh) * Cfg::kW;
+    for (int k = 0; k < RB; ++k) {
+      const int oh = Cfg::kSH * (ub * RB + k) + rh;
+      if (oh >= Cfg::kH) continue;  // warp-uniform when kLR == 1
+      const size_t row = ((size_t)od * Cfg::kH + oh) * Cfg::kW;
 #pragma unroll
-        for (int co = 0; co < C; ++co) {
-          float v[SW];
-          if constexpr (kNormalize) {
-            const float2 ab = s_ab[co];
+      for (int co = 0; co < C; ++co) {
+        float v[SW];
+        if constexpr (kNormalize) {
+          const float2 ab = s_ab[co];
 #pragma unroll
-            for (int rw = 0; rw < SW; ++rw) {
-              v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
-            }
-          } else {
-#pragma unroll
-            for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::pre(acc[k][rw][co]);
+          for (int rw = 0; rw < SW; ++rw) {
+            v[rw] = Cfg::post(fmaf(Cfg::pre(acc[k][rw][co]), ab.x, ab.y));
           }
-          convt_store_row<Cfg, Tune, kCoalesce>(yn + co * kPlane + row, v, q, lane);
+        } else {
+#pragma unroll
+          for (int rw = 0; rw < SW; ++rw) v[rw] = Cfg::pre(acc[k][rw][co]);
         }
+        convt_store_row<Cfg, Tune, kCoalesce>(yn + co * kPlane + row, v, q, lane);
       }
     }
-  }
+  });
 }
 
 template <class Cfg, class Tune>
