@@ -84,10 +84,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
   const bool producer = info.producer != nullptr;
   // The group statistics, where the training forward saved them too.
-  const bool saved_stats = from_saved && TrainingForwardSavesStats(chain, *target, options);
-  // How the training forward laid out u.
-  const codegen::ULayout u_layout =
-      from_saved ? TrainingForwardULayout(chain, *target, options) : codegen::ULayout::kNCDHW;
+  // What the training forward saved with u, and how it laid u out.
+  const SavedWithU saved =
+      from_saved ? TrainingForwardSavedWithU(chain, *target, options) : SavedWithU{};
+  const bool saved_stats = saved.stats;
+  const codegen::ULayout u_layout = saved.u_layout;
   absl::StatusOr<codegen::Plan> step2 =
       codegen::PlanBackward(chain, target->plan_target, saved_stats, u_layout);
   if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");

@@ -78,17 +78,6 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
   return d;
 }
 
-bool TrainingForwardSavesStats(const Chain& chain, const Target& target,
-                               const CompileOptions& options) {
-  const SaveDecision d = DecideSave(chain, target.plan_target);
-  if (!d.saves || !d.fused) return false;
-  tune::TuningDb& tuning_db =
-      options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
-  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
-  return planned.ok() && codegen::CanSaveProducerOutput(planned->plan) &&
-         codegen::CanSaveStats(planned->plan);
-}
-
 namespace {
 
 // The layout of u where `plan`, the chain's fused forward plan, saves it.
@@ -102,16 +91,15 @@ codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codeg
 
 }  // namespace
 
-codegen::ULayout TrainingForwardULayout(const Chain& chain, const Target& target,
-                                        const CompileOptions& options) {
+SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
+                                     const CompileOptions& options) {
   const SaveDecision d = DecideSave(chain, target.plan_target);
-  if (!d.saves || !d.fused) return codegen::ULayout::kNCDHW;
+  if (!d.saves || !d.fused) return {};
   tune::TuningDb& tuning_db =
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
   absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
-  return planned.ok() && codegen::CanSaveProducerOutput(planned->plan)
-             ? ULayoutOf(chain, target, planned->plan)
-             : codegen::ULayout::kNCDHW;
+  if (!planned.ok() || !codegen::CanSaveProducerOutput(planned->plan)) return {};
+  return {codegen::CanSaveStats(planned->plan), ULayoutOf(chain, target, planned->plan)};
 }
 
 namespace {

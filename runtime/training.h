@@ -27,19 +27,19 @@ struct SaveDecision {
 };
 SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target);
 
-// Whether CompileTrainingForward of `chain` also saves the group statistics ("stats",
-// codegen::SavedStatsSpec): where its fused plan offers them (codegen::CanSaveStats).
-// CompileBackwardFromSaved reads them then instead of recomputing them from u. Both sides call
-// this with the same options, so they agree.
-bool TrainingForwardSavesStats(const Chain& chain, const Target& target,
-                               const CompileOptions& options);
-
-// How CompileTrainingForward of `chain` lays out u (codegen::ULayout): kRowsByChannel where its
-// fused plan can store u so (codegen::CanSaveURowsByChannel) and CompileBackwardFromSaved's plan
-// reads u in the few-input-channel kernel alone (codegen::BackwardReadsURowsByChannel); else
-// kNCDHW. Both sides call this with the same options, so they agree.
-codegen::ULayout TrainingForwardULayout(const Chain& chain, const Target& target,
-                                        const CompileOptions& options);
+// What CompileTrainingForward of `chain`, where it saves u, saves with it and how it lays u out.
+// stats: the group statistics ("stats", codegen::SavedStatsSpec), where its fused plan offers
+// them (codegen::CanSaveStats); CompileBackwardFromSaved reads them then instead of recomputing
+// them from u. u_layout (codegen::ULayout): kRowsByChannel where its fused plan can store u so
+// (codegen::CanSaveURowsByChannel) and the backward from saved reads u in the few-input-channel
+// kernel alone (codegen::BackwardReadsURowsByChannel), else kNCDHW. Both sides call this with
+// the same options, so they agree.
+struct SavedWithU {
+  bool stats = false;
+  codegen::ULayout u_layout = codegen::ULayout::kNCDHW;
+};
+SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
+                                     const CompileOptions& options);
 
 // The ops after the producer as a chain of their own on u (their parameters renumbered from 0).
 // REQUIRES: TrainingForwardSaves(chain).
