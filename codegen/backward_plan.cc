@@ -222,6 +222,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
                     "; grad_y's sums recompute u (a cheap conv_transpose3d) instead of reading it");
     plan.includes.push_back("convt_backward.cuh");
     plan.tunes.push_back(convt_sums->tune);
+  } else if (!convt_sums_refusal.empty() && info.producer->kind == OpKind::kConvTranspose3d) {
+    absl::StrAppend(&plan.description, "; grad_y's sums read u (", convt_sums_refusal, ")");
   }
 
   // The signature of this step.

@@ -101,6 +101,13 @@ TEST(ConvTSums, OtherChainsReadU) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_NE(FindKernel(*plan, c.sums), nullptr) << plan->description;
   }
+  // The plan says why it reads u.
+  absl::StatusOr<codegen::Plan> k5 = codegen::PlanBackward(ParseOrFail(cases[0].spec), kH100, true);
+  ASSERT_TRUE(k5.ok()) << k5.status();
+  EXPECT_NE(
+      k5->description.find("grad_y's sums read u (46.9 MACs a point to recompute u (at most 16))"),
+      std::string::npos)
+      << k5->description;
 }
 
 TEST(ConvTSums, NamesWhyItDoesNotApply) {
