@@ -224,7 +224,8 @@ class Chain(object):
     without fj_compile_backward.
 
     saved=True (ABI minor 2) compiles the training pair instead: with backward=False the forward
-    that also writes "u" (role SAVED: the convolution's output) where saving it pays
+    that also writes "u" (role SAVED: the convolution's output, shaped as its signature says --
+    [N, C, D, H, W] or the [N, D, H, C, W] layout some plans store faster) where saving it pays
     (fj_compile_training_forward; else the plain forward, no SAVED tensor), with backward=True the
     backward reading that u after grad_y (fj_compile_backward_saved)."""
 

@@ -28,8 +28,8 @@ How a call runs:
   dL/dparam in the chain's dtype and is deterministic (two backward runs give bitwise identical
   gradients). A float32 chain with ops after its convolution, where saving pays (the planner's
   cost model), runs the training forward (fusejit::CompileTrainingForward) on such a call: it
-  also saves the convolution's output u (float32, kept for the backward like PyTorch's saved
-  tensors) and, where its plan offers them, the group statistics (mean, rstd per sample and
+  also saves the convolution's output u (float32, in the layout its plan stores it, kept for the
+  backward like PyTorch's saved tensors) and, where its plan offers them, the group statistics (mean, rstd per sample and
   group), and the backward (CompileBackwardFromSaved) reads them instead of recomputing the
   convolution and the statistics. Otherwise (and under
   torch.compile's custom op) the backward recomputes what it needs from the saved input and
