@@ -27,6 +27,18 @@ Chain WithBatch(const std::string& spec, int64_t batch) {
   return chain;
 }
 
+// Whether the H100 backward plan of `chain` (saved_stats: reading the training forward's group
+// statistics) runs a kernel whose body names `body`.
+bool BackwardPlanRuns(const Chain& chain, const std::string& body, bool saved_stats = false) {
+  absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(
+      chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32}, saved_stats);
+  if (!plan.ok()) return false;
+  for (const codegen::KernelLaunch& k : plan->kernels) {
+    if (k.body.find(body) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // Runs the backward of `chain` twice and checks every gradient; returns false on a failure.
 void CheckBackward(const Chain& chain, uint64_t seed, Precision precision = Precision::kFp32,
                    double rtol = 1e-5) {
@@ -435,13 +447,7 @@ TEST(GpuBackward, FewInputChannelsFusedBackward) {
 TEST(GpuBackward, ConvTSumsRecomputeU) {
   SKIP_WITHOUT_GPU();
   const auto recomputes = [](const Chain& chain, bool saved_stats) {
-    absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(
-        chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32}, saved_stats);
-    if (!plan.ok()) return false;
-    for (const codegen::KernelLaunch& k : plan->kernels) {
-      if (k.body.find("convt_bwd_sums_kernel") != std::string::npos) return true;
-    }
-    return false;
+    return BackwardPlanRuns(chain, "convt_bwd_sums_kernel", saved_stats);
   };
   const char* const specs[] = {
       "x:f32[2,3,16,32,32] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
@@ -493,13 +499,7 @@ TEST(GpuBackward, ConvTSumsRecomputeU) {
 TEST(GpuBackward, DirectWeightGradient) {
   SKIP_WITHOUT_GPU();
   const auto direct = [](const Chain& chain) {
-    absl::StatusOr<codegen::Plan> plan =
-        codegen::PlanBackward(chain, codegen::PlanTarget{"sm_90", 132, Precision::kFp32});
-    if (!plan.ok()) return false;
-    for (const codegen::KernelLaunch& k : plan->kernels) {
-      if (k.body.find("wgrad_direct_kernel") != std::string::npos) return true;
-    }
-    return false;
+    return BackwardPlanRuns(chain, "wgrad_direct_kernel");
   };
   const char* const specs[] = {
       "x:f32[2,3,9,10,14] | conv3d(out=16,k=[2,3,5]) | hardswish | group_norm(groups=4) | "
