@@ -45,6 +45,45 @@ TensorSpec SavedStatsSpec(const Chain& chain) {
           16};
 }
 
+TensorSpec SavedMomentsSpec(const Chain& chain, int blocks) {
+  const Shape& p = AnalyzeChain(chain).producer_shape;
+  return {
+      std::string(kSavedMomentsName), TensorRole::kSaved, DType::kF32, {p[0], blocks, p[1], 3}, 16};
+}
+
+bool BackwardReadsSavedMoments(const Chain& chain) {
+  const ChainInfo info = AnalyzeChain(chain);
+  return info.producer != nullptr && info.group_norm != nullptr && info.post_ops.empty() &&
+         info.mean != MeanMode::kNone;
+}
+
+namespace {
+// The forward's per-block channel moments: the finalize's "partials" argument.
+bool IsMomentsPartials(const KernelArg& a) {
+  return a.name == "partials" && a.kind == KernelArg::Kind::kWorkspace &&
+         a.type == ArgType::kMoments;
+}
+}  // namespace
+
+int SavableMomentBlocks(const Chain& chain, const Plan& plan) {
+  const KernelArg* partials = nullptr;
+  for (const KernelLaunch& k : plan.kernels) {
+    if (k.symbol != "fj_moments_mean") continue;
+    for (const KernelArg& a : k.args) {
+      if (IsMomentsPartials(a)) partials = &a;
+    }
+  }
+  if (partials == nullptr) return 0;
+  const Shape& p = AnalyzeChain(chain).producer_shape;
+  const size_t per_block = static_cast<size_t>(p[0] * p[1]) * 12;  // sizeof(fj::Moments)
+  for (const WorkspaceRegion& r : plan.workspace) {
+    if (r.offset == partials->offset && r.bytes % per_block == 0 && r.bytes > 0) {
+      return static_cast<int>(r.bytes / per_block);
+    }
+  }
+  return 0;
+}
+
 namespace {
 // An argument where a kernel can store the saved tensor `name` (u or stats), left null.
 bool IsOpenSaveSlot(const KernelArg& a, std::string_view name) {
@@ -100,10 +139,17 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) 
     }
   }
   const bool stats = CanSaveStats(*plan);
+  const int moment_blocks =
+      BackwardReadsSavedMoments(chain) ? SavableMomentBlocks(chain, *plan) : 0;
   for (KernelLaunch& k : plan->kernels) {
     for (KernelArg& a : k.args) {
       for (std::string_view name : {kProducerOutputName, kSavedStatsName}) {
         if (IsOpenSaveSlot(a, name)) a.param = std::string(name);
+      }
+      if (moment_blocks > 0 && IsMomentsPartials(a)) {  // written there, not in the workspace
+        a.kind = KernelArg::Kind::kTensor;
+        a.param = std::string(kSavedMomentsName);
+        a.offset = 0;
       }
     }
   }
@@ -113,11 +159,14 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) 
   auto at = plan->signature.end();
   if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
   at = plan->signature.insert(at, SavedProducerOutputSpec(chain, layout)) + 1;
-  if (stats) plan->signature.insert(at, SavedStatsSpec(chain));
+  if (stats) at = plan->signature.insert(at, SavedStatsSpec(chain)) + 1;
+  if (moment_blocks > 0) plan->signature.insert(at, SavedMomentsSpec(chain, moment_blocks));
   const size_t bytes = SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&plan->description, "; also writes u, the convolution's output (", bytes,
                   " bytes", layout == ULayout::kRowsByChannel ? ", laid out [N, D, H, C, W]" : "",
-                  ")", stats ? ", and the group statistics" : "", ", for the backward");
+                  ")", stats ? ", and the group statistics" : "",
+                  moment_blocks > 0 ? ", and its per-block channel moments" : "",
+                  ", for the backward");
   return absl::OkStatus();
 }
 
@@ -167,7 +216,7 @@ bool BackwardReadsURowsByChannel(const Chain& chain, const PlanTarget& target, b
 }
 
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, bool saved_stats,
-                                  ULayout u_layout) {
+                                  ULayout u_layout, int saved_moment_blocks) {
   if (chain.dtype != DType::kF32) {
     return absl::UnimplementedError(absl::StrCat("no backward plan for dtype ",
                                                  DTypeName(chain.dtype), ": only f32 has one"));
@@ -181,6 +230,15 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
                                                    FormatChain(chain),
                                                    ", which has no group_norm"));
   }
+  if (saved_moment_blocks != 0 &&
+      (saved_moment_blocks < 0 || saved_stats || !BackwardReadsSavedMoments(chain))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PlanBackward: saved channel moments (", saved_moment_blocks, " blocks) for ",
+        FormatChain(chain),
+        "; only a chain with a convolution ending in group_norm | mean, without saved statistics, "
+        "reads them"));
+  }
+  const bool from_moments = saved_moment_blocks > 0;
   const Shape& p = info.producer_shape;
   const int64_t slices = p[0] * p[1];
   const int64_t spatial = p[2] * p[3] * p[4];
@@ -236,6 +294,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     sig.push_back(spec);
   }
   if (saved_stats) sig.push_back(SavedStatsSpec(chain));
+  if (from_moments) sig.push_back(SavedMomentsSpec(chain, saved_moment_blocks));
   sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, chain.dtype,
                  OutputShape(chain), 16});
   for (const ParamSpec& ps : ChainParams(chain)) {
@@ -292,7 +351,22 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     return saved_stats ? KernelArg::Tensor("stats", std::string(kSavedStatsName), kRead)
                        : null(ArgType::kFloat, "stats", kRead);
   };
-  if (recompute_stats && info.post_ops.empty()) {
+  if (from_moments) {
+    // grad_y is one value per (n, c) slice: the sums follow from the forward's moments.
+    KernelLaunch m{
+        "fj_bwd_sums_from_moments",
+        absl::StrCat("fj::bwd_sums_from_moments_kernel<Cfg, BwdTune, ", saved_moment_blocks, ">"),
+        "grad_y one value per (n, c) slice: sums of z, z^2, g_h and g_h*z per (n, c) "
+        "from the training forward's channel moments (u not read)",
+        {static_cast<unsigned>(CeilDiv(slices, kThreads)), 1, 1},
+        block};
+    KernelArg moments = in("partials", std::string(kSavedMomentsName));
+    moments.type = ArgType::kMoments;
+    m.args = {moments, in("gy", std::string(kGradOutputName)),
+              ws(ArgType::kDouble2, "zpart", zpart, kWrite),
+              ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
+    plan.kernels.push_back(m);
+  } else if (recompute_stats && info.post_ops.empty()) {
     // g_h = grad_y: the sums need no statistics, so one pass reads u and grad_y once for both.
     KernelLaunch m{"fj_bwd_moments_sums", "fj::bwd_moments_sums_kernel<Cfg, BwdTune>",
                    "z = pre(u), g_h = grad_y (no op after group_norm): sums of z, z^2, g_h and "
@@ -302,6 +376,8 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
               ws(ArgType::kDouble2, "zpart", zpart, kWrite),
               ws(ArgType::kDouble2, "gpart", gpart, kWrite)};
     plan.kernels.push_back(m);
+  }
+  if (recompute_stats && info.post_ops.empty()) {
     KernelLaunch f{"fj_bwd_sums_fix",
                    "fj::bwd_sums_fix_kernel<Cfg, BwdTune>",
                    "per (n, g): sum g_h*z -> sum g_h*zhat with the group statistics",

@@ -28,6 +28,7 @@ namespace fusejit::codegen {
 inline constexpr std::string_view kProducerOutputName = "u";       // saved: the producer's output
 inline constexpr std::string_view kProducerGradName = "grad_u";    // written: dL/du
 inline constexpr std::string_view kSavedStatsName = "stats";       // saved: group mean and rstd
+inline constexpr std::string_view kSavedMomentsName = "moments";   // saved: channel moments
 
 // How the training forward's saved u lies in memory.
 //   kNCDHW:         the producer's output as PyTorch lays it out, [N, C, D, H, W].
@@ -51,8 +52,13 @@ enum class ULayout { kNCDHW, kRowsByChannel };
 // REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.
 // u_layout: how the saved u lies (kRowsByChannel: InvalidArgument unless the plan reads it in
 // the fused kernel alone).
+// saved_moment_blocks > 0: the training forward saved its per-block channel moments of the
+// pre-norm values (SavedMomentsSpec with that many blocks), and grad_y's sums come from them
+// instead of a pass over u and grad_y (backward.cuh's bwd_sums_from_moments_kernel);
+// InvalidArgument unless BackwardReadsSavedMoments(chain) and not saved_stats.
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target,
-                                  bool saved_stats = false, ULayout u_layout = ULayout::kNCDHW);
+                                  bool saved_stats = false, ULayout u_layout = ULayout::kNCDHW,
+                                  int saved_moment_blocks = 0);
 
 // Whether step 2's `plan` of `chain` (which has a producer) writes grad_x itself: the fused form.
 bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);
@@ -69,6 +75,22 @@ TensorSpec SavedProducerOutputSpec(const Chain& chain, ULayout layout = ULayout:
 // normalized with them), role kSaved. REQUIRES: the chain has a group_norm.
 TensorSpec SavedStatsSpec(const Chain& chain);
 
+// The training forward's saved channel moments: float [N, blocks, C, 3], the (count, mean, M2)
+// of the pre-norm values z = pre(u) over each of a sample's `blocks` parts, per channel, as the
+// forward's moments-mean finalize merges them (fj::Moments, partials[(n*blocks + b)*C + c]),
+// role kSaved. REQUIRES: the chain has a producer and a group_norm; blocks >= 1.
+TensorSpec SavedMomentsSpec(const Chain& chain, int blocks);
+
+// Whether the backward of `chain` can take grad_y's sums from saved channel moments: it ends in
+// mean with no op between group_norm and mean (grad_y is then one value per (n, c) slice), and
+// has a producer (its training forward saves u).
+bool BackwardReadsSavedMoments(const Chain& chain);
+
+// Where `plan`, a forward plan, computes its output from float per-block channel moments in its
+// workspace (an argument "partials" of type fj::Moments, read by the moments-mean finalize
+// "fj_moments_mean"): their blocks per sample (the region's size over N*C moments); else 0.
+int SavableMomentBlocks(const Chain& chain, const Plan& plan);
+
 // The training forward's fused form: `plan`, a forward plan of `chain`, changed so that it also
 // writes u (bias added, before any op) into the signature tensor kProducerOutputName. A strategy
 // offers this by leaving a null float argument named "u" where its kernel can store u (as
@@ -76,6 +98,9 @@ TensorSpec SavedStatsSpec(const Chain& chain);
 // the forward signature plus u. Where the plan also leaves a null float argument named "stats"
 // (the convt-* plans' scale/shift kernel: CanSaveStats), it binds that to kSavedStatsName, after
 // u. FailedPrecondition where the plan has no u argument.
+// Where the plan's moments can be saved (SavableMomentBlocks) and the backward reads them
+// (BackwardReadsSavedMoments), its "partials" arguments are bound to kSavedMomentsName
+// (SavedMomentsSpec) after u instead: the backward then skips a pass over u.
 // layout kRowsByChannel: where the plan's kernels that store u take it (CanSaveURowsByChannel: a
 // tune struct "ConvTTune", templates/convt_group_norm.cuh), they get the tune constant
 // kURowsByChannel = true; FailedPrecondition elsewhere.

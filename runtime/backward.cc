@@ -90,7 +90,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const bool saved_stats = saved.stats;
   const codegen::ULayout u_layout = saved.u_layout;
   absl::StatusOr<codegen::Plan> step2 =
-      codegen::PlanBackward(chain, target->plan_target, saved_stats, u_layout);
+      codegen::PlanBackward(chain, target->plan_target, saved_stats, u_layout, saved.moment_blocks);
   if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");
   // Step 2 writes grad_x itself (the fused few-input-channel form): no grad_u, no step 3.
   const bool data_step = producer && !codegen::BackwardPlanWritesGradX(chain, *step2);
@@ -106,7 +106,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   if (from_saved) {  // u (and stats) after grad_y
     auto at = sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
                          codegen::SavedProducerOutputSpec(chain, u_layout));
-    if (saved_stats) sig.insert(at + 1, codegen::SavedStatsSpec(chain));
+    if (saved_stats) at = sig.insert(at + 1, codegen::SavedStatsSpec(chain));
+    if (saved.moment_blocks > 0) {
+      sig.insert(at + 1, codegen::SavedMomentsSpec(chain, saved.moment_blocks));
+    }
   }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;
@@ -145,9 +148,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
     std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kWorkspaceName), scratch}};
     if (producer) map.push_back({std::string(codegen::kProducerOutputName), u});
     if (data_step) map.push_back({std::string(codegen::kProducerGradName), gu});
-    if (saved_stats) {
-      map.push_back(
-          {std::string(codegen::kSavedStatsName), {IndexOf(sig, codegen::kSavedStatsName), 0}});
+    for (std::string_view name : {codegen::kSavedStatsName, codegen::kSavedMomentsName}) {
+      if (IndexOf(sig, name) >= 0) map.push_back({std::string(name), {IndexOf(sig, name), 0}});
     }
     if (absl::Status s = add_step(data_step ? "grad_y -> grad_u (the producer output's gradient) "
                                               "and the parameter gradients"
@@ -220,17 +222,20 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   composite.chain = chain;
   composite.arch = target->plan_target.arch;
   composite.strategy = from_saved ? "backward-from-saved" : "backward";
-  composite.header =
-      absl::StrCat("backward of chain: ", FormatChain(chain), "\n", "arch: ", composite.arch, "\n",
-                   from_saved ? absl::StrCat("saved by the forward: u, the producer's output (",
-                                             u_bytes, " bytes",
-                                             saved_stats ? ") and the group statistics (mean, "
-                                                           "rstd; not recomputed from u"
-                                                         : "",
-                                             ", CompileTrainingForward)\n")
-                              : std::string("saved by the forward: nothing (the backward "
-                                            "recomputes from x and the parameters)\n"),
-                   layout);
+  composite.header = absl::StrCat(
+      "backward of chain: ", FormatChain(chain), "\n", "arch: ", composite.arch, "\n",
+      from_saved
+          ? absl::StrCat("saved by the forward: u, the producer's output (", u_bytes, " bytes",
+                         saved_stats ? ") and the group statistics (mean, "
+                                       "rstd; not recomputed from u"
+                                     : "",
+                         saved.moment_blocks > 0 ? ") and the channel moments (grad_y's sums "
+                                                   "without a pass over u"
+                                                 : "",
+                         ", CompileTrainingForward)\n")
+          : std::string("saved by the forward: nothing (the backward "
+                        "recomputes from x and the parameters)\n"),
+      layout);
   composite.output_shape = chain.input;  // grad_x
   composite.source_step = producer && !from_saved ? 1 : 0;  // the backward kernels'
   return MakeComposite(std::move(composite), std::move(steps), std::move(sig));

@@ -89,6 +89,11 @@ codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codeg
              : codegen::ULayout::kNCDHW;
 }
 
+// The blocks of channel moments `plan`, the chain's fused forward plan, saves (0: none).
+int MomentBlocksOf(const Chain& chain, const codegen::Plan& plan) {
+  return codegen::BackwardReadsSavedMoments(chain) ? codegen::SavableMomentBlocks(chain, plan) : 0;
+}
+
 }  // namespace
 
 SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
@@ -99,7 +104,8 @@ SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
   absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
   if (!planned.ok() || !codegen::CanSaveProducerOutput(planned->plan)) return {};
-  return {codegen::CanSaveStats(planned->plan), ULayoutOf(chain, target, planned->plan)};
+  return {codegen::CanSaveStats(planned->plan), MomentBlocksOf(chain, planned->plan),
+          ULayoutOf(chain, target, planned->plan)};
 }
 
 namespace {
@@ -114,6 +120,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
   absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
   if (!planned.ok()) return planned.status();
   const bool stats = codegen::CanSaveStats(planned->plan);  // before binding its slot
+  const int moment_blocks = MomentBlocksOf(chain, planned->plan);
   const codegen::ULayout layout = ULayoutOf(chain, target, planned->plan);
   if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan, layout); !s.ok()) {
     return s;
@@ -126,6 +133,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
                   stats ? absl::StrCat(") and the group statistics (",
                                        codegen::SavedStatsSpec(chain).bytes(), " bytes")
                         : std::string(),
+                  moment_blocks > 0
+                      ? absl::StrCat(") and its per-block channel moments (",
+                                     codegen::SavedMomentsSpec(chain, moment_blocks).bytes(),
+                                     " bytes: the backward's sums of grad_y come from them")
+                      : std::string(),
                   ", held until CompileBackwardFromSaved reads them), written by this plan: ", why);
   return BuildPlanned(*std::move(planned), options);
 }

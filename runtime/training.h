@@ -34,8 +34,13 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target);
 // (codegen::CanSaveURowsByChannel) and the backward from saved reads u in the few-input-channel
 // kernel alone (codegen::BackwardReadsURowsByChannel), else kNCDHW. Both sides call this with
 // the same options, so they agree.
+// moment_blocks: > 0 where its fused plan finishes from per-block channel moments the backward
+// can read (codegen::SavableMomentBlocks, codegen::BackwardReadsSavedMoments): it saves them too
+// ("moments", codegen::SavedMomentsSpec with that many blocks), and the backward takes grad_y's
+// sums from them instead of a pass over u.
 struct SavedWithU {
   bool stats = false;
+  int moment_blocks = 0;
   codegen::ULayout u_layout = codegen::ULayout::kNCDHW;
 };
 SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,

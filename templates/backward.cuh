@@ -23,6 +23,7 @@
 
 #include "common.cuh"
 #include "default_config.cuh"
+#include "moments_util.cuh"
 
 namespace fj {
 
@@ -242,6 +243,38 @@ __device__ void bwd_moments_sums_kernel(const float* __restrict__ u, const float
   }
 }
 
+// In place of bwd_moments_sums where the training forward saved its per-block channel moments of
+// z = pre(u) (codegen::kSavedMomentsName: partials[(n*kBlocks + b)*kC + c], the layout
+// moments_mean_finalize reads, written by a "... | group_norm | mean" plan) and the chain ends in
+// mean with no op after group_norm: grad_y is then one value g per (n, c) slice, so the sums
+// follow from each channel's merged moments (n_c, m_c, M2_c; merge_block_moments, the forward's
+// own merge) without reading u: sum z = n_c m_c, sum z^2 = M2_c + n_c m_c^2, sum g_h = g n_c,
+// sum g_h*z = g n_c m_c. Chunk 0 of a slice holds them, its other chunks 0 (every reader sums a
+// slice's chunks). bwd_sums_fix_kernel follows as after bwd_moments_sums. One thread per (n, c):
+// grid ceil(kN*kC / Tune::kThreads), block Tune::kThreads.
+template <class Cfg, class Tune, int kBlocks>
+__device__ void bwd_sums_from_moments_kernel(const Moments* __restrict__ partials,
+                                             const float* __restrict__ gy,
+                                             double2* __restrict__ zpart,
+                                             double2* __restrict__ gpart) {
+  static_assert(Cfg::kMean != kNoMean, "bwd_sums_from_moments: a chain ending in mean");
+  static_assert(kBlocks >= 1, "bwd_sums_from_moments: at least one partial per channel");
+  using B = Bwd<Cfg, Tune>;
+  const int nc = blockIdx.x * blockDim.x + threadIdx.x;
+  if (nc >= Cfg::kN * Cfg::kC) return;
+  const int n = nc / Cfg::kC, c = nc % Cfg::kC;
+  double cn, cm, cq;
+  merge_block_moments(partials + static_cast<size_t>(n) * kBlocks * Cfg::kC + c, Cfg::kC, kBlocks,
+                      cn, cm, cq);
+  const double g = B::grad_y(gy, nc, 0);
+  const double sum = cn * cm;
+  for (int k = 0; k < B::kSplit; ++k) {
+    const size_t at = static_cast<size_t>(nc) * B::kSplit + k;
+    zpart[at] = k == 0 ? make_double2(sum, cq + sum * cm) : make_double2(0, 0);
+    gpart[at] = k == 0 ? make_double2(g * cn, g * sum) : make_double2(0, 0);
+  }
+}
+
 // After bwd_moments_sums: gpart's (sum g_h, sum g_h*z) -> (sum g_h, sum g_h*zhat), zhat = (z -
 // mean) * rstd with the group's float statistics (those bwd_grad_u uses), in double:
 // rstd * (sum g_h*z - mean * sum g_h). One block per (n, g), grid kN*kGroups.
@@ -348,6 +381,10 @@ struct BwdSelfTune {
   static constexpr int kSplit = 3, kBiasSplit = 3, kThreads = 256;
 };
 using C = fj::DefaultConfig;
+struct MeanConfig : fj::DefaultConfig {  // "... | group_norm | mean(dims=[1,2,3,4])"
+  static constexpr int kMean = fj::kMeanAll;
+  __device__ static float post(float v) { return v; }
+};
 extern "C" __global__ void bwd_moments(const float* u, double2* z) {
   fj::bwd_moments_kernel<C, BwdSelfTune>(u, z);
 }
@@ -358,6 +395,10 @@ extern "C" __global__ void bwd_sums(const float* u, const float* gy, const float
 extern "C" __global__ void bwd_moments_sums(const float* u, const float* gy, double2* z,
                                             double2* p) {
   fj::bwd_moments_sums_kernel<C, BwdSelfTune>(u, gy, z, p);
+}
+extern "C" __global__ void bwd_sums_from_moments(const fj::Moments* m, const float* gy, double2* z,
+                                                 double2* p) {
+  fj::bwd_sums_from_moments_kernel<MeanConfig, BwdSelfTune, 2>(m, gy, z, p);
 }
 extern "C" __global__ void bwd_sums_fix(const double2* z, double2* p) {
   fj::bwd_sums_fix_kernel<C, BwdSelfTune>(z, p);

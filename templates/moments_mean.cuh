@@ -50,16 +50,8 @@ __device__ __forceinline__ void moments_mean_finalize(const P* __restrict__ part
   __shared__ double s_n[C], s_m[C], s_q[C], s_mu[G], s_rstd[G], s_out[C];
   const int n = blockIdx.x, lane = threadIdx.x;
   for (int c = lane; c < C; c += 32) {
-    double cn = 0, cm = 0, cq = 0;
-    for (int b = 0; b < B; ++b) {
-      const P p = partials[((size_t)n * B + b) * C + c];
-      const double total = cn + (double)p.count;
-      const double wb = total > 0 ? (double)p.count / total : 0;
-      const double delta = (double)p.mean - cm;
-      cm += delta * wb;
-      cq += (double)p.m2 + delta * delta * cn * wb;
-      cn = total;
-    }
+    double cn, cm, cq;
+    merge_block_moments(partials + (size_t)n * B * C + c, C, B, cn, cm, cq);
     s_n[c] = cn;
     s_m[c] = cm;
     s_q[c] = cq;

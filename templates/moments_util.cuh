@@ -24,6 +24,26 @@ __device__ __forceinline__ float chan_weight(float na, float nb) {
   return n > 0.f ? nb / n : 0.f;
 }
 
+// One channel's moments over the `blocks` per-block partials p[0], p[stride], ... (fj::Moments or
+// fj::MomentsD), merged in block order by Chan's rule in double: (count, mean, M2). The merge
+// behind moments_mean_finalize and bwd_sums_from_moments_kernel (backward.cuh), which must agree.
+template <class P>
+__device__ __forceinline__ void merge_block_moments(const P* __restrict__ p, int stride, int blocks,
+                                                    double& cn, double& cm, double& cq) {
+  cn = 0;
+  cm = 0;
+  cq = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const P v = p[static_cast<size_t>(b) * stride];
+    const double total = cn + (double)v.count;
+    const double wb = total > 0 ? (double)v.count / total : 0;
+    const double delta = (double)v.mean - cm;
+    cm += delta * wb;
+    cq += (double)v.m2 + delta * delta * cn * wb;
+    cn = total;
+  }
+}
+
 // Warp tree reduction (shfl_down, fixed order) of K moment sets sharing one count.
 // Result valid in lane 0.
 template <int K>

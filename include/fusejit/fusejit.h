@@ -201,9 +201,13 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
 // conv3d / conv_transpose3d can save. Where it does not save it is Compile's forward and its
 // signature has no kSaved tensor. Where the chain's own plan can write u (one step), and its
 // plan offers them too (the convt-* plans), it also saves "stats" after u: the group statistics
-// it normalized with, f32 [N, groups, 2] (mean, rstd).
-// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (and "stats" where the
-// training forward saves them; kSaved, read) bound after grad_y: what a CompileTrainingForward
+// it normalized with, f32 [N, groups, 2] (mean, rstd). Where that plan computes a chain ending in
+// group_norm | mean from per-block channel moments (mma-moments-mean: W2, W4), it saves them
+// after u as "moments", f32 [N, blocks, C, 3] (count, mean, M2 of each of a sample's blocks; bind
+// it as the signature gives it), and the backward takes grad_y's sums from them instead of a
+// pass over u.
+// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (and "stats" or "moments" where
+// the training forward saves them; kSaved, read) bound after grad_y: what a CompileTrainingForward
 // run of the same x and parameters, with the same options, wrote. InvalidArgument for a chain
 // whose training forward saves nothing (use CompileBackward).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(

@@ -141,7 +141,8 @@ int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_
  * parameters, y) then "u" (FJ_ROLE_SAVED, f32, written; the convolution's output shape, or its
  * [N, D, H, C, W] permutation where the plan lays it out so: bind it as fj_chain_tensor gives
  * it), where its plan offers them "stats" (FJ_ROLE_SAVED, f32 [N, groups, 2]: the group mean
- * and rstd it normalized with), and the workspace -- where saving pays (f32 chains with ops after their
+ * and rstd it normalized with) or "moments" (FJ_ROLE_SAVED, f32 [N, blocks, C, 3]: its per-block
+ * channel moments, for chains ending in group_norm | mean), and the workspace -- where saving pays (f32 chains with ops after their
  * convolution that cost less from u than the fused forward, by the planner's cost model); for any
  * other chain it is fj_compile's chain, with no SAVED tensor. fj_compile_backward_saved's is
  * fj_compile_backward's with the same SAVED tensors (read) after grad_y, in the same order: bind

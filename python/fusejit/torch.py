@@ -30,7 +30,8 @@ How a call runs:
   cost model), runs the training forward (fusejit::CompileTrainingForward) on such a call: it
   also saves the convolution's output u (float32, in the layout its plan stores it, kept for the
   backward like PyTorch's saved tensors) and, where its plan offers them, the group statistics (mean, rstd per sample and
-  group), and the backward (CompileBackwardFromSaved) reads them instead of recomputing the
+  group) or, for chains ending in group_norm | mean, the per-block channel moments its mean came
+  from, and the backward (CompileBackwardFromSaved) reads them instead of recomputing the
   convolution and the statistics. Otherwise (and under
   torch.compile's custom op) the backward recomputes what it needs from the saved input and
   parameters (fusejit::CompileBackward); the gradients agree to rounding (bitwise where only u is
@@ -173,14 +174,14 @@ def _check_backward_layout(chain, spec: str, saved: bool = False) -> None:
 
 def _check_training_layout(chain, spec: str) -> None:
     """A training forward's signature: the forward's (x, the n parameters, y), then -- where it
-    saves them -- the SAVED tensors (u, and the group statistics where its plan saves them), then
-    the workspace. Raises FusejitError(12) otherwise."""
+    saves them -- the SAVED tensors (u, and the group statistics or the channel moments where its
+    plan saves them), then the workspace. Raises FusejitError(12) otherwise."""
     n = _chain.param_count(_ops(spec))
     roles = [t.role for t in chain.signature]
     head = [_lib.ROLE_INPUT] + [_lib.ROLE_PARAM] * n + [_lib.ROLE_OUTPUT]
     tail = [_lib.ROLE_WORKSPACE] if chain.workspace_bytes else []
     k = roles.count(_lib.ROLE_SAVED)
-    if k > 2 or roles != head + [_lib.ROLE_SAVED] * k + tail:
+    if k > 3 or roles != head + [_lib.ROLE_SAVED] * k + tail:
         raise _lib.FusejitError(12, "the training forward of %s has the signature %s, not x, the "
                                     "parameters, y[, u] this package binds" % (spec, chain.signature))
 

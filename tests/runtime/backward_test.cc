@@ -408,7 +408,8 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
   }
   // W2's and W4's plan (mma-moments-mean) writes u itself: one plan, its kernel's null u
   // argument bound (codegen::SaveProducerOutput), u before the workspace. The plain forward
-  // leaves it null.
+  // leaves it null. Its per-block channel moments go to the saved "moments" instead of the
+  // workspace, and the backward takes grad_y's sums from them (no pass over u).
   const Chain w4 = Parse(
       "x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])");
   EXPECT_TRUE(TrainingForwardSaves(w4, Arch("sm_90")));
@@ -418,20 +419,68 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     EXPECT_EQ((*f)->strategy(), "mma-moments-mean");
     EXPECT_EQ(Names((*f)->signature()),
               (std::vector<std::string>{"x", "0.weight", "0.bias", "1.weight", "1.bias", "y", "u",
-                                        "workspace"}));
+                                        "moments", "workspace"}));
     EXPECT_EQ((*f)->signature()[6].role, TensorRole::kSaved);
     EXPECT_EQ((*f)->signature()[6].shape, (Shape{3, 24, 8, 10, 10}));
+    const TensorSpec moments = (*f)->signature()[7];
+    EXPECT_EQ(moments.role, TensorRole::kSaved);
+    ASSERT_EQ(moments.shape.size(), 4u);
+    EXPECT_EQ(moments.shape[0], 3);
+    EXPECT_GE(moments.shape[1], 1);  // the plan's blocks per sample
+    EXPECT_EQ(moments.shape[2], 24);
+    EXPECT_EQ(moments.shape[3], 3);  // count, mean, M2
     const std::string e = (*f)->Explain();
     EXPECT_NE(e.find("saves for the backward: u"), std::string::npos) << e;
     EXPECT_NE(e.find("written by this plan"), std::string::npos) << e;
     EXPECT_NE(e.find("u=u"), std::string::npos) << e;
+    EXPECT_NE(e.find("partials=moments"), std::string::npos) << e;
+    EXPECT_EQ(e.find("partials=ws"), std::string::npos) << e;
     absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(w4, Arch(arch));
     ASSERT_TRUE(plain.ok()) << plain.status();
     EXPECT_NE((*plain)->Explain().find("u=null"), std::string::npos);
+    EXPECT_NE((*plain)->Explain().find("partials=ws"), std::string::npos);
     for (const TensorSpec& t : (*plain)->signature()) EXPECT_NE(t.role, TensorRole::kSaved);
     absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(w4, Arch(arch));
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ((*b)->strategy(), "backward-from-saved");
+    const std::vector<std::string> names = Names((*b)->signature());
+    ASSERT_GE(names.size(), 8u);
+    EXPECT_EQ(std::vector<std::string>(names.begin() + 5, names.begin() + 8),
+              (std::vector<std::string>{"grad_y", "u", "moments"}));
+    EXPECT_EQ((*b)->signature()[7].shape, moments.shape);  // both sides agree
+    const std::string eb = (*b)->Explain();
+    EXPECT_NE(eb.find("fj_bwd_sums_from_moments"), std::string::npos) << eb;
+    EXPECT_EQ(eb.find("fj_bwd_moments_sums"), std::string::npos) << eb;
+    EXPECT_NE(eb.find("and the channel moments"), std::string::npos) << eb;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> r = CompileBackward(w4, Arch(arch));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE((*r)->Explain().find("fj_bwd_moments_sums"), std::string::npos);
+  }
+  // W2's shape of chain (an op before group_norm, mean over [2, 3, 4]) saves them too.
+  {
+    const Chain w2 = Parse(
+        "x:f32[4,3,10,16,16] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | "
+        "mean(dims=[2,3,4])");
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(w2, Arch("sm_90"));
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_NE((*b)->Explain().find("fj_bwd_sums_from_moments"), std::string::npos);
+  }
+  // Only chains ending in group_norm | mean read saved moments: an op between them (grad_y is
+  // then not one value per slice), or no mean, is refused by name.
+  EXPECT_TRUE(codegen::BackwardReadsSavedMoments(w4));
+  for (const char* spec :
+       {"x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | relu | "
+        "mean(dims=[1,2,3,4])",
+        "x:f32[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8)",
+        "x:f32[3,24,10,12,12] | group_norm(groups=8) | mean(dims=[2,3,4])"}) {
+    const Chain c = Parse(spec);
+    EXPECT_FALSE(codegen::BackwardReadsSavedMoments(c)) << spec;
+    absl::StatusOr<codegen::Plan> refused =
+        codegen::PlanBackward(c, codegen::PlanTarget{"sm_90"}, false, codegen::ULayout::kNCDHW,
+                              /*saved_moment_blocks=*/2);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << spec;
+    EXPECT_NE(refused.status().message().find("group_norm | mean"), std::string::npos)
+        << refused.status();
   }
 }
 
