@@ -53,9 +53,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& 
 }
 
 // from_saved: u is the signature's kSaved tensor (CompileTrainingForward wrote it), not step 1's.
+// saved_by: what the training forward saved where another chain's forward (the bf16/f16 chain
+// of this f32 one) decided it; null: this chain's (TrainingForwardSavedWithU).
 absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
-                                                     const CompileOptions& options,
-                                                     bool from_saved) {
+                                                     const CompileOptions& options, bool from_saved,
+                                                     const SavedWithU* saved_by = nullptr) {
   if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
   if (!options.strategy.empty() || !options.tune_config.empty()) {
     return absl::InvalidArgumentError(
@@ -64,15 +66,29 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   absl::StatusOr<Target> target = ResolveTarget(options);
   if (!target.ok()) return target.status();
-  if (from_saved) {
-    if (const SaveDecision d = DecideSave(chain, target->plan_target); !d.saves) {
+  if (from_saved && saved_by == nullptr) {
+    const SaveDecision d = DecideSave(chain, target->plan_target);
+    std::string why = d.why;
+    if (d.saves && RunsThroughF32(chain.dtype) &&
+        !TrainingForwardSavedWithU(chain, *target, options).fused) {
+      why = "its tuned forward plan cannot write u";
+    } else if (d.saves) {
+      why.clear();
+    }
+    if (!why.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("CompileBackwardFromSaved: the training forward of ", FormatChain(chain),
-                       " saves nothing (", d.why, "); use CompileBackward, which recomputes"));
+                       " saves nothing (", why, "); use CompileBackward, which recomputes"));
     }
   }
   if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
-    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = CompileBackward(AsF32(chain), options);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner;
+    if (from_saved) {  // reading what the dtype chain's own forward plan saved, in f32
+      const SavedWithU saved = TrainingForwardSavedWithU(chain, *target, options);
+      inner = Build(AsF32(chain), options, /*from_saved=*/true, &saved);
+    } else {
+      inner = CompileBackward(AsF32(chain), options);
+    }
     if (!inner.ok()) return inner.status();
     return AdaptDType(chain, *std::move(inner), /*forward=*/false, *target, options);
   }
@@ -85,8 +101,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const bool producer = info.producer != nullptr;
   // The group statistics, where the training forward saved them too.
   // What the training forward saved with u, and how it laid u out.
-  const SavedWithU saved =
-      from_saved ? TrainingForwardSavedWithU(chain, *target, options) : SavedWithU{};
+  const SavedWithU saved = !from_saved ? SavedWithU{}
+                           : saved_by != nullptr
+                               ? *saved_by
+                               : TrainingForwardSavedWithU(chain, *target, options);
   const bool saved_stats = saved.stats;
   const codegen::ULayout u_layout = saved.u_layout;
   absl::StatusOr<codegen::Plan> step2 =

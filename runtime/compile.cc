@@ -81,71 +81,29 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     }
   }
 
-  // bf16, f16: natively when the f32 chain's strategy reads and writes the dtype itself (the
-  // generic ones: the same kernels, fewer bytes); else the f32 chain between casts. Natively, the
-  // dtype chain is planned again among the strategies that run the dtype, by their costs for it
-  // (16-bit tensor-core products run at other rates than the f32 chain's), unless the caller
-  // named a strategy or configuration.
-  CompileOptions effective = options;
-  std::string native_choice, native_note;
-  if (runtime::RunsThroughF32(chain.dtype)) {
-    if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
-    // A named configuration names the strategy (and is checked against the chain it runs on:
-    // this one when its strategy handles the dtype, else the f32 chain); otherwise the f32
-    // chain's plan picks it.
-    std::string strategy_name, choice;
-    if (!options.tune_config.empty()) {
-      absl::StatusOr<codegen::TuneConfig> given = codegen::TuneConfig::Parse(options.tune_config);
-      if (!given.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tune config ", options.tune_config, ": ", given.status().message()));
-      }
-      strategy_name = given->strategy;
-      choice = "the configuration given";
-    } else {
-      absl::StatusOr<runtime::PlannedChain> f32 = runtime::PlanChain(
-          runtime::AsF32(chain), *target, runtime::InnerOptions(options), tuning_db);
-      if (!f32.ok()) return f32.status();
-      strategy_name = f32->plan.strategy;
-      choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, ")");
-    }
-    const codegen::Strategy* strategy = codegen::FindStrategy(strategy_name);
-    if (strategy != nullptr && strategy->HandlesDType(chain.dtype)) {
-      // The configuration is the dtype chain's own (a tuned one for this chain, else the default
-      // for its precision: tc-conv and igemm multiply bf16/f16 in one 16-bit product and tile
-      // for that), unless the caller named one.
-      if (options.strategy.empty() && options.tune_config.empty()) {
-        native_note = absl::StrCat("; natively in ", DTypeName(chain.dtype), " (", choice, " is ",
-                                   strategy_name, ")");
-      } else {
-        effective.strategy = strategy_name;
-        native_choice = absl::StrCat(choice, ", run natively in ", DTypeName(chain.dtype));
-      }
-    } else {
-      absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
-          Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
-      if (!inner.ok()) return inner.status();
-      absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
-          runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
-      if (!adapted.ok() || !options.use_cache) return adapted;
-      return Remember(std::move(memory_key), *std::move(adapted));
-    }
-  }
-
-  absl::StatusOr<runtime::PlannedChain> planned =
-      runtime::PlanChain(chain, *target, effective, tuning_db);
+  // bf16, f16: natively where the dtype's plan runs it (runtime::PlanInItsDType); else the f32
+  // chain between casts.
+  absl::StatusOr<std::optional<runtime::PlannedChain>> planned =
+      runtime::PlanInItsDType(chain, *target, options, tuning_db);
   if (!planned.ok()) return planned.status();
-  if (!native_choice.empty()) planned->plan.choice = native_choice;
-  planned->plan.choice += native_note;
-  runtime::EmittedChain emitted = runtime::EmitChain(&*planned, /*want_ptx=*/!dump_dir.empty());
-  CompileStats& stats = planned->stats;
+  if (!planned->has_value()) {
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
+        Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
+    if (!inner.ok()) return inner.status();
+    absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
+        runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
+    if (!adapted.ok() || !options.use_cache) return adapted;
+    return Remember(std::move(memory_key), *std::move(adapted));
+  }
+  runtime::EmittedChain emitted = runtime::EmitChain(&**planned, /*want_ptx=*/!dump_dir.empty());
+  CompileStats& stats = (*planned)->stats;
   absl::StatusOr<std::string> cubin = runtime::BuildCubin(
-      *planned, emitted, options.use_cache && dump_dir.empty() ? &kernel_cache : nullptr,
-      dump_dir, &stats);
+      **planned, emitted, options.use_cache && dump_dir.empty() ? &kernel_cache : nullptr, dump_dir,
+      &stats);
   if (!cubin.ok()) return cubin.status();
 
   std::shared_ptr<CompiledChain> compiled =
-      runtime::MakeCompiled(*std::move(planned), std::move(emitted), *std::move(cubin));
+      runtime::MakeCompiled(**std::move(planned), std::move(emitted), *std::move(cubin));
   if (options.use_cache) return Remember(std::move(memory_key), std::move(compiled));
   return compiled;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/cast_plan.h"
 #include "codegen/planner.h"
+#include "codegen/tune_config.h"
 #include "runtime/bindings.h"
 #include "runtime/composite.h"
 
@@ -52,6 +53,55 @@ Chain AsF32(const Chain& chain) {
   return c;
 }
 
+absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, const Target& target,
+                                                           const CompileOptions& options,
+                                                           tune::TuningDb& tuning_db) {
+  if (!RunsThroughF32(chain.dtype)) {
+    absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
+    if (!planned.ok()) return planned.status();
+    return std::optional<PlannedChain>(*std::move(planned));
+  }
+  if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
+  // A named configuration names the strategy (and is checked against the chain it runs on: this
+  // one when its strategy handles the dtype, else the f32 chain); otherwise the f32 chain's plan
+  // picks it.
+  std::string strategy_name, choice;
+  if (!options.tune_config.empty()) {
+    absl::StatusOr<codegen::TuneConfig> given = codegen::TuneConfig::Parse(options.tune_config);
+    if (!given.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tune config ", options.tune_config, ": ", given.status().message()));
+    }
+    strategy_name = given->strategy;
+    choice = "the configuration given";
+  } else {
+    absl::StatusOr<PlannedChain> f32 =
+        PlanChain(AsF32(chain), target, InnerOptions(options), tuning_db);
+    if (!f32.ok()) return f32.status();
+    strategy_name = f32->plan.strategy;
+    choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, ")");
+  }
+  const codegen::Strategy* strategy = codegen::FindStrategy(strategy_name);
+  if (strategy == nullptr || !strategy->HandlesDType(chain.dtype)) return std::nullopt;
+  // The configuration is the dtype chain's own (a tuned one for this chain, else the default for
+  // its precision: tc-conv and igemm multiply bf16/f16 in one 16-bit product and tile for that),
+  // unless the caller named one.
+  CompileOptions effective = options;
+  std::string native_choice, native_note;
+  if (options.strategy.empty() && options.tune_config.empty()) {
+    native_note = absl::StrCat("; natively in ", DTypeName(chain.dtype), " (", choice, " is ",
+                               strategy_name, ")");
+  } else {
+    effective.strategy = strategy_name;
+    native_choice = absl::StrCat(choice, ", run natively in ", DTypeName(chain.dtype));
+  }
+  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, effective, tuning_db);
+  if (!planned.ok()) return planned.status();
+  if (!native_choice.empty()) planned->plan.choice = native_choice;
+  planned->plan.choice += native_note;
+  return std::optional<PlannedChain>(*std::move(planned));
+}
+
 absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
                                                           std::shared_ptr<CompiledChain> inner,
                                                           bool forward, const Target& target,
@@ -69,6 +119,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
   size_t offset = 0;
   for (const TensorSpec& t : inner_sig) {
     if (t.role == TensorRole::kWorkspace) continue;
+    if (t.role == TensorRole::kSaved) {  // the training forward's f32 u (and stats): as they are
+      sig.push_back(t);
+      continue;
+    }
     TensorSpec outer = t;
     outer.dtype = dtype;
     sig.push_back(outer);
@@ -93,12 +147,17 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
 
   // Each tensor's f32 copy, by the copy's name and by the inner tensor's name.
   std::vector<std::pair<std::string, Step::Source>> copies;
-  for (size_t i = 0, j = 0; i < inner_sig.size(); ++i) {
+  for (size_t i = 0, j = 0, outer = 0; i < inner_sig.size(); ++i) {
     const TensorSpec& t = inner_sig[i];
     if (t.role == TensorRole::kWorkspace) {
       inner_map.push_back({t.name, {workspace, inner_offset}});
       continue;
     }
+    if (t.role == TensorRole::kSaved) {  // bound directly: no f32 copy
+      inner_map.push_back({t.name, {static_cast<int>(outer++), 0}});
+      continue;
+    }
+    ++outer;
     const Step::Source src{workspace, copy_offsets[j++]};
     copies.push_back({absl::StrCat(t.name, ".f32"), src});
     inner_map.push_back({t.name, src});
@@ -122,6 +181,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
     return s;
   }
   const int inner_step = static_cast<int>(builder.steps().size()) - 1;
+  bool saved = false;
+  for (const TensorSpec& t : inner_sig) saved |= t.role == TensorRole::kSaved;
   if (!out_casts.empty()) {
     absl::StatusOr<std::shared_ptr<CompiledChain>> casts = CompileCasts(
         f32_chain, out_casts, target, options,
@@ -146,8 +207,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
       forward ? "chain: " : "backward of chain: ", FormatChain(chain), "\n", "arch: ", info.arch,
       "\n", "dtype ", DTypeName(dtype), ": the f32 ", forward ? "plan" : "backward",
       " between casts (inputs widened to f32 exactly; arithmetic and statistics in f32; outputs "
-      "rounded to ", DTypeName(dtype), " once; the convolution of x and the weights on TF32 "
-      "tensor cores, exact for ", DTypeName(dtype), " operands)\n",
+      "rounded to ",
+      DTypeName(dtype),
+      " once; the convolution of x and the weights on TF32 "
+      "tensor cores, exact for ",
+      DTypeName(dtype), " operands",
+      saved ? "; f32 saved tensors bound as the training forward wrote them" : "", ")\n",
       "workspace: ", total, " bytes\n", layout);
   return MakeComposite(std::move(info), std::move(builder.steps()), std::move(sig));
 }

@@ -23,10 +23,12 @@
 #define FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "fusejit/fusejit.h"
 #include "runtime/stages.h"
+#include "tune/tuning_db.h"
 
 namespace fusejit::runtime {
 
@@ -42,6 +44,17 @@ CompileOptions InnerOptions(const CompileOptions& options);
 
 // `chain` with dtype f32.
 Chain AsF32(const Chain& chain);
+
+// How fusejit::Compile plans `chain` (valid or not: errors name what is wrong). bf16, f16:
+// natively where the f32 chain's strategy (the plan of AsF32(chain) with InnerOptions, or the
+// strategy of options.tune_config) reads and writes the dtype itself -- the dtype chain planned
+// again among the strategies that run it, by their costs for it (16-bit tensor-core products run
+// at other rates than the f32 chain's), unless the caller named a strategy or configuration --
+// else nullopt: the f32 chain between casts (AdaptDType). Other dtypes: PlanChain's plan.
+// The training forward (runtime/training.cc) plans with it too: it is Compile's plan plus u.
+absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, const Target& target,
+                                                           const CompileOptions& options,
+                                                           tune::TuningDb& tuning_db);
 
 // The composite computing `chain` (dtype bf16 or f16) with `inner`, the f32 CompiledChain of
 // AsF32(chain) (a forward when `forward`, else its backward).

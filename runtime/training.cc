@@ -19,6 +19,7 @@
 #include "fusejit/fusejit.h"
 #include "runtime/bindings.h"
 #include "runtime/composite.h"
+#include "runtime/dtype_adapter.h"
 #include "runtime/stages.h"
 #include "tune/tuning_db.h"
 
@@ -34,11 +35,30 @@ Chain TailChain(const Chain& chain) {
   return tail;
 }
 
+namespace {
+
+// The untuned plan Compile runs a bf16/f16 `chain` with natively (PlanInItsDType's choice by the
+// cost models alone); FailedPrecondition where it runs through its f32 plan between casts.
+absl::StatusOr<codegen::Plan> NativeDTypePlan(const Chain& chain,
+                                              const codegen::PlanTarget& target) {
+  codegen::PlanTarget inner = target;
+  inner.precision = InnerOptions(CompileOptions{}).precision;
+  absl::StatusOr<codegen::Plan> f32 = codegen::MakePlan(AsF32(chain), inner);
+  if (!f32.ok()) return f32.status();
+  const codegen::Strategy* strategy = codegen::FindStrategy(f32->strategy);
+  if (strategy == nullptr || !strategy->HandlesDType(chain.dtype)) {
+    return absl::FailedPreconditionError("runs through its f32 plan");
+  }
+  return codegen::MakePlan(chain, target);
+}
+
+}  // namespace
+
 SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
   SaveDecision d;
   if (!ValidateChain(chain).ok()) return d;
-  if (chain.dtype != DType::kF32) {
-    d.why = "only f32 chains save u (bf16/f16 backwards recompute it in f32)";
+  if (chain.dtype != DType::kF32 && !RunsThroughF32(chain.dtype)) {
+    d.why = absl::StrCat("no backward for ", DTypeName(chain.dtype), " chains");
     return d;
   }
   const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
@@ -50,11 +70,17 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
     d.why = "the convolution is the last op: its output is y";
     return d;
   }
+  // bf16, f16: only the dtype's own plan writing u (f32: the f32 backward between casts reads
+  // it), where Compile runs the chain natively (NativeDTypePlan); there is no two-step form (the
+  // producer chain's output would be u rounded to the dtype).
+  const bool native = RunsThroughF32(chain.dtype);
+  absl::StatusOr<codegen::Plan> plan =
+      native ? NativeDTypePlan(chain, target) : codegen::MakePlan(chain, target);
   // The cost models' units are about picoseconds; printed as microseconds (as the planner does).
-  if (absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
-      plan.ok() && codegen::CanSaveProducerOutput(*plan)) {
+  if (plan.ok() && codegen::CanSaveProducerOutput(*plan)) {
     const double write = static_cast<double>(codegen::SavedProducerOutputSpec(chain).bytes()) / 3.0;
-    const double recompute = codegen::LowestCost(codegen::ProducerChain(chain), target);
+    // The backward recomputes u in f32, at the caller's precision.
+    const double recompute = codegen::LowestCost(AsF32(codegen::ProducerChain(chain)), target);
     d.fused = true;
     d.saves = write < recompute;
     char costs[200];
@@ -64,6 +90,13 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
                   plan->strategy.c_str(), write / 1e6, recompute / 1e6);
     d.why = absl::StrCat(
         costs, d.saves ? ": saving u costs less" : ": recomputing u in the backward is cheaper");
+    return d;
+  }
+  if (native) {
+    d.why = absl::StrCat(DTypeName(chain.dtype),
+                         " chains save u only from their own plan writing it (f32), and ",
+                         plan.ok() ? absl::StrCat("the ", plan->strategy, " plan cannot")
+                                   : "it runs through its f32 plan between casts");
     return d;
   }
   const double fused = codegen::LowestCost(chain, target);
@@ -83,7 +116,7 @@ namespace {
 // The layout of u where `plan`, the chain's fused forward plan, saves it.
 codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codegen::Plan& plan) {
   return codegen::CanSaveURowsByChannel(plan) &&
-                 codegen::BackwardReadsURowsByChannel(chain, target.plan_target,
+                 codegen::BackwardReadsURowsByChannel(AsF32(chain), target.plan_target,
                                                       codegen::CanSaveStats(plan))
              ? codegen::ULayout::kRowsByChannel
              : codegen::ULayout::kNCDHW;
@@ -102,10 +135,14 @@ SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
   if (!d.saves || !d.fused) return {};
   tune::TuningDb& tuning_db =
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
-  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
-  if (!planned.ok() || !codegen::CanSaveProducerOutput(planned->plan)) return {};
-  return {codegen::CanSaveStats(planned->plan), MomentBlocksOf(chain, planned->plan),
-          ULayoutOf(chain, target, planned->plan)};
+  absl::StatusOr<std::optional<PlannedChain>> planned =
+      PlanInItsDType(chain, target, options, tuning_db);
+  if (!planned.ok() || !planned->has_value() || !codegen::CanSaveProducerOutput((*planned)->plan)) {
+    return {};
+  }
+  const codegen::Plan& plan = (*planned)->plan;
+  return {true, codegen::CanSaveStats(plan), MomentBlocksOf(chain, plan),
+          ULayoutOf(chain, target, plan)};
 }
 
 namespace {
@@ -117,8 +154,14 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
     const std::string& why) {
   tune::TuningDb& tuning_db =
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
-  absl::StatusOr<PlannedChain> planned = PlanChain(chain, target, options, tuning_db);
-  if (!planned.ok()) return planned.status();
+  absl::StatusOr<std::optional<PlannedChain>> in_dtype =
+      PlanInItsDType(chain, target, options, tuning_db);
+  if (!in_dtype.ok()) return in_dtype.status();
+  if (!in_dtype->has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        FormatChain(chain), " runs through its f32 plan between casts, which does not write u"));
+  }
+  std::optional<PlannedChain>& planned = *in_dtype;
   const bool stats = codegen::CanSaveStats(planned->plan);  // before binding its slot
   const int moment_blocks = MomentBlocksOf(chain, planned->plan);
   const codegen::ULayout layout = ULayoutOf(chain, target, planned->plan);
@@ -230,6 +273,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
         runtime::BuildFusedTrainingForward(chain, *target, options, d.why);
     if (fused.ok() || fused.status().code() != absl::StatusCode::kFailedPrecondition) return fused;
   }
+  // bf16, f16 save only from their own plan (DecideSave): where the plan chosen cannot (a tuned
+  // configuration of another strategy), Compile's forward; the backward then recomputes
+  // (TrainingForwardSavedWithU says so to CompileBackwardFromSaved).
+  if (runtime::RunsThroughF32(chain.dtype)) return Compile(chain, options);
   return runtime::BuildTrainingForward(chain, options, d.why);
 }
 

@@ -19,7 +19,9 @@ namespace fusejit::runtime {
 // step becomes F + W + B (W: writing u), which pays when W < P; otherwise saving runs the
 // producer, then the ops after it (T) from u: P + T + B, which pays when T < F. All are the
 // planner's estimates (the cost model that ranks strategies; the lowest applicable; W is u's
-// bytes at the models' 3 bytes a picosecond). Only f32 chains with ops after a producer save.
+// bytes at the models' 3 bytes a picosecond). Only chains with ops after a producer save; bf16
+// and f16 chains only by F + W, from the plan Compile runs them with natively (u in f32, read by
+// their f32 backward between casts).
 struct SaveDecision {
   bool saves = false;
   bool fused = false;  // saves by the fused forward writing u (else: producer, then the tail)
@@ -38,7 +40,10 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target);
 // can read (codegen::SavableMomentBlocks, codegen::BackwardReadsSavedMoments): it saves them too
 // ("moments", codegen::SavedMomentsSpec with that many blocks), and the backward takes grad_y's
 // sums from them instead of a pass over u.
+// fused: its own forward plan writes u (else u comes from the two-step form, or -- bf16, f16 --
+// nothing is saved).
 struct SavedWithU {
+  bool fused = false;
   bool stats = false;
   int moment_blocks = 0;
   codegen::ULayout u_layout = codegen::ULayout::kNCDHW;

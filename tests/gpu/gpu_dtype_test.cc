@@ -168,6 +168,73 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
   }
 }
 
+// The training pair of a bf16/f16 chain (runtime/training.h: its own plan writing u in f32):
+// y bitwise the plain forward's, every saved tensor written in full, the backward reading them
+// within the dtype's tolerance of float64 plus the f32 plan's own error (as CheckBackward), two
+// runs bitwise identical. Returns whether the chain saves.
+bool CheckTrainingPair(const Chain& chain, uint64_t seed) {
+  SCOPED_TRACE(FormatChain(chain));
+  absl::StatusOr<std::shared_ptr<CompiledChain>> fwd = CompileTrainingForward(chain, {});
+  EXPECT_TRUE(fwd.ok()) << fwd.status();
+  if (!fwd.ok()) return false;
+  bool saves = false;
+  for (const TensorSpec& t : (*fwd)->signature()) saves |= t.role == TensorRole::kSaved;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> bwd = CompileBackwardFromSaved(chain, {});
+  if (!saves) {
+    EXPECT_EQ(bwd.status().code(), absl::StatusCode::kInvalidArgument) << bwd.status();
+    return false;
+  }
+  EXPECT_TRUE(bwd.ok()) << bwd.status();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(chain, {});
+  EXPECT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<std::shared_ptr<CompiledChain>> f32 = CompileBackward(AsDType(chain, DType::kF32));
+  EXPECT_TRUE(f32.ok()) << f32.status();
+  if (!bwd.ok() || !plain.ok() || !f32.ok()) return true;
+  const HostInputs inputs = RandomInputs(chain, seed);
+  std::map<std::string, HostTensor> reads = inputs.params;
+  reads["x"] = inputs.x;
+  const std::map<std::string, HostTensor> trained = RunTwice(**fwd, reads);
+  const std::map<std::string, HostTensor> y = RunTwice(**plain, reads);
+  if (trained.count("y") == 0 || y.count("y") == 0) return true;
+  const HostTensor& ty = trained.at("y");
+  EXPECT_EQ(std::memcmp(ty.data.data(), y.at("y").data.data(), ty.data.size() * sizeof(float)), 0)
+      << "the training forward's y differs from the plain forward's";
+  for (const TensorSpec& t : (*fwd)->signature()) {
+    if (t.role != TensorRole::kSaved) continue;
+    EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+    const HostTensor& v = trained.at(t.name);
+    int64_t bad = 0;
+    for (float e : v.data) bad += !std::isfinite(e);
+    EXPECT_EQ(bad, 0) << t.name << " not written in full";
+    reads[t.name] = v;
+  }
+  HostTensor grad_y = tools::RandomGradOutput(chain, seed);
+  for (float& v : grad_y.data) v = RoundToDType(v, chain.dtype);
+  reads["grad_y"] = grad_y;
+  const std::map<std::string, HostTensor> got = RunTwice(**bwd, reads);
+  std::map<std::string, HostTensor> f32_reads = reads;  // the recomputing f32 backward's
+  for (const TensorSpec& t : (*fwd)->signature()) {
+    if (t.role == TensorRole::kSaved) f32_reads.erase(t.name);
+  }
+  const std::map<std::string, HostTensor> want = RunTwice(**f32, f32_reads);
+  absl::StatusOr<tools::GradientCheckResult> r =
+      tools::CheckGradients(chain, inputs, grad_y, got, {});
+  EXPECT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<tools::GradientCheckResult> r32 =
+      tools::CheckGradients(AsDType(chain, DType::kF32), inputs, grad_y, want, {});
+  EXPECT_TRUE(r32.ok()) << r32.status();
+  if (!r.ok() || !r32.ok()) return true;
+  EXPECT_EQ(r->gradients.size(), r32->gradients.size());
+  for (size_t i = 0; i < r->gradients.size() && i < r32->gradients.size(); ++i) {
+    const tools::GradientCheck& g = r->gradients[i];
+    const double f32_err = r32->gradients[i].rel_max;
+    EXPECT_EQ(g.unwritten, 0) << g.name;
+    EXPECT_LE(g.rel_max, r->rtol + f32_err) << g.name << " rel_max " << g.rel_max << " (limit "
+                                            << r->rtol << " + the f32 plan's " << f32_err << ")";
+  }
+  return true;
+}
+
 void CheckF64Forward(const Chain& chain, uint64_t seed) {
   SCOPED_TRACE(FormatChain(chain));
   absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain);
@@ -195,6 +262,22 @@ TEST_P(GpuDType, SeedChains) {
     CheckForward(chain, 3);
     CheckBackward(chain, 4);
   }
+}
+
+// bf16/f16 training: the forward's own plan writes u (f32) and the backward reads it. The seeds
+// at small batches (each saves) and random chains (those that save).
+TEST_P(GpuDType, TrainingPairSavesU) {
+  SKIP_WITHOUT_GPU();
+  int saved = 0;
+  for (const Workload& w : SeedWorkloads()) {
+    Chain chain = AsDType(ParseOrFail(w.spec), GetParam());
+    chain.input[0] = w.id == "W3" ? 1 : 2;
+    EXPECT_TRUE(CheckTrainingPair(chain, 5)) << w.id << " does not save";
+  }
+  Rng rng(GetParam() == DType::kBF16 ? 81 : 82);
+  for (int i = 0; i < 16; ++i)
+    saved += CheckTrainingPair(AsDType(RandomChain(rng), GetParam()), 400 + i);
+  std::printf("%d of 16 random chains save u\n", saved);
 }
 
 TEST_P(GpuDType, RandomChainsForward) {

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
 #include "codegen/plan.h"
@@ -309,7 +310,9 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
   for (const NoSave& n :
        {NoSave{"x:f32[2,6,5,6,7] | group_norm(groups=3) | swish", "no convolution"},
         NoSave{"x:f32[2,3,8,8,8] | conv3d(out=4,k=3)", "the last op"},
-        NoSave{"x:bf16[2,3,8,8,8] | conv3d(out=4,k=3) | relu", "only f32"},
+        // bf16/f16 save only from their own plan writing u; direct-few-out's cannot.
+        NoSave{"x:bf16[2,3,8,8,8] | conv3d(out=4,k=3) | relu",
+               "chains save u only from their own plan writing it"},
         // Its fused forward (recompute-mean: the convolution recomputed per pass, cannot write
         // u) costs less than the ops after the convolution reading u.
         NoSave{"x:f32[8,2,16,16,16] | conv_transpose3d(out=4,k=2,stride=2) | gelu | "
@@ -481,6 +484,71 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << spec;
     EXPECT_NE(refused.status().message().find("group_norm | mean"), std::string::npos)
         << refused.status();
+  }
+}
+
+// bf16 and f16 training forwards are Compile's native plan writing u in f32 (and the group
+// statistics or channel moments where the plan offers them); their backward from saved is the f32
+// one between casts, binding the saved tensors as they are (no cast).
+TEST(Backward, Bf16AndF16TrainingForwardsSaveUFromTheirOwnPlan) {
+  struct Case {
+    const char* spec;  // after the dtype
+    std::vector<std::string> saved;
+  };
+  const Case cases[] = {
+      {"[2,3,6,7,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish | "
+       "group_norm(groups=4) | hardswish",
+       {"u", "stats"}},
+      {"[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])",
+       {"u", "moments"}},
+      {"[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)",
+       {"u"}},
+  };
+  for (const char* dtype : {"bf16", "f16"}) {
+    for (const Case& k : cases) {
+      const Chain c = Parse(absl::StrCat("x:", dtype, k.spec));
+      SCOPED_TRACE(FormatChain(c));
+      EXPECT_TRUE(TrainingForwardSaves(c, Arch("sm_90")));
+      absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(c, Arch("sm_90"));
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, Arch("sm_90"));
+      ASSERT_TRUE(f.ok()) << f.status();
+      EXPECT_EQ((*f)->strategy(), (*plain)->strategy());  // the same plan, writing u too
+      std::vector<std::string> saved;
+      for (const TensorSpec& t : (*f)->signature()) {
+        if (t.role == TensorRole::kSaved) {
+          saved.push_back(t.name);
+          EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+        } else if (t.role != TensorRole::kWorkspace) {
+          EXPECT_EQ(t.dtype, c.dtype) << t.name;
+        }
+      }
+      EXPECT_EQ(saved, k.saved);
+      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(c, Arch("sm_90"));
+      ASSERT_TRUE(b.ok()) << b.status();
+      std::vector<std::string> read;
+      for (const TensorSpec& t : (*b)->signature()) {
+        if (t.role == TensorRole::kSaved) {
+          read.push_back(t.name);
+          // The shapes the forward wrote.
+          for (const TensorSpec& w : (*f)->signature()) {
+            if (w.name == t.name) EXPECT_EQ(w.shape, t.shape) << t.name;
+          }
+          EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+        } else if (t.role != TensorRole::kWorkspace) {
+          EXPECT_EQ(t.dtype, c.dtype) << t.name;
+        }
+      }
+      EXPECT_EQ(read, k.saved);
+      const std::string e = (*b)->Explain();
+      EXPECT_EQ(e.find("recompute u, the producer's output"), std::string::npos) << e;
+      EXPECT_NE(e.find("saved by the forward: u"), std::string::npos) << e;
+      EXPECT_NE(e.find("saved tensors bound as the training forward wrote them"), std::string::npos)
+          << e;
+      absl::StatusOr<std::shared_ptr<CompiledChain>> r = CompileBackward(c, Arch("sm_90"));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_NE((*r)->Explain().find("recompute u, the producer's output"), std::string::npos);
+    }
   }
 }
 
