@@ -197,8 +197,9 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
 // producer alone into u, then the ops after it from u into y. Saving turns a step of fused
 // forward + recompute + backward into producer + the ops from u + backward, so it pays when the
 // ops from u cost less than the fused forward: the planner's cost model decides (Explain gives
-// both estimates and u's bytes, held until the backward). Only f32 chains with ops after their
-// conv3d / conv_transpose3d can save. Where it does not save it is Compile's forward and its
+// both estimates and u's bytes, held until the backward). Only chains with ops after their
+// conv3d / conv_transpose3d can save; bf16 and f16 chains only by their own (native) plan writing
+// u, in f32 (their backward is the f32 one between casts; it binds u as written). Where it does not save it is Compile's forward and its
 // signature has no kSaved tensor. Where the chain's own plan can write u (one step), and its
 // plan offers them too (the convt-* plans), it also saves "stats" after u: the group statistics
 // it normalized with, f32 [N, groups, 2] (mean, rstd). Where that plan computes a chain ending in

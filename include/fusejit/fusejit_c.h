@@ -142,8 +142,9 @@ int fj_compile_backward(const char* spec, const fj_compile_options* options, fj_
  * [N, D, H, C, W] permutation where the plan lays it out so: bind it as fj_chain_tensor gives
  * it), where its plan offers them "stats" (FJ_ROLE_SAVED, f32 [N, groups, 2]: the group mean
  * and rstd it normalized with) or "moments" (FJ_ROLE_SAVED, f32 [N, blocks, C, 3]: its per-block
- * channel moments, for chains ending in group_norm | mean), and the workspace -- where saving pays (f32 chains with ops after their
- * convolution that cost less from u than the fused forward, by the planner's cost model); for any
+ * channel moments, for chains ending in group_norm | mean), and the workspace -- where saving
+ * pays (chains with ops after their convolution that cost less from u than the fused forward, by
+ * the planner's cost model; bf16/f16 chains where their own plan writes u, in f32); for any
  * other chain it is fj_compile's chain, with no SAVED tensor. fj_compile_backward_saved's is
  * fj_compile_backward's with the same SAVED tensors (read) after grad_y, in the same order: bind
  * every SAVED tensor the training forward wrote (fj_chain_tensor); FJ_INVALID_ARGUMENT for a chain

@@ -26,8 +26,8 @@ How a call runs:
 - Gradients: when x or a parameter requires grad, backward runs fusejit's fused backward of the
   chain (compiled per shape and device like the forward and cached): it writes dL/dx and every
   dL/dparam in the chain's dtype and is deterministic (two backward runs give bitwise identical
-  gradients). A float32 chain with ops after its convolution, where saving pays (the planner's
-  cost model), runs the training forward (fusejit::CompileTrainingForward) on such a call: it
+  gradients). A chain with ops after its convolution, where saving pays (the planner's cost
+  model; bfloat16/float16 chains where their own plan can write u), runs the training forward (fusejit::CompileTrainingForward) on such a call: it
   also saves the convolution's output u (float32, in the layout its plan stores it, kept for the
   backward like PyTorch's saved tensors) and, where its plan offers them, the group statistics (mean, rstd per sample and
   group) or, for chains ending in group_norm | mean, the per-block channel moments its mean came
@@ -192,7 +192,7 @@ _compiled_bwd_saved = {}  # (spec, device) -> its backward reading u
 
 def _training_pair(spec: str, device: int):
     """(training forward, backward reading its u) for `spec` on `device` where the library has
-    them and the chain saves u (an f32 chain with ops after its convolution, where the planner's
+    them and the chain saves u (a chain with ops after its convolution, where the planner's
     cost model says saving pays), else None: the caller runs the plain forward and the
     recomputing backward, which give the same gradients."""
     if not _lib.has_training() or _backward_or_why(spec, device)[0] is None:
