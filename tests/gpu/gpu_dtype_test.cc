@@ -133,6 +133,31 @@ void CheckForward(const Chain& chain, uint64_t seed, const std::string& strategy
               r->errors.max_abs);
 }
 
+// Each gradient (`got`, the dtype chain's) within the dtype's tolerance of float64, plus the f32
+// plan's own error on the same inputs (`f32`, its gradients): the dtype adds only its rounding.
+// (The f32 error is checked on its own by GpuBackward; with 16-bit inputs a relu's kink is hit
+// more often -- u exactly or nearly 0 -- where the float64 reference and an fp32 recompute may
+// take opposite sides.) Every gradient written in full.
+void ExpectGradientsWithinDTypeTolerance(const Chain& chain, const HostInputs& inputs,
+                                         const HostTensor& grad_y,
+                                         const std::map<std::string, HostTensor>& got,
+                                         const std::map<std::string, HostTensor>& f32) {
+  absl::StatusOr<tools::GradientCheckResult> r =
+      tools::CheckGradients(chain, inputs, grad_y, got, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<tools::GradientCheckResult> r32 =
+      tools::CheckGradients(AsDType(chain, DType::kF32), inputs, grad_y, f32, {});
+  ASSERT_TRUE(r32.ok()) << r32.status();
+  ASSERT_EQ(r->gradients.size(), r32->gradients.size());
+  for (size_t i = 0; i < r->gradients.size(); ++i) {
+    const tools::GradientCheck& g = r->gradients[i];
+    const double f32_err = r32->gradients[i].rel_max;
+    EXPECT_EQ(g.unwritten, 0) << g.name;
+    EXPECT_LE(g.rel_max, r->rtol + f32_err) << g.name << " rel_max " << g.rel_max << " (limit "
+                                            << r->rtol << " + the f32 plan's " << f32_err << ")";
+  }
+}
+
 void CheckBackward(const Chain& chain, uint64_t seed) {
   SCOPED_TRACE(FormatChain(chain));
   absl::StatusOr<std::shared_ptr<CompiledChain>> c = CompileBackward(chain);
@@ -148,24 +173,7 @@ void CheckBackward(const Chain& chain, uint64_t seed) {
   const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
   const std::map<std::string, HostTensor> want = RunTwice(**f32, reads);
   ExpectRoundedF32(got, want, chain.dtype);
-  // Each gradient within the dtype's tolerance of float64, plus the f32 plan's own error on the
-  // same inputs: the dtype adds only its rounding. (The f32 error is checked on its own by
-  // GpuBackward; with 16-bit inputs a relu's kink is hit more often -- u exactly or nearly 0 --
-  // where the float64 reference and an fp32 recompute may take opposite sides.)
-  absl::StatusOr<tools::GradientCheckResult> r =
-      tools::CheckGradients(chain, inputs, grad_y, got, {});
-  ASSERT_TRUE(r.ok()) << r.status();
-  absl::StatusOr<tools::GradientCheckResult> r32 =
-      tools::CheckGradients(AsDType(chain, DType::kF32), inputs, grad_y, want, {});
-  ASSERT_TRUE(r32.ok()) << r32.status();
-  ASSERT_EQ(r->gradients.size(), r32->gradients.size());
-  for (size_t i = 0; i < r->gradients.size(); ++i) {
-    const tools::GradientCheck& g = r->gradients[i];
-    const double f32_err = r32->gradients[i].rel_max;
-    EXPECT_EQ(g.unwritten, 0) << g.name;
-    EXPECT_LE(g.rel_max, r->rtol + f32_err) << g.name << " rel_max " << g.rel_max << " (limit "
-                                            << r->rtol << " + the f32 plan's " << f32_err << ")";
-  }
+  ExpectGradientsWithinDTypeTolerance(chain, inputs, grad_y, got, want);
 }
 
 // The training pair of a bf16/f16 chain (runtime/training.h: its own plan writing u in f32):
@@ -217,21 +225,7 @@ bool CheckTrainingPair(const Chain& chain, uint64_t seed) {
     if (t.role == TensorRole::kSaved) f32_reads.erase(t.name);
   }
   const std::map<std::string, HostTensor> want = RunTwice(**f32, f32_reads);
-  absl::StatusOr<tools::GradientCheckResult> r =
-      tools::CheckGradients(chain, inputs, grad_y, got, {});
-  EXPECT_TRUE(r.ok()) << r.status();
-  absl::StatusOr<tools::GradientCheckResult> r32 =
-      tools::CheckGradients(AsDType(chain, DType::kF32), inputs, grad_y, want, {});
-  EXPECT_TRUE(r32.ok()) << r32.status();
-  if (!r.ok() || !r32.ok()) return true;
-  EXPECT_EQ(r->gradients.size(), r32->gradients.size());
-  for (size_t i = 0; i < r->gradients.size() && i < r32->gradients.size(); ++i) {
-    const tools::GradientCheck& g = r->gradients[i];
-    const double f32_err = r32->gradients[i].rel_max;
-    EXPECT_EQ(g.unwritten, 0) << g.name;
-    EXPECT_LE(g.rel_max, r->rtol + f32_err) << g.name << " rel_max " << g.rel_max << " (limit "
-                                            << r->rtol << " + the f32 plan's " << f32_err << ")";
-  }
+  ExpectGradientsWithinDTypeTolerance(chain, inputs, grad_y, got, want);
   return true;
 }
 
@@ -274,10 +268,46 @@ TEST_P(GpuDType, TrainingPairSavesU) {
     chain.input[0] = w.id == "W3" ? 1 : 2;
     EXPECT_TRUE(CheckTrainingPair(chain, 5)) << w.id << " does not save";
   }
+  // Every plan with u's slot, natively in the dtype (the chains of
+  // GpuBackward.TrainingForwardSavesUForTheBackward that reach each f32 strategy).
+  const char* const specs[] = {
+      "[2,3,12,13,14] | conv3d(out=16,k=4) | hardswish | group_norm(groups=4) | mean(dims=[2,3,4])",
+      "[2,5,9,11,10] | conv3d(out=8,k=[3,4,3]) | swish | group_norm(groups=2) | "
+      "mean(dims=[1,2,3,4])",
+      "[2,3,8,10,17] | conv_transpose3d(out=8,k=3,stride=2,padding=1,output_padding=1) | gelu | "
+      "group_norm(groups=2) | tanh",
+      "[2,2,5,6,7] | conv_transpose3d(out=12,k=[3,2,3],stride=[1,2,3]) | relu | "
+      "group_norm(groups=3)",
+      "[17,8,8,16,16] | conv_transpose3d(out=16,k=2,stride=2) | gelu | group_norm(groups=4) | relu",
+      "[2,64,7,9,11] | conv_transpose3d(out=128,k=3) | gelu | group_norm(groups=4) | sigmoid",
+      "[2,32,12,12,12] | conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)",
+      "[2,32,9,10,11] | conv3d(out=64,k=3,padding=1) | tanh",
+      "[2,3,6,8,9] | conv_transpose3d(out=16,k=3,stride=2,padding=1) | swish",
+      "[2,2,5,6,4] | conv_transpose3d(out=7,k=[2,3,3],stride=[2,1,2]) | gelu | tanh",
+      "[2,3,9,10,13] | conv3d(out=8,k=3) | swish",
+      "[2,3,7,12,11] | conv3d(out=24,k=[3,4,3]) | hardswish | tanh",
+      "[2,128,8,8,8] | conv3d(out=192,k=3,padding=1) | swish | group_norm(groups=8)",
+  };
+  const std::string d = DTypeName(GetParam());
+  uint64_t seed = 500;
+  for (const char* spec : specs) {
+    const Chain c = ParseOrFail("x:" + d + spec);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, {});
+    ASSERT_TRUE(f.ok()) << f.status();
+    const bool saves = CheckTrainingPair(c, seed++);
+    std::printf("%s: %s%s\n", spec, (*f)->strategy().c_str(), saves ? ", saves u" : "");
+    saved += saves;
+  }
+  EXPECT_GE(saved, 8);  // most of these plans run natively and save
   Rng rng(GetParam() == DType::kBF16 ? 81 : 82);
-  for (int i = 0; i < 16; ++i)
-    saved += CheckTrainingPair(AsDType(RandomChain(rng), GetParam()), 400 + i);
-  std::printf("%d of 16 random chains save u\n", saved);
+  int random = 0;
+  for (int i = 0; i < 200 && random < 8; ++i) {
+    const Chain c = AsDType(RandomChain(rng), GetParam());
+    if (!TrainingForwardSaves(c)) continue;
+    CheckTrainingPair(c, 600 + i);
+    ++random;
+  }
+  EXPECT_EQ(random, 8);
 }
 
 TEST_P(GpuDType, RandomChainsForward) {
