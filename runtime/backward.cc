@@ -66,15 +66,18 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   absl::StatusOr<Target> target = ResolveTarget(options);
   if (!target.ok()) return target.status();
+  // What this chain's training forward saved (bf16, f16: only from its own plan, which a tuned
+  // configuration of another strategy may not be).
+  const SavedWithU saved = !from_saved ? SavedWithU{}
+                           : saved_by != nullptr
+                               ? *saved_by
+                               : TrainingForwardSavedWithU(chain, *target, options);
   if (from_saved && saved_by == nullptr) {
     const SaveDecision d = DecideSave(chain, target->plan_target);
-    std::string why = d.why;
-    if (d.saves && RunsThroughF32(chain.dtype) &&
-        !TrainingForwardSavedWithU(chain, *target, options).fused) {
-      why = "its tuned forward plan cannot write u";
-    } else if (d.saves) {
-      why.clear();
-    }
+    const std::string why = !d.saves ? d.why
+                            : RunsThroughF32(chain.dtype) && !saved.fused
+                                ? "its tuned forward plan cannot write u"
+                                : "";
     if (!why.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("CompileBackwardFromSaved: the training forward of ", FormatChain(chain),
@@ -84,7 +87,6 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
     absl::StatusOr<std::shared_ptr<CompiledChain>> inner;
     if (from_saved) {  // reading what the dtype chain's own forward plan saved, in f32
-      const SavedWithU saved = TrainingForwardSavedWithU(chain, *target, options);
       inner = Build(AsF32(chain), options, /*from_saved=*/true, &saved);
     } else {
       inner = CompileBackward(AsF32(chain), options);
@@ -99,12 +101,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
   const bool producer = info.producer != nullptr;
-  // The group statistics, where the training forward saved them too.
-  // What the training forward saved with u, and how it laid u out.
-  const SavedWithU saved = !from_saved ? SavedWithU{}
-                           : saved_by != nullptr
-                               ? *saved_by
-                               : TrainingForwardSavedWithU(chain, *target, options);
+  // What the training forward saved with u (`saved`, above), and how it laid u out.
   const bool saved_stats = saved.stats;
   const codegen::ULayout u_layout = saved.u_layout;
   absl::StatusOr<codegen::Plan> step2 =
