@@ -448,4 +448,32 @@ TEST(CApi, TrainingForwardAndTheBackwardReadingItsSavedTensor) {
       << fj_last_error();
 }
 
+// A bf16 chain's training forward (its own plan writing u) saves f32 tensors; the backward reading
+// them has them after grad_y, f32, and everything else in bf16. W4's shape of chain also saves its
+// channel moments.
+TEST(CApi, Bf16TrainingForwardSavesF32Tensors) {
+  const char* spec =
+      "x:bf16[3,3,10,12,12] | conv3d(out=24,k=3) | group_norm(groups=8) | mean(dims=[1,2,3,4])";
+  fj_compile_options o = Sm90();
+  for (int backward = 0; backward < 2; ++backward) {
+    fj_chain* c = nullptr;
+    ASSERT_EQ(backward ? fj_compile_backward_saved(spec, &o, &c)
+                       : fj_compile_training_forward(spec, &o, &c),
+              FJ_OK)
+        << fj_last_error();
+    size_t n = 0;
+    ASSERT_EQ(fj_chain_tensor_count(c, &n), FJ_OK);
+    std::vector<std::string> saved;
+    for (size_t i = 0; i < n; ++i) {
+      fj_tensor_info info{};
+      ASSERT_EQ(fj_chain_tensor(c, i, &info), FJ_OK);
+      if (info.role == FJ_ROLE_WORKSPACE) continue;
+      if (info.role == FJ_ROLE_SAVED) saved.push_back(info.name);
+      EXPECT_EQ(info.dtype, info.role == FJ_ROLE_SAVED ? FJ_DTYPE_F32 : FJ_DTYPE_BF16) << info.name;
+    }
+    EXPECT_EQ(saved, (std::vector<std::string>{"u", "moments"})) << backward;
+    EXPECT_EQ(fj_chain_release(c), FJ_OK);
+  }
+}
+
 }  // namespace
