@@ -53,6 +53,11 @@ Chain AsF32(const Chain& chain) {
   return c;
 }
 
+bool RunsNatively(std::string_view f32_strategy, DType dtype) {
+  const codegen::Strategy* strategy = codegen::FindStrategy(f32_strategy);
+  return strategy != nullptr && strategy->HandlesDType(dtype);
+}
+
 absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, const Target& target,
                                                            const CompileOptions& options,
                                                            tune::TuningDb& tuning_db) {
@@ -81,8 +86,7 @@ absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, c
     strategy_name = f32->plan.strategy;
     choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, ")");
   }
-  const codegen::Strategy* strategy = codegen::FindStrategy(strategy_name);
-  if (strategy == nullptr || !strategy->HandlesDType(chain.dtype)) return std::nullopt;
+  if (!RunsNatively(strategy_name, chain.dtype)) return std::nullopt;
   // The configuration is the dtype chain's own (a tuned one for this chain, else the default for
   // its precision: tc-conv and igemm multiply bf16/f16 in one 16-bit product and tile for that),
   // unless the caller named one.

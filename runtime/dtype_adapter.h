@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "fusejit/fusejit.h"
@@ -46,6 +47,10 @@ CompileOptions InnerOptions(const CompileOptions& options);
 
 // `chain` with dtype f32.
 Chain AsF32(const Chain& chain);
+
+// Whether a bf16/f16 chain whose f32 chain's plan is `f32_strategy` runs natively: that strategy
+// reads and writes `dtype` itself (else the f32 chain runs between casts).
+bool RunsNatively(std::string_view f32_strategy, DType dtype);
 
 // How fusejit::Compile plans `chain` (valid or not: errors name what is wrong). bf16, f16:
 // natively where the f32 chain's strategy (the plan of AsF32(chain) with InnerOptions, or the

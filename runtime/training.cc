@@ -45,8 +45,7 @@ absl::StatusOr<codegen::Plan> NativeDTypePlan(const Chain& chain,
   inner.precision = InnerOptions(CompileOptions{}).precision;
   absl::StatusOr<codegen::Plan> f32 = codegen::MakePlan(AsF32(chain), inner);
   if (!f32.ok()) return f32.status();
-  const codegen::Strategy* strategy = codegen::FindStrategy(f32->strategy);
-  if (strategy == nullptr || !strategy->HandlesDType(chain.dtype)) {
+  if (!RunsNatively(f32->strategy, chain.dtype)) {
     return absl::FailedPreconditionError("runs through its f32 plan");
   }
   return codegen::MakePlan(chain, target);
