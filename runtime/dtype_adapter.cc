@@ -123,7 +123,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
   size_t offset = 0;
   for (const TensorSpec& t : inner_sig) {
     if (t.role == TensorRole::kWorkspace) continue;
-    if (t.role == TensorRole::kSaved) {  // the training forward's f32 u (and stats): as they are
+    if (t.role == TensorRole::kSaved) {  // the training forward's f32 tensors: as they are
       sig.push_back(t);
       continue;
     }
@@ -151,17 +151,16 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
 
   // Each tensor's f32 copy, by the copy's name and by the inner tensor's name.
   std::vector<std::pair<std::string, Step::Source>> copies;
-  for (size_t i = 0, j = 0, outer = 0; i < inner_sig.size(); ++i) {
+  for (size_t i = 0, j = 0; i < inner_sig.size(); ++i) {
     const TensorSpec& t = inner_sig[i];
     if (t.role == TensorRole::kWorkspace) {
       inner_map.push_back({t.name, {workspace, inner_offset}});
       continue;
     }
     if (t.role == TensorRole::kSaved) {  // bound directly: no f32 copy
-      inner_map.push_back({t.name, {static_cast<int>(outer++), 0}});
+      inner_map.push_back({t.name, {IndexOf(sig, t.name), 0}});
       continue;
     }
-    ++outer;
     const Step::Source src{workspace, copy_offsets[j++]};
     copies.push_back({absl::StrCat(t.name, ".f32"), src});
     inner_map.push_back({t.name, src});
