@@ -51,6 +51,14 @@ TensorSpec SavedMomentsSpec(const Chain& chain, int blocks) {
       std::string(kSavedMomentsName), TensorRole::kSaved, DType::kF32, {p[0], blocks, p[1], 3}, 16};
 }
 
+std::vector<TensorSpec> SavedTensorSpecs(const Chain& chain, ULayout layout, bool stats,
+                                         int moment_blocks) {
+  std::vector<TensorSpec> specs = {SavedProducerOutputSpec(chain, layout)};
+  if (stats) specs.push_back(SavedStatsSpec(chain));
+  if (moment_blocks > 0) specs.push_back(SavedMomentsSpec(chain, moment_blocks));
+  return specs;
+}
+
 bool BackwardReadsSavedMoments(const Chain& chain) {
   const ChainInfo info = AnalyzeChain(chain);
   return info.producer != nullptr && info.group_norm != nullptr && info.post_ops.empty() &&
@@ -66,6 +74,7 @@ bool IsMomentsPartials(const KernelArg& a) {
 }  // namespace
 
 int SavableMomentBlocks(const Chain& chain, const Plan& plan) {
+  if (!BackwardReadsSavedMoments(chain)) return 0;
   const KernelArg* partials = nullptr;
   for (const KernelLaunch& k : plan.kernels) {
     if (k.symbol != "fj_moments_mean") continue;
@@ -139,8 +148,7 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) 
     }
   }
   const bool stats = CanSaveStats(*plan);
-  const int moment_blocks =
-      BackwardReadsSavedMoments(chain) ? SavableMomentBlocks(chain, *plan) : 0;
+  const int moment_blocks = SavableMomentBlocks(chain, *plan);
   for (KernelLaunch& k : plan->kernels) {
     for (KernelArg& a : k.args) {
       for (std::string_view name : {kProducerOutputName, kSavedStatsName}) {
@@ -158,9 +166,8 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) 
   plan->signature = ForwardSignature(chain, plan->workspace_bytes);
   auto at = plan->signature.end();
   if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
-  at = plan->signature.insert(at, SavedProducerOutputSpec(chain, layout)) + 1;
-  if (stats) at = plan->signature.insert(at, SavedStatsSpec(chain)) + 1;
-  if (moment_blocks > 0) plan->signature.insert(at, SavedMomentsSpec(chain, moment_blocks));
+  const std::vector<TensorSpec> saved = SavedTensorSpecs(chain, layout, stats, moment_blocks);
+  plan->signature.insert(at, saved.begin(), saved.end());
   const size_t bytes = SavedProducerOutputSpec(chain).bytes();
   absl::StrAppend(&plan->description, "; also writes u, the convolution's output (", bytes,
                   " bytes", layout == ULayout::kRowsByChannel ? ", laid out [N, D, H, C, W]" : "",

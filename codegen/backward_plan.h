@@ -15,6 +15,7 @@
 #define FUSEJIT_CODEGEN_BACKWARD_PLAN_H_
 
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "codegen/plan.h"
@@ -81,6 +82,12 @@ TensorSpec SavedStatsSpec(const Chain& chain);
 // role kSaved. REQUIRES: the chain has a producer and a group_norm; blocks >= 1.
 TensorSpec SavedMomentsSpec(const Chain& chain, int blocks);
 
+// The tensors a training forward saves, in their signature order (u, then the group statistics
+// and the channel moments where saved): the one order both sides of the pair bind them in.
+// REQUIRES: the chain has a producer.
+std::vector<TensorSpec> SavedTensorSpecs(const Chain& chain, ULayout layout, bool stats,
+                                         int moment_blocks);
+
 // Whether the backward of `chain` can take grad_y's sums from saved channel moments: it ends in
 // mean with no op between group_norm and mean (grad_y is then one value per (n, c) slice), and
 // has a producer (its training forward saves u).
@@ -88,7 +95,8 @@ bool BackwardReadsSavedMoments(const Chain& chain);
 
 // Where `plan`, a forward plan, computes its output from float per-block channel moments in its
 // workspace (an argument "partials" of type fj::Moments, read by the moments-mean finalize
-// "fj_moments_mean"): their blocks per sample (the region's size over N*C moments); else 0.
+// "fj_moments_mean") and the backward reads them (BackwardReadsSavedMoments): their blocks per
+// sample (the region's size over N*C moments); else 0.
 int SavableMomentBlocks(const Chain& chain, const Plan& plan);
 
 // The training forward's fused form: `plan`, a forward plan of `chain`, changed so that it also

@@ -119,12 +119,9 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
   if (from_saved) {  // u (and stats) after grad_y
-    auto at = sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1,
-                         codegen::SavedProducerOutputSpec(chain, u_layout));
-    if (saved_stats) at = sig.insert(at + 1, codegen::SavedStatsSpec(chain));
-    if (saved.moment_blocks > 0) {
-      sig.insert(at + 1, codegen::SavedMomentsSpec(chain, saved.moment_blocks));
-    }
+    const std::vector<TensorSpec> specs =
+        codegen::SavedTensorSpecs(chain, u_layout, saved_stats, saved.moment_blocks);
+    sig.insert(sig.begin() + IndexOf(sig, kGradOutputName) + 1, specs.begin(), specs.end());
   }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;

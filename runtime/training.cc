@@ -121,11 +121,6 @@ codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codeg
              : codegen::ULayout::kNCDHW;
 }
 
-// The blocks of channel moments `plan`, the chain's fused forward plan, saves (0: none).
-int MomentBlocksOf(const Chain& chain, const codegen::Plan& plan) {
-  return codegen::BackwardReadsSavedMoments(chain) ? codegen::SavableMomentBlocks(chain, plan) : 0;
-}
-
 }  // namespace
 
 SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
@@ -140,7 +135,7 @@ SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
     return {};
   }
   const codegen::Plan& plan = (*planned)->plan;
-  return {true, codegen::CanSaveStats(plan), MomentBlocksOf(chain, plan),
+  return {true, codegen::CanSaveStats(plan), codegen::SavableMomentBlocks(chain, plan),
           ULayoutOf(chain, target, plan)};
 }
 
@@ -162,7 +157,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
   }
   std::optional<PlannedChain>& planned = *in_dtype;
   const bool stats = codegen::CanSaveStats(planned->plan);  // before binding its slot
-  const int moment_blocks = MomentBlocksOf(chain, planned->plan);
+  const int moment_blocks = codegen::SavableMomentBlocks(chain, planned->plan);
   const codegen::ULayout layout = ULayoutOf(chain, target, planned->plan);
   if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan, layout); !s.ok()) {
     return s;
