@@ -30,8 +30,12 @@
 namespace fusejit::codegen {
 namespace {
 
-// Values match fj::IgemmPrec and fj::IgemmOut (templates/igemm_mma.cuh).
-enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1, kPrecBF16x1 = 2, kPrecF16x1 = 3 };
+using fj::geom::kPrecBF16x1;
+using fj::geom::kPrecF16x1;
+using fj::geom::kPrecF16x1Scaled;
+using fj::geom::kPrecF16x3;
+using fj::geom::kPrecTF32x1;
+// Values match fj::IgemmOut (templates/igemm_mma.cuh).
 enum IgemmOut { kOutStoreY = 0, kOutChannelMoments = 1 };
 
 // The three plans over one GEMM kernel: what follows it.
@@ -84,12 +88,21 @@ struct IgemmPrecision {
 // W3 bf16 GEMM 0.78 -> 0.67 ms, H100 2026-11-26) -- except where the chain ends in a mean: that
 // mean of a group_norm output is a near-cancelling sum whose error is relative to the channel
 // terms, not to the (small) output, so it keeps the fp32-accurate sum unless TF32 was asked for.
+// An f32 chain's TF32 mode is the TF32 class on fp16 tensor cores (kPrecF16x1Scaled: each
+// operand rounded to 11 significant bits, as TF32 rounds it, at twice TF32's rate), in blocks
+// of 64 input channels; TF32 itself (blocks of 32) where those would pad the channels by more
+// than half (32) or the prep's tile of them would not fit its static shared memory (above 320).
 IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
   const bool tf32 = target.precision == Precision::kTf32;
   const bool mean = !chain.ops.empty() && chain.ops.back().kind == OpKind::kMean;
   if (chain.dtype == DType::kBF16) return {kPrecBF16x1, tf32 || !mean ? 0 : 2};
   if (chain.dtype == DType::kF16) return {kPrecF16x1, tf32 || !mean ? 0 : 2};
-  if (tf32) return {kPrecTF32x1, 0};
+  if (tf32) {
+    const int64_t cin = chain.input.size() > 1 ? chain.input[1] : 0;
+    const int64_t pad64 = CeilDiv(cin, 64) * 64;
+    const bool fp16_rate = 2 * pad64 <= 3 * cin && pad64 * 33 * 4 + 256 <= kStaticSharedLimit;
+    return {fp16_rate ? kPrecF16x1Scaled : kPrecTF32x1, 0};
+  }
   return {kPrecF16x3, 2};
 }
 
@@ -100,14 +113,15 @@ struct IgemmGeometry : fj::geom::Igemm {
   int64_t apply_blocks_per_row = 0;
 };
 
-// bf16/f16 chains: one 16-bit operand per value, 64 channels per 128-byte block (PrecisionOf).
-bool Packed16(const Chain& chain) {
-  return chain.dtype == DType::kBF16 || chain.dtype == DType::kF16;
+// 64 channels per 128-byte block (one 16-bit value each): the one-product precisions.
+bool Packed16(const Chain& chain, const PlanTarget& target) {
+  return fj::geom::IgemmPrecX1(PrecisionOf(chain, target).prec);
 }
 
-IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const IgemmTune& t) {
+IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
+                       const IgemmTune& t) {
   const ConvAttrs& conv = info.producer->conv;
-  const bool packed16 = Packed16(chain);
+  const bool packed16 = Packed16(chain, target);
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   // conv3d's stride (conv_transpose3d plans are stride 1: ChainSupported).
@@ -183,7 +197,7 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   const int64_t cin_pad32 = PaddedChannels(x[1], 32);
   if (cin_pad32 != x[1] && PrecisionOf(chain, target).prec != kPrecF16x3) return false;
   if (2 * cin_pad32 > 3 * x[1]) return false;
-  const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(Packed16(chain)));
+  const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(Packed16(chain, target)));
   if (cin_pad * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
   // Output channels are padded to whole tiles of the default BN (zero weights, nothing stored,
   // no moments). The domain: the padding of both (input channels counted in blocks of 32, as
@@ -217,7 +231,7 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (t.async != 0 && t.async != 1) {
     return Invalid(c, absl::StrCat("async is 0 or 1, not ", t.async));
   }
-  const int64_t blocks = conv.kernel[0] * Geometry(chain, info, t).cb;  // (kd, cb) k-blocks
+  const int64_t blocks = conv.kernel[0] * Geometry(chain, info, target, t).cb;  // (kd, cb) k-blocks
   if (t.split < 1 || t.split > std::min<int64_t>(fj::geom::kIgemmMaxSplit, blocks)) {
     return Invalid(c, absl::StrCat("split ", t.split, " is not in [1, ",
                                    std::min<int64_t>(fj::geom::kIgemmMaxSplit, blocks),
@@ -236,7 +250,7 @@ absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarg
   if (t.async == 1 && t.stages < 3) {
     return Invalid(c, absl::StrCat("async needs stages >= 3, not ", t.stages));
   }
-  const IgemmGeometry g = Geometry(chain, info, t);
+  const IgemmGeometry g = Geometry(chain, info, target, t);
   if (g.bm > plane) {
     return Invalid(c, absl::StrCat("wg ", t.wg, ": a tile of ", g.bm,
                                    " rows spans more than two output planes of ", plane,
@@ -306,7 +320,7 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
   double best_est = 0;
   bool found = false;
   auto consider = [&](IgemmTune t) {
-    const IgemmGeometry g = Geometry(chain, info, t);
+    const IgemmGeometry g = Geometry(chain, info, target, t);
     for (t.split = 1; t.split <= fj::geom::kIgemmMaxSplit; ++t.split) {
       if (t.split > 1 && !fits(t)) break;
       const double est =
@@ -324,10 +338,10 @@ IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarge
     while (!fits(deep) && deep.stages > 2) deep = with_stages(wg, deep.stages - 1);
     if (!fits(deep)) continue;
     consider(deep);
-    const int64_t deep_per_sm = CtasPerSm(Geometry(chain, info, deep), p);
+    const int64_t deep_per_sm = CtasPerSm(Geometry(chain, info, target, deep), p);
     for (int64_t s = deep.stages - 1; s >= 2; --s) {
       const IgemmTune shallow = with_stages(wg, s);
-      if (CtasPerSm(Geometry(chain, info, shallow), p) > deep_per_sm) {
+      if (CtasPerSm(Geometry(chain, info, target, shallow), p) > deep_per_sm) {
         consider(shallow);
         break;
       }
@@ -381,7 +395,7 @@ class IgemmStrategy : public Strategy {
     const int64_t cp = PaddedChannels(info.producer_shape[1], t.bn);
     const double padding =
         static_cast<double>(cp) / static_cast<double>(info.producer_shape[1]);
-    const IgemmGeometry g = Geometry(in.chain, info, t);
+    const IgemmGeometry g = Geometry(in.chain, info, in.target, t);
     // A split runs its parts as more warpgroups, and writes and reads each part once (8 bytes a
     // point and part).
     const double warpgroups =
@@ -433,9 +447,12 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   const ChainInfo& info = in.info;
   const IgemmTune t = *Parse(config);
   const IgemmPrecision pr = PrecisionOf(in.chain, in.target);
-  const IgemmGeometry g = Geometry(in.chain, info, t);
+  const IgemmGeometry g = Geometry(in.chain, info, in.target, t);
   const bool f16 = pr.prec == kPrecF16x3;
   const bool x1 = pr.prec == kPrecBF16x1 || pr.prec == kPrecF16x1;
+  // The fp16 encodings of an f32 chain's values: scaled (the absmax pass, 1/(sx*sw)).
+  const bool scaled = fj::geom::IgemmPrecScaled(pr.prec);
+  const bool scaled1 = pr.prec == kPrecF16x1Scaled;
   const std::string dtype_name(DTypeName(in.chain.dtype));
   // bf16/f16 chains store the pre-norm values in a float workspace, normalized into y.
   const bool store = variant_ == Variant::kStore;
@@ -459,16 +476,18 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
             "moments, merged in a fixed order, then normalizes them into y. "
           : "the epilogue stores the pre-norm values into y with per-tile group moments, "
             "merged in a fixed order, then y is normalized in place. ",
-      f16  ? "fp32-accurate: fp16 high/low splits of x and w, three products, short-run "
-             "accumulator flushed every 2 k-steps"
-      : x1 ? absl::StrCat("one ", dtype_name, " product per term (x and w are ", dtype_name,
-                          " values: exact), ",
+      f16       ? "fp32-accurate: fp16 high/low splits of x and w, three products, short-run "
+                  "accumulator flushed every 2 k-steps"
+      : x1      ? absl::StrCat("one ", dtype_name, " product per term (x and w are ", dtype_name,
+                               " values: exact), ",
                           pr.flush > 0 ? "short-run accumulator flushed every 2 k-steps; "
-                          : mean_chain ? "no flush (TF32 asked for); "
-                                       : "fp32 accumulation (not flushed: the output's "
-                                         "rounding is 100x coarser); ",
-                          "the output rounded once")
-           : "TF32 (asked for): one TF32 product per term");
+                               : mean_chain ? "no flush (TF32 asked for); "
+                                            : "fp32 accumulation (not flushed: the output's "
+                                              "rounding is 100x coarser); ",
+                               "the output rounded once")
+      : scaled1 ? "TF32 class (asked for): x*sx and w*sw rounded to fp16 (11 significant bits, "
+                  "as TF32 rounds them), one product per term at the fp16 rate"
+                : "TF32 (asked for): one TF32 product per term");
   plan.includes = {"igemm_mma.cuh", "igemm_wgmma.cuh"};
   if (!store) plan.includes.push_back(moments ? "igemm_mean.cuh" : "gn_apply.cuh");
   plan.arch_override = "sm_90a";
@@ -480,18 +499,20 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
 
   const size_t xa = plan.AddWorkspace(
       absl::StrCat("x channels-last [n][d][h][w][ci] as ",
-                   f16  ? "fp16 high/low pairs of x*sx"
-                   : x1 ? absl::StrCat(dtype_name, ", 64 channels per 128-byte block")
-                        : "TF32",
+                   f16       ? "fp16 high/low pairs of x*sx"
+                   : scaled1 ? "fp16 x*sx, 64 channels per 128-byte block"
+                   : x1      ? absl::StrCat(dtype_name, ", 64 channels per 128-byte block")
+                             : "TF32",
                    cin % g.cin_block != 0 ? " (the last block's tail zeros)" : ""),
       static_cast<size_t>(n * g.xa_bytes_per_sample));
   const size_t wb = plan.AddWorkspace(
-      absl::StrCat("weights [tap][co][ci] as ", f16  ? "fp16 high/low pairs of w*sw"
-                                                : x1 ? dtype_name
-                                                     : "TF32"),
+      absl::StrCat("weights [tap][co][ci] as ", f16       ? "fp16 high/low pairs of w*sw"
+                                                : scaled1 ? "fp16 w*sw"
+                                                : x1      ? dtype_name
+                                                          : "TF32"),
       static_cast<size_t>(g.wb_bytes));
   size_t absmax = 0, scale = 0;
-  if (f16) {
+  if (scaled) {
     absmax = plan.AddWorkspace("per-block max|x| and max|w| (fp16 scales) x 264 blocks",
                                2 * kAbsmaxBlocks * 4);
     scale = plan.AddWorkspace("1/(sx*sw)", 4);
@@ -519,15 +540,17 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   // Nulls: operands the precision does not use.
   const KernelArg x = KernelArg::Input();
   const KernelArg w = KernelArg::Param("weight", info.weight_param);
-  const KernelArg absmax_in = f16 ? KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kRead)
+  const KernelArg absmax_in = scaled
+                                  ? KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kRead)
                                   : KernelArg::Null(ArgType::kFloat, "absmax", kRead);
-  const KernelArg scale_in = f16 ? KernelArg::Workspace(ArgType::kFloat, "scale", scale, kRead)
-                                 : KernelArg::Null(ArgType::kFloat, "scale", kRead);
-  if (f16) {
+  const KernelArg scale_in = scaled ? KernelArg::Workspace(ArgType::kFloat, "scale", scale, kRead)
+                                    : KernelArg::Null(ArgType::kFloat, "scale", kRead);
+  if (scaled) {
     KernelLaunch k;
     k.symbol = "fj_igemm_absmax";
     k.body = absl::StrCat("fj::igemm_absmax_body<Cfg, ", tune, ">");
-    k.purpose = "per-block max|x| and max|w| (power-of-two scales for the fp16 splits)";
+    k.purpose = f16 ? "per-block max|x| and max|w| (power-of-two scales for the fp16 splits)"
+                    : "per-block max|x| and max|w| (power-of-two scales for the fp16 values)";
     k.grid = {kAbsmaxBlocks, 1, 1};
     k.block = {256, 1, 1};
     k.args = {x, w, KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kWrite)};
@@ -537,10 +560,11 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   KernelLaunch prep;
   prep.symbol = "fj_igemm_prep";
   prep.body = absl::StrCat("fj::igemm_prep_body<Cfg, ", tune, ">");
-  prep.purpose = f16  ? "x -> channels-last fp16 high/low pairs, weights -> [tap][co][ci] pairs"
-                 : x1 ? absl::StrCat("x -> channels-last ", dtype_name,
-                                     ", weights -> [tap][co][ci] ", dtype_name)
-                      : "x -> channels-last TF32, weights -> [tap][co][ci] TF32";
+  prep.purpose = f16 ? "x -> channels-last fp16 high/low pairs, weights -> [tap][co][ci] pairs"
+                 : scaled1 ? "x -> channels-last fp16 x*sx, weights -> [tap][co][ci] fp16 w*sw"
+                 : x1      ? absl::StrCat("x -> channels-last ", dtype_name,
+                                          ", weights -> [tap][co][ci] ", dtype_name)
+                           : "x -> channels-last TF32, weights -> [tap][co][ci] TF32";
   prep.grid = {static_cast<unsigned>(n * g.prep_x_blocks_per_sample + g.prep_w_blocks), 1, 1};
   prep.block = {256, 1, 1};
   prep.min_blocks_per_sm = 8;
@@ -549,8 +573,8 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                absmax_in,
                KernelArg::Workspace(ArgType::kBytes, "xa", xa, kWrite),
                KernelArg::Workspace(ArgType::kBytes, "wb", wb, kWrite),
-               f16 ? KernelArg::Workspace(ArgType::kFloat, "scale", scale, kWrite)
-                   : KernelArg::Null(ArgType::kFloat, "scale", kWrite)};
+               scaled ? KernelArg::Workspace(ArgType::kFloat, "scale", scale, kWrite)
+                      : KernelArg::Null(ArgType::kFloat, "scale", kWrite)};
   prep.restrict_pointers = true;
   plan.kernels.push_back(prep);
   size_t kpart = 0;

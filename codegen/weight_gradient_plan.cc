@@ -326,10 +326,13 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   // The widest tile the S channels fill; as many stages as let two CTAs share an SM (measured
   // on W3's weight gradient, H100: n = 128 with 2 stages 1.74 ms, 4 stages (one CTA per
   // SM) 2.23 ms; n = 64 with 3 stages 2.27 ms, 4 stages 3.21 ms).
+  // One product (TF32) stages the highs alone: twice the stages in the same shared memory, for
+  // a k-step of a third of the tensor-core work (W3's weight gradient, H100: 2 stages 1.29 ms).
+  const bool three = target.precision != Precision::kTf32;
   const int64_t bn = wg.s_channels <= 64 ? 64 : 128;
-  const int64_t stages = bn == 128 ? 2 : 3;
-  const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(chain.input[0], wg.rows, wg.s_channels,
-                                                        wg.t_points, wg.s_points, bn, stages);
+  const int64_t stages = (bn == 128 ? 2 : 3) * (three ? 1 : 2);
+  const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(
+      chain.input[0], wg.rows, wg.s_channels, wg.t_points, wg.s_points, bn, stages, three ? 3 : 1);
   const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / g.smem);
   const int64_t tiles = wg.kv * g.b_ctas * g.a_tiles;
   const int64_t step = fj::geom::kWgradKStep;
@@ -339,17 +342,21 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
       FillingSplits(tiles, per_sm * target.sm_count, std::min<int64_t>(64, max_splits));
   const int64_t chunk = CeilDiv(CeilDiv(wg.reduction, splits), step) * step;
   splits = CeilDiv(wg.reduction, chunk);
+  // fp32-accurate: three products of the fp16 splits; TF32: the highs' product alone (the same
+  // rounding of each operand as TF32's, at the f16 rate).
+  const char* const operands = three ? "fp16 highs and lows" : "fp16 highs";
   plan.includes.push_back("wgrad_wgmma.cuh");
   plan.arch_override = "sm_90a";
   plan.tunes.push_back(
       {"WgTune",
        {TuneInt("kBN", bn), TuneInt("kStages", stages), TuneInt("kSplits", splits),
-        TuneInt("kChunk", chunk), TuneInt("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks)}});
+        TuneInt("kChunk", chunk), TuneInt("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks),
+        TuneInt("kProducts", three ? 3 : 1)}});
   const size_t absmax = plan.AddWorkspace("weight gradient: max|T|, max|S| per block",
                                           2 * fj::geom::kWgradAbsmaxBlocks * 4);
-  const size_t tp = plan.AddWorkspace("weight gradient: T channels-last, fp16 highs and lows",
+  const size_t tp = plan.AddWorkspace(absl::StrCat("weight gradient: T channels-last, ", operands),
                                       static_cast<size_t>(g.t_bytes));
-  const size_t sp = plan.AddWorkspace("weight gradient: S channels-last, fp16 highs and lows",
+  const size_t sp = plan.AddWorkspace(absl::StrCat("weight gradient: S channels-last, ", operands),
                                       static_cast<size_t>(g.s_bytes));
   const size_t wpart = plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
                                          static_cast<size_t>(splits * wg.rows * wg.cols() * 8));
@@ -361,33 +368,35 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   const std::array<unsigned, 3> block256 = {256, 1, 1};
   KernelLaunch am{"fj_wgrad_absmax",
                   "fj::wgrad_absmax_kernel<Cfg, WgTune>",
-                  "weight gradient: max|T| and max|S| (the F16x3 scales)",
+                  three ? "weight gradient: max|T| and max|S| (the F16x3 scales)"
+                        : "weight gradient: max|T| and max|S| (the fp16 scales)",
                   {static_cast<unsigned>(fj::geom::kWgradAbsmaxBlocks), 1, 1},
                   block256};
   am.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kWrite)};
   plan.kernels.push_back(am);
   for (int which = 0; which < 2; ++which) {
     const int64_t points = which == 0 ? wg.t_points : wg.s_points;
-    KernelLaunch pr{which == 0 ? "fj_wgrad_prep_t" : "fj_wgrad_prep_s",
-                    absl::StrCat("fj::wgrad_prep_kernel<Cfg, WgTune, ", which, ">"),
-                    which == 0 ? "weight gradient: T channels-last as fp16 highs and lows"
-                               : "weight gradient: S channels-last as fp16 highs and lows",
-                    {static_cast<unsigned>(CeilDiv(points, 64)),
-                     static_cast<unsigned>(which == 0 ? g.a_tiles : g.b_tiles),
-                     static_cast<unsigned>(chain.input[0])},
-                    block256};
+    KernelLaunch pr{
+        which == 0 ? "fj_wgrad_prep_t" : "fj_wgrad_prep_s",
+        absl::StrCat("fj::wgrad_prep_kernel<Cfg, WgTune, ", which, ">"),
+        absl::StrCat("weight gradient: ", which == 0 ? "T" : "S", " channels-last as ", operands),
+        {static_cast<unsigned>(CeilDiv(points, 64)),
+         static_cast<unsigned>(which == 0 ? g.a_tiles : g.b_tiles),
+         static_cast<unsigned>(chain.input[0])},
+        block256};
     pr.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kRead),
                ws(ArgType::kBytes, "out", which == 0 ? tp : sp, kWrite)};
     plan.kernels.push_back(pr);
   }
-  KernelLaunch w{"fj_wgrad_wgmma",
-                 "fj::wgrad_wgmma_kernel<Cfg, WgTune>",
-                 absl::StrCat("weight gradient: ", wg.kv, " taps of a ", wg.rows, " x ",
-                              wg.s_channels, " GEMM over ", wg.reduction, " (n, point) pairs in ",
-                              splits, " chunks (wgmma, F16x3, double partials)"),
-                 {static_cast<unsigned>(wg.kv * g.b_ctas), static_cast<unsigned>(g.a_tiles),
-                  static_cast<unsigned>(splits)},
-                 {128, 1, 1}};
+  KernelLaunch w{
+      "fj_wgrad_wgmma",
+      "fj::wgrad_wgmma_kernel<Cfg, WgTune>",
+      absl::StrCat("weight gradient: ", wg.kv, " taps of a ", wg.rows, " x ", wg.s_channels,
+                   " GEMM over ", wg.reduction, " (n, point) pairs in ", splits, " chunks (wgmma, ",
+                   three ? "F16x3" : "one fp16 product, TF32 class", ", double partials)"),
+      {static_cast<unsigned>(wg.kv * g.b_ctas), static_cast<unsigned>(g.a_tiles),
+       static_cast<unsigned>(splits)},
+      {128, 1, 1}};
   w.shared_bytes = static_cast<unsigned>(g.smem);
   w.restrict_pointers = true;
   w.args = {ws(ArgType::kBytes, "tp", tp, kRead), ws(ArgType::kBytes, "sp", sp, kRead),

@@ -16,6 +16,7 @@
 // [u][grad_u][step 3's output, when cropped][scratch], scratch being the largest workspace any
 // step needs (steps run one after another on one stream, so they share it).
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,9 +56,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& 
 // from_saved: u is the signature's kSaved tensor (CompileTrainingForward wrote it), not step 1's.
 // saved_by: what the training forward saved where another chain's forward (the bf16/f16 chain
 // of this f32 one) decided it; null: this chain's (TrainingForwardSavedWithU).
-absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
-                                                     const CompileOptions& options, bool from_saved,
-                                                     const SavedWithU* saved_by = nullptr) {
+// gemm_precision: the precision of the gradients' convolutions (step 2's weight gradient, step
+// 3), where it differs from the caller's (bf16 chains: BackwardGemmPrecision); step 1's recompute
+// of u keeps options.precision.
+absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
+    const Chain& chain, const CompileOptions& options, bool from_saved,
+    const SavedWithU* saved_by = nullptr, std::optional<Precision> gemm_precision = std::nullopt) {
   if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
   if (!options.strategy.empty() || !options.tune_config.empty()) {
     return absl::InvalidArgumentError(
@@ -85,12 +89,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
     }
   }
   if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
-    absl::StatusOr<std::shared_ptr<CompiledChain>> inner;
-    if (from_saved) {  // reading what the dtype chain's own forward plan saved, in f32
-      inner = Build(AsF32(chain), options, /*from_saved=*/true, &saved);
-    } else {
-      inner = CompileBackward(AsF32(chain), options);
-    }
+    // from_saved: reading what the dtype chain's own forward plan saved, in f32.
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
+        Build(AsF32(chain), options, from_saved, from_saved ? &saved : nullptr,
+              BackwardGemmPrecision(chain.dtype, options.precision));
     if (!inner.ok()) return inner.status();
     return AdaptDType(chain, *std::move(inner), /*forward=*/false, *target, options);
   }
@@ -104,8 +106,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   // What the training forward saved with u (`saved`, above), and how it laid u out.
   const bool saved_stats = saved.stats;
   const codegen::ULayout u_layout = saved.u_layout;
-  absl::StatusOr<codegen::Plan> step2 =
-      codegen::PlanBackward(chain, target->plan_target, saved_stats, u_layout, saved.moment_blocks);
+  // The gradients' convolutions at gemm_precision (step 1 keeps the caller's).
+  const Precision grad_precision = gemm_precision.value_or(options.precision);
+  Target grad_target = *target;
+  grad_target.plan_target.precision = grad_precision;
+  absl::StatusOr<codegen::Plan> step2 = codegen::PlanBackward(
+      chain, grad_target.plan_target, saved_stats, u_layout, saved.moment_blocks);
   if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");
   // Step 2 writes grad_x itself (the fused few-input-channel form): no grad_u, no step 3.
   const bool data_step = producer && !codegen::BackwardPlanWritesGradX(chain, *step2);
@@ -131,6 +137,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   const int workspace_index = static_cast<int>(sig.size());
 
   CompileOptions sub = options;  // the forward steps: the planner's choice
+  CompileOptions grad_sub = options;  // step 3
+  grad_sub.precision = grad_precision;
   StepsBuilder builder(&sig);
   auto add_step = [&](std::string what, std::shared_ptr<CompiledChain> compiled,
                       const std::vector<std::pair<std::string, Step::Source>>& map) {
@@ -155,7 +163,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   {
     absl::StatusOr<std::shared_ptr<CompiledChain>> c =
-        CompileBackwardPlan(chain, *target, options, *std::move(step2));
+        CompileBackwardPlan(chain, grad_target, grad_sub, *std::move(step2));
     if (!c.ok()) return WithContext(c.status(), "the backward kernels");
     std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kWorkspaceName), scratch}};
     if (producer) map.push_back({std::string(codegen::kProducerOutputName), u});
@@ -173,7 +181,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
   }
   if (data_step) {
     const Chain& dc = *data_grad;
-    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(dc, sub);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(dc, grad_sub);
     if (!c.ok()) return WithContext(c.status(), absl::StrCat("the data gradient (", FormatChain(dc), ")"));
     if (absl::Status s = add_step(
             cropped ? absl::StrCat("the convolution's data gradient on a grid larger than x: ",
@@ -247,6 +255,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(const Chain& chain,
                          ", CompileTrainingForward)\n")
           : std::string("saved by the forward: nothing (the backward "
                         "recomputes from x and the parameters)\n"),
+      grad_precision != options.precision
+          ? "the gradients' convolutions (weight and data gradient): TF32 class (each operand "
+            "rounded to 11 significant bits, products exact, fp32 sums; the recompute of u "
+            "keeps the caller's precision)\n"
+          : "",
       layout);
   composite.output_shape = chain.input;  // grad_x
   composite.source_step = producer && !from_saved ? 1 : 0;  // the backward kernels'

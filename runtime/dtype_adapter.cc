@@ -47,6 +47,10 @@ CompileOptions InnerOptions(const CompileOptions& options) {
   return inner;
 }
 
+Precision BackwardGemmPrecision(DType dtype, Precision caller) {
+  return dtype == DType::kBF16 ? Precision::kTf32 : caller;
+}
+
 Chain AsF32(const Chain& chain) {
   Chain c = chain;
   c.dtype = DType::kF32;

@@ -45,6 +45,16 @@ absl::Status CheckDTypeCompiles(DType dtype);
 // The options of the f32 chain inside a bf16/f16 forward: TF32 tensor cores (exact here).
 CompileOptions InnerOptions(const CompileOptions& options);
 
+// The precision of a backward's gradient convolutions (the weight gradient and the data
+// gradient; its recompute of u keeps `caller`) for a chain of `dtype`: kTf32 for bf16 -- each
+// GEMM operand rounded to TF32's 11 significant bits (the weight-gradient wgmma: fp16 highs of
+// power-of-two-scaled values, the same rounding), products exact, sums in fp32: about 5e-4
+// relative, eight times finer than the bf16 gradients it computes (2^-8), at one tensor-core
+// product instead of three (W3's bf16 step, H100: BENCHMARKS.md "seventeenth session"). Every
+// other dtype (f16 included: its gradients round at 2^-11, as fine as the GEMM operands would):
+// `caller`.
+Precision BackwardGemmPrecision(DType dtype, Precision caller);
+
 // `chain` with dtype f32.
 Chain AsF32(const Chain& chain);
 

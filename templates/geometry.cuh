@@ -16,6 +16,24 @@ namespace geom {
 constexpr long long CeilDiv(long long a, long long b) { return (a + b - 1) / b; }
 constexpr long long RoundUp(long long a, long long b) { return CeilDiv(a, b) * b; }
 
+// ---- igemm (templates/igemm_mma.cuh): the operand precisions (Tune::kPrec) -------------------
+// What each means: igemm_mma.cuh's header. fj::kPrec* on the device, the planner's PrecisionOf.
+enum IgemmPrec {
+  kPrecTF32x1 = 0,
+  kPrecF16x3 = 1,
+  kPrecBF16x1 = 2,
+  kPrecF16x1 = 3,
+  kPrecF16x1Scaled = 4
+};
+// One 16-bit product per term, 64 channels per 128-byte block: x and w are values of the
+// chain's 16-bit dtype, or an f32 chain's scaled into fp16 (kPrecF16x1Scaled).
+constexpr bool IgemmPrecX1(int prec) {
+  return prec == kPrecBF16x1 || prec == kPrecF16x1 || prec == kPrecF16x1Scaled;
+}
+// x and w scaled by powers of two from their largest magnitudes (the absmax pass), the result by
+// 1/(sx*sw): the fp16 encodings of an f32 chain's values.
+constexpr bool IgemmPrecScaled(int prec) { return prec == kPrecF16x3 || prec == kPrecF16x1Scaled; }
+
 // ---- mma_conv_moments.cuh (strategy mma-moments) ----------------------------------------------
 // Input planes of kSlots input depths as f16 hi and lo halves, channels padded to 4, each output
 // row's window padded to m16 tiles; B fragments of every k16 slice; then floats.
@@ -259,7 +277,7 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
 // grid in k-steps of 64. Operands channels-last in 64-channel tiles of 256 bytes per point (64
 // fp16 highs, 64 fp16 lows); a CTA (one warpgroup) computes 64 a x bn b of one tap over one chunk
 // of K, `stages` stages of 64 K rows: A highs and lows, B highs and lows (bn/64 blocks each), 8 KiB
-// per 64 channels.
+// per 64 channels (the highs alone with one product).
 constexpr int kWgradKStep = 64;               // K rows per k-step
 constexpr int kWgradOperandBytes = 64 * 128;  // 64 K rows x 64 fp16 values
 constexpr int kWgradAbsmaxBlocks = 264;
@@ -270,16 +288,18 @@ struct WgradWgmma {
   long long stage_bytes;       // one pipeline stage
   long long smem;              // dynamic shared memory of the GEMM kernel (+1 KiB alignment)
 };
-// a, b: channels of T and S; t_points, s_points: points per sample of T's and S's grids.
+// a, b: channels of T and S; t_points, s_points: points per sample of T's and S's grids;
+// products 3 (highs and lows staged) or 1 (the highs alone: half the stage).
 constexpr WgradWgmma WgradWgmmaOf(long long n, long long a, long long b, long long t_points,
-                                  long long s_points, long long bn, long long stages) {
+                                  long long s_points, long long bn, long long stages,
+                                  long long products = 3) {
   WgradWgmma g{};
   g.a_tiles = CeilDiv(a, 64);
   g.b_tiles = CeilDiv(b, 64);
   g.b_ctas = CeilDiv(b, bn);
   g.t_bytes = n * t_points * g.a_tiles * 256;
   g.s_bytes = n * s_points * g.b_tiles * 256;
-  g.stage_bytes = 2 * kWgradOperandBytes * (1 + bn / 64);
+  g.stage_bytes = (products == 3 ? 2 : 1) * kWgradOperandBytes * (1 + bn / 64);
   g.smem = stages * g.stage_bytes + 1024;
   return g;
 }

@@ -25,6 +25,10 @@
 //   kPrecBF16x1, kPrecF16x1  one bf16 / fp16 product: x and w are bf16 / f16 values (the chain's
 //                dtype), exact in the operand encoding, products exact in fp32; with kFlushSteps
 //                > 0 the sum is fp32-accurate.
+//   kPrecF16x1Scaled  the TF32 class on fp16 tensor cores (an f32 chain's opt-in "tf32" mode):
+//                x*sx and w*sw (sx, sw as kPrecF16x3's) rounded to fp16 -- 11 significant bits,
+//                TF32's own rounding -- one product (the highs' of kPrecF16x3), result / (sx*sw);
+//                the fp16 rate, twice TF32's. Encoded as kPrecF16x1 (64 channels a block).
 // The tensor cores truncate (round toward zero) when they add into the accumulator, which biases
 // long sums (~1e-5 relative for K = 1728). Tune::kFlushSteps > 0 keeps a short-run accumulator
 // that is added (round-to-nearest FADD) into the main accumulator every kFlushSteps k-steps.
@@ -87,12 +91,17 @@
 
 namespace fj {
 
-enum IgemmPrec { kPrecTF32x1 = 0, kPrecF16x3 = 1, kPrecBF16x1 = 2, kPrecF16x1 = 3 };
+using geom::IgemmPrec;  // the precisions: geometry.cuh (shared with the planner)
+using geom::kPrecBF16x1;
+using geom::kPrecF16x1;
+using geom::kPrecF16x1Scaled;
+using geom::kPrecF16x3;
+using geom::kPrecTF32x1;
 // Operands of 16 bits (fp16 or bf16 tensor-core products) in every precision but TF32.
 __host__ __device__ constexpr bool igemm_prec_16bit(int prec) { return prec != kPrecTF32x1; }
-// One 16-bit product per term: x and w are values of the chain's 16-bit dtype.
-__host__ __device__ constexpr bool igemm_prec_x1(int prec) {
-  return prec == kPrecBF16x1 || prec == kPrecF16x1;
+__host__ __device__ constexpr bool igemm_prec_x1(int prec) { return geom::IgemmPrecX1(prec); }
+__host__ __device__ constexpr bool igemm_prec_scaled(int prec) {
+  return geom::IgemmPrecScaled(prec);
 }
 // What the GEMM epilogue writes (Tune::kOut).
 enum IgemmOut { kIgemmOutStoreY = 0, kIgemmOutChannelMoments = 1 };
@@ -284,8 +293,12 @@ struct IgemmShape {
   static constexpr int kPrepWBlocks = kG.prep_w_blocks;  // kWChunks / 256, rounded up
 
   static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
-                    Tune::kPrec == kPrecBF16x1 || Tune::kPrec == kPrecF16x1,
-                "igemm: precision kPrecTF32x1, kPrecF16x3, kPrecBF16x1 or kPrecF16x1");
+                    Tune::kPrec == kPrecBF16x1 || Tune::kPrec == kPrecF16x1 ||
+                    Tune::kPrec == kPrecF16x1Scaled,
+                "igemm: precision kPrecTF32x1, kPrecF16x3, kPrecBF16x1, kPrecF16x1 or "
+                "kPrecF16x1Scaled");
+  static_assert(!igemm_prec_scaled(Tune::kPrec) || is_same_v<ElemT<Cfg>, float>,
+                "igemm: the scaled fp16 encodings are for f32 chains");
   static_assert(Tune::kPrec != kPrecBF16x1 || is_same_v<ElemT<Cfg>, bf16_t>,
                 "igemm: kPrecBF16x1 needs a bf16 chain (its values exact in the encoding)");
   static_assert(Tune::kPrec != kPrecF16x1 || is_same_v<ElemT<Cfg>, f16_t>,
@@ -342,15 +355,25 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
 // x of a one-product 16-bit chain (kPrecBF16x1/F16x1): the values' bits copied channels-last,
 // no conversion; a block moves kPrepPts (64) points of one sample, all channels, loading two
 // points per 32-bit word along each channel row where the rows are 4-byte aligned (S even).
+// kPrecF16x1Scaled (an f32 chain): the same, each value x*sx rounded to fp16 on its way in.
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict__ x,
-                                                    unsigned char* __restrict__ xa, int n, int p0) {
+                                                    unsigned char* __restrict__ xa, int n, int p0,
+                                                    float sx) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr int P = Sh::kPrepPts, kPitch = P + 2;  // even pitch: 32-bit words stay aligned
   __shared__ unsigned short tile[Sh::kCinPad][kPitch];
   const unsigned short* xs =
       reinterpret_cast<const unsigned short*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
-  if constexpr (Sh::kSin % 2 == 0) {
+  if constexpr (Tune::kPrec == kPrecF16x1Scaled) {
+    const float* xf = reinterpret_cast<const float*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
+    for (int i = threadIdx.x; i < Sh::kCinPad * P; i += blockDim.x) {
+      const int c = i / P, p = i % P;
+      tile[c][p] = c < Cfg::kCin && p0 + p < Sh::kSin
+                       ? from_f32<f16_t>(xf[(long long)c * Sh::kSin + p0 + p] * sx).bits
+                       : (unsigned short)0;
+    }
+  } else if constexpr (Sh::kSin % 2 == 0) {
     for (int i = threadIdx.x; i < Sh::kCinPad * (P / 2); i += blockDim.x) {
       const int c = i / (P / 2), p = 2 * (i % (P / 2));
       const long long at = (long long)c * Sh::kSin + p0 + p;
@@ -440,9 +463,10 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   constexpr bool kX1 = igemm_prec_x1(Tune::kPrec);
+  constexpr bool kScaled1 = Tune::kPrec == kPrecF16x1Scaled;
   using E = ElemT<Cfg>;
   float sx = 1.f, sw = 1.f;
-  if constexpr (kF16) {
+  if constexpr (igemm_prec_scaled(Tune::kPrec)) {
     __shared__ float red[32];
     sx = ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red);
     sw = ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red);
@@ -454,7 +478,7 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
     const int n = b / Sh::kPrepXBlocksPerSample;
     const int p0 = (b % Sh::kPrepXBlocksPerSample) * Sh::kPrepPts;
     if constexpr (kX1) {
-      igemm_prep_x_packed<Cfg, Tune>(x, xa, n, p0);
+      igemm_prep_x_packed<Cfg, Tune>(x, xa, n, p0, sx);
     } else {
       igemm_prep_x_encoded<Cfg, Tune>(x, xa, n, p0, sx);
     }
@@ -476,7 +500,15 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
                               : weight[((long long)co * Cfg::kCin + ci) * Sh::kTaps + tap]);
     }
     unsigned char* row = wb + (((long long)tap * Sh::kCP + co) * Sh::kCB + cb) * 128;
-    if constexpr (kX1) {
+    if constexpr (kScaled1) {
+      unsigned u[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        u[e] = (unsigned)from_f32<f16_t>(v[2 * e] * sw).bits |
+               ((unsigned)from_f32<f16_t>(v[2 * e + 1] * sw).bits << 16);
+      }
+      *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(u[0], u[1], u[2], u[3]);
+    } else if constexpr (kX1) {
       unsigned u[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -715,7 +747,7 @@ struct IgemmCore {
 }  // namespace fj
 
 #ifndef FJ_GENERATED
-// Compiled on its own (tests): the prep kernels in three precisions, with a config that suits them.
+// Compiled on its own (tests): the prep kernels in four precisions, with a config that suits them.
 namespace fj_selftest_igemm {
 struct Cfg : fj::DefaultConfig {
   static constexpr int kN = 2, kCin = 32, kDin = 6, kHin = 7, kWin = 8;
@@ -746,6 +778,12 @@ extern "C" __global__ void __launch_bounds__(256, 8)
     igemm_prep_tf32_selftest(const float* x, const float* w, const float* absmax,
                              unsigned char* xa, unsigned char* wb, float* scale) {
   fj::igemm_prep_body<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune<fj::kPrecTF32x1>>(
+      x, w, absmax, xa, wb, scale, fj_selftest_igemm::Cfg::kN);
+}
+extern "C" __global__ void __launch_bounds__(256, 8)
+    igemm_prep_f16x1scaled_selftest(const float* x, const float* w, const float* absmax,
+                                    unsigned char* xa, unsigned char* wb, float* scale) {
+  fj::igemm_prep_body<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune<fj::kPrecF16x1Scaled>>(
       x, w, absmax, xa, wb, scale, fj_selftest_igemm::Cfg::kN);
 }
 namespace fj_selftest_igemm {

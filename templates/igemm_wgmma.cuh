@@ -260,7 +260,7 @@ struct IgemmWgmmaShape {
                 "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128 or 64 x 64)");
   static_assert(Tune::kPrec == kPrecTF32x1 || Tune::kPrec == kPrecF16x3 ||
                     igemm_prec_x1(Tune::kPrec),
-                "igemm_wgmma: precision TF32x1, F16x3, BF16x1 or F16x1");
+                "igemm_wgmma: precision TF32x1, F16x3, BF16x1, F16x1 or F16x1Scaled");
 };
 
 // Tune::kAsync when the tuning names it, else 0. 0: each k-step waits for its wgmma before
@@ -455,7 +455,8 @@ __device__ __forceinline__ void igemm_wgmma_epilogue(
     int n) {
   using L = IgemmWgmmaLoop<Cfg, Tune>;
   using K = typename L::K;
-  const float s = L::kF16 ? scale[0] : 1.f;  // F16x3: the products of x*sx and w*sw
+  // F16x3, F16x1Scaled: the products of x*sx and w*sw.
+  const float s = igemm_prec_scaled(Tune::kPrec) ? scale[0] : 1.f;
   if constexpr (L::Sh::kOut == kIgemmOutChannelMoments) {
     K::epilogue_channel_moments(acc, smem, s, bias, channel_partials, tile, co0, n);
   } else {
@@ -681,6 +682,7 @@ struct CfgF16 : Cfg {
   using Elem = fj::f16_t;
 };
 using TuneF16x1 = fj::IgemmWgmmaTune<fj::kPrecF16x1, 1, 4, 0, 0>;
+using TuneF16x1Scaled = fj::IgemmWgmmaTune<fj::kPrecF16x1Scaled, 1, 4, 0, 1>;
 struct MeanCfg : Cfg {
   static constexpr int kMean = fj::kMeanAll;
 };
@@ -693,6 +695,13 @@ using TuneSplit = fj::IgemmWgmmaTune<fj::kPrecF16x3, 1, 4, 2, 1, fj::kIgemmOutSt
 using TuneSplitMoments =
     fj::IgemmWgmmaTune<fj::kPrecTF32x1, 1, 4, 0, 1, fj::kIgemmOutChannelMoments, 64, 2>;
 }  // namespace fj_selftest_igemm_wgmma
+extern "C" __global__ void __launch_bounds__(128, 1)
+    igemm_wgmma_f16x1scaled_selftest(const unsigned char* xa, const unsigned char* wb,
+                                     const float* bias, const float* scale, float* y,
+                                     float* partials, float* u) {
+  fj::igemm_wgmma_body<fj_selftest_igemm_wgmma::Cfg, fj_selftest_igemm_wgmma::TuneF16x1Scaled>(
+      xa, wb, bias, scale, y, partials, u);
+}
 extern "C" __global__ void __launch_bounds__(128, 1)
     igemm_wgmma_f16x3_selftest(const unsigned char* xa, const unsigned char* wb, const float* bias,
                                const float* scale, float* y, float* partials, float* u) {

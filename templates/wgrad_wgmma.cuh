@@ -11,15 +11,19 @@
 // for 16-bit types. No per-element gather, no im2col.
 //
 // Precision: T*sT = Th + Tl and S*sS = Sh + Sl (fp16 each; sT, sS powers of two from max|T|,
-// max|S|, ig::f16_scale_for), products Th*Sl + Tl*Sh + Th*Sh. The tensor cores add with
+// max|S|, ig::f16_scale_for), products Th*Sl + Tl*Sh + Th*Sh (kProducts 3, fp32-accurate); or
+// Th*Sh alone (kProducts 1: the TF32 class, each operand rounded to fp16's 11 significant bits,
+// ~5e-4 relative -- TF32's own rounding -- at the f16 rate, one product in three; the lows are
+// neither written nor loaded nor staged). The tensor cores add with
 // truncation, so each k-step's products (64 K rows) go into a short-run accumulator that is then
 // added (fp32, round to nearest) into the block's accumulator; each block's sum over its chunk of
 // K is scaled back by 1/(sT*sS) in double and written as a double partial. wgrad_reduce_kernel
 // (wgrad.cuh) sums the chunks in index order: deterministic, no atomics.
 //
 // ---- host-side contract -------------------------------------------------------------------
-// Tune: kBN (64 or 128: b columns per block), kStages (2..4), kSplits, kChunk (K rows per
-// block, a multiple of 64), kAbsmaxBlocks (264). WgWgmmaShape<Cfg,Tune> gives the sizes below.
+// Tune: kBN (64 or 128: b columns per block), kStages (2..8), kSplits, kChunk (K rows per
+// block, a multiple of 64), kAbsmaxBlocks (264), kProducts (3 or 1; optional, default 3: see
+// Precision above). WgWgmmaShape<Cfg,Tune> gives the sizes below (the same for both).
 // Workspace:
 //   absmax  2*kAbsmaxBlocks floats   per-block max|T| then max|S|
 //   tp      kTBytes   T channels-last: [n][p][a tile of 64][64 fp16 highs, 64 fp16 lows]
@@ -44,12 +48,23 @@
 
 namespace fj {
 
+// Tune::kProducts where given, else 3 (fp32-accurate).
+template <class Tune, class = void>
+struct WgProductsOf {
+  static constexpr int value = 3;
+};
+template <class Tune>
+struct WgProductsOf<Tune, decltype(void(Tune::kProducts))> {
+  static constexpr int value = Tune::kProducts;
+};
+
 template <class Cfg, class Tune>
 struct WgWgmmaShape {
   using G = WgGeom<Cfg>;
   static constexpr int kQS = G::kQD * G::kQH * G::kQW;  // S's points
+  static constexpr int kProducts = WgProductsOf<Tune>::value;
   static constexpr geom::WgradWgmma kG =
-      geom::WgradWgmmaOf(Cfg::kN, G::kA, G::kB, G::kPT, kQS, Tune::kBN, Tune::kStages);
+      geom::WgradWgmmaOf(Cfg::kN, G::kA, G::kB, G::kPT, kQS, Tune::kBN, Tune::kStages, kProducts);
   static constexpr int kAT = kG.a_tiles, kBT = kG.b_tiles, kBTiles = kG.b_ctas;
   static constexpr int kBN = Tune::kBN;
   static constexpr int kGroupsN = kBN / 64;  // 64-channel tiles per block column
@@ -57,8 +72,9 @@ struct WgWgmmaShape {
   static constexpr int kOperandBytes = geom::kWgradOperandBytes;
   static constexpr int kStageBytes = kG.stage_bytes;
   static constexpr int kSmemBytes = kG.smem;
+  static_assert(kProducts == 3 || kProducts == 1, "wgrad_wgmma: kProducts is 3 or 1");
   static_assert(kBN == 64 || kBN == 128, "wgrad_wgmma: kBN is 64 or 128");
-  static_assert(Tune::kStages >= 2 && Tune::kStages <= 4, "wgrad_wgmma: 2 to 4 stages");
+  static_assert(Tune::kStages >= 2 && Tune::kStages <= 8, "wgrad_wgmma: 2 to 8 stages");
   static_assert(Tune::kChunk % geom::kWgradKStep == 0, "wgrad_wgmma: chunks of whole k-steps");
   static_assert(Tune::kAbsmaxBlocks == geom::kWgradAbsmaxBlocks,
                 "wgrad_wgmma: the absmax pass has 264 blocks");
@@ -166,7 +182,9 @@ __device__ void wgrad_prep_kernel(const float* __restrict__ x, const float* __re
     ig::split_f16x8(v, s, hi, lo);
     unsigned char* row = out + (((long long)n * P + p0 + p) * CT + ct) * 256;
     *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(row + 128 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    if constexpr (Sh::kProducts == 3) {
+      *reinterpret_cast<uint4*>(row + 128 + j * 16) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
   }
 }
 
@@ -200,15 +218,20 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
 
   // Loads: a K row is 16 chunks of 16 bytes per 64-channel tile (8 of highs, 8 of lows); thread
   // tid copies chunk tid % 16 of rows tid / 16 + 8i (i < 8), so a warp reads two whole rows of
-  // each operand (coalesced) and writes them without bank conflicts.
-  const int c16 = tid & 15, lohi = c16 >> 3, chunk = c16 & 7;
+  // each operand (coalesced) and writes them without bank conflicts. One product: the 8 chunks
+  // of highs, chunk tid % 8 of rows tid / 8 + 16i (i < 4); the stage holds highs only.
+  constexpr bool kThree = Sh::kProducts == 3;
+  constexpr int kRowsPerPass = kThree ? 8 : 16;
+  const int c16 = kThree ? tid & 15 : tid & 7, lohi = c16 >> 3, chunk = c16 & 7;
+  const int row0 = kThree ? tid >> 4 : tid >> 3;
   auto load = [&](int slot, int ks) {
     const unsigned st = sbase + slot * Sh::kStageBytes;
     const unsigned a_dst = st + lohi * Sh::kOperandBytes;
-    const unsigned b_dst = st + 2 * Sh::kOperandBytes + lohi * NG * Sh::kOperandBytes;
+    const unsigned b_dst =
+        st + (kThree ? 2 : 1) * Sh::kOperandBytes + lohi * NG * Sh::kOperandBytes;
 #pragma unroll 2
-    for (int i = 0; i < 8; ++i) {
-      const int krow = (tid >> 4) + 8 * i;
+    for (int i = 0; i < 64 / kRowsPerPass; ++i) {
+      const int krow = row0 + kRowsPerPass * i;
       const int r = r_begin + ks * 64 + krow;
       const bool ok = r < r_end;
       const int n = ok ? r / G::kPT : 0, p = ok ? r % G::kPT : 0;
@@ -252,8 +275,9 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
     ig::cp_async_commit();
 
     const unsigned st = sbase + slot * Sh::kStageBytes;
-    const unsigned a_hi = st, a_lo = st + Sh::kOperandBytes;
-    const unsigned b_hi = st + 2 * Sh::kOperandBytes, b_lo = b_hi + NG * Sh::kOperandBytes;
+    const unsigned a_hi = st, a_lo = st + Sh::kOperandBytes;  // (a_lo, b_lo: three products)
+    const unsigned b_hi = st + (kThree ? 2 : 1) * Sh::kOperandBytes,
+                   b_lo = b_hi + NG * Sh::kOperandBytes;
     igw::fence();
 #pragma unroll
     for (int k16 = 0; k16 < 4; ++k16) {
@@ -262,9 +286,15 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
       const auto al = wgw::desc_mn_sw128(a_lo + off, Sh::kOperandBytes);
       const auto bh = wgw::desc_mn_sw128(b_hi + off, Sh::kOperandBytes);
       const auto bl = wgw::desc_mn_sw128(b_lo + off, Sh::kOperandBytes);
-      wgw::mma_ss_f16_mn<BN>(shortacc, ah, bl, k16 > 0);
-      wgw::mma_ss_f16_mn<BN>(shortacc, al, bh, 1);
-      wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, 1);
+      if constexpr (kThree) {
+        wgw::mma_ss_f16_mn<BN>(shortacc, ah, bl, k16 > 0);
+        wgw::mma_ss_f16_mn<BN>(shortacc, al, bh, 1);
+        wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, 1);
+      } else {
+        (void)al;
+        (void)bl;
+        wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, k16 > 0);
+      }
     }
     igw::commit();
     igw::wait<0>();
@@ -325,6 +355,17 @@ extern "C" __global__ void wgw_gemm128(const unsigned char* tp, const unsigned c
 extern "C" __global__ void wgw_gemm64(const unsigned char* tp, const unsigned char* sp,
                                       const float* absmax, double* part) {
   fj::wgrad_wgmma_kernel<Cfg, Tune<64>>(tp, sp, absmax, part);
+}
+struct TuneOne : Tune<128> {
+  static constexpr int kProducts = 1;
+};
+extern "C" __global__ void wgw_prep_s_one(const float* x, const float* gu, const float* absmax,
+                                          unsigned char* out) {
+  fj::wgrad_prep_kernel<Cfg, TuneOne, 1>(x, gu, absmax, out);
+}
+extern "C" __global__ void wgw_gemm_one(const unsigned char* tp, const unsigned char* sp,
+                                        const float* absmax, double* part) {
+  fj::wgrad_wgmma_kernel<Cfg, TuneOne>(tp, sp, absmax, part);
 }
 }  // namespace fj_selftest_wgrad_wgmma
 #endif  // FJ_GENERATED

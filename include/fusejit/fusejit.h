@@ -40,7 +40,10 @@ class TuningDb;  // tune/tuning_db.h
 // Numeric precision a caller may ask for by name; never chosen silently.
 enum class Precision {
   kFp32,  // default: fp32 arithmetic, accurate to ~1e-6 relative against a float64 reference
-  kTf32,  // opt-in: tensor-core TF32 where a plan can use it (~1e-3 relative)
+  kTf32,  // opt-in: the TF32 class where a plan can use it (~1e-3 relative): tensor-core
+          // products of operands rounded to 11 significant bits -- TF32, or fp16 values of
+          // power-of-two-scaled operands (the same rounding, twice the rate; igemm, wgmma
+          // weight gradients)
 };
 
 // A kind of GPU, as the tuning database keys its entries (tune/tuning_db.h).
@@ -178,11 +181,12 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
 // in full. It recomputes what it needs from x and the parameters (the forward saves nothing), so
 // it may run after any forward of the same inputs, or without one. Deterministic: every sum is
 // taken in a fixed order (no float atomics), so two runs give bitwise identical gradients.
-// Accuracy: fp32, sums in double; `options.precision` kTf32 lets its convolutions use TF32.
-// Run(Bindings) and RunFirstKernels(Bindings) are the forward's fixed fields: here they fail;
-// use the named forms. options.strategy and options.tune_config name forward plans and must be
-// empty. f32, bf16 and f16 chains (bf16/f16: the f32 backward between casts, gradients rounded
-// to the chain's dtype once; runtime/dtype_adapter.h).
+// Accuracy: fp32, sums in double; `options.precision` kTf32 lets its convolutions use the TF32
+// class. Run(Bindings) and RunFirstKernels(Bindings) are the forward's fixed fields: here they
+// fail; use the named forms. options.strategy and options.tune_config name forward plans and
+// must be empty. f32, bf16 and f16 chains (bf16/f16: the f32 backward between casts, gradients
+// rounded to the chain's dtype once; a bf16 chain's gradient convolutions in the TF32 class,
+// 8x finer than its gradients' rounding: runtime/dtype_adapter.h, BackwardGemmPrecision).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
                                                                const CompileOptions& options = {});
 

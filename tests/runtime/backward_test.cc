@@ -178,6 +178,42 @@ TEST(Backward, StatisticsPassesByOpsAfterGroupNorm) {
 // more (wgrad_mma_partial); FFMA below 8 and before sm_80. Its grid covers every tap x 64-row tile
 // x column tile x chunk, the chunks cover the reduction, and the GEMM's shared memory fits two CTAs
 // per SM.
+// The wgmma weight gradient: three fp16 products (fp32-accurate) or the highs' product alone
+// (TF32); the backward of a bf16 chain runs its gradient convolutions in the TF32 class, an f16
+// chain's and an f32 chain's at the caller's precision (runtime/dtype_adapter.h).
+TEST(Backward, GradientConvolutionsPrecisionByDTypeAndCaller) {
+  const Chain w3 = Parse(
+      "x:f32[2,64,6,6,6] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)");
+  for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::PlanBackward(w3, codegen::PlanTarget{"sm_90", 132, p});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::string products;
+    for (const codegen::TuneStruct& t : plan->tunes) {
+      for (const codegen::TuneStruct::Field& f : t.fields) {
+        if (t.name == "WgTune" && f.name == "kProducts") products = f.value;
+      }
+    }
+    EXPECT_EQ(products, p == Precision::kTf32 ? "1" : "3") << codegen::ExplainPlan(*plan);
+  }
+  CompileOptions options;
+  options.arch = "sm_90";
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    Chain chain = w3;
+    chain.dtype = dtype;
+    SCOPED_TRACE(FormatChain(chain));
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, options);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const std::string e = (*b)->Explain();
+    const bool tf32_class = dtype == DType::kBF16;
+    EXPECT_EQ(e.find("gradients' convolutions (weight and data gradient): TF32 class") !=
+                  std::string::npos,
+              tf32_class);
+    EXPECT_EQ(e.find("kProducts=1") != std::string::npos, tf32_class) << e;
+    EXPECT_EQ(e.find("kProducts=3") != std::string::npos, !tf32_class) << e;
+  }
+}
+
 TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
   struct Case {
     const char* spec;
