@@ -23,7 +23,8 @@
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kBN (64 or 128: b columns per block), kStages (2..8), kSplits, kChunk (K rows per
 // block, a multiple of 64), kAbsmaxBlocks (264), kProducts (3 or 1; optional, default 3: see
-// Precision above). WgWgmmaShape<Cfg,Tune> gives the sizes below (the same for both).
+// Precision above). WgWgmmaShape<Cfg,Tune> gives the sizes below (a stage holds highs only
+// with one product; the workspaces keep their layout, the lows unwritten).
 // Workspace:
 //   absmax  2*kAbsmaxBlocks floats   per-block max|T| then max|S|
 //   tp      kTBytes   T channels-last: [n][p][a tile of 64][64 fp16 highs, 64 fp16 lows]
