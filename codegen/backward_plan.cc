@@ -223,10 +223,15 @@ bool BackwardReadsURowsByChannel(const Chain& chain, const PlanTarget& target, b
 }
 
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, bool saved_stats,
-                                  ULayout u_layout, int saved_moment_blocks) {
+                                  ULayout u_layout, int saved_moment_blocks, DType grad_y_dtype) {
   if (chain.dtype != DType::kF32) {
     return absl::UnimplementedError(absl::StrCat("no backward plan for dtype ",
                                                  DTypeName(chain.dtype), ": only f32 has one"));
+  }
+  if (grad_y_dtype != DType::kF32 && grad_y_dtype != DType::kBF16 && grad_y_dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("PlanBackward: grad_y in ",
+                                                   DTypeName(grad_y_dtype),
+                                                   "; the backward reads it in f32, bf16 or f16"));
   }
   const ChainInfo info = AnalyzeChain(chain);
   const bool producer = info.producer != nullptr;
@@ -302,7 +307,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
   }
   if (saved_stats) sig.push_back(SavedStatsSpec(chain));
   if (from_moments) sig.push_back(SavedMomentsSpec(chain, saved_moment_blocks));
-  sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, chain.dtype,
+  sig.push_back({std::string(kGradOutputName), TensorRole::kGradOutput, grad_y_dtype,
                  OutputShape(chain), 16});
   for (const ParamSpec& ps : ChainParams(chain)) {
     if (ps.op_index == static_cast<size_t>(info.group_norm_index) ||
@@ -425,6 +430,27 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
                      stats_in(), norm ? std::optional<size_t>(gpart) : std::nullopt,
                      bias ? std::optional<size_t>(bpart) : std::nullopt, plan);
   }
+  // The weight gradient's GEMM (the fused kernel's own where fused).
+  std::optional<WeightGradient> wg;
+  if (producer && !fused) {
+    const bool conv = info.producer->kind == OpKind::kConv3d;
+    const ConvAttrs& a = info.producer->conv;
+    const int64_t rows = conv ? p[1] : chain.input[1];
+    const int64_t kv = a.kernel[0] * a.kernel[1] * a.kernel[2];
+    const int64_t reduction =
+        chain.input[0] * (conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4]);
+    const int64_t s_channels = conv ? chain.input[1] : p[1];
+    const int64_t t_points = conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4];
+    const int64_t s_points = conv ? chain.input[2] * chain.input[3] * chain.input[4] : spatial;
+    const Dims3 t_grid =
+        conv ? Dims3{p[2], p[3], p[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
+    wg = WeightGradient{rows, s_channels, kv, reduction, t_points, s_points, t_grid, a};
+  }
+  // Where its engine scales grad_u by its largest magnitude, the grad_u pass leaves that per block.
+  std::optional<GradUMaxima> gu_maxima;
+  if (wg && WeightGradientReadsGradUMaxima(*wg, chain, target)) {
+    gu_maxima = GradUMaxima{plan.AddWorkspace("max |grad_u| per (n, c, chunk)", parts * 4), parts};
+  }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
                  norm ? "grad_u = group_norm's backward of g_h, times pre'(u); conv-bias sums"
                       : "grad_u = grad_y times the ops' derivatives; conv-bias sums",
@@ -438,8 +464,9 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       stats_in(),
       norm ? ws(ArgType::kDouble2, "gpart", gpart, kRead) : null(ArgType::kDouble2, "gpart", kRead),
       out("gu", gu),
-      bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite)
-           : null(ArgType::kDouble, "bpart", kWrite)};
+      bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite) : null(ArgType::kDouble, "bpart", kWrite),
+      gu_maxima ? ws(ArgType::kFloat, "gmax", gu_maxima->offset, kWrite)
+                : null(ArgType::kFloat, "gmax", kWrite)};
   if (!fused) plan.kernels.push_back(g);
   if (norm || bias) {
     KernelLaunch r{"fj_bwd_param_grads", "fj::bwd_param_grads_kernel<Cfg, BwdTune>",
@@ -456,22 +483,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     plan.kernels.push_back(r);
   }
 
-  // Weight gradient (the fused kernel's own).
-  if (producer && !fused) {
-    const bool conv = info.producer->kind == OpKind::kConv3d;
-    const ConvAttrs& a = info.producer->conv;
-    const int64_t rows = conv ? p[1] : chain.input[1];
-    const int64_t kv = a.kernel[0] * a.kernel[1] * a.kernel[2];
-    const int64_t reduction =
-        chain.input[0] * (conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4]);
-    const int64_t s_channels = conv ? chain.input[1] : p[1];
-    const int64_t t_points = conv ? spatial : chain.input[2] * chain.input[3] * chain.input[4];
-    const int64_t s_points = conv ? chain.input[2] * chain.input[3] * chain.input[4] : spatial;
-    const Dims3 t_grid =
-        conv ? Dims3{p[2], p[3], p[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
-    WeightGradient wg{rows, s_channels, kv, reduction, t_points, s_points, t_grid, a};
-    AddWeightGradient(wg, chain, info, gu, target, plan);
-  }
+  if (wg) AddWeightGradient(*wg, chain, info, gu, target, plan, gu_maxima);
   // u laid out [N, D, H, C, W]: only the fused kernel reads that layout.
   if (u_layout == ULayout::kRowsByChannel) {
     bool reads_elsewhere = !fused;

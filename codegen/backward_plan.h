@@ -57,9 +57,12 @@ enum class ULayout { kNCDHW, kRowsByChannel };
 // pre-norm values (SavedMomentsSpec with that many blocks), and grad_y's sums come from them
 // instead of a pass over u and grad_y (backward.cuh's bwd_sums_from_moments_kernel);
 // InvalidArgument unless BackwardReadsSavedMoments(chain) and not saved_stats.
+// grad_y_dtype: the dtype grad_y is read in (f32, or bf16/f16: a bf16/f16 chain's backward runs
+// its f32 backward on its own 16-bit grad_y, widened exactly at each load, instead of an f32
+// copy); InvalidArgument for another.
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target,
                                   bool saved_stats = false, ULayout u_layout = ULayout::kNCDHW,
-                                  int saved_moment_blocks = 0);
+                                  int saved_moment_blocks = 0, DType grad_y_dtype = DType::kF32);
 
 // Whether step 2's `plan` of `chain` (which has a producer) writes grad_x itself: the fused form.
 bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);

@@ -322,7 +322,8 @@ bool UseWgmmaWeightGradient(const WeightGradient& wg, const PlanTarget& target) 
 }
 
 void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
-                            const std::string& gu, const PlanTarget& target, Plan& plan) {
+                            const std::string& gu, const PlanTarget& target, Plan& plan,
+                            std::optional<GradUMaxima> maxima) {
   // The widest tile the S channels fill; as many stages as let two CTAs share an SM (measured
   // on W3's weight gradient, H100: n = 128 with 2 stages 1.74 ms, 4 stages (one CTA per
   // SM) 2.23 ms; n = 64 with 3 stages 2.27 ms, 4 stages 3.21 ms).
@@ -351,7 +352,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
       {"WgTune",
        {TuneInt("kBN", bn), TuneInt("kStages", stages), TuneInt("kSplits", splits),
         TuneInt("kChunk", chunk), TuneInt("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks),
-        TuneInt("kProducts", three ? 3 : 1)}});
+        TuneInt("kProducts", three ? 3 : 1), TuneInt("kGuMaxima", maxima ? maxima->count : 0)}});
   const size_t absmax = plan.AddWorkspace("weight gradient: max|T|, max|S| per block",
                                           2 * fj::geom::kWgradAbsmaxBlocks * 4);
   const size_t tp = plan.AddWorkspace(absl::StrCat("weight gradient: T channels-last, ", operands),
@@ -366,13 +367,19 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   const KernelArg x = KernelArg::Tensor("x", std::string(kInputName), kRead);
   const KernelArg gu_arg = KernelArg::Tensor("gu", gu, kRead);
   const std::array<unsigned, 3> block256 = {256, 1, 1};
-  KernelLaunch am{"fj_wgrad_absmax",
-                  "fj::wgrad_absmax_kernel<Cfg, WgTune>",
-                  three ? "weight gradient: max|T| and max|S| (the F16x3 scales)"
-                        : "weight gradient: max|T| and max|S| (the fp16 scales)",
-                  {static_cast<unsigned>(fj::geom::kWgradAbsmaxBlocks), 1, 1},
-                  block256};
-  am.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kWrite)};
+  KernelLaunch am{
+      "fj_wgrad_absmax",
+      "fj::wgrad_absmax_kernel<Cfg, WgTune>",
+      absl::StrCat("weight gradient: max|T| and max|S| (the ", three ? "F16x3" : "fp16", " scales)",
+                   maxima ? absl::StrCat("; max|grad_u| from the ", maxima->count,
+                                         " per-block maxima of the kernel writing it")
+                          : ""),
+      {static_cast<unsigned>(fj::geom::kWgradAbsmaxBlocks), 1, 1},
+      block256};
+  am.args = {x, maxima ? KernelArg::Null(ArgType::kTensorDType, "gu", kRead) : gu_arg,
+             maxima ? ws(ArgType::kFloat, "gmax", maxima->offset, kRead)
+                    : KernelArg::Null(ArgType::kFloat, "gmax", kRead),
+             ws(ArgType::kFloat, "absmax", absmax, kWrite)};
   plan.kernels.push_back(am);
   for (int which = 0; which < 2; ++which) {
     const int64_t points = which == 0 ? wg.t_points : wg.s_points;
@@ -420,15 +427,23 @@ void AddWeightGradientReduce(int64_t weights, const ChainInfo& info, size_t wpar
   plan.kernels.push_back(wr);
 }
 
+bool WeightGradientReadsGradUMaxima(const WeightGradient& wg, const Chain& chain,
+                                    const PlanTarget& target) {
+  const bool conv = AnalyzeChain(chain).producer->kind == OpKind::kConv3d;
+  return !(conv && ChooseDirectWgrad(wg, chain.input[0], target)) &&
+         UseWgmmaWeightGradient(wg, target);
+}
+
 void AddWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
-                       const std::string& gu, const PlanTarget& target, Plan& plan) {
+                       const std::string& gu, const PlanTarget& target, Plan& plan,
+                       std::optional<GradUMaxima> maxima) {
   const bool conv = info.producer->kind == OpKind::kConv3d;
   const std::optional<DirectWgradTile> direct =
       conv ? ChooseDirectWgrad(wg, chain.input[0], target) : std::nullopt;
   if (direct) {
     AddDirectWeightGradient(wg, *direct, info, gu, plan);
   } else if (UseWgmmaWeightGradient(wg, target)) {
-    AddWgmmaWeightGradient(wg, chain, info, gu, target, plan);
+    AddWgmmaWeightGradient(wg, chain, info, gu, target, plan, maxima);
   } else {
     AddMmaWeightGradient(wg, info, gu, target, plan);
   }

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "codegen/chain_info.h"
@@ -41,10 +42,24 @@ struct WeightGradient {
   int64_t cols() const { return s_channels * kv; }
 };
 
+// Per-block maxima of |grad_u| that the kernel writing grad_u leaves in the workspace (float
+// [count] at `offset`): the wgmma engine's scale then needs no pass over grad_u.
+struct GradUMaxima {
+  size_t offset = 0;
+  int64_t count = 0;
+};
+
+// Whether AddWeightGradient's engine for `wg` reads GradUMaxima (the wgmma one: its fp16 operands
+// are scaled by the largest magnitude).
+bool WeightGradientReadsGradUMaxima(const WeightGradient& wg, const Chain& chain,
+                                    const PlanTarget& target);
+
 // Appends the weight gradient's kernels and workspace to `plan`: they read x and the tensor `gu`
-// (grad_u) and write the gradient of the conv weight (info.weight_param).
+// (grad_u) -- and `maxima` where given (REQUIRES: WeightGradientReadsGradUMaxima) -- and write the
+// gradient of the conv weight (info.weight_param).
 void AddWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
-                       const std::string& gu, const PlanTarget& target, Plan& plan);
+                       const std::string& gu, const PlanTarget& target, Plan& plan,
+                       std::optional<GradUMaxima> maxima = std::nullopt);
 
 // The last kernel of every weight gradient (and of few_in_backward_plan.h's): grad_w (`weights`
 // values) = the double partials at workspace offset `wpart` (part[chunk][weight], the weight's

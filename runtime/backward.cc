@@ -61,7 +61,8 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& 
 // of u keeps options.precision.
 absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
     const Chain& chain, const CompileOptions& options, bool from_saved,
-    const SavedWithU* saved_by = nullptr, std::optional<Precision> gemm_precision = std::nullopt) {
+    const SavedWithU* saved_by = nullptr, std::optional<Precision> gemm_precision = std::nullopt,
+    DType grad_y_dtype = DType::kF32) {
   if (absl::Status s = ValidateChain(chain); !s.ok()) return s;
   if (!options.strategy.empty() || !options.tune_config.empty()) {
     return absl::InvalidArgumentError(
@@ -89,10 +90,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
     }
   }
   if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
-    // from_saved: reading what the dtype chain's own forward plan saved, in f32.
+    // from_saved: reading what the dtype chain's own forward plan saved, in f32. grad_y is read
+    // in the chain's dtype as it is (no f32 copy: it is as large as y).
     absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
         Build(AsF32(chain), options, from_saved, from_saved ? &saved : nullptr,
-              BackwardGemmPrecision(chain.dtype, options.precision));
+              BackwardGemmPrecision(chain.dtype, options.precision), chain.dtype);
     if (!inner.ok()) return inner.status();
     return AdaptDType(chain, *std::move(inner), /*forward=*/false, *target, options);
   }
@@ -111,7 +113,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
   Target grad_target = *target;
   grad_target.plan_target.precision = grad_precision;
   absl::StatusOr<codegen::Plan> step2 = codegen::PlanBackward(
-      chain, grad_target.plan_target, saved_stats, u_layout, saved.moment_blocks);
+      chain, grad_target.plan_target, saved_stats, u_layout, saved.moment_blocks, grad_y_dtype);
   if (!step2.ok()) return WithContext(step2.status(), "the backward kernels");
   // Step 2 writes grad_x itself (the fused few-input-channel form): no grad_u, no step 3.
   const bool data_step = producer && !codegen::BackwardPlanWritesGradX(chain, *step2);
@@ -124,6 +126,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
 
   // The backward signature; the workspace entry is appended once its size is known.
   std::vector<TensorSpec> sig = BackwardSignature(chain, 0);
+  sig[IndexOf(sig, kGradOutputName)].dtype = grad_y_dtype;
   if (from_saved) {  // u (and stats) after grad_y
     const std::vector<TensorSpec> specs =
         codegen::SavedTensorSpecs(chain, u_layout, saved_stats, saved.moment_blocks);

@@ -24,6 +24,16 @@ absl::Status StepsBuilder::Add(std::string what, std::shared_ptr<CompiledChain> 
             absl::StrCat(step.what, ": its tensor ", t.name, " has no source in the composite"));
       }
     }
+    // Bound to a tensor (not to a workspace region, which holds any type): the dtypes agree.
+    if (src.tensor >= 0 && src.tensor < static_cast<int>(signature_->size())) {
+      const TensorSpec& to = (*signature_)[src.tensor];
+      if (to.role != TensorRole::kWorkspace && t.role != TensorRole::kWorkspace &&
+          to.dtype != t.dtype) {
+        return absl::InternalError(absl::StrCat(step.what, ": its ", DTypeName(t.dtype), " tensor ",
+                                                t.name, " is bound to ", to.name, ", a ",
+                                                DTypeName(to.dtype), " tensor"));
+      }
+    }
     step.sources.push_back(src);
   }
   steps_.push_back(std::move(step));

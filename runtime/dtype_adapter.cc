@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/cast_plan.h"
 #include "codegen/planner.h"
 #include "codegen/tune_config.h"
@@ -125,10 +126,17 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
   std::vector<size_t> copy_offsets;
   std::string layout;
   size_t offset = 0;
+  // Bound as they are, without an f32 copy: the training forward's saved f32 tensors, and tensors
+  // the inner chain reads in the chain's own dtype (a backward's grad_y).
+  const auto as_is = [&](const TensorSpec& t) {
+    return t.role == TensorRole::kSaved || t.dtype == dtype;
+  };
+  std::vector<std::string> read_as_is;
   for (const TensorSpec& t : inner_sig) {
     if (t.role == TensorRole::kWorkspace) continue;
-    if (t.role == TensorRole::kSaved) {  // the training forward's f32 tensors: as they are
+    if (as_is(t)) {
       sig.push_back(t);
+      if (t.role != TensorRole::kSaved) read_as_is.push_back(t.name);
       continue;
     }
     TensorSpec outer = t;
@@ -161,7 +169,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
       inner_map.push_back({t.name, {workspace, inner_offset}});
       continue;
     }
-    if (t.role == TensorRole::kSaved) {  // bound directly: no f32 copy
+    if (as_is(t)) {  // bound directly: no f32 copy
       inner_map.push_back({t.name, {IndexOf(sig, t.name), 0}});
       continue;
     }
@@ -219,8 +227,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
       " once; the convolution of x and the weights on TF32 "
       "tensor cores, exact for ",
       DTypeName(dtype), " operands",
-      saved ? "; f32 saved tensors bound as the training forward wrote them" : "", ")\n",
-      "workspace: ", total, " bytes\n", layout);
+      saved ? "; f32 saved tensors bound as the training forward wrote them" : "",
+      read_as_is.empty() ? ""
+                         : absl::StrCat("; ", absl::StrJoin(read_as_is, ", "), " read in ",
+                                        DTypeName(dtype), " as it is, widened at each load"),
+      ")\n", "workspace: ", total, " bytes\n", layout);
   return MakeComposite(std::move(info), std::move(builder.steps()), std::move(sig));
 }
 

@@ -19,8 +19,10 @@
 //
 // The composite's steps: casts in (one kernel per tensor), the f32 chain (forward or backward),
 // casts out. Its workspace holds an f32 copy of every tensor, then the f32 chain's workspace.
-// A backward from saved (CompileBackwardFromSaved) binds the training forward's saved tensors
-// (kSaved: u, the statistics or moments, f32 already) as they are, without a copy.
+// Bound as they are, without a copy: the training forward's saved tensors (kSaved: u, the
+// statistics or moments, f32 already) in a backward from saved (CompileBackwardFromSaved), and
+// the tensors the f32 chain itself declares in the chain's dtype -- a backward's grad_y, which
+// its kernels widen at each load (codegen::PlanBackward's grad_y_dtype).
 #ifndef FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_
 #define FUSEJIT_RUNTIME_DTYPE_ADAPTER_H_
 

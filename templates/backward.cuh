@@ -70,14 +70,17 @@ struct Bwd {
     }
   }
 
-  // grad_y at point s of slice nc, broadcast through the mean (PyTorch: grad / count).
-  __device__ static float grad_y(const float* __restrict__ gy, int nc, int s) {
+  // grad_y at point s of slice nc, broadcast through the mean (PyTorch: grad / count), as float.
+  // GyT: float, or the 16-bit dtype of a bf16/f16 chain's grad_y (read as it is: widening is
+  // exact, so the result is the float copy's).
+  template <class GyT>
+  __device__ static float grad_y(const GyT* __restrict__ gy, int nc, int s) {
     if constexpr (Cfg::kMean == kMeanSpatial) {
-      return gy[nc] / float(kS);
+      return to_f32(gy[nc]) / float(kS);
     } else if constexpr (Cfg::kMean == kMeanAll) {
-      return gy[nc / Cfg::kC] / float(Cfg::kC * kS);
+      return to_f32(gy[nc / Cfg::kC]) / float(Cfg::kC * kS);
     } else {
-      return gy[static_cast<size_t>(nc) * kS + s];
+      return to_f32(gy[static_cast<size_t>(nc) * kS + s]);
     }
   }
 
@@ -186,8 +189,8 @@ __device__ void bwd_moments_kernel(const float* __restrict__ u, double2* __restr
 }
 
 // gpart[slice chunk] = (sum g_h, sum g_h * zhat), g_h = grad_y * post'(h). Grid kN*kC*kSplit.
-template <class Cfg, class Tune>
-__device__ void bwd_sums_kernel(const float* __restrict__ u, const float* __restrict__ gy,
+template <class Cfg, class Tune, class GyT>
+__device__ void bwd_sums_kernel(const float* __restrict__ u, const GyT* __restrict__ gy,
                                 const float* __restrict__ gamma, const float* __restrict__ beta,
                                 const double2* __restrict__ zpart, const float* __restrict__ stats,
                                 double2* __restrict__ gpart) {
@@ -217,8 +220,8 @@ __device__ void bwd_sums_kernel(const float* __restrict__ u, const float* __rest
 // launches this only then): one read of u and grad_y gives zpart and, in gpart, the raw sums
 // (sum g_h, sum g_h * z) -- in place of bwd_moments + bwd_sums, which read u twice.
 // bwd_sums_fix_kernel then turns sum g_h*z into sum g_h*zhat. Grid kN*kC*kSplit.
-template <class Cfg, class Tune>
-__device__ void bwd_moments_sums_kernel(const float* __restrict__ u, const float* __restrict__ gy,
+template <class Cfg, class Tune, class GyT>
+__device__ void bwd_moments_sums_kernel(const float* __restrict__ u, const GyT* __restrict__ gy,
                                         double2* __restrict__ zpart, double2* __restrict__ gpart) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
@@ -252,9 +255,9 @@ __device__ void bwd_moments_sums_kernel(const float* __restrict__ u, const float
 // sum g_h*z = g n_c m_c. Chunk 0 of a slice holds them, its other chunks 0 (every reader sums a
 // slice's chunks). bwd_sums_fix_kernel follows as after bwd_moments_sums. One thread per (n, c):
 // grid ceil(kN*kC / Tune::kThreads), block Tune::kThreads.
-template <class Cfg, class Tune, int kBlocks>
+template <class Cfg, class Tune, int kBlocks, class GyT>
 __device__ void bwd_sums_from_moments_kernel(const Moments* __restrict__ partials,
-                                             const float* __restrict__ gy,
+                                             const GyT* __restrict__ gy,
                                              double2* __restrict__ zpart,
                                              double2* __restrict__ gpart) {
   static_assert(Cfg::kMean != kNoMean, "bwd_sums_from_moments: a chain ending in mean");
@@ -294,23 +297,26 @@ __device__ void bwd_sums_fix_kernel(const double2* __restrict__ zpart,
   }
 }
 
-// grad_u at every point; bpart[slice chunk] = sum grad_u when the conv has a bias (bpart non-null).
+// grad_u at every point; bpart[slice chunk] = sum grad_u when the conv has a bias (bpart non-null);
+// gmax[slice chunk] = max |grad_u| over the chunk when gmax is non-null (fmaxf: NaNs skipped, as
+// every absmax pass skips them), so that the weight gradient's scale needs no pass over grad_u.
 // With group_norm: dz = rstd * (gamma*g_h - mean(gamma*g_h) - zhat * mean(gamma*g_h*zhat)), the
 // group means from gpart; grad_u = dz * pre'(u). Without: grad_u = grad_y * pre'(u) (all the
 // elementwise ops are `pre` then). Grid kN*kC*kSplit.
-template <class Cfg, class Tune>
-__device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __restrict__ gy,
+template <class Cfg, class Tune, class GyT>
+__device__ void bwd_grad_u_kernel(const float* __restrict__ u, const GyT* __restrict__ gy,
                                   const float* __restrict__ gamma, const float* __restrict__ beta,
                                   const double2* __restrict__ zpart,
                                   const float* __restrict__ stats,
                                   const double2* __restrict__ gpart, float* __restrict__ gu,
-                                  double* __restrict__ bpart) {
+                                  double* __restrict__ bpart, float* __restrict__ gmax) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
   const int nc = B::slice(), n = nc / Cfg::kC, c = nc % Cfg::kC;
   const float* src = u + static_cast<size_t>(nc) * B::kS;
   float* dst = gu + static_cast<size_t>(nc) * B::kS;
   double sb = 0;
+  float mx = 0.f;
   if constexpr (Cfg::kGroups > 0) {
     const typename B::GroupTerms t =
         B::group_terms(zpart, stats, gpart, gamma, n, c / B::kCg, scratch);
@@ -320,6 +326,7 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __re
                         const float g_u = B::grad_u_norm(v.x, v.y, t, ga, be);
                         dst[i] = g_u;
                         sb += g_u;
+                        mx = fmaxf(mx, fabsf(g_u));
                       });
   } else {
     B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
@@ -327,11 +334,16 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const float* __re
                         const float g_u = B::grad_u_plain(v.x, v.y);
                         dst[i] = g_u;
                         sb += g_u;
+                        mx = fmaxf(mx, fabsf(g_u));
                       });
   }
   if (bpart != nullptr) {
     sb = block_reduce_sum(sb, scratch);
     if (threadIdx.x == 0) bpart[blockIdx.x] = sb;
+  }
+  if (gmax != nullptr) {  // block-uniform
+    const double m = block_reduce_max(static_cast<double>(mx), scratch);
+    if (threadIdx.x == 0) gmax[blockIdx.x] = static_cast<float>(m);
   }
 }
 
@@ -405,8 +417,18 @@ extern "C" __global__ void bwd_sums_fix(const double2* z, double2* p) {
 }
 extern "C" __global__ void bwd_grad_u(const float* u, const float* gy, const float* g,
                                       const float* b, const double2* z, const float* st,
-                                      const double2* p, float* gu, double* bp) {
-  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p, gu, bp);
+                                      const double2* p, float* gu, double* bp, float* gm) {
+  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p, gu, bp, gm);
+}
+// grad_y in a 16-bit dtype (a bf16/f16 chain's backward reads it as it is).
+extern "C" __global__ void bwd_grad_u_bf16(const float* u, const fj::bf16_t* gy, const float* g,
+                                           const float* b, const double2* z, const float* st,
+                                           const double2* p, float* gu, double* bp, float* gm) {
+  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p, gu, bp, gm);
+}
+extern "C" __global__ void bwd_sums_from_moments_f16(const fj::Moments* m, const fj::f16_t* gy,
+                                                     double2* z, double2* p) {
+  fj::bwd_sums_from_moments_kernel<MeanConfig, BwdSelfTune, 2>(m, gy, z, p);
 }
 extern "C" __global__ void bwd_param_grads(const double2* p, const double* bp, float* gg,
                                            float* gb, float* gbias) {

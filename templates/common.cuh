@@ -198,6 +198,24 @@ __device__ __forceinline__ T block_reduce_sum(T v, T* scratch) {
   return v;
 }
 
+// Max of one value per thread (no NaN among them) to every thread of the block; max is exact and
+// order-free. Same REQUIRES as above.
+template <typename T>
+__device__ __forceinline__ T block_reduce_max(T v, T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) {
+    const T o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = o > v ? o : v;
+  }
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = scratch[0];
+  for (int i = 1; i < warps; ++i) v = scratch[i] > v ? scratch[i] : v;
+  __syncthreads();
+  return v;
+}
+
 // Tune::kURowsByChannel where the tune struct has one, else false: whether a saved u is laid out
 // [N, D, H, C, W] (the rows of every channel at one (d, h) side by side) instead of [N, C, D, H,
 // W]. codegen::SaveProducerOutput adds the constant to the plans that store u so, and the backward

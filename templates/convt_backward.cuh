@@ -32,9 +32,9 @@
 
 namespace fj {
 
-template <class Cfg, class Tune, class BwdTune>
+template <class Cfg, class Tune, class BwdTune, class GyT>
 __device__ void convt_bwd_sums_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                      const float* __restrict__ bias, const float* __restrict__ gy,
+                                      const float* __restrict__ bias, const GyT* __restrict__ gy,
                                       const float* __restrict__ gamma,
                                       const float* __restrict__ beta,
                                       const double2* __restrict__ zpart,

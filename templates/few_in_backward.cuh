@@ -68,9 +68,9 @@ struct FewInBwdGeom {
 // Grid: kN * tiles blocks of Tune::kThreads, dynamic shared memory geom::FewInBwd::smem. x and w
 // (conv weight [Cin, C, k]) read; u, gy, gamma, beta, zpart/stats and gpart as bwd_grad_u's, u
 // laid out [N, D, H, C, W] where Tune has kURowsByChannel = true (URowsByChannel).
-template <class Cfg, class BwdTune, class Tune>
+template <class Cfg, class BwdTune, class Tune, class GyT>
 __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __restrict__ u,
-                                  const float* __restrict__ gy, const float* __restrict__ w,
+                                  const GyT* __restrict__ gy, const float* __restrict__ w,
                                   const float* __restrict__ gamma, const float* __restrict__ beta,
                                   const double2* __restrict__ zpart,
                                   const float* __restrict__ stats,
@@ -179,7 +179,7 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
                                    : u + static_cast<size_t>(nc) * B::kS;
     // grad_y of the slice, or its one value broadcast through the mean.
     constexpr bool kNoMeanGy = Cfg::kMean == kNoMean;
-    const float* const gyc = kNoMeanGy ? gy + static_cast<size_t>(nc) * B::kS : gy;
+    const GyT* const gyc = kNoMeanGy ? gy + static_cast<size_t>(nc) * B::kS : gy;
     const float gy_mean = kNoMeanGy ? 0.f : B::grad_y(gy, nc, 0);
     float bsum = 0.f;
     // One region point: its (u, grad_y) (zeros outside the output) and flags; then its grad_u
@@ -197,7 +197,7 @@ __device__ void bwd_few_in_kernel(const float* __restrict__ x, const float* __re
       // The region starts at the tile's first owned point on every axis.
       q.own = od < ownd && oh < ownh && ow < ownw;
       const int row = od * Cfg::kH + oh, at = row * Cfg::kW + ow;
-      q.v = q.valid ? make_float2(uc[row * kURow + ow], kNoMeanGy ? gyc[at] : gy_mean)
+      q.v = q.valid ? make_float2(uc[row * kURow + ow], kNoMeanGy ? to_f32(gyc[at]) : gy_mean)
                     : make_float2(0.f, 0.f);
       return q;
     };

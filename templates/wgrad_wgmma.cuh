@@ -23,8 +23,9 @@
 // ---- host-side contract -------------------------------------------------------------------
 // Tune: kBN (64 or 128: b columns per block), kStages (2..8), kSplits, kChunk (K rows per
 // block, a multiple of 64), kAbsmaxBlocks (264), kProducts (3 or 1; optional, default 3: see
-// Precision above). WgWgmmaShape<Cfg,Tune> gives the sizes below (a stage holds highs only
-// with one product; the workspaces keep their layout, the lows unwritten).
+// Precision above), kGuMaxima (optional, default 0: see kernel 1). WgWgmmaShape<Cfg,Tune> gives
+// the sizes below (a stage holds highs only with one product; the workspaces keep their layout,
+// the lows unwritten).
 // Workspace:
 //   absmax  2*kAbsmaxBlocks floats   per-block max|T| then max|S|
 //   tp      kTBytes   T channels-last: [n][p][a tile of 64][64 fp16 highs, 64 fp16 lows]
@@ -32,7 +33,9 @@
 //                     (channels past kA / kB are zeros)
 //   part    kSplits * kA * kNcol doubles, as wgrad.cuh's (column b*kKV + tap)
 // Kernels, in order on one stream:
-//   1. wgrad_absmax_kernel<Cfg,Tune>(x, gu, absmax): grid kAbsmaxBlocks, block 256.
+//   1. wgrad_absmax_kernel<Cfg,Tune>(x, gu, gmax, absmax): grid kAbsmaxBlocks, block 256. gmax:
+//      null (grad_u scanned), or Tune::kGuMaxima per-block maxima of |grad_u| written by the
+//      kernel that wrote grad_u (backward.cuh's bwd_grad_u_kernel; grad_u then not read here).
 //   2. wgrad_prep_kernel<Cfg,Tune,0>(x, gu, absmax, tp): grid (ceil(PT/64), kAT, kN), block 256;
 //      wgrad_prep_kernel<Cfg,Tune,1>(x, gu, absmax, sp): grid (ceil(QS/64), kBT, kN), block 256.
 //   3. wgrad_wgmma_kernel<Cfg,Tune>(tp, sp, absmax, part): grid (kKV * kBTiles, kAT, kSplits),
@@ -48,6 +51,17 @@
 #include "wgrad.cuh"
 
 namespace fj {
+
+// Tune::kGuMaxima where given, else 0: how many per-block maxima of |grad_u| the absmax pass
+// reduces instead of reading grad_u (wgrad_absmax_kernel's gmax).
+template <class Tune, class = void>
+struct GuMaximaOf {
+  static constexpr long long value = 0;
+};
+template <class Tune>
+struct GuMaximaOf<Tune, decltype(void(Tune::kGuMaxima))> {
+  static constexpr long long value = Tune::kGuMaxima;
+};
 
 // Tune::kProducts where given, else 3 (fp32-accurate).
 template <class Tune, class = void>
@@ -126,21 +140,42 @@ __device__ __forceinline__ void mma_ss_f16_mn(float (&d)[1][N / 8][4], unsigned 
 }  // namespace wgw
 
 // ---- 1. max|T|, max|S| per block ----------------------------------------------------------------
+// max |v| over v[0..n) by this thread's share of a grid-stride loop (float4 loads where n allows:
+// the tensors are 16-byte aligned).
+__device__ __forceinline__ float wgrad_absmax_scan(const float* __restrict__ v, long long n,
+                                                   long long tid, long long stride) {
+  float m = 0.f;
+  if (n % 4 == 0) {
+    const float4* v4 = reinterpret_cast<const float4*>(v);
+    for (long long i = tid; i < n / 4; i += stride) {
+      const float4 q = v4[i];
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))));
+    }
+  } else {
+    for (long long i = tid; i < n; i += stride) m = fmaxf(m, fabsf(v[i]));
+  }
+  return m;
+}
+// gmax: null, or Tune::kGuMaxima (> 0) per-block maxima of |grad_u| that bwd_grad_u_kernel wrote
+// (backward.cuh), reduced here in place of a pass over grad_u (the same max: max is exact).
 template <class Cfg, class Tune>
 __device__ void wgrad_absmax_kernel(const float* __restrict__ x, const float* __restrict__ gu,
-                                    float* __restrict__ absmax) {
+                                    const float* __restrict__ gmax, float* __restrict__ absmax) {
   using G = WgGeom<Cfg>;
   using Sh = WgWgmmaShape<Cfg, Tune>;
   __shared__ float red[32];
-  const float* T = G::kConv ? gu : x;
-  const float* S = G::kConv ? x : gu;
   const long long nt = (long long)Cfg::kN * G::kA * G::kPT;
   const long long ns = (long long)Cfg::kN * G::kB * Sh::kQS;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  float mt = 0.f, ms = 0.f;
-  for (long long i = tid; i < nt; i += stride) mt = fmaxf(mt, fabsf(T[i]));
-  for (long long i = tid; i < ns; i += stride) ms = fmaxf(ms, fabsf(S[i]));
+  const float mx = wgrad_absmax_scan(x, G::kConv ? ns : nt, tid, stride);
+  float mg = 0.f;
+  if (gmax != nullptr) {
+    for (long long i = tid; i < GuMaximaOf<Tune>::value; i += stride) mg = fmaxf(mg, gmax[i]);
+  } else {
+    mg = wgrad_absmax_scan(gu, G::kConv ? nt : ns, tid, stride);
+  }
+  float mt = G::kConv ? mg : mx, ms = G::kConv ? mx : mg;
   mt = ig::block_max(mt, red);
   ms = ig::block_max(ms, red);
   if (threadIdx.x == 0) {
@@ -339,7 +374,13 @@ struct Tune {
   static constexpr int kBN = kBNV, kStages = 3, kSplits = 4, kChunk = 1024, kAbsmaxBlocks = 264;
 };
 extern "C" __global__ void wgw_absmax(const float* x, const float* gu, float* absmax) {
-  fj::wgrad_absmax_kernel<Cfg, Tune<128>>(x, gu, absmax);
+  fj::wgrad_absmax_kernel<Cfg, Tune<128>>(x, gu, nullptr, absmax);
+}
+struct TuneGuMaxima : Tune<128> {
+  static constexpr int kGuMaxima = 1000;
+};
+extern "C" __global__ void wgw_absmax_gu_maxima(const float* x, const float* gmax, float* absmax) {
+  fj::wgrad_absmax_kernel<Cfg, TuneGuMaxima>(x, nullptr, gmax, absmax);
 }
 extern "C" __global__ void wgw_prep_t(const float* x, const float* gu, const float* absmax,
                                       unsigned char* out) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
+#include "codegen/emit.h"
 #include "codegen/plan.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -31,6 +32,87 @@ std::vector<std::string> Names(const std::vector<TensorSpec>& sig) {
   std::vector<std::string> names;
   for (const TensorSpec& t : sig) names.push_back(t.name);
   return names;
+}
+
+// A bf16/f16 chain's backward reads its 16-bit grad_y as it is (PlanBackward's grad_y_dtype):
+// every kernel taking grad_y takes it in that dtype -- the generic passes, the statistics pass
+// recomputing u (convt_backward.cuh), the fused few-input-channel kernel and the sums from saved
+// moments -- and the rest of the plan is the f32 one's.
+TEST(Backward, GradYIsReadInItsOwnDtype) {
+  struct Case {
+    std::string spec;
+    bool saved_stats;
+    int moment_blocks;
+  };
+  const std::vector<Case> cases = {
+      {"x:f32[2,5,6,7,8] | conv3d(out=8,k=3,padding=1) | swish | group_norm(groups=2) | tanh",
+       false, 0},
+      {"x:f32[2,3,8,9,10] | conv_transpose3d(out=8,k=3,stride=2,padding=1) | swish | "
+       "group_norm(groups=4) | hardswish",
+       false, 0},
+      {"x:f32[2,3,8,9,10] | conv_transpose3d(out=8,k=3,stride=2,padding=1) | swish | "
+       "group_norm(groups=4) | hardswish",
+       true, 0},
+      {"x:f32[4,3,8,10,12] | conv3d(out=16,k=3) | hardswish | group_norm(groups=4) | "
+       "mean(dims=[2,3,4])",
+       false, 3},
+      {"x:f32[2,6,5,6,7] | group_norm(groups=3) | gelu", false, 0},
+      {"x:f32[2,6,5,6,7] | conv3d(out=10,k=3,padding=1) | sigmoid", false, 0},
+  };
+  const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  for (const Case& c : cases) {
+    const Chain chain = Parse(c.spec);
+    absl::StatusOr<codegen::Plan> f32 = codegen::PlanBackward(
+        chain, target, c.saved_stats, codegen::ULayout::kNCDHW, c.moment_blocks);
+    ASSERT_TRUE(f32.ok()) << c.spec << ": " << f32.status();
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(absl::StrCat(c.spec, " grad_y ", DTypeName(dtype)));
+      absl::StatusOr<codegen::Plan> plan = codegen::PlanBackward(
+          chain, target, c.saved_stats, codegen::ULayout::kNCDHW, c.moment_blocks, dtype);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->signature.size(), f32->signature.size());
+      for (size_t i = 0; i < plan->signature.size(); ++i) {
+        const TensorSpec& t = plan->signature[i];
+        EXPECT_EQ(t.dtype, t.name == kGradOutputName ? dtype : f32->signature[i].dtype) << t.name;
+      }
+      // Every kernel's gy argument is a pointer to the dtype; nothing else changed.
+      const std::string source = codegen::EmitSource(chain, *plan).main;
+      const std::string type = dtype == DType::kBF16 ? "fj::bf16_t" : "fj::f16_t";
+      int readers = 0;
+      for (const codegen::KernelLaunch& k : plan->kernels) {
+        for (const codegen::KernelArg& a : k.args) {
+          if (a.param != kGradOutputName) continue;
+          ++readers;
+          EXPECT_NE(source.find(absl::StrCat(k.symbol, "(")), std::string::npos);
+        }
+      }
+      EXPECT_GE(readers, 1);
+      size_t at = 0;
+      int typed = 0;
+      while ((at = source.find(absl::StrCat("const ", type, "* gy"), at)) != std::string::npos) {
+        ++typed;
+        ++at;
+      }
+      EXPECT_EQ(typed, readers) << source;
+      EXPECT_EQ(source.find("const float* gy"), std::string::npos);
+      EXPECT_EQ(plan->kernels.size(), f32->kernels.size());
+      EXPECT_EQ(plan->workspace_bytes, f32->workspace_bytes);
+    }
+  }
+  // Compiles (NVRTC) for both architectures, through the bf16 chain's CompileBackward.
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    for (const Case& c : cases) {
+      Chain chain = Parse(c.spec);
+      chain.dtype = DType::kBF16;
+      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, Arch(arch));
+      ASSERT_TRUE(b.ok()) << c.spec << " " << arch << ": " << b.status();
+    }
+  }
+  absl::StatusOr<codegen::Plan> f64 = codegen::PlanBackward(
+      Parse(cases[0].spec), target, false, codegen::ULayout::kNCDHW, 0, DType::kF64);
+  ASSERT_FALSE(f64.ok());
+  EXPECT_EQ(f64.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f64.status().message().find("f32, bf16 or f16"), std::string::npos) << f64.status();
 }
 
 TEST(Backward, SignatureNamesEveryGradient) {
@@ -259,6 +341,21 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
     ASSERT_NE(gemm, nullptr) << codegen::ExplainPlan(*plan);
     const bool wgmma = std::string(c.body).find("wgmma") != std::string::npos;
     EXPECT_EQ(plan->arch_override, wgmma ? "sm_90a" : "");
+    // The wgmma engine's scale of grad_u comes from the grad_u pass's per-block maxima (gmax,
+    // written by fj_bwd_grad_u, read by fj_wgrad_absmax in place of grad_u); no other engine's.
+    size_t gmax_written = 0, gmax_read = 0;
+    bool absmax_reads_gu = false;
+    for (const codegen::KernelLaunch& k : plan->kernels) {
+      for (const codegen::KernelArg& arg : k.args) {
+        if (arg.name == "gmax" && arg.kind == codegen::KernelArg::Kind::kWorkspace) {
+          (k.symbol == "fj_bwd_grad_u" ? gmax_written : gmax_read) = arg.offset + 1;
+        }
+        absmax_reads_gu |= k.symbol == "fj_wgrad_absmax" && arg.name == "gu" && !arg.param.empty();
+      }
+    }
+    EXPECT_EQ(gmax_written != 0, wgmma);
+    EXPECT_EQ(gmax_read, gmax_written);
+    EXPECT_FALSE(absmax_reads_gu);
     int64_t chunk = 0, splits = 0, bn = 0, bm = 0;
     for (const codegen::TuneStruct& t : plan->tunes) {
       if (t.name != "WgTune") continue;

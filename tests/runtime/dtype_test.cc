@@ -146,6 +146,12 @@ TEST(DTypeChains, SeedsCompileForwardAndBackward) {
         ASSERT_TRUE(b.ok()) << b.status();
         ExpectDTypeSignature(**b, dtype);
         EXPECT_EQ((*b)->strategy(), "backward");
+        // grad_y (as large as y) is read in the dtype as it is: no cast, no f32 copy.
+        const std::string bexplain = (*b)->Explain();
+        EXPECT_NE(bexplain.find(absl::StrCat("grad_y read in ", DTypeName(dtype), " as it is")),
+                  std::string::npos)
+            << bexplain;
+        EXPECT_EQ(bexplain.find("grad_y.f32"), std::string::npos) << bexplain;
       }
     }
   }
