@@ -87,7 +87,10 @@ struct IgemmPrecision {
 // 100x coarser, so its sum is not flushed (one accumulator: up to 4 warpgroups, no flush waits;
 // W3 bf16 GEMM 0.78 -> 0.67 ms, H100 2026-11-26) -- except where the chain ends in a mean: that
 // mean of a group_norm output is a near-cancelling sum whose error is relative to the channel
-// terms, not to the (small) output, so it keeps the fp32-accurate sum unless TF32 was asked for.
+// terms, not to the (small) output, so it keeps the fp32-accurate sum unless TF32 was asked for;
+// and where u is kept for the backward (PlanTarget::keeps_u): W3's f16 training forward saved u
+// at 2.0e-6 relative unflushed against the f32 chain's 2.9e-7, and relu's kink at u made its
+// gradients 3.5x the f16 rounding, past PyTorch's own (H100, 2026-11-28).
 // An f32 chain's TF32 mode is the TF32 class on fp16 tensor cores (kPrecF16x1Scaled: each
 // operand rounded to 11 significant bits, as TF32 rounds it, at twice TF32's rate), in blocks
 // of 64 input channels; TF32 itself (blocks of 32) where those would pad the channels by more
@@ -95,8 +98,9 @@ struct IgemmPrecision {
 IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
   const bool tf32 = target.precision == Precision::kTf32;
   const bool mean = !chain.ops.empty() && chain.ops.back().kind == OpKind::kMean;
-  if (chain.dtype == DType::kBF16) return {kPrecBF16x1, tf32 || !mean ? 0 : 2};
-  if (chain.dtype == DType::kF16) return {kPrecF16x1, tf32 || !mean ? 0 : 2};
+  const int flush16 = tf32 || !(mean || target.keeps_u) ? 0 : 2;
+  if (chain.dtype == DType::kBF16) return {kPrecBF16x1, flush16};
+  if (chain.dtype == DType::kF16) return {kPrecF16x1, flush16};
   if (tf32) {
     const int64_t cin = chain.input.size() > 1 ? chain.input[1] : 0;
     const int64_t pad64 = CeilDiv(cin, 64) * 64;
@@ -480,7 +484,10 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                   "accumulator flushed every 2 k-steps"
       : x1      ? absl::StrCat("one ", dtype_name, " product per term (x and w are ", dtype_name,
                                " values: exact), ",
-                          pr.flush > 0 ? "short-run accumulator flushed every 2 k-steps; "
+                          pr.flush > 0 ? (in.target.keeps_u && !mean_chain
+                                                   ? "short-run accumulator flushed every 2 k-steps "
+                                                     "(u is kept for the backward); "
+                                                   : "short-run accumulator flushed every 2 k-steps; ")
                                : mean_chain ? "no flush (TF32 asked for); "
                                             : "fp32 accumulation (not flushed: the output's "
                                               "rounding is 100x coarser); ",

@@ -32,6 +32,11 @@ struct PlanTarget {
   std::string arch;  // "sm_90"
   int sm_count = 132;  // used for grid sizing; the H100's count when the device is unknown
   Precision precision = Precision::kFp32;
+  // The plan also writes u, the convolution's output, for a backward (a training forward): u is
+  // then summed as accurately as an f32 chain's (in `precision`) even where the chain's own
+  // output is rounded to 8 or 11 bits, since the backward's derivatives of kinked ops (relu,
+  // hardswish, clamp) at u turn small errors in u into large ones in the gradients.
+  bool keeps_u = false;
 };
 
 // What every Strategy method is asked about: a valid chain, the target, and the chain's analysis

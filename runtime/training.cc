@@ -123,6 +123,14 @@ codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codeg
 
 }  // namespace
 
+namespace {
+// The target of a plan that also writes u for the backward (codegen::PlanTarget::keeps_u).
+Target KeepingU(Target target) {
+  target.plan_target.keeps_u = true;
+  return target;
+}
+}  // namespace
+
 SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
                                      const CompileOptions& options) {
   const SaveDecision d = DecideSave(chain, target.plan_target);
@@ -130,7 +138,7 @@ SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
   tune::TuningDb& tuning_db =
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
   absl::StatusOr<std::optional<PlannedChain>> planned =
-      PlanInItsDType(chain, target, options, tuning_db);
+      PlanInItsDType(chain, KeepingU(target), options, tuning_db);
   if (!planned.ok() || !planned->has_value() || !codegen::CanSaveProducerOutput((*planned)->plan)) {
     return {};
   }
@@ -149,7 +157,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
   tune::TuningDb& tuning_db =
       options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
   absl::StatusOr<std::optional<PlannedChain>> in_dtype =
-      PlanInItsDType(chain, target, options, tuning_db);
+      PlanInItsDType(chain, KeepingU(target), options, tuning_db);
   if (!in_dtype.ok()) return in_dtype.status();
   if (!in_dtype->has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
