@@ -199,7 +199,7 @@ int fj_abi_version(void) { return FUSEJIT_C_ABI_VERSION; }
 
 int fj_abi_minor(void) { return FUSEJIT_C_ABI_MINOR; }
 
-const char* fj_version(void) { return fusejit::GeneratorVersion(); }
+const char* fj_version(void) { return fusejit::GeneratorBuild(); }
 
 const char* fj_last_error(void) { return last_error.c_str(); }
 

@@ -18,6 +18,10 @@ std::span<const TemplateFile> All();
 // The template named `name`, or nullptr.
 const TemplateFile* Find(std::string_view name);
 
+// 12 hex digits of SHA-256 over every template and the planner's sources (codegen/), computed
+// at build time: builds whose kernels or plans may differ have different digests.
+std::string_view GeneratorDigest();
+
 }  // namespace fusejit::templates
 
 #endif  // FUSEJIT_TEMPLATES_EMBEDDED_H_

@@ -79,7 +79,7 @@ int Main(const std::vector<std::string>& args) {
     return kExitOk;
   }
   if (name == "--version") {
-    std::cout << GeneratorVersion() << "\n";
+    std::cout << GeneratorBuild() << "\n";
     return kExitOk;
   }
   for (const Command& c : Commands()) {

@@ -630,7 +630,7 @@ std::string_view OutcomeName(CandidateResult::Outcome outcome) {
 TuningRecord TuneResult::ToRecord() const {
   TuningRecord r;
   r.key = {spec, arch, precision, device};
-  r.fusejit_version = GeneratorVersion();
+  r.fusejit_version = GeneratorBuild();
   r.config = best_config;
   r.default_config = default_config;
   r.default_ms = default_ms;

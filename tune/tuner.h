@@ -101,7 +101,7 @@ struct TuneResult {
   std::vector<CandidateResult> candidates;  // in measurement order
 
   double speedup() const { return best_ms > 0 ? default_ms / best_ms : 0; }
-  // The database record of this result (fusejit_version = GeneratorVersion(), tuned_at = now).
+  // The database record of this result (fusejit_version = GeneratorBuild(), tuned_at = now).
   TuningRecord ToRecord() const;
 };
 

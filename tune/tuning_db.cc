@@ -253,9 +253,9 @@ std::optional<codegen::TuneConfig> TuningDb::Find(const Chain& chain,
       found.device.name != key.device.name || found.device.sm_count != key.device.sm_count) {
     return fallback("it belongs to another chain or device");
   }
-  if (record->fusejit_version != GeneratorVersion()) {
-    return fallback(fmt::format("stale: written by {}, this is {}", record->fusejit_version,
-                                GeneratorVersion()));
+  if (record->fusejit_version != GeneratorBuild()) {
+    return fallback(
+        fmt::format("stale: written by {}, this is {}", record->fusejit_version, GeneratorBuild()));
   }
   if (found.device.driver_version != device.driver_version) {
     return fallback(fmt::format("stale: measured with driver {}, this is driver {}",

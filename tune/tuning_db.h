@@ -59,7 +59,7 @@ struct TuningKey {
 // One tuning result.
 struct TuningRecord {
   TuningKey key;
-  std::string fusejit_version;  // GeneratorVersion() of the process that measured it
+  std::string fusejit_version;  // GeneratorBuild() of the process that measured it
   std::string config;           // the chosen configuration, TuneConfig text
   std::string default_config;   // the heuristic's, for reference
   double default_ms = 0;        // median times measured (L2 flushed)

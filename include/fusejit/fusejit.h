@@ -240,8 +240,14 @@ class Workspace {
   size_t bytes_ = 0;
 };
 
-// Version string of the generator; part of every cache key.
+// Version string of the generator; part of every kernel-cache key.
 const char* GeneratorVersion();
+
+// GeneratorVersion() and a digest of this build's templates and planner sources, e.g.
+// "fusejit-0.1.0+g0123456789ab". Tuning records and the drop-in's timing decisions carry it: a
+// configuration or decision measured by another build of the generator is stale (its kernels or
+// plans may differ) and is not used.
+const char* GeneratorBuild();
 
 }  // namespace fusejit
 

@@ -109,7 +109,7 @@ typedef struct fj_tensor_info {
 
 int fj_abi_version(void);          /* FUSEJIT_C_ABI_VERSION of the library */
 int fj_abi_minor(void);            /* FUSEJIT_C_ABI_MINOR of the library (minor 1) */
-const char* fj_version(void);      /* the generator version, part of every cache key */
+const char* fj_version(void);      /* GeneratorBuild(): the generator version and build digest */
 const char* fj_last_error(void);   /* this thread's last error message; "" after success */
 
 /* Parses `spec`, checks it, and returns its canonical text in *canonical (valid until the next

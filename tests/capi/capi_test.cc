@@ -38,7 +38,13 @@ fj_chain* CompileOrDie(const char* spec) {
 TEST(CApi, VersionAndCanonicalSpec) {
   EXPECT_EQ(fj_abi_version(), FUSEJIT_C_ABI_VERSION);
   EXPECT_EQ(fj_abi_minor(), FUSEJIT_C_ABI_MINOR);
-  EXPECT_NE(std::string(fj_version()), "");
+  // GeneratorBuild(): "fusejit-<version>+g" and 12 hex digits of the build's generator digest.
+  const std::string version = fj_version();
+  EXPECT_EQ(version.rfind("fusejit-", 0), 0u) << version;
+  ASSERT_GT(version.size(), 14u) << version;
+  EXPECT_EQ(version.substr(version.size() - 14, 2), "+g") << version;
+  EXPECT_EQ(version.find_first_not_of("0123456789abcdef", version.size() - 12), std::string::npos)
+      << version;
   const char* canonical = nullptr;
   ASSERT_EQ(fj_canonical_spec("x : f32[1,3,4,4,4]|silu", &canonical), FJ_OK);
   EXPECT_STREQ(canonical, "x:f32[1,3,4,4,4] | swish");

@@ -101,7 +101,7 @@ TEST(RuntimeStages, PlanChainUsesTheTuningDatabaseItIsGiven) {
   ASSERT_FALSE(other.strategy.empty());
   tune::TuningRecord r;
   r.key = {FormatChain(chain), "sm_90", Precision::kFp32, options.tuning_device};
-  r.fusejit_version = GeneratorVersion();
+  r.fusejit_version = GeneratorBuild();
   r.config = other.ToString();
   r.default_config = def.ToString();
   r.tuned_at = "2026-11-23T10:00:00Z";

@@ -321,7 +321,7 @@ TEST_F(PrewarmCliTest, DevicePlansAndTunesAsARunOnThatGpu) {
   tune::TuningDb db(db_options);
   tune::TuningRecord record;
   record.key = {FormatChain(chain), "sm_90", Precision::kFp32, device};
-  record.fusejit_version = GeneratorVersion();
+  record.fusejit_version = GeneratorBuild();
   record.config = tuned.ToString();
   record.default_config = standard.ToString();
   record.tuned_at = "2026-11-22T10:00:00Z";

@@ -47,7 +47,7 @@ class TunedCompileTest : public ::testing::Test {
   }
   void TearDown() override { TuningDb::SetDefaultForTesting(previous_); }
 
-  void StoreTuned(const std::string& version = GeneratorVersion()) {
+  void StoreTuned(const std::string& version = GeneratorBuild()) {
     TuningRecord r;
     r.key = {FormatChain(chain_), "sm_90", Precision::kFp32, device_};
     r.fusejit_version = version;

@@ -47,7 +47,7 @@ codegen::TuneConfig Tuned() {
 TuningRecord Record() {
   TuningRecord r;
   r.key = {FormatChain(TestChain()), "sm_90", Precision::kFp32, Device()};
-  r.fusejit_version = GeneratorVersion();
+  r.fusejit_version = GeneratorBuild();
   r.config = Tuned().ToString();
   r.default_config = codegen::DefaultTuneConfig(TestChain(), Target())->ToString();
   r.default_ms = 1.5;
@@ -195,11 +195,18 @@ TEST_F(TuningDbTest, StaleAndInvalidEntriesFallBackWithOneWarning) {
   const std::vector<Case> cases = {
       {"fusejit version", [](TuningRecord& r) { r.fusejit_version = "fusejit-0.0.1"; },
        "stale: written by fusejit-0.0.1"},
+      // The same version, another build of the generator (its templates or planner differ).
+      {"generator build",
+       [](TuningRecord& r) {
+         r.fusejit_version = std::string(GeneratorVersion()) + "+g000000000000";
+       },
+       "stale: written by fusejit-0.1.0+g000000000000"},
       {"driver", [](TuningRecord& r) { r.key.device.driver_version = 12040; },
        "stale: measured with driver 12040"},
       {"unknown strategy", [](TuningRecord& r) { r.config = "no-such-strategy:threads=128"; },
        "does not exist"},
-      {"strategy that does not apply", [](TuningRecord& r) { r.config = "elementwise:block=256,grid_per_sm=16"; },
+      {"strategy that does not apply",
+       [](TuningRecord& r) { r.config = "elementwise:block=256,grid_per_sm=16"; },
        "does not apply"},
       {"invalid values",
        [](TuningRecord& r) {
