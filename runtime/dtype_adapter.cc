@@ -223,10 +223,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> AdaptDType(const Chain& chain,
       "\n", "dtype ", DTypeName(dtype), ": the f32 ", forward ? "plan" : "backward",
       " between casts (inputs widened to f32 exactly; arithmetic and statistics in f32; outputs "
       "rounded to ",
-      DTypeName(dtype),
-      " once; the convolution of x and the weights on TF32 "
-      "tensor cores, exact for ",
-      DTypeName(dtype), " operands",
+      DTypeName(dtype), " once; ",
+      forward
+          ? absl::StrCat("the convolution of x and the weights on TF32 tensor cores, exact for ",
+                         DTypeName(dtype), " operands")
+          : "the precision of each convolution below",
       saved ? "; f32 saved tensors bound as the training forward wrote them" : "",
       read_as_is.empty() ? ""
                          : absl::StrCat("; ", absl::StrJoin(read_as_is, ", "), " read in ",

@@ -59,7 +59,9 @@ std::string TopLevelHelp() {
       "commands:\n";
   for (const Command& c : Commands()) s += fmt::format("  {:<8} {}\n", c.name, c.summary);
   s += "\n"
-       "Run 'fusejit <command> --help' for a command's flags. Exit status: 0 success, 1 failure\n"
+       "Run 'fusejit <command> --help' for a command's flags; 'fusejit --version' prints the\n"
+       "build (the version and a digest of its templates and planner: tuning records and timing\n"
+       "decisions of another build are not used). Exit status: 0 success, 1 failure\n"
        "(including a failed check), 2 usage error.\n"
        "Environment: FUSEJIT_CACHE_DIR (kernel cache folder), FUSEJIT_DISABLE_CACHE=1,\n"
        "FUSEJIT_DUMP_DIR (write every generated source there), FUSEJIT_DISABLE_TUNING=1 (ignore\n"

@@ -1,9 +1,8 @@
 // Tests of the `fusejit` CLI: the argument parser in-process, and the built binary
 // (FUSEJIT_CLI_PATH) as a subprocess with its own HOME and kernel cache directory. All run without
 // a GPU; the few whose behavior differs on a machine with a driver skip there.
-#include <sys/stat.h>
-
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "fusejit/chain.h"
+#include "fusejit/fusejit.h"
 #include "fusejit/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -313,6 +313,10 @@ TEST_F(CliTest, TopLevelHelpListsTheCommands) {
   r = Run({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
+  // --version: the build, which tuning records carry.
+  r = Run({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string(GeneratorBuild()) + "\n");
 }
 
 TEST_F(CliTest, EveryCommandHelpMentionsItsFlags) {
