@@ -427,22 +427,35 @@ void AddWeightGradientReduce(int64_t weights, const ChainInfo& info, size_t wpar
   plan.kernels.push_back(wr);
 }
 
+namespace {
+// The engine AddWeightGradient runs for `wg`: the direct FFMA kernel where it has a tile, else
+// wgmma where it applies, else the mma.sync / FFMA partial kernels (the header's list).
+struct Engine {
+  std::optional<DirectWgradTile> direct;
+  bool wgmma = false;
+};
+Engine ChooseEngine(const WeightGradient& wg, const Chain& chain, const PlanTarget& target) {
+  Engine e;
+  if (AnalyzeChain(chain).producer->kind == OpKind::kConv3d) {
+    e.direct = ChooseDirectWgrad(wg, chain.input[0], target);
+  }
+  e.wgmma = !e.direct && UseWgmmaWeightGradient(wg, target);
+  return e;
+}
+}  // namespace
+
 bool WeightGradientReadsGradUMaxima(const WeightGradient& wg, const Chain& chain,
                                     const PlanTarget& target) {
-  const bool conv = AnalyzeChain(chain).producer->kind == OpKind::kConv3d;
-  return !(conv && ChooseDirectWgrad(wg, chain.input[0], target)) &&
-         UseWgmmaWeightGradient(wg, target);
+  return ChooseEngine(wg, chain, target).wgmma;
 }
 
 void AddWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
                        const std::string& gu, const PlanTarget& target, Plan& plan,
                        std::optional<GradUMaxima> maxima) {
-  const bool conv = info.producer->kind == OpKind::kConv3d;
-  const std::optional<DirectWgradTile> direct =
-      conv ? ChooseDirectWgrad(wg, chain.input[0], target) : std::nullopt;
-  if (direct) {
-    AddDirectWeightGradient(wg, *direct, info, gu, plan);
-  } else if (UseWgmmaWeightGradient(wg, target)) {
+  const Engine e = ChooseEngine(wg, chain, target);
+  if (e.direct) {
+    AddDirectWeightGradient(wg, *e.direct, info, gu, plan);
+  } else if (e.wgmma) {
     AddWgmmaWeightGradient(wg, chain, info, gu, target, plan, maxima);
   } else {
     AddMmaWeightGradient(wg, info, gu, target, plan);
