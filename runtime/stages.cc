@@ -105,8 +105,18 @@ absl::StatusOr<PlannedChain> PlanChain(const Chain& chain, const Target& target,
     config = *std::move(given);
     stats.tune_origin = "given";
   } else if (options.use_tuning && !target.device.empty()) {
-    config = tuning_db.Find(chain, target.plan_target, target.device);
+    // Records are tuned for the plain forward: a forward keeping u (a training forward) looks up
+    // that one, and uses its configuration where it also fits the forward keeping u (an igemm
+    // plan whose 16-bit sums are flushed there holds fewer warpgroups), else the default,
+    // without a warning: the record itself is fine.
+    codegen::PlanTarget plain = target.plan_target;
+    plain.keeps_u = false;
+    config = tuning_db.Find(chain, plain, target.device);
     if (config.has_value() && !options.strategy.empty() && config->strategy != options.strategy) {
+      config.reset();
+    }
+    if (config.has_value() && target.plan_target.keeps_u &&
+        !codegen::ValidateConfig(chain, target.plan_target, *config).ok()) {
       config.reset();
     }
     if (config.has_value()) stats.tune_origin = "tuned";

@@ -3,9 +3,11 @@
 // another strategy is asked for, and a stale one falls back with a warning. Runs without a GPU:
 // the device is named by CompileOptions::tuning_device.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "cache/testing.h"
 #include "codegen/planner.h"
 #include "fusejit/fusejit.h"
@@ -139,6 +141,55 @@ TEST_F(TunedCompileTest, MemoryHitsAreKeyedByTheDevice) {
   std::shared_ptr<CompiledChain> c = CompileWith(options);
   EXPECT_NE(a.get(), c.get());
   EXPECT_EQ(c->stats().tune_origin, "default");
+}
+
+// A training forward keeping u (PlanTarget::keeps_u) reads the plain forward's record: its
+// configuration where it fits the forward keeping u, else the default -- without a warning,
+// since the record is fine for the forward it was tuned for. Here a bf16 igemm chain, whose
+// training forward flushes its 16-bit sums and so holds at most 3 warpgroups of 128 channels.
+TEST_F(TunedCompileTest, ATrainingForwardUsesThePlainRecordWhereItFits) {
+  const Chain chain = *ParseChain(
+      "x:bf16[4,64,8,16,16] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
+      "group_norm(groups=8)");
+  codegen::PlanTarget keeping = target_;
+  keeping.keeps_u = true;
+  std::optional<codegen::TuneConfig> wide, fits;  // 4 warpgroups (plain only); 2 (both)
+  for (const codegen::TuneConfig& c : codegen::AllCandidates(chain, target_)) {
+    if (c.strategy != "igemm-store-normalize" || c.Get("bn") != 128 || c.Get("split") != 1) {
+      continue;
+    }
+    if (c.Get("wg") == 4 && !wide) wide = c;
+    if (c.Get("wg") == 2 && !fits && codegen::ValidateConfig(chain, keeping, c).ok()) fits = c;
+  }
+  ASSERT_TRUE(wide.has_value() && fits.has_value());
+  CompileOptions arch;
+  arch.arch = "sm_90";
+  ASSERT_TRUE(TrainingForwardSaves(chain, arch));  // (else it is the plain forward)
+  EXPECT_FALSE(codegen::ValidateConfig(chain, keeping, *wide).ok());
+  CompileOptions options;
+  options.arch = "sm_90";
+  options.use_cache = false;
+  options.tuning_device = device_;
+  for (int i = 0; i < 2; ++i) {
+    const codegen::TuneConfig& tuned = i == 0 ? *wide : *fits;
+    SCOPED_TRACE(tuned.ToString());
+    TuningRecord r;
+    r.key = {FormatChain(chain), "sm_90", Precision::kFp32, device_};
+    r.fusejit_version = GeneratorBuild();
+    r.config = tuned.ToString();
+    r.default_config = codegen::DefaultTuneConfig(chain, target_)->ToString();
+    r.tuned_at = "2026-11-28T06:00:00Z";
+    ASSERT_TRUE(db_->Store(r).ok());
+    absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(chain, options);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ((*plain)->stats().tune_origin, "tuned");
+    absl::StatusOr<std::shared_ptr<CompiledChain>> training =
+        CompileTrainingForward(chain, options);
+    ASSERT_TRUE(training.ok()) << training.status();
+    const bool used = absl::StrContains((*training)->Explain(), "config: " + tuned.ToString());
+    EXPECT_EQ(used, i == 1) << (*training)->Explain();
+    EXPECT_TRUE(log_.Lines().empty()) << absl::StrJoin(log_.Lines(), "\n");
+  }
 }
 
 }  // namespace
