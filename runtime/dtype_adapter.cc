@@ -49,7 +49,7 @@ CompileOptions InnerOptions(const CompileOptions& options) {
 }
 
 Precision BackwardGemmPrecision(DType dtype, Precision caller) {
-  return dtype == DType::kBF16 ? Precision::kTf32 : caller;
+  return RunsThroughF32(dtype) ? Precision::kTf32 : caller;
 }
 
 Chain AsF32(const Chain& chain) {

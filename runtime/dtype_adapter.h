@@ -48,13 +48,13 @@ absl::Status CheckDTypeCompiles(DType dtype);
 CompileOptions InnerOptions(const CompileOptions& options);
 
 // The precision of a backward's gradient convolutions (the weight gradient and the data
-// gradient; its recompute of u keeps `caller`) for a chain of `dtype`: kTf32 for bf16 -- each
-// GEMM operand rounded to TF32's 11 significant bits (the weight-gradient wgmma: fp16 highs of
-// power-of-two-scaled values, the same rounding), products exact, sums in fp32: about 5e-4
-// relative, eight times finer than the bf16 gradients it computes (2^-8), at one tensor-core
-// product instead of three (W3's bf16 step, H100: BENCHMARKS.md "seventeenth session"). Every
-// other dtype (f16 included: its gradients round at 2^-11, as fine as the GEMM operands would):
-// `caller`.
+// gradient; its recompute of u keeps `caller`) for a chain of `dtype`: kTf32 for bf16 and f16 --
+// the operand that is not already the chain's dtype (grad_u, f32) rounded to 11 significant bits
+// (TF32, or the fp16 high of a power-of-two-scaled value: the same rounding) and x or the weight
+// exact (8 or 11 bits), products exact, sums in fp32. That is the rounding PyTorch's own bf16/f16
+// backward applies to grad_u, without its roundings of every intermediate gradient: W3's
+// gradients are 2.2e-4 (f16) from float64 against PyTorch's 7.1e-4, at one tensor-core product
+// instead of three (H100: BENCHMARKS.md "nineteenth session"). Every other dtype: `caller`.
 Precision BackwardGemmPrecision(DType dtype, Precision caller);
 
 // `chain` with dtype f32.

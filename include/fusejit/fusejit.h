@@ -185,15 +185,18 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
 // class. Run(Bindings) and RunFirstKernels(Bindings) are the forward's fixed fields: here they
 // fail; use the named forms. options.strategy and options.tune_config name forward plans and
 // must be empty. f32, bf16 and f16 chains (bf16/f16: the f32 backward between casts, gradients
-// rounded to the chain's dtype once; a bf16 chain's gradient convolutions in the TF32 class,
-// 8x finer than its gradients' rounding: runtime/dtype_adapter.h, BackwardGemmPrecision).
+// rounded to the chain's dtype once; their gradient convolutions in the TF32 class, grad_u
+// rounded as PyTorch's own bf16/f16 backward rounds it: runtime/dtype_adapter.h,
+// BackwardGemmPrecision).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chain,
                                                                const CompileOptions& options = {});
 
 // Training: the forward of `chain` that also saves what its backward would otherwise recompute,
 // and the backward that reads it.
 //
-// CompileTrainingForward: y as Compile's forward gives it and, where saving pays, the producer's
+// CompileTrainingForward: y as Compile's forward gives it (bitwise, except a bf16/f16 plan whose
+// 16-bit tensor-core sums it flushes so that u is as accurate as the f32 chain's, as Explain says:
+// then y may differ in its last bit) and, where saving pays, the producer's
 // output "u" (role kSaved, f32, written in full; shaped as the signature says: the producer's
 // output shape [N, C, D, H, W], or [N, D, H, C, W] -- the same values, the rows of every channel
 // side by side -- where the fused plan stores it faster so and the backward reads that layout:
@@ -203,18 +206,18 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
 // ops from u cost less than the fused forward: the planner's cost model decides (Explain gives
 // both estimates and u's bytes, held until the backward). Only chains with ops after their
 // conv3d / conv_transpose3d can save; bf16 and f16 chains only by their own (native) plan writing
-// u, in f32 (their backward is the f32 one between casts; it binds u as written). Where it does not save it is Compile's forward and its
-// signature has no kSaved tensor. Where the chain's own plan can write u (one step), and its
-// plan offers them too (the convt-* plans), it also saves "stats" after u: the group statistics
-// it normalized with, f32 [N, groups, 2] (mean, rstd). Where that plan computes a chain ending in
-// group_norm | mean from per-block channel moments (mma-moments-mean: W2, W4), it saves them
-// after u as "moments", f32 [N, blocks, C, 3] (count, mean, M2 of each of a sample's blocks; bind
-// it as the signature gives it), and the backward takes grad_y's sums from them instead of a
-// pass over u.
-// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (and "stats" or "moments" where
-// the training forward saves them; kSaved, read) bound after grad_y: what a CompileTrainingForward
-// run of the same x and parameters, with the same options, wrote. InvalidArgument for a chain
-// whose training forward saves nothing (use CompileBackward).
+// u, in f32 (their backward is the f32 one between casts; it binds u as written). Where it does not
+// save it is Compile's forward and its signature has no kSaved tensor. Where the chain's own plan
+// can write u (one step), and its plan offers them too (the convt-* plans), it also saves "stats"
+// after u: the group statistics it normalized with, f32 [N, groups, 2] (mean, rstd). Where that
+// plan computes a chain ending in group_norm | mean from per-block channel moments
+// (mma-moments-mean: W2, W4), it saves them after u as "moments", f32 [N, blocks, C, 3] (count,
+// mean, M2 of each of a sample's blocks; bind it as the signature gives it), and the backward takes
+// grad_y's sums from them instead of a pass over u. CompileBackwardFromSaved: CompileBackward's
+// gradients, with "u" (and "stats" or "moments" where the training forward saves them; kSaved,
+// read) bound after grad_y: what a CompileTrainingForward run of the same x and parameters, with
+// the same options, wrote. InvalidArgument for a chain whose training forward saves nothing (use
+// CompileBackward).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
     const Chain& chain, const CompileOptions& options);
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardFromSaved(

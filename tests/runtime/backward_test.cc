@@ -261,8 +261,8 @@ TEST(Backward, StatisticsPassesByOpsAfterGroupNorm) {
 // x column tile x chunk, the chunks cover the reduction, and the GEMM's shared memory fits two CTAs
 // per SM.
 // The wgmma weight gradient: three fp16 products (fp32-accurate) or the highs' product alone
-// (TF32); the backward of a bf16 chain runs its gradient convolutions in the TF32 class, an f16
-// chain's and an f32 chain's at the caller's precision (runtime/dtype_adapter.h).
+// (TF32); the backward of a bf16 or f16 chain runs its gradient convolutions in the TF32 class, an
+// f32 chain's at the caller's precision (runtime/dtype_adapter.h).
 TEST(Backward, GradientConvolutionsPrecisionByDTypeAndCaller) {
   const Chain w3 = Parse(
       "x:f32[2,64,6,6,6] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)");
@@ -287,7 +287,7 @@ TEST(Backward, GradientConvolutionsPrecisionByDTypeAndCaller) {
     absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, options);
     ASSERT_TRUE(b.ok()) << b.status();
     const std::string e = (*b)->Explain();
-    const bool tf32_class = dtype == DType::kBF16;
+    const bool tf32_class = dtype != DType::kF32;
     EXPECT_EQ(e.find("gradients' convolutions (weight and data gradient): TF32 class") !=
                   std::string::npos,
               tf32_class);
