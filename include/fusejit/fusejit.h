@@ -213,11 +213,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackward(const Chain& chai
 // plan computes a chain ending in group_norm | mean from per-block channel moments
 // (mma-moments-mean: W2, W4), it saves them after u as "moments", f32 [N, blocks, C, 3] (count,
 // mean, M2 of each of a sample's blocks; bind it as the signature gives it), and the backward takes
-// grad_y's sums from them instead of a pass over u. CompileBackwardFromSaved: CompileBackward's
-// gradients, with "u" (and "stats" or "moments" where the training forward saves them; kSaved,
-// read) bound after grad_y: what a CompileTrainingForward run of the same x and parameters, with
-// the same options, wrote. InvalidArgument for a chain whose training forward saves nothing (use
-// CompileBackward).
+// grad_y's sums from them instead of a pass over u.
+// CompileBackwardFromSaved: CompileBackward's gradients, with "u" (and "stats" or "moments" where
+// the training forward saves them; kSaved, read) bound after grad_y: what a CompileTrainingForward
+// run of the same x and parameters, with the same options, wrote. InvalidArgument for a chain
+// whose training forward saves nothing (use CompileBackward).
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTrainingForward(
     const Chain& chain, const CompileOptions& options);
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardFromSaved(
