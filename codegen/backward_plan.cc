@@ -177,6 +177,50 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) 
   return absl::OkStatus();
 }
 
+namespace {
+// An argument where a kernel can read per-block maxima of |x| instead of scanning x, left null.
+bool IsOpenInputMaximaSlot(const KernelArg& a) {
+  return a.name == "xmax" && a.kind == KernelArg::Kind::kParam && a.param.empty() &&
+         a.type == ArgType::kFloat && a.access == KernelArg::Access::kRead;
+}
+// The tune struct whose kXMaxima igemm_absmax_body reads (XMaximaOf).
+constexpr std::string_view kInputMaximaTune = "IgemmFixed";
+}  // namespace
+
+bool CanReadInputMaxima(const Plan& plan) {
+  bool tune = false;
+  for (const TuneStruct& t : plan.tunes) tune |= t.name == kInputMaximaTune;
+  for (const KernelLaunch& k : plan.kernels) {
+    for (const KernelArg& a : k.args) {
+      if (IsOpenInputMaximaSlot(a)) return tune;
+    }
+  }
+  return false;
+}
+
+absl::Status ReadInputMaxima(const Chain& chain, Plan* plan, int64_t count) {
+  if (!CanReadInputMaxima(*plan) || !plan->signature.empty() || count < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", plan->strategy, " plan cannot read per-block maxima of |x| (", count, ")"));
+  }
+  for (TuneStruct& t : plan->tunes) {
+    if (t.name == kInputMaximaTune) t.fields.push_back(TuneInt("kXMaxima", count));
+  }
+  for (KernelLaunch& k : plan->kernels) {
+    for (KernelArg& a : k.args) {
+      if (IsOpenInputMaximaSlot(a)) a.param = std::string(kInputMaximaName);
+    }
+  }
+  plan->signature = ForwardSignature(chain, plan->workspace_bytes);
+  auto at = plan->signature.end();
+  if (!plan->signature.empty() && plan->signature.back().name == kWorkspaceName) --at;
+  plan->signature.insert(
+      at, TensorSpec{std::string(kInputMaximaName), TensorRole::kInput, DType::kF32, {count}, 16});
+  absl::StrAppend(&plan->description, "; max|x| from the ", count,
+                  " per-block maxima of the kernel that wrote x (no pass over x)");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Chain> DataGradientChain(const Chain& chain) {
   const ChainInfo info = AnalyzeChain(chain);
   const ConvAttrs& a = info.producer->conv;
@@ -446,10 +490,13 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
         conv ? Dims3{p[2], p[3], p[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
     wg = WeightGradient{rows, s_channels, kv, reduction, t_points, s_points, t_grid, a};
   }
-  // Where its engine scales grad_u by its largest magnitude, the grad_u pass leaves that per block.
+  // The grad_u pass leaves max|grad_u| per block (kProducerGradMaximaName) for the GEMMs that
+  // scale grad_u by its largest magnitude: the weight gradient's (where its engine does) and step
+  // 3's (runtime/backward.cc: ReadInputMaxima).
   std::optional<GradUMaxima> gu_maxima;
-  if (wg && WeightGradientReadsGradUMaxima(*wg, chain, target)) {
-    gu_maxima = GradUMaxima{plan.AddWorkspace("max |grad_u| per (n, c, chunk)", parts * 4), parts};
+  if (producer && !fused) {
+    gu_maxima = GradUMaxima{std::string(kProducerGradMaximaName), parts};
+    sig.push_back({gu_maxima->tensor, TensorRole::kGradInput, DType::kF32, {parts}, 16});
   }
   KernelLaunch g{"fj_bwd_grad_u", "fj::bwd_grad_u_kernel<Cfg, BwdTune>",
                  norm ? "grad_u = group_norm's backward of g_h, times pre'(u); conv-bias sums"
@@ -465,7 +512,7 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
       norm ? ws(ArgType::kDouble2, "gpart", gpart, kRead) : null(ArgType::kDouble2, "gpart", kRead),
       out("gu", gu),
       bias ? ws(ArgType::kDouble, "bpart", bpart, kWrite) : null(ArgType::kDouble, "bpart", kWrite),
-      gu_maxima ? ws(ArgType::kFloat, "gmax", gu_maxima->offset, kWrite)
+      gu_maxima ? KernelArg::Tensor("gmax", gu_maxima->tensor, kWrite)
                 : null(ArgType::kFloat, "gmax", kWrite)};
   if (!fused) plan.kernels.push_back(g);
   if (norm || bias) {
@@ -483,7 +530,11 @@ absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, 
     plan.kernels.push_back(r);
   }
 
-  if (wg) AddWeightGradient(*wg, chain, info, gu, target, plan, gu_maxima);
+  if (wg) {
+    AddWeightGradient(
+        *wg, chain, info, gu, target, plan,
+        WeightGradientReadsGradUMaxima(*wg, chain, target) ? gu_maxima : std::nullopt);
+  }
   // u laid out [N, D, H, C, W]: only the fused kernel reads that layout.
   if (u_layout == ULayout::kRowsByChannel) {
     bool reads_elsewhere = !fused;

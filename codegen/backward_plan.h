@@ -30,6 +30,10 @@ inline constexpr std::string_view kProducerOutputName = "u";       // saved: the
 inline constexpr std::string_view kProducerGradName = "grad_u";    // written: dL/du
 inline constexpr std::string_view kSavedStatsName = "stats";       // saved: group mean and rstd
 inline constexpr std::string_view kSavedMomentsName = "moments";   // saved: channel moments
+// Written with grad_u: max|grad_u| per block of the kernel writing it, float [blocks].
+inline constexpr std::string_view kProducerGradMaximaName = "grad_u_maxima";
+// Step 3's: per-block maxima of |x| (step 3's x is grad_u), read (ReadInputMaxima).
+inline constexpr std::string_view kInputMaximaName = "x_maxima";
 
 // How the training forward's saved u lies in memory.
 //   kNCDHW:         the producer's output as PyTorch lays it out, [N, C, D, H, W].
@@ -132,6 +136,18 @@ bool BackwardReadsURowsByChannel(const Chain& chain, const PlanTarget& target, b
 // and grad_x is its leading x-shaped box (runtime/backward.cc crops it: step 4).
 // REQUIRES: the chain is valid and has a producer.
 absl::StatusOr<Chain> DataGradientChain(const Chain& chain);
+
+// Step 3 without a pass over grad_u for its largest magnitude: `plan`, a forward plan whose x is
+// grad_u, changed to reduce `count` per-block maxima of |x| (step 2's kProducerGradMaximaName,
+// covering every value of x) instead of scanning x. A strategy that scales x by max|x| offers
+// this by leaving a null float argument named "xmax" read by that kernel, whose tune struct
+// "IgemmFixed" then gets kXMaxima = count (templates/igemm_mma.cuh, igemm_absmax_body);
+// ReadInputMaxima binds every such argument to kInputMaximaName and gives the plan the forward
+// signature plus that tensor (float [count], role kInput) before the workspace. The maximum is
+// exact, so the plan's results are bitwise those of the scanning plan. FailedPrecondition where
+// the plan has no such argument (CanReadInputMaxima false) or already has its own signature.
+bool CanReadInputMaxima(const Plan& plan);
+absl::Status ReadInputMaxima(const Chain& chain, Plan* plan, int64_t count);
 
 }  // namespace fusejit::codegen
 

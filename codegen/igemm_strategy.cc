@@ -560,7 +560,9 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
                     : "per-block max|x| and max|w| (power-of-two scales for the fp16 values)";
     k.grid = {kAbsmaxBlocks, 1, 1};
     k.block = {256, 1, 1};
-    k.args = {x, w, KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kWrite)};
+    // xmax: an open slot (null: x is scanned) that codegen::ReadInputMaxima binds.
+    k.args = {x, w, KernelArg::Null(ArgType::kFloat, "xmax", kRead),
+              KernelArg::Workspace(ArgType::kFloat, "absmax", absmax, kWrite)};
     k.restrict_pointers = true;
     plan.kernels.push_back(k);
   }

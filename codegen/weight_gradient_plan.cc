@@ -377,7 +377,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
       {static_cast<unsigned>(fj::geom::kWgradAbsmaxBlocks), 1, 1},
       block256};
   am.args = {x, maxima ? KernelArg::Null(ArgType::kTensorDType, "gu", kRead) : gu_arg,
-             maxima ? ws(ArgType::kFloat, "gmax", maxima->offset, kRead)
+             maxima ? KernelArg::Tensor("gmax", maxima->tensor, kRead)
                     : KernelArg::Null(ArgType::kFloat, "gmax", kRead),
              ws(ArgType::kFloat, "absmax", absmax, kWrite)};
   plan.kernels.push_back(am);

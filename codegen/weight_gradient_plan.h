@@ -42,10 +42,10 @@ struct WeightGradient {
   int64_t cols() const { return s_channels * kv; }
 };
 
-// Per-block maxima of |grad_u| that the kernel writing grad_u leaves in the workspace (float
-// [count] at `offset`): the wgmma engine's scale then needs no pass over grad_u.
+// Per-block maxima of |grad_u| that the kernel writing grad_u leaves in the signature tensor
+// `tensor` (float [count]): the wgmma engine's scale then needs no pass over grad_u.
 struct GradUMaxima {
-  size_t offset = 0;
+  std::string tensor;
   int64_t count = 0;
 };
 

@@ -53,6 +53,22 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> CompileBackwardPlan(const Chain& 
   return BuildPlanned(std::move(planned), options);
 }
 
+// Step 3, the forward plan of the data-gradient chain `dc` on grad_u: the planner's, reading step
+// 2's `maxima` per-block maxima of |grad_u| where it scales grad_u by its largest magnitude
+// (codegen::ReadInputMaxima: no pass over grad_u for it).
+absl::StatusOr<std::shared_ptr<CompiledChain>> CompileDataGradient(const Chain& dc,
+                                                                   const Target& target,
+                                                                   const CompileOptions& options,
+                                                                   int64_t maxima) {
+  tune::TuningDb& tuning_db =
+      options.tuning_db != nullptr ? *options.tuning_db : tune::TuningDb::Default();
+  absl::StatusOr<PlannedChain> planned = PlanChain(dc, target, options, tuning_db);
+  if (!planned.ok()) return planned.status();
+  if (maxima < 1 || !codegen::CanReadInputMaxima(planned->plan)) return Compile(dc, options);
+  if (absl::Status s = codegen::ReadInputMaxima(dc, &planned->plan, maxima); !s.ok()) return s;
+  return BuildPlanned(*std::move(planned), options);
+}
+
 // from_saved: u is the signature's kSaved tensor (CompileTrainingForward wrote it), not step 1's.
 // saved_by: what the training forward saved where another chain's forward (the bf16/f16 chain
 // of this f32 one) decided it; null: this chain's (TrainingForwardSavedWithU).
@@ -134,8 +150,14 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
   }
   const int64_t u_bytes = NumElements(info.producer_shape) * 4;
   const int64_t full_bytes = cropped ? NumElements(full_grad_x) * 4 : 0;
+  // Step 2 writes max|grad_u| per block with grad_u (codegen::kProducerGradMaximaName).
+  int64_t gu_maxima = 0;
+  for (const TensorSpec& t : step2->signature) {
+    if (t.name == codegen::kProducerGradMaximaName) gu_maxima = t.shape[0];
+  }
   const size_t u_off = 0, gu_off = producer && !from_saved ? Align256(u_bytes) : 0;
-  const size_t full_off = data_step ? gu_off + Align256(u_bytes) : gu_off;
+  const size_t gmax_off = data_step ? gu_off + Align256(u_bytes) : gu_off;
+  const size_t full_off = gmax_off + Align256(gu_maxima * 4);
   const size_t scratch_off = full_off + Align256(full_bytes);
   const int workspace_index = static_cast<int>(sig.size());
 
@@ -151,6 +173,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
   const Step::Source u = from_saved ? Step::Source{IndexOf(sig, codegen::kProducerOutputName), 0}
                                     : Step::Source{workspace_index, u_off};
   const Step::Source gu{workspace_index, gu_off};
+  const Step::Source gmax{workspace_index, gmax_off};
   const Step::Source grad_x{IndexOf(sig, kGradInputName), 0};
   const Step::Source full{workspace_index, full_off};
 
@@ -171,6 +194,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
     std::vector<std::pair<std::string, Step::Source>> map = {{std::string(kWorkspaceName), scratch}};
     if (producer) map.push_back({std::string(codegen::kProducerOutputName), u});
     if (data_step) map.push_back({std::string(codegen::kProducerGradName), gu});
+    if (gu_maxima > 0) map.push_back({std::string(codegen::kProducerGradMaximaName), gmax});
     for (std::string_view name : {codegen::kSavedStatsName, codegen::kSavedMomentsName}) {
       if (IndexOf(sig, name) >= 0) map.push_back({std::string(name), {IndexOf(sig, name), 0}});
     }
@@ -184,16 +208,22 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
   }
   if (data_step) {
     const Chain& dc = *data_grad;
-    absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(dc, grad_sub);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c =
+        CompileDataGradient(dc, grad_target, grad_sub, gu_maxima);
     if (!c.ok()) return WithContext(c.status(), absl::StrCat("the data gradient (", FormatChain(dc), ")"));
+    std::vector<std::pair<std::string, Step::Source>> map = {
+        {std::string(kInputName), gu},
+        {std::string(kOutputName), cropped ? full : grad_x},
+        {std::string(kWorkspaceName), scratch}};
+    for (const TensorSpec& t : (*c)->signature()) {
+      if (t.name == codegen::kInputMaximaName) map.push_back({t.name, gmax});
+    }
     if (absl::Status s = add_step(
             cropped ? absl::StrCat("the convolution's data gradient on a grid larger than x: ",
                                    FormatChain(dc), " on grad_u")
                     : absl::StrCat("grad_x = the convolution's data gradient: ", FormatChain(dc),
                                    " on grad_u"),
-            *c, {{std::string(kInputName), gu},
-                 {std::string(kOutputName), cropped ? full : grad_x},
-                 {std::string(kWorkspaceName), scratch}});
+            *c, map);
         !s.ok()) {
       return s;
     }
@@ -223,6 +253,10 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
     absl::StrAppend(&layout, "  +", u_off, " ", u_bytes, " bytes: u (the producer's output)\n");
   }
   if (data_step) absl::StrAppend(&layout, "  +", gu_off, " ", u_bytes, " bytes: grad_u\n");
+  if (gu_maxima > 0) {
+    absl::StrAppend(&layout, "  +", gmax_off, " ", gu_maxima * 4, " bytes: max|grad_u| per block (",
+                    gu_maxima, ")\n");
+  }
   if (cropped) {
     absl::StrAppend(&layout, "  +", full_off, " ", full_bytes,
                     " bytes: the data gradient on its larger grid ", FormatShape(full_grad_x),

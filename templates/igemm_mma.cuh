@@ -65,8 +65,9 @@
 //                     valid rows (min(BM, S - tile*BM) of them), at (n*tiles + tile)*kC + c
 // Kernel bodies, in launch order on one stream (the generated extern "C" __global__ wrappers
 // call them):
-//   1. igemm_absmax_body<Cfg,Tune>(x, weight, absmax[, nsamples = kN])   (F16x3 only)
-//        grid P, block 256, no dynamic smem. Reads x and all weights.
+//   1. igemm_absmax_body<Cfg,Tune>(x, weight, xmax, absmax[, nsamples = kN])   (scaled precisions)
+//        grid P, block 256, no dynamic smem. Reads x (or, xmax given, Tune::kXMaxima maxima of
+//        |x|: XMaximaOf) and all weights.
 //   2. igemm_prep_body<Cfg,Tune>(x, weight, absmax, xa, wb, scale[, nsamples = kN])
 //        grid kN*IgemmShape::kPrepXBlocksPerSample + IgemmShape::kPrepWBlocks, block 256, no
 //        dynamic smem (kCinPad*33*4 + 256 bytes static -- kCinPad*66*2 packed, the same -- so
@@ -177,19 +178,23 @@ __device__ __forceinline__ void split_f16x8(const float (&v)[8], float scale, un
 __device__ __forceinline__ float round_tf32(float v) {
   return __uint_as_float(to_tf32(__float_as_uint(v)));
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
 // The largest v of the block; every thread gets it. REQUIRES: every thread of the block calls it,
 // blockDim.x a multiple of 32; red: 32 floats of shared memory (free again on return).
-__device__ __forceinline__ float block_max(float v, float* red) {
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
+__device__ __forceinline__ float block_max(float v, float* red) { return block_reduce_max(v, red); }
+// max |v| over v[0..n) by this thread's share of a grid-stride loop (thread tid of `stride`),
+// float4 loads where n allows (v 16-byte aligned).
+__device__ __forceinline__ float absmax_scan(const float* __restrict__ v, long long n,
+                                             long long tid, long long stride) {
   float m = 0.f;
-  for (int i = 0; i < (int)(blockDim.x >> 5); ++i) m = fmaxf(m, red[i]);
-  __syncthreads();
+  if (n % 4 == 0) {
+    const float4* v4 = reinterpret_cast<const float4*>(v);
+    for (long long i = tid; i < n / 4; i += stride) {
+      const float4 q = v4[i];
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))));
+    }
+  } else {
+    for (long long i = tid; i < n; i += stride) m = fmaxf(m, fabsf(v[i]));
+  }
   return m;
 }
 // The F16x3 scale of an operand from the absmax pass's n per-block maxima p[0..n), read by the
@@ -320,10 +325,23 @@ struct IgemmShape {
   static_assert((long long)kSin * kRowBytes < (1ll << 31), "igemm: sample too large");
 };
 
-// ---- 1. max|x| and max|w| per block (F16x3 scale selection) --------------------------------
+// ---- 1. max|x| and max|w| per block (the scales of the fp16 encodings) -----------------------
+// Tune::kXMaxima where given, else 0: how many per-block maxima of |x| the kernel that wrote x left
+// in xmax (a backward's grad_u: codegen::ReadInputMaxima).
+template <class Tune, class = void>
+struct XMaximaOf {
+  static constexpr long long value = 0;
+};
+template <class Tune>
+struct XMaximaOf<Tune, decltype(void(Tune::kXMaxima))> {
+  static constexpr long long value = Tune::kXMaxima;
+};
+// xmax: null (x is scanned), or XMaximaOf<Tune> maxima covering every value of x, reduced instead
+// (the same max: max is exact, so the same scale and bitwise the same results).
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
                                                   const float* __restrict__ weight,
+                                                  const float* __restrict__ xmax,
                                                   float* __restrict__ absmax,
                                                   int nsamples = Cfg::kN) {
   using Sh = IgemmShape<Cfg, Tune>;
@@ -333,14 +351,10 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
   float mx = 0.f, mw = 0.f;
-  if (nx % 4 == 0) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (long long i = tid; i < nx / 4; i += stride) {
-      const float4 v = x4[i];
-      mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
+  if (xmax != nullptr) {
+    for (long long i = tid; i < XMaximaOf<Tune>::value; i += stride) mx = fmaxf(mx, xmax[i]);
   } else {
-    for (long long i = tid; i < nx; i += stride) mx = fmaxf(mx, fabsf(x[i]));
+    mx = ig::absmax_scan(x, nx, tid, stride);
   }
   for (long long i = tid; i < nw; i += stride) mw = fmaxf(mw, fabsf(weight[i]));
   mx = ig::block_max(mx, red);
@@ -766,7 +780,7 @@ struct Tune {
 extern "C" __global__ void __launch_bounds__(256)
     igemm_absmax_selftest(const float* x, const float* w, float* absmax) {
   fj::igemm_absmax_body<fj_selftest_igemm::Cfg, fj_selftest_igemm::Tune<fj::kPrecF16x3>>(
-      x, w, absmax, fj_selftest_igemm::Cfg::kN);
+      x, w, nullptr, absmax, fj_selftest_igemm::Cfg::kN);
 }
 extern "C" __global__ void __launch_bounds__(256, 8)
     igemm_prep_f16x3_selftest(const float* x, const float* w, const float* absmax,

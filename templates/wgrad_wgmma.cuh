@@ -140,22 +140,6 @@ __device__ __forceinline__ void mma_ss_f16_mn(float (&d)[1][N / 8][4], unsigned 
 }  // namespace wgw
 
 // ---- 1. max|T|, max|S| per block ----------------------------------------------------------------
-// max |v| over v[0..n) by this thread's share of a grid-stride loop (float4 loads where n allows:
-// the tensors are 16-byte aligned).
-__device__ __forceinline__ float wgrad_absmax_scan(const float* __restrict__ v, long long n,
-                                                   long long tid, long long stride) {
-  float m = 0.f;
-  if (n % 4 == 0) {
-    const float4* v4 = reinterpret_cast<const float4*>(v);
-    for (long long i = tid; i < n / 4; i += stride) {
-      const float4 q = v4[i];
-      m = fmaxf(m, fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))));
-    }
-  } else {
-    for (long long i = tid; i < n; i += stride) m = fmaxf(m, fabsf(v[i]));
-  }
-  return m;
-}
 // gmax: null, or Tune::kGuMaxima (> 0) per-block maxima of |grad_u| that bwd_grad_u_kernel wrote
 // (backward.cuh), reduced here in place of a pass over grad_u (the same max: max is exact).
 template <class Cfg, class Tune>
@@ -168,12 +152,12 @@ __device__ void wgrad_absmax_kernel(const float* __restrict__ x, const float* __
   const long long ns = (long long)Cfg::kN * G::kB * Sh::kQS;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  const float mx = wgrad_absmax_scan(x, G::kConv ? ns : nt, tid, stride);
+  const float mx = ig::absmax_scan(x, G::kConv ? ns : nt, tid, stride);
   float mg = 0.f;
   if (gmax != nullptr) {
     for (long long i = tid; i < GuMaximaOf<Tune>::value; i += stride) mg = fmaxf(mg, gmax[i]);
   } else {
-    mg = wgrad_absmax_scan(gu, G::kConv ? nt : ns, tid, stride);
+    mg = ig::absmax_scan(gu, G::kConv ? nt : ns, tid, stride);
   }
   float mt = G::kConv ? mg : mx, ms = G::kConv ? mx : mg;
   mt = ig::block_max(mt, red);

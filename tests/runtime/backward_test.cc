@@ -296,6 +296,57 @@ TEST(Backward, GradientConvolutionsPrecisionByDTypeAndCaller) {
   }
 }
 
+// Step 2 writes max|grad_u| per block with grad_u (codegen::kProducerGradMaximaName); step 3's
+// tensor-core plan, which scales grad_u by its largest magnitude, reduces those instead of a pass
+// over grad_u (codegen::ReadInputMaxima), in every precision that scales (fp32-accurate, TF32 and
+// the bf16/f16 chains' TF32 class); a plan with no such pass leaves them unread. Plans that cannot
+// read them are refused by ReadInputMaxima.
+TEST(Backward, DataGradientReadsGradUMaxima) {
+  CompileOptions options;
+  options.arch = "sm_90";
+  const std::string w3 =
+      "[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)";
+  for (const char* dtype : {"f32", "bf16", "f16"}) {
+    for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+      const Chain chain = Parse(absl::StrCat("x:", dtype, w3));
+      SCOPED_TRACE(FormatChain(chain));
+      options.precision = p;
+      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, options);
+      ASSERT_TRUE(b.ok()) << b.status();
+      const std::string e = (*b)->Explain();
+      EXPECT_NE(e.find("gmax=grad_u_maxima"), std::string::npos) << e;
+      // Step 3 (igemm) reads them; step 1's igemm (the recompute of u) scans its x.
+      const size_t step3 = e.find("grad_x = the convolution's data gradient");
+      ASSERT_NE(step3, std::string::npos) << e;
+      EXPECT_NE(e.find("xmax=x_maxima", step3), std::string::npos) << e;
+      EXPECT_EQ(e.find("xmax=null", step3), std::string::npos) << e;
+      EXPECT_NE(e.find("bytes: max|grad_u| per block ("), std::string::npos) << e;
+    }
+  }
+  // The forward's igemm plan scans x; a plan without the slot is refused.
+  const Chain fwd = Parse("x:f32" + w3);
+  absl::StatusOr<codegen::Plan> igemm = codegen::MakePlan(
+      fwd, codegen::PlanTarget{"sm_90", 132, Precision::kFp32}, "igemm-store-normalize");
+  ASSERT_TRUE(igemm.ok()) << igemm.status();
+  EXPECT_TRUE(codegen::CanReadInputMaxima(*igemm));
+  EXPECT_NE(codegen::ExplainPlan(*igemm).find("xmax=null"), std::string::npos);
+  codegen::Plan read = *igemm;
+  ASSERT_TRUE(codegen::ReadInputMaxima(fwd, &read, 96).ok());
+  EXPECT_NE(codegen::ExplainPlan(read).find("xmax=x_maxima"), std::string::npos);
+  EXPECT_NE(codegen::ExplainPlan(read).find("kXMaxima=96"), std::string::npos);
+  ASSERT_GE(read.signature.size(), 2u);
+  EXPECT_EQ(read.signature.back().name, "workspace");
+  EXPECT_EQ(read.signature[read.signature.size() - 2].name, codegen::kInputMaximaName);
+  EXPECT_EQ(read.signature[read.signature.size() - 2].shape, (Shape{96}));
+  EXPECT_EQ(codegen::ReadInputMaxima(fwd, &read, 96).code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<codegen::Plan> generic = codegen::MakePlan(
+      fwd, codegen::PlanTarget{"sm_90", 132, Precision::kFp32}, "store-normalize");
+  ASSERT_TRUE(generic.ok()) << generic.status();
+  EXPECT_FALSE(codegen::CanReadInputMaxima(*generic));
+  EXPECT_EQ(codegen::ReadInputMaxima(fwd, &*generic, 96).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
   struct Case {
     const char* spec;
@@ -341,20 +392,21 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
     ASSERT_NE(gemm, nullptr) << codegen::ExplainPlan(*plan);
     const bool wgmma = std::string(c.body).find("wgmma") != std::string::npos;
     EXPECT_EQ(plan->arch_override, wgmma ? "sm_90a" : "");
-    // The wgmma engine's scale of grad_u comes from the grad_u pass's per-block maxima (gmax,
-    // written by fj_bwd_grad_u, read by fj_wgrad_absmax in place of grad_u); no other engine's.
-    size_t gmax_written = 0, gmax_read = 0;
-    bool absmax_reads_gu = false;
+    // fj_bwd_grad_u writes per-block maxima of |grad_u| (gmax) into the step's tensor
+    // grad_u_maxima (for step 3, and) for the wgmma engine, whose scale of grad_u comes from them:
+    // fj_wgrad_absmax reads them in place of grad_u. No other engine reads them.
+    bool gmax_written = false, gmax_read = false, absmax_reads_gu = false;
     for (const codegen::KernelLaunch& k : plan->kernels) {
       for (const codegen::KernelArg& arg : k.args) {
-        if (arg.name == "gmax" && arg.kind == codegen::KernelArg::Kind::kWorkspace) {
-          (k.symbol == "fj_bwd_grad_u" ? gmax_written : gmax_read) = arg.offset + 1;
+        if (arg.name == "gmax" && arg.kind == codegen::KernelArg::Kind::kTensor &&
+            arg.param == codegen::kProducerGradMaximaName) {
+          (k.symbol == "fj_bwd_grad_u" ? gmax_written : gmax_read) = true;
         }
         absmax_reads_gu |= k.symbol == "fj_wgrad_absmax" && arg.name == "gu" && !arg.param.empty();
       }
     }
-    EXPECT_EQ(gmax_written != 0, wgmma);
-    EXPECT_EQ(gmax_read, gmax_written);
+    EXPECT_TRUE(gmax_written);
+    EXPECT_EQ(gmax_read, wgmma);
     EXPECT_FALSE(absmax_reads_gu);
     int64_t chunk = 0, splits = 0, bn = 0, bm = 0;
     for (const codegen::TuneStruct& t : plan->tunes) {
