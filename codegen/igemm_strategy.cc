@@ -309,16 +309,22 @@ double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t cta
 IgemmTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
   const IgemmPrecision p = PrecisionOf(chain, target);
   const bool one_acc = !p.two_accumulators();
-  const int64_t top_wg = one_acc ? 4 : 3, top_stages = one_acc ? 5 : 7;
   const ConvAttrs& conv = info.producer->conv;
   const int64_t bn = DefaultBn(info);
+  // 64-channel tiles: at most two warpgroups, synchronous wgmma. Measured on the H100
+  // (bench/notes/session19_2026-11-28.txt, `fusejit autotune`, six chains with 48-64 channels in
+  // every precision): async=0 beat async=1 in every case (by 7-9% at equal wg and stages), and two
+  // warpgroups with 3-4 stages were the fastest or within 1% of it (the defaults before, 3-4
+  // warpgroups, async: 1.07-1.15x slower).
+  const bool narrow = bn == kTileNSmall;
+  const int64_t top_wg = narrow ? 2 : one_acc ? 4 : 3, top_stages = one_acc ? 5 : 7;
   const int64_t ctas_per_tile_row =
       info.producer_shape[0] * (PaddedChannels(info.producer_shape[1], bn) / bn);
   auto fits = [&](const IgemmTune& t) {
     return CheckTune(chain, info, target, t, TuneConfig{}).ok();
   };
-  auto with_stages = [bn](int64_t wg, int64_t stages) {
-    return IgemmTune{wg, stages, stages >= 3 ? 1 : 0, bn, 1};
+  auto with_stages = [bn, narrow](int64_t wg, int64_t stages) {
+    return IgemmTune{wg, stages, !narrow && stages >= 3 ? 1 : 0, bn, 1};
   };
   IgemmTune best{1, 2, 0, bn, 1};
   double best_est = 0;
