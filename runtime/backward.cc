@@ -12,9 +12,11 @@
 // (codegen::BackwardPlanWritesGradX): no grad_u tensor, no steps 3 and 4.
 //
 // Steps 1 and 3 are ordinary forward chains, so they get the planner's fastest convolution (the
-// tensor-core engine where it applies) and the kernel cache like any chain. Workspace layout:
-// [u][grad_u][step 3's output, when cropped][scratch], scratch being the largest workspace any
-// step needs (steps run one after another on one stream, so they share it).
+// tensor-core engine where it applies) and the kernel cache like any chain; step 3's plan reads
+// the per-block maxima of |grad_u| that step 2 writes where it scales grad_u by its largest
+// magnitude (codegen::ReadInputMaxima). Workspace layout: [u][grad_u][max|grad_u| per block][step
+// 3's output, when cropped][scratch], scratch being the largest workspace any step needs (steps
+// run one after another on one stream, so they share it).
 #include <cstdlib>
 #include <optional>
 #include <string>
