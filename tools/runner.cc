@@ -184,7 +184,8 @@ absl::StatusOr<SignatureRunResult> RunSignatureOnDevice(
           if (!prefix.ok()) return prefix.status();
           median = jit::Median(*std::move(prefix));
         }
-        result.kernels.push_back({compiled.kernel_name(count - 1), median - previous});
+        result.kernels.push_back(
+            {compiled.kernel_name(count - 1), std::max(0.0, median - previous)});
         previous = median;
       }
     }

@@ -24,7 +24,8 @@ struct DeviceRunOptions {
   // its inputs in the L2 cache; 0: no flush. The H100's L2 is 50 MB.
   size_t l2_flush_bytes = 0;
   // Also time each kernel: the prefixes of the plan (first 1, 2, ... kernels) are timed like the
-  // whole chain, and kernel i's time is the median of prefix i+1 minus the median of prefix i.
+  // whole chain, and kernel i's time is the median of prefix i+1 minus the median of prefix i,
+  // or 0 where that is negative (a kernel shorter than the medians' noise).
   bool per_kernel = false;
 };
 
