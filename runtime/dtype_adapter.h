@@ -52,9 +52,10 @@ CompileOptions InnerOptions(const CompileOptions& options);
 // the operand that is not already the chain's dtype (grad_u, f32) rounded to 11 significant bits
 // (TF32, or the fp16 high of a power-of-two-scaled value: the same rounding) and x or the weight
 // exact (8 or 11 bits), products exact, sums in fp32. That is the rounding PyTorch's own bf16/f16
-// backward applies to grad_u, without its roundings of every intermediate gradient: W3's
-// gradients are 2.2e-4 (f16) from float64 against PyTorch's 7.1e-4, at one tensor-core product
-// instead of three (H100: BENCHMARKS.md "nineteenth session"). Every other dtype: `caller`.
+// backward applies to grad_u, without its roundings of every intermediate gradient: W3's f16
+// gradients of x and the weight are 2.9e-4 and 3.1e-4 from float64 against PyTorch's 7.1e-4 and
+// 7.9e-4, at one tensor-core product instead of three (H100: BENCHMARKS.md "nineteenth session").
+// Every other dtype: `caller`.
 Precision BackwardGemmPrecision(DType dtype, Precision caller);
 
 // `chain` with dtype f32.
