@@ -321,38 +321,74 @@ bool UseWgmmaWeightGradient(const WeightGradient& wg, const PlanTarget& target) 
   return wg.rows >= 32 && wg.s_channels >= 32 && wg.reduction < (int64_t{1} << 31);
 }
 
+// Tap reuse (templates/wgrad_taps.cuh) for stride 1 and a kernel at least 2 wide: 2 or 3 kw taps
+// per CTA, the fewest idle warpgroups (the most taps when tied); 1: the one-tap kernel.
+int64_t WgradTapsPerCta(const WeightGradient& wg) {
+  const ConvAttrs& c = wg.conv;
+  if (c.stride != Dims3{1, 1, 1} || c.kernel[2] < 2) return 1;
+  const int64_t kw = c.kernel[2];
+  return CeilDiv(kw, 3) * 3 - kw <= CeilDiv(kw, 2) * 2 - kw ? 3 : 2;
+}
+
 void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
                             const std::string& gu, const PlanTarget& target, Plan& plan,
                             std::optional<GradUMaxima> maxima) {
-  // The widest tile the S channels fill; as many stages as let two CTAs share an SM (measured
-  // on W3's weight gradient, H100: n = 128 with 2 stages 1.74 ms, 4 stages (one CTA per
-  // SM) 2.23 ms; n = 64 with 3 stages 2.27 ms, 4 stages 3.21 ms).
-  // One product (TF32) stages the highs alone: twice the stages in the same shared memory, for
-  // a k-step of a third of the tensor-core work (W3's weight gradient, H100: 2 stages 1.29 ms).
   const bool three = target.precision != Precision::kTf32;
   const int64_t bn = wg.s_channels <= 64 ? 64 : 128;
-  const int64_t stages = (bn == 128 ? 2 : 3) * (three ? 1 : 2);
-  const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(
-      chain.input[0], wg.rows, wg.s_channels, wg.t_points, wg.s_points, bn, stages, three ? 3 : 1);
-  const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / g.smem);
-  const int64_t tiles = wg.kv * g.b_ctas * g.a_tiles;
+  int64_t taps = WgradTapsPerCta(wg);
   const int64_t step = fj::geom::kWgradKStep;
+  const int64_t n = chain.input[0];
+  const Dims3& k = wg.conv.kernel;
+  const Dims3& dil = wg.conv.dilation;
+  const auto taps_geom = [&](int64_t stages) {
+    return fj::geom::WgradTapsOf(n, wg.rows, wg.s_channels, wg.t_grid[0], wg.t_grid[1],
+                                 wg.t_grid[2], k[0], k[1], k[2], dil[0], dil[1], dil[2], bn, stages,
+                                 three ? 3 : 1, taps);
+  };
+  // One tap per CTA: the widest tile the S channels fill; as many stages as let two CTAs share
+  // an SM (measured on W3's weight gradient, H100: n = 128 with 2 stages 1.74 ms, 4 stages (one
+  // CTA per SM) 2.23 ms; n = 64 with 3 stages 2.27 ms, 4 stages 3.21 ms). One product (TF32)
+  // stages the highs alone: twice the stages in the same shared memory, for a k-step of a third
+  // of the tensor-core work (W3's weight gradient, H100: 2 stages 1.29 ms).
+  // Tap reuse: one CTA of 128 * taps threads per SM, as many stages as fit (3 to 6; fewer than 3
+  // fit only for a very wide dilation: one tap per CTA then).
+  int64_t stages = (bn == 128 ? 2 : 3) * (three ? 1 : 2);
+  if (taps > 1) {
+    const int64_t fit = (SharedOptInLimit(target.arch) - 1024) / taps_geom(1).stage_bytes;
+    if (fit >= 3) {
+      stages = std::min<int64_t>(fit, 6);
+    } else {
+      taps = 1;
+    }
+  }
+  const fj::geom::WgradTaps e = taps_geom(stages);
+  const fj::geom::WgradWgmma g =
+      taps > 1 ? e.base
+               : fj::geom::WgradWgmmaOf(n, wg.rows, wg.s_channels, wg.t_points, wg.s_points, bn,
+                                        stages, three ? 3 : 1);
+  const int64_t smem = taps > 1 ? e.smem : g.smem;
+  const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / smem);
+  const int64_t ctas_x = taps > 1 ? k[0] * k[1] * e.groups * g.b_ctas : wg.kv * g.b_ctas;
+  const int64_t tiles = ctas_x * g.a_tiles;
+  // The K rows the chunks divide: T's (n, point) pairs, or the k-steps of E's planes.
+  const int64_t k_rows = taps > 1 ? e.steps * step : wg.reduction;
   const int64_t max_splits = std::max<int64_t>(
-      1, std::min(wg.reduction / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
+      1, std::min(k_rows / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
   int64_t splits =
       FillingSplits(tiles, per_sm * target.sm_count, std::min<int64_t>(64, max_splits));
-  const int64_t chunk = CeilDiv(CeilDiv(wg.reduction, splits), step) * step;
-  splits = CeilDiv(wg.reduction, chunk);
+  const int64_t chunk = CeilDiv(CeilDiv(k_rows, splits), step) * step;
+  splits = CeilDiv(k_rows, chunk);
   // fp32-accurate: three products of the fp16 splits; TF32: the highs' product alone (the same
   // rounding of each operand as TF32's, at the f16 rate).
   const char* const operands = three ? "fp16 highs and lows" : "fp16 highs";
-  plan.includes.push_back("wgrad_wgmma.cuh");
+  plan.includes.push_back(taps > 1 ? "wgrad_taps.cuh" : "wgrad_wgmma.cuh");
   plan.arch_override = "sm_90a";
   plan.tunes.push_back(
       {"WgTune",
        {TuneInt("kBN", bn), TuneInt("kStages", stages), TuneInt("kSplits", splits),
         TuneInt("kChunk", chunk), TuneInt("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks),
-        TuneInt("kProducts", three ? 3 : 1), TuneInt("kGuMaxima", maxima ? maxima->count : 0)}});
+        TuneInt("kProducts", three ? 3 : 1), TuneInt("kGuMaxima", maxima ? maxima->count : 0),
+        TuneInt("kTaps", taps)}});
   const size_t absmax = plan.AddWorkspace("weight gradient: max|T|, max|S| per block",
                                           2 * fj::geom::kWgradAbsmaxBlocks * 4);
   const size_t tp = plan.AddWorkspace(absl::StrCat("weight gradient: T channels-last, ", operands),
@@ -382,7 +418,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
              ws(ArgType::kFloat, "absmax", absmax, kWrite)};
   plan.kernels.push_back(am);
   for (int which = 0; which < 2; ++which) {
-    const int64_t points = which == 0 ? wg.t_points : wg.s_points;
+    const int64_t points = taps > 1 ? e.e_points : which == 0 ? wg.t_points : wg.s_points;
     KernelLaunch pr{
         which == 0 ? "fj_wgrad_prep_t" : "fj_wgrad_prep_s",
         absl::StrCat("fj::wgrad_prep_kernel<Cfg, WgTune, ", which, ">"),
@@ -395,16 +431,21 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
                ws(ArgType::kBytes, "out", which == 0 ? tp : sp, kWrite)};
     plan.kernels.push_back(pr);
   }
+  const std::string per_cta = taps > 1
+                                  ? absl::StrCat(taps, " kw taps per CTA sharing the staged rows (",
+                                                 e.ed, "x", e.eh, "x", e.ew, " grid), ")
+                                  : std::string("one tap per CTA, ");
   KernelLaunch w{
-      "fj_wgrad_wgmma",
-      "fj::wgrad_wgmma_kernel<Cfg, WgTune>",
+      taps > 1 ? "fj_wgrad_taps" : "fj_wgrad_wgmma",
+      taps > 1 ? "fj::wgrad_taps_kernel<Cfg, WgTune>" : "fj::wgrad_wgmma_kernel<Cfg, WgTune>",
       absl::StrCat("weight gradient: ", wg.kv, " taps of a ", wg.rows, " x ", wg.s_channels,
-                   " GEMM over ", wg.reduction, " (n, point) pairs in ", splits, " chunks (wgmma, ",
+                   " GEMM over ", k_rows, " K rows in ", splits, " chunks (wgmma, ", per_cta,
                    three ? "F16x3" : "one fp16 product, TF32 class", ", double partials)"),
-      {static_cast<unsigned>(wg.kv * g.b_ctas), static_cast<unsigned>(g.a_tiles),
+      {static_cast<unsigned>(ctas_x), static_cast<unsigned>(g.a_tiles),
        static_cast<unsigned>(splits)},
-      {128, 1, 1}};
-  w.shared_bytes = static_cast<unsigned>(g.smem);
+      {static_cast<unsigned>(128 * taps), 1, 1}};
+  w.shared_bytes = static_cast<unsigned>(smem);
+  if (taps > 1) w.min_blocks_per_sm = 1;
   w.restrict_pointers = true;
   w.args = {ws(ArgType::kBytes, "tp", tp, kRead), ws(ArgType::kBytes, "sp", sp, kRead),
             ws(ArgType::kFloat, "absmax", absmax, kRead),

@@ -304,6 +304,40 @@ constexpr WgradWgmma WgradWgmmaOf(long long n, long long a, long long b, long lo
   return g;
 }
 
+// The tap-reuse variant (templates/wgrad_taps.cuh), for stride 1: both operands laid out on one
+// extended grid E (per axis T's extent + (k-1)*dil; T's values at their own points, zeros
+// elsewhere; S's value q at e = q + pad), so that every tap's S row is T's row plus a constant
+// offset. A CTA stages a k-step of 64 T rows once and a window of S rows that `taps` consecutive
+// kw taps share (one warpgroup per tap). K: per (sample, d < td) plane the th * ew rows starting
+// at h = 0, in k-steps of 64 (the last may run past the plane: zero T rows).
+struct WgradTaps {
+  long long ed, eh, ew, e_points;  // E's extents and points per sample
+  long long steps_per_plane;       // k-steps per (sample, d) plane
+  long long steps;                 // n * td * steps_per_plane
+  long long groups;                // tap groups per (kd, kh): ceil(kw / taps)
+  long long window_rows;           // S rows a stage holds: 64 + (taps-1)*dil_w, rounded up to 8
+  long long stage_bytes, smem;     // one pipeline stage; dynamic shared memory (+1 KiB)
+  WgradWgmma base;                 // tiles, CTAs along b, operand bytes (on E's grid)
+};
+constexpr WgradTaps WgradTapsOf(long long n, long long a, long long b, long long td, long long th,
+                                long long tw, long long kd, long long kh, long long kw,
+                                long long dild, long long dilh, long long dilw, long long bn,
+                                long long stages, long long products, long long taps) {
+  WgradTaps g{};
+  g.ed = td + (kd - 1) * dild;
+  g.eh = th + (kh - 1) * dilh;
+  g.ew = tw + (kw - 1) * dilw;
+  g.e_points = g.ed * g.eh * g.ew;
+  g.steps_per_plane = CeilDiv(th * g.ew, kWgradKStep);
+  g.steps = n * td * g.steps_per_plane;
+  g.groups = CeilDiv(kw, taps);
+  g.window_rows = RoundUp(kWgradKStep + (taps - 1) * dilw, 8);
+  g.base = WgradWgmmaOf(n, a, b, g.e_points, g.e_points, bn, stages, products);
+  g.stage_bytes = (products == 3 ? 2 : 1) * (kWgradOperandBytes + (bn / 64) * g.window_rows * 128);
+  g.smem = stages * g.stage_bytes + 1024;
+  return g;
+}
+
 // The halo weight-gradient kernel (templates/wgrad_halo.cuh). A k-step is one tile of T's grid:
 // rh rows of h x seg points of w of one (n, d) plane, its points in row-major order, padded to a
 // multiple of 16. It stages that T tile and, per S channel its column tile touches, the S box every

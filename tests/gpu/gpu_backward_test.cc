@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
 #include "fusejit/fusejit.h"
@@ -186,6 +187,39 @@ TEST(GpuBackward, WgmmaWeightGradientRandomChains) {
     ++checked;
   }
   EXPECT_EQ(checked, 16);
+}
+
+// The wgmma weight gradient with tap reuse (templates/wgrad_taps.cuh): stride-1 convolutions and
+// transposed convolutions, 2 to 7 kw taps (2 or 3 per CTA, idle warpgroups where they do not
+// divide), padding and output_padding, dilation along every axis, channel counts that are not
+// multiples of 64, both precisions.
+TEST(GpuBackward, WgmmaTapReuseWeightGradient) {
+  SKIP_WITHOUT_GPU();
+  Rng rng(4242);
+  int checked = 0;
+  for (int i = 0; checked < 14 && i < 200; ++i) {
+    const bool transposed = rng.Int(0, 1) == 1;
+    const int64_t kd = rng.Int(1, 3), kh = rng.Int(1, 3), kw = rng.Int(2, 7);
+    const int64_t dw = rng.Int(1, 2), dh = rng.Int(1, 2);
+    const int64_t pw = rng.Int(0, std::min<int64_t>(2, (kw - 1) * dw));
+    const int64_t cin = rng.Int(32, 150), cout = rng.Int(32, 150);
+    const int64_t batch = rng.Int(1, 3), d = rng.Int(3, 6), h = rng.Int(4, 9),
+                  w = rng.Int(kw * dw, 19);
+    std::string op =
+        absl::StrCat(transposed ? "conv_transpose3d" : "conv3d", "(out=", cout, ",k=[", kd, ",", kh,
+                     ",", kw, "],padding=[0,1,", pw, "],dilation=[1,", dh, ",", dw, "]");
+    if (transposed && rng.Int(0, 1) == 1) absl::StrAppend(&op, ",output_padding=[0,0,1]");
+    absl::StrAppend(&op, ")");
+    const std::string spec = absl::StrCat("x:f32[", batch, ",", cin, ",", d, ",", h, ",", w, "] | ",
+                                          op, i % 2 ? " | gelu" : " | group_norm(groups=1)");
+    absl::StatusOr<Chain> c = ParseChain(spec);
+    if (!c.ok()) continue;  // e.g. an output_padding the stride does not allow
+    if (!BackwardPlanRuns(*c, "fj::wgrad_taps_kernel")) continue;
+    CheckBackward(*c, 700 + i, checked % 3 == 2 ? Precision::kTf32 : Precision::kFp32,
+                  checked % 3 == 2 ? 2e-2 : 1e-5);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 14);
 }
 
 // The training pair (CompileTrainingForward, CompileBackwardFromSaved) of a chain that saves: y

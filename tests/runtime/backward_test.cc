@@ -356,10 +356,13 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
   const Case cases[] = {
       {"x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
        "group_norm(groups=8)",
-       "sm_90", "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
+       "sm_90", "fj::wgrad_taps_kernel<Cfg, WgTune>"},
       {"x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
        "group_norm(groups=8)",
        "sm_80", "fj::wgrad_mma_partial_kernel<Cfg, WgTune>"},
+      // Stride 1: the kw taps share staged rows (2 per CTA for a kernel 4 wide).
+      {"x:f32[2,40,6,7,9] | conv3d(out=72,k=[3,2,4],padding=[1,0,2],dilation=[1,1,2]) | relu",
+       "sm_90", "fj::wgrad_taps_kernel<Cfg, WgTune>"},
       {"x:f32[2,33,7,9,11] | conv3d(out=97,k=[3,2,1],stride=[1,2,1],dilation=2) | tanh", "sm_90",
        "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
       {"x:f32[2,48,6,7,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1) | tanh", "sm_90",
@@ -390,7 +393,8 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
       if (k.body == c.body) gemm = &k;
     }
     ASSERT_NE(gemm, nullptr) << codegen::ExplainPlan(*plan);
-    const bool wgmma = std::string(c.body).find("wgmma") != std::string::npos;
+    const bool wgmma = std::string(c.body).find("wgmma") != std::string::npos ||
+                       std::string(c.body).find("taps") != std::string::npos;
     EXPECT_EQ(plan->arch_override, wgmma ? "sm_90a" : "");
     // fj_bwd_grad_u writes per-block maxima of |grad_u| (gmax) into the step's tensor
     // grad_u_maxima (for step 3, and) for the wgmma engine, whose scale of grad_u comes from them:
@@ -472,13 +476,41 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
     if (!wgmma) continue;
     EXPECT_EQ(gemm->grid[2], splits);
     EXPECT_EQ(chunk % 64, 0);
-    EXPECT_GE(chunk * splits, chain.input[0] * t_points);
-    EXPECT_LT(chunk * (splits - 1), chain.input[0] * t_points);
-    EXPECT_EQ(gemm->grid[0], taps * ((s_channels + bn - 1) / bn));
     EXPECT_EQ(gemm->grid[1], (t_channels + 63) / 64);
     EXPECT_EQ(gemm->grid[2], splits);
-    EXPECT_EQ(gemm->block[0], 128u);
-    EXPECT_LE(2 * gemm->shared_bytes, 227u * 1024);
+    if (std::string(c.body) == "fj::wgrad_wgmma_kernel<Cfg, WgTune>") {
+      EXPECT_GE(chunk * splits, chain.input[0] * t_points);
+      EXPECT_LT(chunk * (splits - 1), chain.input[0] * t_points);
+      EXPECT_EQ(gemm->grid[0], taps * ((s_channels + bn - 1) / bn));
+      EXPECT_EQ(gemm->block[0], 128u);
+      EXPECT_LE(2 * gemm->shared_bytes, 227u * 1024);
+      continue;
+    }
+    // Tap reuse: kTaps kw taps per CTA (one warpgroup each), the chunks cover E's k-steps.
+    int64_t per_cta = 0, stages = 0;
+    for (const codegen::TuneStruct& t : plan->tunes) {
+      for (const codegen::TuneStruct::Field& f : t.fields) {
+        if (t.name == "WgTune" && f.name == "kTaps") per_cta = std::stoll(f.value);
+        if (t.name == "WgTune" && f.name == "kStages") stages = std::stoll(f.value);
+      }
+    }
+    EXPECT_EQ(per_cta, a.kernel[2] == 4 ? 2 : 3);
+    const Dims3 tg =
+        conv ? Dims3{u[2], u[3], u[4]} : Dims3{chain.input[2], chain.input[3], chain.input[4]};
+    const fj::geom::WgradTaps e = fj::geom::WgradTapsOf(
+        chain.input[0], t_channels, s_channels, tg[0], tg[1], tg[2], a.kernel[0], a.kernel[1],
+        a.kernel[2], a.dilation[0], a.dilation[1], a.dilation[2], bn, stages, 3, per_cta);
+    EXPECT_EQ(e.ew, tg[2] + (a.kernel[2] - 1) * a.dilation[2]);
+    EXPECT_GE(e.steps_per_plane * 64, tg[1] * e.ew);
+    EXPECT_GE(chunk * splits, e.steps * 64);
+    EXPECT_LT(chunk * (splits - 1), e.steps * 64);
+    EXPECT_EQ(gemm->grid[0], a.kernel[0] * a.kernel[1] * e.groups * ((s_channels + bn - 1) / bn));
+    EXPECT_GE(e.groups * per_cta, a.kernel[2]);
+    EXPECT_LT((e.groups - 1) * per_cta, a.kernel[2]);
+    EXPECT_EQ(gemm->block[0], 128u * per_cta);
+    EXPECT_EQ(gemm->shared_bytes, e.smem);
+    EXPECT_LE(gemm->shared_bytes, 227u * 1024);
+    EXPECT_EQ(gemm->min_blocks_per_sm, 1u);
   }
 }
 
