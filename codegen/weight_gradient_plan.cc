@@ -362,21 +362,23 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
     }
   }
   const fj::geom::WgradTaps e = taps_geom(stages);
-  const fj::geom::WgradWgmma g =
-      taps > 1 ? e.base
-               : fj::geom::WgradWgmmaOf(n, wg.rows, wg.s_channels, wg.t_points, wg.s_points, bn,
-                                        stages, three ? 3 : 1);
+  const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(n, wg.rows, wg.s_channels, wg.t_points,
+                                                        wg.s_points, bn, stages, three ? 3 : 1);
   const int64_t smem = taps > 1 ? e.smem : g.smem;
+  const int64_t t_bytes = taps > 1 ? e.t_bytes : g.t_bytes;
+  const int64_t s_bytes = taps > 1 ? e.s_bytes : g.s_bytes;
   const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / smem);
   const int64_t ctas_x = taps > 1 ? k[0] * k[1] * e.groups * g.b_ctas : wg.kv * g.b_ctas;
   const int64_t tiles = ctas_x * g.a_tiles;
-  // The K rows the chunks divide: T's (n, point) pairs, or the k-steps of E's planes.
+  // The K rows the chunks divide: T's (n, point) pairs, or the k-steps of E's planes (chunks of
+  // whole short runs: 2 k-steps with three products, 4 with one; WgTapsShape::kFold).
   const int64_t k_rows = taps > 1 ? e.steps * step : wg.reduction;
+  const int64_t chunk_step = taps > 1 ? step * (three ? 2 : 4) : step;
   const int64_t max_splits = std::max<int64_t>(
       1, std::min(k_rows / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
   int64_t splits =
       FillingSplits(tiles, per_sm * target.sm_count, std::min<int64_t>(64, max_splits));
-  const int64_t chunk = CeilDiv(CeilDiv(k_rows, splits), step) * step;
+  const int64_t chunk = CeilDiv(CeilDiv(k_rows, splits), chunk_step) * chunk_step;
   splits = CeilDiv(k_rows, chunk);
   // fp32-accurate: three products of the fp16 splits; TF32: the highs' product alone (the same
   // rounding of each operand as TF32's, at the f16 rate).
@@ -392,9 +394,9 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   const size_t absmax = plan.AddWorkspace("weight gradient: max|T|, max|S| per block",
                                           2 * fj::geom::kWgradAbsmaxBlocks * 4);
   const size_t tp = plan.AddWorkspace(absl::StrCat("weight gradient: T channels-last, ", operands),
-                                      static_cast<size_t>(g.t_bytes));
+                                      static_cast<size_t>(t_bytes));
   const size_t sp = plan.AddWorkspace(absl::StrCat("weight gradient: S channels-last, ", operands),
-                                      static_cast<size_t>(g.s_bytes));
+                                      static_cast<size_t>(s_bytes));
   const size_t wpart = plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
                                          static_cast<size_t>(splits * wg.rows * wg.cols() * 8));
   const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
@@ -418,14 +420,19 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
              ws(ArgType::kFloat, "absmax", absmax, kWrite)};
   plan.kernels.push_back(am);
   for (int which = 0; which < 2; ++which) {
-    const int64_t points = taps > 1 ? e.e_points : which == 0 ? wg.t_points : wg.s_points;
+    const int64_t points = which == 0 ? wg.t_points : wg.s_points;
+    const unsigned tiles_of = static_cast<unsigned>(which == 0 ? g.a_tiles : g.b_tiles);
     KernelLaunch pr{
         which == 0 ? "fj_wgrad_prep_t" : "fj_wgrad_prep_s",
-        absl::StrCat("fj::wgrad_prep_kernel<Cfg, WgTune, ", which, ">"),
-        absl::StrCat("weight gradient: ", which == 0 ? "T" : "S", " channels-last as ", operands),
-        {static_cast<unsigned>(CeilDiv(points, 64)),
-         static_cast<unsigned>(which == 0 ? g.a_tiles : g.b_tiles),
-         static_cast<unsigned>(chain.input[0])},
+        absl::StrCat(taps > 1 ? "fj::wgrad_taps_prep_kernel" : "fj::wgrad_prep_kernel",
+                     "<Cfg, WgTune, ", which, ">"),
+        absl::StrCat("weight gradient: ", which == 0 ? "T" : "S", " channels-last as ", operands,
+                     taps > 1 ? absl::StrCat(" on the ", e.ed, "x", e.eh, "x", e.ew,
+                                             " grid, rows per tile contiguous")
+                              : ""),
+        taps > 1 ? std::array<unsigned, 3>{static_cast<unsigned>(CeilDiv(e.rows, 64)), tiles_of, 1}
+                 : std::array<unsigned, 3>{static_cast<unsigned>(CeilDiv(points, 64)), tiles_of,
+                                           static_cast<unsigned>(chain.input[0])},
         block256};
     pr.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kRead),
                ws(ArgType::kBytes, "out", which == 0 ? tp : sp, kWrite)};

@@ -307,17 +307,26 @@ constexpr WgradWgmma WgradWgmmaOf(long long n, long long a, long long b, long lo
 // The tap-reuse variant (templates/wgrad_taps.cuh), for stride 1: both operands laid out on one
 // extended grid E (per axis T's extent + (k-1)*dil; T's values at their own points, zeros
 // elsewhere; S's value q at e = q + pad), so that every tap's S row is T's row plus a constant
-// offset. A CTA stages a k-step of 64 T rows once and a window of S rows that `taps` consecutive
-// kw taps share (one warpgroup per tap). K: per (sample, d < td) plane the th * ew rows starting
-// at h = 0, in k-steps of 64 (the last may run past the plane: zero T rows).
+// offset. Rows: per (sample, d) plane of E `pp` rows (h * ew + w, then zeros up to a multiple of
+// 64), the planes of all samples in order, then `tail` zero rows; each operand stored per
+// 64-channel tile, highs then lows (three products), [tile][lohi][rows][128 bytes]. K: per
+// (sample, d < td) plane its first steps_per_plane * 64 rows, in k-steps of 64. A CTA stages a
+// k-step of T once and a window of S rows that `taps` consecutive kw taps share (one warpgroup
+// per tap).
 struct WgradTaps {
-  long long ed, eh, ew, e_points;  // E's extents and points per sample
-  long long steps_per_plane;       // k-steps per (sample, d) plane
-  long long steps;                 // n * td * steps_per_plane
-  long long groups;                // tap groups per (kd, kh): ceil(kw / taps)
-  long long window_rows;           // S rows a stage holds: 64 + (taps-1)*dil_w, rounded up to 8
-  long long stage_bytes, smem;     // one pipeline stage; dynamic shared memory (+1 KiB)
-  WgradWgmma base;                 // tiles, CTAs along b, operand bytes (on E's grid)
+  long long ed, eh, ew;         // E's extents
+  long long pp;                 // rows per (sample, d) plane: eh * ew rounded up to 64
+  long long rows;               // rows of either operand: n * ed * pp + tail
+  long long zero_row;           // the first of 64 zero rows of T (past every plane)
+  long long steps_per_plane;    // k-steps per (sample, d) plane: ceil(th * ew / 64)
+  long long steps;              // n * td * steps_per_plane
+  long long groups;             // tap groups per (kd, kh): ceil(kw / taps)
+  long long window;             // S rows the taps of a CTA read: 64 + (taps-1) * dil_w
+  long long window_rows;        // S rows a stage holds per block: window + 7, rounded up to 8
+  long long a_tiles, b_tiles;   // 64-channel tiles of T and S
+  long long b_ctas;             // CTAs along b: ceil(b / bn)
+  long long t_bytes, s_bytes;   // the operands
+  long long stage_bytes, smem;  // one pipeline stage; dynamic shared memory (+1 KiB)
 };
 constexpr WgradTaps WgradTapsOf(long long n, long long a, long long b, long long td, long long th,
                                 long long tw, long long kd, long long kh, long long kw,
@@ -327,13 +336,22 @@ constexpr WgradTaps WgradTapsOf(long long n, long long a, long long b, long long
   g.ed = td + (kd - 1) * dild;
   g.eh = th + (kh - 1) * dilh;
   g.ew = tw + (kw - 1) * dilw;
-  g.e_points = g.ed * g.eh * g.ew;
+  g.pp = RoundUp(g.eh * g.ew, kWgradKStep);
   g.steps_per_plane = CeilDiv(th * g.ew, kWgradKStep);
   g.steps = n * td * g.steps_per_plane;
   g.groups = CeilDiv(kw, taps);
-  g.window_rows = RoundUp(kWgradKStep + (taps - 1) * dilw, 8);
-  g.base = WgradWgmmaOf(n, a, b, g.e_points, g.e_points, bn, stages, products);
-  g.stage_bytes = (products == 3 ? 2 : 1) * (kWgradOperandBytes + (bn / 64) * g.window_rows * 128);
+  g.window = kWgradKStep + (taps - 1) * dilw;
+  g.window_rows = RoundUp(g.window + 7, 8);
+  // A window may start up to the largest tap offset plus a plane past the last k-step's rows.
+  g.zero_row = n * g.ed * g.pp;
+  g.rows = g.zero_row + kWgradKStep + g.pp + g.window_rows + (g.groups * taps) * dilw;
+  g.a_tiles = CeilDiv(a, 64);
+  g.b_tiles = CeilDiv(b, 64);
+  g.b_ctas = CeilDiv(b, bn);
+  const long long lohi = products == 3 ? 2 : 1;
+  g.t_bytes = g.a_tiles * lohi * g.rows * 128;
+  g.s_bytes = g.b_tiles * lohi * g.rows * 128;
+  g.stage_bytes = lohi * (kWgradOperandBytes + (bn / 64) * g.window_rows * 128);
   g.smem = stages * g.stage_bytes + 1024;
   return g;
 }

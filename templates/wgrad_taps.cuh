@@ -3,27 +3,35 @@
 // operands from L2 once per tap (27 times for a 3x3x3 kernel); here a CTA stages a k-step of T
 // once and one window of S rows, and each of its kTaps warpgroups multiplies them for its own tap.
 //
-// Why a window serves several taps: prep (wgrad_prep_kernel with kTaps > 1) lays T and S out on
-// one extended grid E (geom::WgradTaps): T's value at its own point, S's point q at e = q + pad,
-// zeros elsewhere. For stride 1 the S point of tap (kd, kh, kw) at T point p is p + tap*dil - pad,
-// so on E its row is T's row + off(kd, kh, kw) with off = (kd*dilD*EH + kh*dilH)*EW + kw*dilW: a
-// constant. Tap kw0 + g reads window rows g*dilW .. g*dilW + 63. The wgmma descriptor of such a B
-// operand starts g*dilW 128-byte rows into a swizzle atom; the 128-byte swizzle is a function of
-// the shared-memory address (checked on the H200, 2026-11-28: a start 1..7 rows into an atom with
-// base offset 0 gives exact products), so the rows are written where the address says.
+// Why a window serves several taps: the prep kernel here lays T and S out on one extended grid E
+// (geom::WgradTaps): T's value at its own point, S's point q at e = q + pad, zeros elsewhere. For
+// stride 1 the S point of tap (kd, kh, kw) at T point p is p + tap*dil - pad, so on E its row is
+// T's row + off(kd, kh, kw), off = (kd*dilD*pp + kh*dilH*EW) + kw*dilW: a constant. Tap kw0 + g
+// reads window rows g*dilW .. g*dilW + 63. The wgmma descriptor of such a B operand starts inside
+// a swizzle atom; the 128-byte swizzle is a function of the shared-memory address (checked on the
+// H200, 2026-11-28: a start 1..7 rows into an atom with base offset 0 gives exact products).
 //
-// K: per (sample n, d < TD) plane the TH*EW rows of E from h = 0 (rows with w >= TW are zeros of
-// T: 1 + (KW-1)*dilW/TW of the work), in k-steps of 64; the last k-step of a plane reads T rows
-// past it as zeros. Precision, the partials and the reduction: as wgrad_wgmma.cuh. Accumulation:
-// the short runs are kFold k-steps long (below), and the wgmma of one k-step overlap the barrier
-// and the loads of the next.
+// Loads: prep stores each 64-channel tile's rows contiguously, chunk c of row R at chunk
+// c ^ (R % 8) -- the swizzle the row gets in shared memory when the copy lands R % 8 rows into an
+// atom. So a k-step is a few bulk copies (cp.async.bulk, one thread, completion on an mbarrier):
+// 64 rows of T per tile (and lows), the window of S per tile; no per-element address arithmetic.
+//
+// K: per (sample n, d < TD) plane its first steps_per_plane*64 rows (rows with h >= TH or
+// w >= TW are zeros of T: (EW/TW) of the work), in k-steps of 64. Precision, the partials and the
+// reduction: as wgrad_wgmma.cuh; short runs of kFold k-steps, the wgmma of one k-step in flight
+// across the barrier and the copies of the next.
 //
 // ---- host-side contract -------------------------------------------------------------------
-// Tune: wgrad_wgmma.cuh's, with kTaps (2 or 3) and kChunk in K rows (a multiple of 64) of the
-// k-step sequence above (geom::WgradTaps::steps k-steps in all). Kernels 1, 2 and 4 are
-// wgrad_wgmma.cuh's (prep writes E's grid: WgWgmmaShape::kTOut, kSOut points per sample).
-//   3. wgrad_taps_kernel<Cfg,Tune>(tp, sp, absmax, part): grid (KD*KH*groups * kBTiles, kAT,
-//      kSplits), block 128 * kTaps, dynamic smem WgradTaps::smem (raise the attribute).
+// Tune: wgrad_wgmma.cuh's (kBN, kStages >= 3, kSplits, kChunk in K rows of the k-step sequence
+// above, a multiple of 64 * kFold, kAbsmaxBlocks, kProducts, kGuMaxima) and kTaps (2 or 3).
+// Workspace: absmax as wgrad_wgmma.cuh's; tp, sp: WgradTaps::t_bytes, s_bytes; part as
+// wgrad_wgmma.cuh's. Kernels, in order on one stream:
+//   1. wgrad_absmax_kernel<Cfg,Tune> (wgrad_wgmma.cuh).
+//   2. wgrad_taps_prep_kernel<Cfg,Tune,0>(x, gu, absmax, tp): grid (ceil(rows/64), a_tiles),
+//      block 256; <Cfg,Tune,1>(x, gu, absmax, sp): grid (ceil(rows/64), b_tiles), block 256.
+//   3. wgrad_taps_kernel<Cfg,Tune>(tp, sp, absmax, part): grid (KD*KH*groups * b_ctas, a_tiles,
+//      kSplits), block 128 * kTaps, dynamic smem WgradTaps::smem (raise the attribute). sm_90a.
+//   4. wgrad_reduce_kernel<Cfg,Tune> (wgrad.cuh).
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_WGRAD_TAPS_CUH_
 #define FUSEJIT_TEMPLATES_WGRAD_TAPS_CUH_
@@ -33,73 +41,178 @@
 namespace fj {
 
 template <class Cfg, class Tune>
+struct WgTapsShape {
+  using G = WgGeom<Cfg>;
+  static constexpr int kProducts = WgProductsOf<Tune>::value;
+  static constexpr int kTaps = Tune::kTaps;
+  static constexpr geom::WgradTaps kE = geom::WgradTapsOf(
+      Cfg::kN, G::kA, G::kB, G::kTD, G::kTH, G::kTW, Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilD,
+      Cfg::kDilH, Cfg::kDilW, Tune::kBN, Tune::kStages, kProducts, kTaps);
+  static constexpr int kLoHi = kProducts == 3 ? 2 : 1;
+  // k-steps per short run: 2 with three products (24 truncating tensor-core additions per run),
+  // 4 with one (a TF32-class result: 16 additions per run add a few 1e-6 relative at most).
+  static constexpr int kFold = kProducts == 3 ? 2 : 4;
+  static_assert(Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1, "wgrad_taps: stride 1 only");
+  static_assert(kTaps >= 2 && kTaps <= 3, "wgrad_taps: 2 or 3 taps per CTA");
+  static_assert(Tune::kStages >= 3, "wgrad_taps: 3 stages or more (two k-steps in use)");
+  static_assert(Tune::kChunk % (geom::kWgradKStep * kFold) == 0, "wgrad_taps: whole short runs");
+  static_assert(kE.smem <= 232448, "wgrad_taps: the stages exceed shared memory");
+  static_assert(kE.rows < (1ll << 31), "wgrad_taps: too many rows for int");
+};
+
+namespace wgt {
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Spins (inside the asm: no branch the compiler sees) until phase `parity` of `bar` completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned); the
+// completion counts against `bar`'s transaction bytes.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+}  // namespace wgt
+
+// ---- 2. T (kWhich 0) or S (1) -> E's rows, fp16 highs (and lows), pre-swizzled -----------------
+// A block converts 64 rows x one 64-channel tile.
+template <class Cfg, class Tune, int kWhich>
+__device__ void wgrad_taps_prep_kernel(const float* __restrict__ x, const float* __restrict__ gu,
+                                       const float* __restrict__ absmax,
+                                       unsigned char* __restrict__ out) {
+  using G = WgGeom<Cfg>;
+  using Sh = WgTapsShape<Cfg, Tune>;
+  constexpr geom::WgradTaps E = Sh::kE;
+  constexpr bool kT = kWhich == 0;
+  constexpr int C = kT ? G::kA : G::kB;
+  constexpr int SD = kT ? G::kTD : G::kQD, SH = kT ? G::kTH : G::kQH, SW = kT ? G::kTW : G::kQW;
+  // Where the source's point (0,0,0) sits on E: T at the origin, S shifted by the padding.
+  constexpr int OffD = kT ? 0 : Cfg::kPD, OffH = kT ? 0 : Cfg::kPH, OffW = kT ? 0 : Cfg::kPW;
+  __shared__ float red[32];
+  __shared__ float tile[64][65];
+  const float* src = (kT == G::kConv) ? gu : x;  // T is gu for conv3d, S is gu for convT
+  const float s =
+      ig::scale_from_partials(absmax + kWhich * Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red);
+  const int r0 = blockIdx.x * 64, ct = blockIdx.y;
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {
+    const int c = ct * 64 + i / 64, r = r0 + i % 64;
+    const int plane = r / (int)E.pp, rem = r % (int)E.pp;
+    const int n = plane / (int)E.ed, d = plane % (int)E.ed - OffD;
+    const int h = rem / (int)E.ew - OffH, w = rem % (int)E.ew - OffW;
+    const bool in = c < C && n < Cfg::kN && rem < E.eh * E.ew && d >= 0 && d < SD && h >= 0 &&
+                    h < SH && w >= 0 && w < SW;
+    tile[i / 64][i % 64] =
+        in ? src[(((long long)n * C + c) * SD + d) * (SH * SW) + h * SW + w] : 0.f;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
+    const int p = i / 8, j = i % 8, r = r0 + p;
+    if (r >= E.rows) continue;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = tile[j * 8 + e][p];
+    unsigned hi[4], lo[4];
+    ig::split_f16x8(v, s, hi, lo);
+    const long long row = (long long)ct * Sh::kLoHi * E.rows + r;
+    const int swz = (j ^ (r & 7)) << 4;
+    *reinterpret_cast<uint4*>(out + row * 128 + swz) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    if constexpr (Sh::kLoHi == 2) {
+      *reinterpret_cast<uint4*>(out + (row + E.rows) * 128 + swz) =
+          make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+  }
+}
+
+// ---- 3. the GEMM: kTaps taps x 64 rows a x kBN columns b x one chunk of K per block -----------
+template <class Cfg, class Tune>
 __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
                                   const unsigned char* __restrict__ sp,
                                   const float* __restrict__ absmax, double* __restrict__ part) {
   using G = WgGeom<Cfg>;
-  using Sh = WgWgmmaShape<Cfg, Tune>;
+  using Sh = WgTapsShape<Cfg, Tune>;
   constexpr geom::WgradTaps E = Sh::kE;
-  constexpr int BN = Sh::kBN, NG = Sh::kGroupsN, NT8 = BN / 8;
-  constexpr int kStages = Tune::kStages, kTaps = Sh::kTaps, kThreads = 128 * kTaps;
-  constexpr int WR = (int)E.window_rows, kWinBytes = WR * 128;
+  constexpr int BN = Tune::kBN, NG = BN / 64, NT8 = BN / 8;
+  constexpr int kStages = Tune::kStages, kTaps = Sh::kTaps, kFold = Sh::kFold;
+  constexpr int kWinBytes = (int)E.window_rows * 128;  // one block of the S window in a stage
   constexpr bool kThree = Sh::kProducts == 3;
-  constexpr int kLoHi = kThree ? 2 : 1;
-  constexpr long long kRows = (long long)Cfg::kN * E.e_points;  // rows of either operand
-  static_assert(kTaps >= 2 && kTaps <= 3, "wgrad_taps: 2 or 3 taps per CTA");
-  static_assert(kStages >= 3, "wgrad_taps: 3 stages or more (two k-steps in use)");
-  // k-steps per short run: 2 with three products (24 truncating tensor-core additions per run),
-  // 4 with one (a TF32-class result: 16 additions per run add a few 1e-6 relative at most).
-  constexpr int kFold = kThree ? 2 : 4;
-  static_assert(kStages * E.stage_bytes + 1024 <= 232448, "wgrad_taps: stages exceed smem");
+  constexpr int kLoHi = Sh::kLoHi;
+  constexpr long long kTileBytes = E.rows * 128;  // one tile's highs (or lows) in tp / sp
   extern __shared__ __align__(1024) unsigned char wgt_smem_raw[];
   __shared__ float red[32];
+  __shared__ __align__(8) unsigned long long full[kStages];              // a stage's copies landed
   const unsigned sbase = (ig::smem_u32(wgt_smem_raw) + 1023u) & ~1023u;  // swizzle atoms
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int tg = blockIdx.x / Sh::kBTiles, bt = blockIdx.x % Sh::kBTiles, at = blockIdx.y;
+  const int tg = blockIdx.x / (int)E.b_ctas, bt = blockIdx.x % (int)E.b_ctas, at = blockIdx.y;
   const int kd = tg / ((int)E.groups * Cfg::kKH), kh = (tg / (int)E.groups) % Cfg::kKH;
   const int kw0 = (tg % (int)E.groups) * kTaps, kw = kw0 + wg;
-  const bool active = kw < Cfg::kKW;  // this warpgroup's tap exists
-  const long long off =
-      ((long long)kd * Cfg::kDilD * E.eh + kh * Cfg::kDilH) * E.ew + (long long)kw0 * Cfg::kDilW;
+  const long long off = ((long long)kd * Cfg::kDilD * E.pp + (long long)kh * Cfg::kDilH * E.ew) +
+                        (long long)kw0 * Cfg::kDilW;
   const int s_begin = blockIdx.z * (Tune::kChunk / 64);
   const int s_end = min(s_begin + Tune::kChunk / 64, (int)E.steps);
   const int nks = s_end - s_begin;
+  const unsigned full0 = ig::smem_u32(&full[0]);
+  // B blocks of S channels that exist (the copies of the others are skipped; their columns are
+  // never written).
+  const int ng_valid = min(NG, (int)E.b_tiles - bt * NG);
+  const unsigned tx_bytes = kLoHi * (64 * 128 + ng_valid * (int)E.window * 128);
 
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) wgt::mbar_init(full0 + 8 * s, 1);
+    wgt::mbar_init_fence();
+  }
   const double inv_scale =
       1.0 /
       ((double)ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red) *
        (double)ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red));
+  __syncthreads();  // (also after the barriers' init)
 
-  // Stage layout: A [lohi][64 rows x 128 B], then B [lohi][NG][WR rows x 128 B]. A 16-byte chunk
-  // c of row k sits at chunk c ^ (k % 8) of its row (the 128-byte swizzle; WR % 8 == 0 keeps every
-  // block's rows in phase).
-  auto load = [&](int slot, int ks) {
-    const int step = s_begin + ks;
+  // Stage layout: A [lohi][64 rows x 128 B]; B [lohi][NG][window_rows x 128 B], the window
+  // landing (its first row % 8) rows into its block, so that its rows keep prep's swizzle.
+  // Thread 0 issues a k-step's copies; k-steps past the chunk (padding to whole short runs) copy
+  // T's zero rows.
+  // T's first row of k-step `step` (past the chunk: T's zero rows, the window at row off).
+  auto t_row = [&](int step) -> long long {
+    if (step >= s_end) return E.zero_row;
     const int plane = step / (int)E.steps_per_plane, within = step % (int)E.steps_per_plane;
-    const int n = plane / G::kTD, d = plane % G::kTD;
-    const long long r0 = ((long long)n * E.ed + d) * E.eh * E.ew + (long long)within * 64;
-    // T rows of this plane from r0; none past the chunk (the k-steps padded to whole runs).
-    const int span = step < s_end ? G::kTH * (int)E.ew - within * 64 : 0;
-    const unsigned st = sbase + slot * (unsigned)E.stage_bytes;
-    constexpr int kChunks = 8 * kLoHi;  // 16-byte chunks per row and 64-channel tile
-    for (int i = tid; i < 64 * kChunks; i += kThreads) {
-      const int krow = i / kChunks, c16 = i % kChunks, lohi = c16 >> 3, chunk = c16 & 7;
-      const bool ok = krow < span;
-      const unsigned dst =
-          st + lohi * geom::kWgradOperandBytes + krow * 128 + ((chunk ^ (krow & 7)) << 4);
-      ig::cp_async16(dst, tp + ((r0 + (ok ? krow : 0)) * Sh::kAT + at) * 256 + c16 * 16, ok);
+    return ((long long)(plane / G::kTD) * E.ed + plane % G::kTD) * E.pp + (long long)within * 64;
+  };
+  auto s_row = [&](int step) -> long long { return (step < s_end ? t_row(step) : 0) + off; };
+  auto issue = [&](int slot, int ks) {
+    const long long r0 = t_row(s_begin + ks), rb = s_row(s_begin + ks);
+    const unsigned st = sbase + slot * (unsigned)E.stage_bytes, bar = full0 + 8 * slot;
+    wgt::mbar_expect_tx(bar, tx_bytes);
+#pragma unroll
+    for (int lh = 0; lh < kLoHi; ++lh) {
+      wgt::bulk_copy(st + lh * geom::kWgradOperandBytes,
+                     tp + ((long long)at * kLoHi + lh) * kTileBytes + r0 * 128, 64 * 128, bar);
     }
-    const unsigned b_st = st + kLoHi * geom::kWgradOperandBytes;
-    for (int i = tid; i < WR * NG * kChunks; i += kThreads) {
-      const int krow = i / (NG * kChunks), rest = i % (NG * kChunks);
-      const int g = rest / kChunks, c16 = rest % kChunks, lohi = c16 >> 3, chunk = c16 & 7;
-      const long long r = r0 + off + krow;
-      const int btile = bt * NG + g;
-      const bool ok = r < kRows && btile < Sh::kBT && step < s_end;
-      const unsigned dst =
-          b_st + (lohi * NG + g) * kWinBytes + krow * 128 + ((chunk ^ (krow & 7)) << 4);
-      ig::cp_async16(dst, ok ? sp + (r * Sh::kBT + btile) * 256 + c16 * 16 : sp, ok);
+    const unsigned b_st = st + kLoHi * geom::kWgradOperandBytes + (unsigned)(rb & 7) * 128;
+    for (int g = 0; g < ng_valid; ++g) {
+#pragma unroll
+      for (int lh = 0; lh < kLoHi; ++lh) {
+        wgt::bulk_copy(b_st + (lh * NG + g) * kWinBytes,
+                       sp + ((long long)(bt * NG + g) * kLoHi + lh) * kTileBytes + rb * 128,
+                       (unsigned)E.window * 128, bar);
+      }
     }
   };
 
@@ -110,35 +223,32 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
     for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.f;
   }
 
-  // The pipeline: k-step ks + kAhead is loaded while ks is multiplied, and the wgmma of k-step ks
+  // The pipeline: k-step ks + kAhead is copied while ks is multiplied, and the wgmma of k-step ks
   // stay in flight into iteration ks + 1 (wait<1>): a slot is refilled two k-steps after its
   // wgmma were issued, once every warpgroup has waited for them (the barrier). The short-run
   // accumulator is drained and added into acc every kFold k-steps; the k-steps run to a multiple
-  // of kFold (those past the chunk load zeros), so that no wgmma sits on a divergent path (ptxas
-  // would serialize them). An idle warpgroup (tap past the kernel) multiplies too, unwritten.
+  // of kFold, so that no wgmma sits on a divergent path (ptxas would serialize them). An idle
+  // warpgroup (its tap past the kernel) multiplies too, unwritten.
   constexpr int kAhead = kStages - 2;
   const int nfold = (nks + kFold - 1) / kFold, nkp = nfold * kFold;
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < nkp) load(s, s);
-    ig::cp_async_commit();
+  if (tid == 0) {
+    for (int s = 0; s < kAhead && s < nkp; ++s) issue(s, s);
   }
   for (int f = 0; f < nfold; ++f) {
 #pragma unroll
     for (int i = 0; i < kFold; ++i) {
       const int ks = f * kFold + i, slot = ks % kStages;
-      ig::cp_async_wait<kAhead - 1>();
-      igw::fence_proxy_async();
+      wgt::mbar_wait(full0 + 8 * slot, (ks / kStages) & 1);
       __syncthreads();
       // Slot (ks + kAhead) % kStages last held k-step ks - 2, whose wgmma every warpgroup waited
       // for.
-      if (ks + kAhead < nkp) load((ks + kAhead) % kStages, ks + kAhead);
-      ig::cp_async_commit();
+      if (tid == 0 && ks + kAhead < nkp) issue((ks + kAhead) % kStages, ks + kAhead);
 
       const unsigned st = sbase + slot * (unsigned)E.stage_bytes;
       const unsigned a_hi = st, a_lo = st + geom::kWgradOperandBytes;
-      const unsigned b_hi = st + kLoHi * geom::kWgradOperandBytes + wg * Cfg::kDilW * 128,
-                     b_lo = b_hi + NG * kWinBytes;
+      const unsigned b_hi = st + kLoHi * geom::kWgradOperandBytes +
+                            ((unsigned)(s_row(s_begin + ks) & 7) + wg * Cfg::kDilW) * 128;
+      const unsigned b_lo = b_hi + NG * kWinBytes;
       igw::fence();
 #pragma unroll
       for (int k16 = 0; k16 < 4; ++k16) {
@@ -172,8 +282,7 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
       }
     }
   }
-  ig::cp_async_wait<0>();
-  if (!active) return;  // (after the last barrier)
+  if (kw >= Cfg::kKW) return;  // an idle warpgroup (after the last barrier)
 
   // Accumulator (j, e): row 16*warp + lane/4 (+8 for e >= 2), column 8j + 2*(lane%4) + e%2.
   const int tap = (kd * Cfg::kKH + kh) * Cfg::kKW + kw;
@@ -216,11 +325,11 @@ struct Tune {
 };
 extern "C" __global__ void wgt_prep_t(const float* x, const float* gu, const float* absmax,
                                       unsigned char* out) {
-  fj::wgrad_prep_kernel<Conv, Tune<128, 3, 3>, 0>(x, gu, absmax, out);
+  fj::wgrad_taps_prep_kernel<Conv, Tune<128, 3, 3>, 0>(x, gu, absmax, out);
 }
 extern "C" __global__ void wgt_prep_s(const float* x, const float* gu, const float* absmax,
                                       unsigned char* out) {
-  fj::wgrad_prep_kernel<Conv, Tune<128, 3, 3>, 1>(x, gu, absmax, out);
+  fj::wgrad_taps_prep_kernel<Conv, Tune<128, 3, 3>, 1>(x, gu, absmax, out);
 }
 extern "C" __global__ void __launch_bounds__(384, 1)
     wgt_conv128(const unsigned char* tp, const unsigned char* sp, const float* absmax,

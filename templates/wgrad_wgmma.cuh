@@ -73,33 +73,13 @@ struct WgProductsOf<Tune, decltype(void(Tune::kProducts))> {
   static constexpr int value = Tune::kProducts;
 };
 
-// Tune::kTaps where given, else 1: kw taps per CTA (wgrad_taps.cuh's tap reuse; > 1 lays both
-// operands out on the extended grid E of geom::WgradTaps).
-template <class Tune, class = void>
-struct WgTapsOf {
-  static constexpr int value = 1;
-};
-template <class Tune>
-struct WgTapsOf<Tune, decltype(void(Tune::kTaps))> {
-  static constexpr int value = Tune::kTaps;
-};
-
 template <class Cfg, class Tune>
 struct WgWgmmaShape {
   using G = WgGeom<Cfg>;
   static constexpr int kQS = G::kQD * G::kQH * G::kQW;  // S's points
   static constexpr int kProducts = WgProductsOf<Tune>::value;
-  static constexpr int kTaps = WgTapsOf<Tune>::value;
-  static constexpr geom::WgradTaps kE = geom::WgradTapsOf(
-      Cfg::kN, G::kA, G::kB, G::kTD, G::kTH, G::kTW, Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilD,
-      Cfg::kDilH, Cfg::kDilW, Tune::kBN, Tune::kStages, kProducts, kTaps);
-  // The grids prep writes (point counts per sample): T's and S's own, or E for both (kTaps > 1).
-  static constexpr int kTOut = kTaps > 1 ? (int)kE.e_points : G::kPT;
-  static constexpr int kSOut = kTaps > 1 ? (int)kE.e_points : kQS;
   static constexpr geom::WgradWgmma kG =
-      geom::WgradWgmmaOf(Cfg::kN, G::kA, G::kB, kTOut, kSOut, Tune::kBN, Tune::kStages, kProducts);
-  static_assert(kTaps == 1 || (Cfg::kSD == 1 && Cfg::kSH == 1 && Cfg::kSW == 1),
-                "wgrad_wgmma: tap reuse needs stride 1");
+      geom::WgradWgmmaOf(Cfg::kN, G::kA, G::kB, G::kPT, kQS, Tune::kBN, Tune::kStages, kProducts);
   static constexpr int kAT = kG.a_tiles, kBT = kG.b_tiles, kBTiles = kG.b_ctas;
   static constexpr int kBN = Tune::kBN;
   static constexpr int kGroupsN = kBN / 64;  // 64-channel tiles per block column
@@ -198,28 +178,18 @@ __device__ void wgrad_prep_kernel(const float* __restrict__ x, const float* __re
   using Sh = WgWgmmaShape<Cfg, Tune>;
   constexpr bool kT = kWhich == 0;
   constexpr int C = kT ? G::kA : G::kB;
-  constexpr int P = kT ? Sh::kTOut : Sh::kSOut;  // points written per sample
+  constexpr int P = kT ? G::kPT : Sh::kQS;
   constexpr int CT = kT ? Sh::kAT : Sh::kBT;
-  // The source grid, and where its point (0,0,0) lands on the written grid: the same grid with
-  // one tap per CTA; E (geom::WgradTaps) with tap reuse, S shifted by the padding.
-  constexpr int SD = kT ? G::kTD : G::kQD, SH = kT ? G::kTH : G::kQH, SW = kT ? G::kTW : G::kQW;
-  constexpr bool kE = Sh::kTaps > 1;
-  constexpr int OH = kE ? (int)Sh::kE.eh : SH, OW = kE ? (int)Sh::kE.ew : SW;
-  constexpr int OffD = kE && !kT ? Cfg::kPD : 0, OffH = kE && !kT ? Cfg::kPH : 0,
-                OffW = kE && !kT ? Cfg::kPW : 0;
   __shared__ float red[32];
   __shared__ float tile[64][65];
   const float* src = (kT == G::kConv) ? gu : x;  // T is gu for conv3d, S is gu for convT
   const float s =
       ig::scale_from_partials(absmax + kWhich * Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red);
   const int p0 = blockIdx.x * 64, ct = blockIdx.y, n = blockIdx.z;
-  const float* base = src + (long long)n * C * (SD * SH * SW);
+  const float* base = src + (long long)n * C * P;
   for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {
     const int c = ct * 64 + i / 64, p = p0 + i % 64;
-    const int sd = p / (OH * OW) - OffD, sh = (p / OW) % OH - OffH, sw = p % OW - OffW;
-    const bool in =
-        c < C && p < P && sd >= 0 && sd < SD && sh >= 0 && sh < SH && sw >= 0 && sw < SW;
-    tile[i / 64][i % 64] = in ? base[((long long)c * SD + sd) * (SH * SW) + sh * SW + sw] : 0.f;
+    tile[i / 64][i % 64] = c < C && p < P ? base[(long long)c * P + p] : 0.f;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
