@@ -112,27 +112,31 @@ __device__ void wgrad_taps_prep_kernel(const float* __restrict__ x, const float*
   const float s =
       ig::scale_from_partials(absmax + kWhich * Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red);
   const int r0 = blockIdx.x * 64, ct = blockIdx.y;
-  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {
-    const int c = ct * 64 + i / 64, r = r0 + i % 64;
-    const int plane = r / (int)E.pp, rem = r % (int)E.pp;
-    const int n = plane / (int)E.ed, d = plane % (int)E.ed - OffD;
-    const int h = rem / (int)E.ew - OffH, w = rem % (int)E.ew - OffW;
-    const bool in = c < C && n < Cfg::kN && rem < E.eh * E.ew && d >= 0 && d < SD && h >= 0 &&
-                    h < SH && w >= 0 && w < SW;
-    tile[i / 64][i % 64] =
-        in ? src[(((long long)n * C + c) * SD + d) * (SH * SW) + h * SW + w] : 0.f;
+  // Thread t reads row r0 + t % 64 (decoded once) of channels ct*64 + t/64 + 4i.
+  const int r = r0 + threadIdx.x % 64;
+  const int plane = r / (int)E.pp, rem = r % (int)E.pp;
+  const int n = plane / (int)E.ed, d = plane % (int)E.ed - OffD;
+  const int h = rem / (int)E.ew - OffH, w = rem % (int)E.ew - OffW;
+  const bool in =
+      n < Cfg::kN && rem < E.eh * E.ew && d >= 0 && d < SD && h >= 0 && h < SH && w >= 0 && w < SW;
+  const float* p0 =
+      src + ((long long)(in ? n : 0) * C * SD + (in ? d : 0)) * (SH * SW) + (in ? h * SW + w : 0);
+#pragma unroll 4
+  for (int c = threadIdx.x / 64; c < 64; c += blockDim.x / 64) {
+    const int ch = ct * 64 + c;
+    tile[c][threadIdx.x % 64] = in && ch < C ? p0[(long long)ch * (SD * SH * SW)] : 0.f;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
-    const int p = i / 8, j = i % 8, r = r0 + p;
-    if (r >= E.rows) continue;
+    const int p = i / 8, j = i % 8, rw = r0 + p;
+    if (rw >= E.rows) continue;
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = tile[j * 8 + e][p];
     unsigned hi[4], lo[4];
     ig::split_f16x8(v, s, hi, lo);
-    const long long row = (long long)ct * Sh::kLoHi * E.rows + r;
-    const int swz = (j ^ (r & 7)) << 4;
+    const long long row = (long long)ct * Sh::kLoHi * E.rows + rw;
+    const int swz = (j ^ (rw & 7)) << 4;
     *reinterpret_cast<uint4*>(out + row * 128 + swz) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     if constexpr (Sh::kLoHi == 2) {
       *reinterpret_cast<uint4*>(out + (row + E.rows) * 128 + swz) =
