@@ -7,7 +7,9 @@
 // AddWeightGradient picks the kernels by shape and architecture, each where it measured fastest:
 //   - FFMA without im2col (wgrad_direct.cuh): conv3d with at most 4 input and 32 output channels,
 //     a kernel 5 wide, stride 1 along w; sm_80 and later;
-//   - wgmma, F16x3 (wgrad_wgmma.cuh): sm_90, both channel counts 32 or more;
+//   - wgmma, F16x3: sm_90, both channel counts 32 or more; with stride 1 and a kernel at least 2
+//     wide 2-3 kw taps per CTA share the staged rows (wgrad_taps.cuh), else one tap per CTA
+//     (wgrad_wgmma.cuh);
 //   - mma.sync 3xTF32 on a tile of T's grid and the halo of S staged once (wgrad_halo.cuh): sm_80
 //     and later, 8 to 32 GEMM rows, a halo that fits;
 //   - mma.sync 3xTF32 gathering per tap, or FFMA register tiles below 8 rows and before sm_80

@@ -61,34 +61,46 @@ struct WgTapsShape {
 };
 
 namespace wgt {
+// sm_90a only, like the wgmma: built for anything else these are no-ops (the kernel then traps at
+// its first wgmma).
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+#ifdef FJ_HAS_WGMMA
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
 }
 __device__ __forceinline__ void mbar_init_fence() {
+#ifdef FJ_HAS_WGMMA
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+#ifdef FJ_HAS_WGMMA
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
+#endif
 }
 // Spins (inside the asm: no branch the compiler sees) until phase `parity` of `bar` completed.
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+#ifdef FJ_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nWAIT_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
       "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
+#endif
 }
 // `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned); the
 // completion counts against `bar`'s transaction bytes.
 __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
                                           unsigned bar) {
+#ifdef FJ_HAS_WGMMA
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
           "r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+#endif
 }
 }  // namespace wgt
 

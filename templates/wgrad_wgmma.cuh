@@ -8,7 +8,9 @@
 // encoding (prep), so that for one tap the K rows of a tile are whole 128-byte rows of channels:
 // the loads are 16-byte cp.async copies (zero-filled where the tap falls outside S) and the tensor
 // cores read both operands from shared memory in the MN-major ("transposed") layout wgmma allows
-// for 16-bit types. No per-element gather, no im2col.
+// for 16-bit types. No per-element gather, no im2col. For stride 1, wgrad_taps.cuh is this GEMM
+// with the staged rows shared by 2-3 kw taps (the planner's choice there); it reuses kernels 1
+// and 4 below.
 //
 // Precision: T*sT = Th + Tl and S*sS = Sh + Sl (fp16 each; sT, sS powers of two from max|T|,
 // max|S|, ig::f16_scale_for), products Th*Sl + Tl*Sh + Th*Sh (kProducts 3, fp32-accurate); or
