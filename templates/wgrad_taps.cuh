@@ -176,7 +176,7 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
   __shared__ __align__(8) unsigned long long full[kStages];              // a stage's copies landed
   const unsigned sbase = (ig::smem_u32(wgt_smem_raw) + 1023u) & ~1023u;  // swizzle atoms
 
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int tid = threadIdx.x, wg = tid >> 7;
   const int tg = blockIdx.x / (int)E.b_ctas, bt = blockIdx.x % (int)E.b_ctas, at = blockIdx.y;
   const int kd = tg / ((int)E.groups * Cfg::kKH), kh = (tg / (int)E.groups) % Cfg::kKH;
   const int kw0 = (tg % (int)E.groups) * kTaps, kw = kw0 + wg;
@@ -195,10 +195,7 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
     for (int s = 0; s < kStages; ++s) wgt::mbar_init(full0 + 8 * s, 1);
     wgt::mbar_init_fence();
   }
-  const double inv_scale =
-      1.0 /
-      ((double)ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red) *
-       (double)ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red));
+  const double inv_scale = wgw::inverse_scale<Tune>(absmax, red);
   __syncthreads();  // (also after the barriers' init)
 
   // Stage layout: A [lohi][64 rows x 128 B]; B [lohi][NG][window_rows x 128 B], the window
@@ -266,24 +263,8 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
                             ((unsigned)(s_row(s_begin + ks) & 7) + wg * Cfg::kDilW) * 128;
       const unsigned b_lo = b_hi + NG * kWinBytes;
       igw::fence();
-#pragma unroll
-      for (int k16 = 0; k16 < 4; ++k16) {
-        const unsigned koff = k16 * 16 * 128;  // 16 K rows
-        const auto ah = wgw::desc_mn_sw128(a_hi + koff, geom::kWgradOperandBytes);
-        const auto bh = wgw::desc_mn_sw128(b_hi + koff, kWinBytes);
-        const int keep = i == 0 && k16 == 0 ? 0 : 1;  // a run's first product overwrites
-        if constexpr (kThree) {
-          const auto al = wgw::desc_mn_sw128(a_lo + koff, geom::kWgradOperandBytes);
-          const auto bl = wgw::desc_mn_sw128(b_lo + koff, kWinBytes);
-          wgw::mma_ss_f16_mn<BN>(shortacc, ah, bl, keep);
-          wgw::mma_ss_f16_mn<BN>(shortacc, al, bh, 1);
-          wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, 1);
-        } else {
-          (void)a_lo;
-          (void)b_lo;
-          wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, keep);
-        }
-      }
+      // A run's first product overwrites.
+      wgw::mma_kstep<BN, kThree>(shortacc, a_hi, a_lo, b_hi, b_lo, kWinBytes, i == 0 ? 0 : 1);
       igw::commit();
       if (i == kFold - 1) {
         igw::wait<0>();
@@ -300,20 +281,8 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
   }
   if (kw >= Cfg::kKW) return;  // an idle warpgroup (after the last barrier)
 
-  // Accumulator (j, e): row 16*warp + lane/4 (+8 for e >= 2), column 8j + 2*(lane%4) + e%2.
-  const int tap = (kd * Cfg::kKH + kh) * Cfg::kKW + kw;
-  double* out = part + (long long)blockIdx.z * G::kA * G::kNcol;
-#pragma unroll
-  for (int j = 0; j < NT8; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int a = at * 64 + 16 * warp + (lane >> 2) + (e >= 2 ? 8 : 0);
-      const int b = bt * BN + 8 * j + 2 * (lane & 3) + (e & 1);
-      if (a < G::kA && b < G::kB) {
-        out[(long long)a * G::kNcol + b * G::kKV + tap] = (double)acc[0][j][e] * inv_scale;
-      }
-    }
-  }
+  wgw::store_partials<Cfg, NT8>(acc, part + (long long)blockIdx.z * G::kA * G::kNcol, at * 64,
+                                bt * BN, (kd * Cfg::kKH + kh) * Cfg::kKW + kw, inv_scale);
 }
 
 }  // namespace fj

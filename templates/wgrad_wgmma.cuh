@@ -139,6 +139,63 @@ __device__ __forceinline__ void mma_ss_f16_mn(float (&d)[1][N / 8][4], unsigned 
 #endif
 }
 
+// One k-step (64 K rows: four k16 slices) of products into d, both operands MN-major in shared
+// memory: Th*Sl + Tl*Sh + Th*Sh (kThree) or Th*Sh. A's 64-value blocks kWgradOperandBytes
+// apart, B's `b_lbo` apart. keep 0: the k-step's first product overwrites d (a short run starts).
+template <int BN, bool kThree>
+__device__ __forceinline__ void mma_kstep(float (&d)[1][BN / 8][4], unsigned a_hi, unsigned a_lo,
+                                          unsigned b_hi, unsigned b_lo, unsigned b_lbo, int keep) {
+#pragma unroll
+  for (int k16 = 0; k16 < 4; ++k16) {
+    const unsigned off = k16 * 16 * 128;  // 16 K rows
+    const auto ah = desc_mn_sw128(a_hi + off, geom::kWgradOperandBytes);
+    const auto bh = desc_mn_sw128(b_hi + off, b_lbo);
+    const int k = k16 == 0 ? keep : 1;
+    if constexpr (kThree) {
+      const auto al = desc_mn_sw128(a_lo + off, geom::kWgradOperandBytes);
+      const auto bl = desc_mn_sw128(b_lo + off, b_lbo);
+      mma_ss_f16_mn<BN>(d, ah, bl, k);
+      mma_ss_f16_mn<BN>(d, al, bh, 1);
+      mma_ss_f16_mn<BN>(d, ah, bh, 1);
+    } else {
+      (void)a_lo;
+      (void)b_lo;
+      mma_ss_f16_mn<BN>(d, ah, bh, k);
+    }
+  }
+}
+
+// 1/(sT*sS), the operands' scales from the absmax pass's per-block maxima (every thread of the
+// block; block_max synchronizes).
+template <class Tune>
+__device__ __forceinline__ double inverse_scale(const float* __restrict__ absmax, float* red) {
+  return 1.0 /
+         ((double)ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red) *
+          (double)ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks, red));
+}
+
+// A warpgroup's finished 64 x 8*NT8 accumulator (rows a0.., columns b0.. of one tap) times
+// inv_scale into the double partials `out` of its chunk (column b * kKV + tap; rows and columns
+// past the GEMM skipped). Accumulator (j, e): row 16*warp + lane/4 (+8 for e >= 2), column
+// 8j + 2*(lane%4) + e%2.
+template <class Cfg, int NT8>
+__device__ __forceinline__ void store_partials(const float (&acc)[1][NT8][4], double* out, int a0,
+                                               int b0, int tap, double inv_scale) {
+  using G = WgGeom<Cfg>;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < NT8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int a = a0 + 16 * warp + (lane >> 2) + (e >= 2 ? 8 : 0);
+      const int b = b0 + 8 * j + 2 * (lane & 3) + (e & 1);
+      if (a < G::kA && b < G::kB) {
+        out[(long long)a * G::kNcol + b * G::kKV + tap] = (double)acc[0][j][e] * inv_scale;
+      }
+    }
+  }
+}
+
 }  // namespace wgw
 
 // ---- 1. max|T|, max|S| per block ----------------------------------------------------------------
@@ -223,7 +280,7 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
   __shared__ float red[32];
   const unsigned sbase = (ig::smem_u32(wgw_smem_raw) + 1023u) & ~1023u;  // swizzle atoms
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x;
   const int tap = blockIdx.x / Sh::kBTiles, bt = blockIdx.x % Sh::kBTiles, at = blockIdx.y;
   const int kd = tap / (Cfg::kKH * Cfg::kKW), kh = (tap / Cfg::kKW) % Cfg::kKH, kw = tap % Cfg::kKW;
   const int dd = kd * Cfg::kDilD - Cfg::kPD, dh = kh * Cfg::kDilH - Cfg::kPH,
@@ -232,11 +289,7 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
   const int r_end = min(r_begin + Tune::kChunk, G::kR);
   const int nks = (r_end - r_begin + 63) / 64;
 
-  // The inverse operand scales (every thread; block_max synchronizes).
-  const double inv_scale =
-      1.0 / ((double)ig::scale_from_partials(absmax, Tune::kAbsmaxBlocks, red) *
-             (double)ig::scale_from_partials(absmax + Tune::kAbsmaxBlocks, Tune::kAbsmaxBlocks,
-                                             red));
+  const double inv_scale = wgw::inverse_scale<Tune>(absmax, red);
 
   // Loads: a K row is 16 chunks of 16 bytes per 64-channel tile (8 of highs, 8 of lows); thread
   // tid copies chunk tid % 16 of rows tid / 16 + 8i (i < 8), so a warp reads two whole rows of
@@ -301,23 +354,7 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
     const unsigned b_hi = st + (kThree ? 2 : 1) * Sh::kOperandBytes,
                    b_lo = b_hi + NG * Sh::kOperandBytes;
     igw::fence();
-#pragma unroll
-    for (int k16 = 0; k16 < 4; ++k16) {
-      const unsigned off = k16 * 16 * 128;  // 16 K rows
-      const auto ah = wgw::desc_mn_sw128(a_hi + off, Sh::kOperandBytes);
-      const auto al = wgw::desc_mn_sw128(a_lo + off, Sh::kOperandBytes);
-      const auto bh = wgw::desc_mn_sw128(b_hi + off, Sh::kOperandBytes);
-      const auto bl = wgw::desc_mn_sw128(b_lo + off, Sh::kOperandBytes);
-      if constexpr (kThree) {
-        wgw::mma_ss_f16_mn<BN>(shortacc, ah, bl, k16 > 0);
-        wgw::mma_ss_f16_mn<BN>(shortacc, al, bh, 1);
-        wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, 1);
-      } else {
-        (void)al;
-        (void)bl;
-        wgw::mma_ss_f16_mn<BN>(shortacc, ah, bh, k16 > 0);
-      }
-    }
+    wgw::mma_kstep<BN, kThree>(shortacc, a_hi, a_lo, b_hi, b_lo, Sh::kOperandBytes, 0);
     igw::commit();
     igw::wait<0>();
     igw::fence_operands(shortacc);
@@ -329,19 +366,8 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
   }
   ig::cp_async_wait<0>();
 
-  // Accumulator (j, e): row 16*warp + lane/4 (+8 for e >= 2), column 8j + 2*(lane%4) + e%2.
-  double* out = part + (long long)blockIdx.z * G::kA * G::kNcol;
-#pragma unroll
-  for (int j = 0; j < NT8; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int a = at * 64 + 16 * warp + (lane >> 2) + (e >= 2 ? 8 : 0);
-      const int b = bt * BN + 8 * j + 2 * (lane & 3) + (e & 1);
-      if (a < G::kA && b < G::kB) {
-        out[(long long)a * G::kNcol + b * G::kKV + tap] = (double)acc[0][j][e] * inv_scale;
-      }
-    }
-  }
+  wgw::store_partials<Cfg, NT8>(acc, part + (long long)blockIdx.z * G::kA * G::kNcol, at * 64,
+                                bt * BN, tap, inv_scale);
 }
 
 }  // namespace fj
