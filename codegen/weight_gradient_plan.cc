@@ -330,20 +330,31 @@ int64_t WgradTapsPerCta(const WeightGradient& wg) {
   return CeilDiv(kw, 3) * 3 - kw <= CeilDiv(kw, 2) * 2 - kw ? 3 : 2;
 }
 
-void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
-                            const std::string& gu, const PlanTarget& target, Plan& plan,
-                            std::optional<GradUMaxima> maxima) {
-  const bool three = target.precision != Precision::kTf32;
-  const int64_t bn = wg.s_channels <= 64 ? 64 : 128;
-  int64_t taps = WgradTapsPerCta(wg);
-  const int64_t step = fj::geom::kWgradKStep;
-  const int64_t n = chain.input[0];
+// The wgmma weight gradient's launch shape, every size its kernels and the plan agree on: one tap
+// per CTA (wgrad_wgmma.cuh), or `taps` kw taps per CTA on E's grid (wgrad_taps.cuh, geometry e).
+struct WgmmaWgradShape {
+  bool three = true;  // F16x3 (fp32-accurate), else one fp16 product (the TF32 class)
+  int64_t bn = 0, taps = 1, stages = 0;
+  int64_t smem = 0, t_bytes = 0, s_bytes = 0;  // the GEMM kernel's; the operand copies
+  int64_t a_tiles = 0, b_tiles = 0;            // 64-channel tiles of T and S
+  int64_t ctas_x = 0;                          // grid.x: tap groups x column tiles
+  int64_t k_rows = 0, chunk = 0, splits = 0;   // K rows, per chunk (grid.z = splits)
+  fj::geom::WgradTaps e{};
+};
+
+WgmmaWgradShape ChooseWgmmaWgradShape(const WeightGradient& wg, int64_t n,
+                                      const PlanTarget& target) {
+  WgmmaWgradShape sh;
+  sh.three = target.precision != Precision::kTf32;
+  sh.bn = wg.s_channels <= 64 ? 64 : 128;
+  sh.taps = WgradTapsPerCta(wg);
+  const int64_t step = fj::geom::kWgradKStep, products = sh.three ? 3 : 1;
   const Dims3& k = wg.conv.kernel;
   const Dims3& dil = wg.conv.dilation;
   const auto taps_geom = [&](int64_t stages) {
     return fj::geom::WgradTapsOf(n, wg.rows, wg.s_channels, wg.t_grid[0], wg.t_grid[1],
-                                 wg.t_grid[2], k[0], k[1], k[2], dil[0], dil[1], dil[2], bn, stages,
-                                 three ? 3 : 1, taps);
+                                 wg.t_grid[2], k[0], k[1], k[2], dil[0], dil[1], dil[2], sh.bn,
+                                 stages, products, sh.taps);
   };
   // One tap per CTA: the widest tile the S channels fill; as many stages as let two CTAs share
   // an SM (measured on W3's weight gradient, H100: n = 128 with 2 stages 1.74 ms, 4 stages (one
@@ -352,34 +363,53 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   // of the tensor-core work (W3's weight gradient, H100: 2 stages 1.29 ms).
   // Tap reuse: one CTA of 128 * taps threads per SM, as many stages as fit (3 to 6; fewer than 3
   // fit only for a very wide dilation: one tap per CTA then).
-  int64_t stages = (bn == 128 ? 2 : 3) * (three ? 1 : 2);
-  if (taps > 1) {
+  sh.stages = (sh.bn == 128 ? 2 : 3) * (sh.three ? 1 : 2);
+  if (sh.taps > 1) {
     const int64_t fit = (SharedOptInLimit(target.arch) - 1024) / taps_geom(1).stage_bytes;
     if (fit >= 3) {
-      stages = std::min<int64_t>(fit, 6);
+      sh.stages = std::min<int64_t>(fit, 6);
     } else {
-      taps = 1;
+      sh.taps = 1;
     }
   }
-  const fj::geom::WgradTaps e = taps_geom(stages);
   const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(n, wg.rows, wg.s_channels, wg.t_points,
-                                                        wg.s_points, bn, stages, three ? 3 : 1);
-  const int64_t smem = taps > 1 ? e.smem : g.smem;
-  const int64_t t_bytes = taps > 1 ? e.t_bytes : g.t_bytes;
-  const int64_t s_bytes = taps > 1 ? e.s_bytes : g.s_bytes;
-  const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / smem);
-  const int64_t ctas_x = taps > 1 ? k[0] * k[1] * e.groups * g.b_ctas : wg.kv * g.b_ctas;
-  const int64_t tiles = ctas_x * g.a_tiles;
-  // The K rows the chunks divide: T's (n, point) pairs, or the k-steps of E's planes (chunks of
-  // whole short runs: 2 k-steps with three products, 4 with one; WgTapsShape::kFold).
-  const int64_t k_rows = taps > 1 ? e.steps * step : wg.reduction;
-  const int64_t chunk_step = taps > 1 ? step * (three ? 2 : 4) : step;
+                                                        wg.s_points, sh.bn, sh.stages, products);
+  sh.a_tiles = g.a_tiles;
+  sh.b_tiles = g.b_tiles;
+  if (sh.taps > 1) {
+    sh.e = taps_geom(sh.stages);
+    sh.smem = sh.e.smem;
+    sh.t_bytes = sh.e.t_bytes;
+    sh.s_bytes = sh.e.s_bytes;
+    sh.ctas_x = k[0] * k[1] * sh.e.groups * g.b_ctas;
+    sh.k_rows = sh.e.steps * step;  // the k-steps of E's planes
+  } else {
+    sh.smem = g.smem;
+    sh.t_bytes = g.t_bytes;
+    sh.s_bytes = g.s_bytes;
+    sh.ctas_x = wg.kv * g.b_ctas;
+    sh.k_rows = wg.reduction;  // T's (n, point) pairs
+  }
+  // Chunks fill whole waves; tap reuse's are whole short runs (2 k-steps with three products, 4
+  // with one: WgTapsShape::kFold).
+  const int64_t per_sm = std::max<int64_t>(1, SharedOptInLimit(target.arch) / sh.smem);
+  const int64_t chunk_step = sh.taps > 1 ? step * (sh.three ? 2 : 4) : step;
   const int64_t max_splits = std::max<int64_t>(
-      1, std::min(k_rows / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
-  int64_t splits =
-      FillingSplits(tiles, per_sm * target.sm_count, std::min<int64_t>(64, max_splits));
-  const int64_t chunk = CeilDiv(CeilDiv(k_rows, splits), chunk_step) * chunk_step;
-  splits = CeilDiv(k_rows, chunk);
+      1, std::min(sh.k_rows / (16 * step), kMaxPartsBytes / (wg.rows * wg.cols() * 8)));
+  const int64_t splits = FillingSplits(sh.ctas_x * sh.a_tiles, per_sm * target.sm_count,
+                                       std::min<int64_t>(64, max_splits));
+  sh.chunk = CeilDiv(CeilDiv(sh.k_rows, splits), chunk_step) * chunk_step;
+  sh.splits = CeilDiv(sh.k_rows, sh.chunk);
+  return sh;
+}
+
+void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const ChainInfo& info,
+                            const std::string& gu, const PlanTarget& target, Plan& plan,
+                            std::optional<GradUMaxima> maxima) {
+  const WgmmaWgradShape sh = ChooseWgmmaWgradShape(wg, chain.input[0], target);
+  const bool three = sh.three;
+  const int64_t taps = sh.taps, splits = sh.splits;
+  const fj::geom::WgradTaps& e = sh.e;
   // fp32-accurate: three products of the fp16 splits; TF32: the highs' product alone (the same
   // rounding of each operand as TF32's, at the f16 rate).
   const char* const operands = three ? "fp16 highs and lows" : "fp16 highs";
@@ -387,16 +417,16 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   plan.arch_override = "sm_90a";
   plan.tunes.push_back(
       {"WgTune",
-       {TuneInt("kBN", bn), TuneInt("kStages", stages), TuneInt("kSplits", splits),
-        TuneInt("kChunk", chunk), TuneInt("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks),
+       {TuneInt("kBN", sh.bn), TuneInt("kStages", sh.stages), TuneInt("kSplits", splits),
+        TuneInt("kChunk", sh.chunk), TuneInt("kAbsmaxBlocks", fj::geom::kWgradAbsmaxBlocks),
         TuneInt("kProducts", three ? 3 : 1), TuneInt("kGuMaxima", maxima ? maxima->count : 0),
         TuneInt("kTaps", taps)}});
   const size_t absmax = plan.AddWorkspace("weight gradient: max|T|, max|S| per block",
                                           2 * fj::geom::kWgradAbsmaxBlocks * 4);
   const size_t tp = plan.AddWorkspace(absl::StrCat("weight gradient: T channels-last, ", operands),
-                                      static_cast<size_t>(t_bytes));
+                                      static_cast<size_t>(sh.t_bytes));
   const size_t sp = plan.AddWorkspace(absl::StrCat("weight gradient: S channels-last, ", operands),
-                                      static_cast<size_t>(s_bytes));
+                                      static_cast<size_t>(sh.s_bytes));
   const size_t wpart = plan.AddWorkspace("weight-gradient partials per reduction chunk (double)",
                                          static_cast<size_t>(splits * wg.rows * wg.cols() * 8));
   const auto ws = [](ArgType type, const char* name, size_t offset, KernelArg::Access access) {
@@ -421,7 +451,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   plan.kernels.push_back(am);
   for (int which = 0; which < 2; ++which) {
     const int64_t points = which == 0 ? wg.t_points : wg.s_points;
-    const unsigned tiles_of = static_cast<unsigned>(which == 0 ? g.a_tiles : g.b_tiles);
+    const unsigned tiles_of = static_cast<unsigned>(which == 0 ? sh.a_tiles : sh.b_tiles);
     KernelLaunch pr{
         which == 0 ? "fj_wgrad_prep_t" : "fj_wgrad_prep_s",
         absl::StrCat(taps > 1 ? "fj::wgrad_taps_prep_kernel" : "fj::wgrad_prep_kernel",
@@ -446,12 +476,12 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
       taps > 1 ? "fj_wgrad_taps" : "fj_wgrad_wgmma",
       taps > 1 ? "fj::wgrad_taps_kernel<Cfg, WgTune>" : "fj::wgrad_wgmma_kernel<Cfg, WgTune>",
       absl::StrCat("weight gradient: ", wg.kv, " taps of a ", wg.rows, " x ", wg.s_channels,
-                   " GEMM over ", k_rows, " K rows in ", splits, " chunks (wgmma, ", per_cta,
+                   " GEMM over ", sh.k_rows, " K rows in ", splits, " chunks (wgmma, ", per_cta,
                    three ? "F16x3" : "one fp16 product, TF32 class", ", double partials)"),
-      {static_cast<unsigned>(ctas_x), static_cast<unsigned>(g.a_tiles),
+      {static_cast<unsigned>(sh.ctas_x), static_cast<unsigned>(sh.a_tiles),
        static_cast<unsigned>(splits)},
       {static_cast<unsigned>(128 * taps), 1, 1}};
-  w.shared_bytes = static_cast<unsigned>(smem);
+  w.shared_bytes = static_cast<unsigned>(sh.smem);
   if (taps > 1) w.min_blocks_per_sm = 1;
   w.restrict_pointers = true;
   w.args = {ws(ArgType::kBytes, "tp", tp, kRead), ws(ArgType::kBytes, "sp", sp, kRead),
