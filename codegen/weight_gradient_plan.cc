@@ -315,7 +315,8 @@ void AddDirectWeightGradient(const WeightGradient& wg, const DirectWgradTile& t,
   AddWeightGradientReduce(wg.rows * wg.cols(), info, wpart, plan);
 }
 
-// wgmma (templates/wgrad_wgmma.cuh) on sm_90 where both channel counts fill half a 64-wide tile.
+// wgmma (templates/wgrad_wgmma.cuh, wgrad_taps.cuh) on sm_90 where both channel counts fill half a
+// 64-wide tile.
 bool UseWgmmaWeightGradient(const WeightGradient& wg, const PlanTarget& target) {
   if (target.arch != "sm_90" && target.arch != "sm_90a") return false;
   return wg.rows >= 32 && wg.s_channels >= 32 && wg.reduction < (int64_t{1} << 31);

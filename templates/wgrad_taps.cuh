@@ -16,8 +16,9 @@
 // atom. So a k-step is a few bulk copies (cp.async.bulk, one thread, completion on an mbarrier):
 // 64 rows of T per tile (and lows), the window of S per tile; no per-element address arithmetic.
 //
-// K: per (sample n, d < TD) plane its first steps_per_plane*64 rows (rows with h >= TH or
-// w >= TW are zeros of T: (EW/TW) of the work), in k-steps of 64. Precision, the partials and the
+// K: per (sample n, d < TD) plane its first steps_per_plane*64 rows, in k-steps of 64 (rows with
+// w >= TW or h >= TH are zeros of T: about EW/TW times the products of T's own points; W3:
+// 34/32). Precision, the partials and the
 // reduction: as wgrad_wgmma.cuh; short runs of kFold k-steps, the wgmma of one k-step in flight
 // across the barrier and the copies of the next.
 //
@@ -200,9 +201,8 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
 
   // Stage layout: A [lohi][64 rows x 128 B]; B [lohi][NG][window_rows x 128 B], the window
   // landing (its first row % 8) rows into its block, so that its rows keep prep's swizzle.
-  // Thread 0 issues a k-step's copies; k-steps past the chunk (padding to whole short runs) copy
-  // T's zero rows.
-  // T's first row of k-step `step` (past the chunk: T's zero rows, the window at row off).
+  // Thread 0 issues a k-step's copies. T's first row of k-step `step`, and the window's first S
+  // row; k-steps past the chunk (padding to whole short runs) read T's zero rows.
   auto t_row = [&](int step) -> long long {
     if (step >= s_end) return E.zero_row;
     const int plane = step / (int)E.steps_per_plane, within = step % (int)E.steps_per_plane;
