@@ -363,11 +363,12 @@ WgmmaWgradShape ChooseWgmmaWgradShape(const WeightGradient& wg, int64_t n,
   // stages the highs alone: twice the stages in the same shared memory, for a k-step of a third
   // of the tensor-core work (W3's weight gradient, H100: 2 stages 1.29 ms).
   // Tap reuse: one CTA of 128 * taps threads per SM, as many stages as fit (3 to 6; fewer than 3
-  // fit only for a very wide dilation: one tap per CTA then).
+  // fit only for a very wide dilation, and E's rows must be int-indexable: one tap per CTA else).
   sh.stages = (sh.bn == 128 ? 2 : 3) * (sh.three ? 1 : 2);
   if (sh.taps > 1) {
-    const int64_t fit = (SharedOptInLimit(target.arch) - 1024) / taps_geom(1).stage_bytes;
-    if (fit >= 3) {
+    const fj::geom::WgradTaps one = taps_geom(1);
+    const int64_t fit = (SharedOptInLimit(target.arch) - 1024) / one.stage_bytes;
+    if (fit >= 3 && one.rows < (int64_t{1} << 31)) {
       sh.stages = std::min<int64_t>(fit, 6);
     } else {
       sh.taps = 1;

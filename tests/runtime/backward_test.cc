@@ -363,6 +363,10 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
       // Stride 1: the kw taps share staged rows (2 per CTA for a kernel 4 wide).
       {"x:f32[2,40,6,7,9] | conv3d(out=72,k=[3,2,4],padding=[1,0,2],dilation=[1,1,2]) | relu",
        "sm_90", "fj::wgrad_taps_kernel<Cfg, WgTune>"},
+      // Stride 1, but two 64-channel windows of 64 + 2*64 rows leave room for fewer than 3 stages:
+      // one tap per CTA.
+      {"x:f32[1,72,2,2,260] | conv3d(out=40,k=[1,1,5],dilation=[1,1,64])", "sm_90",
+       "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
       {"x:f32[2,33,7,9,11] | conv3d(out=97,k=[3,2,1],stride=[1,2,1],dilation=2) | tanh", "sm_90",
        "fj::wgrad_wgmma_kernel<Cfg, WgTune>"},
       {"x:f32[2,48,6,7,8] | conv_transpose3d(out=24,k=3,stride=2,padding=1) | tanh", "sm_90",
