@@ -341,6 +341,7 @@ struct WgmmaWgradShape {
   int64_t ctas_x = 0;                          // grid.x: tap groups x column tiles
   int64_t k_rows = 0, chunk = 0, splits = 0;   // K rows, per chunk (grid.z = splits)
   fj::geom::WgradTaps e{};
+  std::string one_tap_why;  // taps == 1: why (explain shows it)
 };
 
 WgmmaWgradShape ChooseWgmmaWgradShape(const WeightGradient& wg, int64_t n,
@@ -349,6 +350,13 @@ WgmmaWgradShape ChooseWgmmaWgradShape(const WeightGradient& wg, int64_t n,
   sh.three = target.precision != Precision::kTf32;
   sh.bn = wg.s_channels <= 64 ? 64 : 128;
   sh.taps = WgradTapsPerCta(wg);
+  if (sh.taps == 1) {
+    const ConvAttrs& c = wg.conv;
+    sh.one_tap_why = c.stride != Dims3{1, 1, 1}
+                         ? absl::StrCat("stride ", c.stride[0], "x", c.stride[1], "x", c.stride[2],
+                                        ": tap reuse needs stride 1")
+                         : "a kernel 1 wide: no kw taps to share";
+  }
   const int64_t step = fj::geom::kWgradKStep, products = sh.three ? 3 : 1;
   const Dims3& k = wg.conv.kernel;
   const Dims3& dil = wg.conv.dilation;
@@ -372,6 +380,8 @@ WgmmaWgradShape ChooseWgmmaWgradShape(const WeightGradient& wg, int64_t n,
       sh.stages = std::min<int64_t>(fit, 6);
     } else {
       sh.taps = 1;
+      sh.one_tap_why = fit < 3 ? "the S window of shared taps leaves room for fewer than 3 stages"
+                               : "the extended grid's rows exceed int indexing";
     }
   }
   const fj::geom::WgradWgmma g = fj::geom::WgradWgmmaOf(n, wg.rows, wg.s_channels, wg.t_points,
@@ -473,7 +483,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
   const std::string per_cta = taps > 1
                                   ? absl::StrCat(taps, " kw taps per CTA sharing the staged rows (",
                                                  e.ed, "x", e.eh, "x", e.ew, " grid), ")
-                                  : std::string("one tap per CTA, ");
+                                  : absl::StrCat("one tap per CTA (", sh.one_tap_why, "), ");
   KernelLaunch w{
       taps > 1 ? "fj_wgrad_taps" : "fj_wgrad_wgmma",
       taps > 1 ? "fj::wgrad_taps_kernel<Cfg, WgTune>" : "fj::wgrad_wgmma_kernel<Cfg, WgTune>",

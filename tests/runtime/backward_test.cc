@@ -483,6 +483,11 @@ TEST(Backward, WeightGradientEngineByArchitectureAndChannels) {
     EXPECT_EQ(gemm->grid[1], (t_channels + 63) / 64);
     EXPECT_EQ(gemm->grid[2], splits);
     if (std::string(c.body) == "fj::wgrad_wgmma_kernel<Cfg, WgTune>") {
+      // explain says why the taps do not share their rows.
+      EXPECT_NE(gemm->purpose.find(a.stride == Dims3{1, 1, 1} ? "fewer than 3 stages"
+                                                              : "tap reuse needs stride 1"),
+                std::string::npos)
+          << gemm->purpose;
       EXPECT_GE(chunk * splits, chain.input[0] * t_points);
       EXPECT_LT(chunk * (splits - 1), chain.input[0] * t_points);
       EXPECT_EQ(gemm->grid[0], taps * ((s_channels + bn - 1) / bn));
