@@ -267,13 +267,7 @@ __device__ void wgrad_taps_kernel(const unsigned char* __restrict__ tp,
       wgw::mma_kstep<BN, kThree>(shortacc, a_hi, a_lo, b_hi, b_lo, kWinBytes, i == 0 ? 0 : 1);
       igw::commit();
       if (i == kFold - 1) {
-        igw::wait<0>();
-        igw::fence_operands(shortacc);
-#pragma unroll
-        for (int j = 0; j < NT8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[0][j][e] += shortacc[0][j][e];
-        }
+        wgw::drain_run(acc, shortacc);
       } else {
         igw::wait<1>();
       }
@@ -297,12 +291,7 @@ struct Conv : fj::DefaultConfig {
   static constexpr int kProducer = fj::kConv3d;
   static constexpr int kPD = 1, kPH = 1, kPW = 1;
 };
-struct ConvT : fj::DefaultConfig {
-  static constexpr int kN = 2, kCin = 40, kDin = 6, kHin = 7, kWin = 8;
-  static constexpr int kC = 72, kD = 8, kH = 9, kW = 10;
-  static constexpr int kProducer = fj::kConvTranspose3d;
-  static constexpr int kPD = 0, kPH = 0, kPW = 0;
-};
+using ConvT = fj_selftest_wgrad_wgmma::Cfg;  // a conv_transpose3d of 40 -> 72 channels
 template <int kBNV, int kProductsV, int kTapsV>
 struct Tune {
   static constexpr int kBN = kBNV, kStages = 3, kSplits = 4, kChunk = 1024, kAbsmaxBlocks = 264;

@@ -165,6 +165,19 @@ __device__ __forceinline__ void mma_kstep(float (&d)[1][BN / 8][4], unsigned a_h
   }
 }
 
+// Ends a short run: waits for the warpgroup's wgmma and adds the run's accumulator into acc
+// (fp32, round to nearest: the tensor cores' own additions truncate).
+template <int NT8>
+__device__ __forceinline__ void drain_run(float (&acc)[1][NT8][4], float (&run)[1][NT8][4]) {
+  igw::wait<0>();
+  igw::fence_operands(run);
+#pragma unroll
+  for (int j = 0; j < NT8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][j][e] += run[0][j][e];
+  }
+}
+
 // 1/(sT*sS), the operands' scales from the absmax pass's per-block maxima (every thread of the
 // block; block_max synchronizes).
 template <class Tune>
@@ -356,13 +369,7 @@ __device__ void wgrad_wgmma_kernel(const unsigned char* __restrict__ tp,
     igw::fence();
     wgw::mma_kstep<BN, kThree>(shortacc, a_hi, a_lo, b_hi, b_lo, Sh::kOperandBytes, 0);
     igw::commit();
-    igw::wait<0>();
-    igw::fence_operands(shortacc);
-#pragma unroll
-    for (int j = 0; j < NT8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][j][e] += shortacc[0][j][e];
-    }
+    wgw::drain_run(acc, shortacc);
   }
   ig::cp_async_wait<0>();
 
