@@ -620,6 +620,78 @@ struct IgemmCore {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
   }
+  __device__ __forceinline__ static double fma_of(double a, double b, double c) {
+    return fma(a, b, c);
+  }
+  __device__ __forceinline__ static float fma_of(float a, float b, float c) {
+    return fmaf(a, b, c);
+  }
+  __device__ __forceinline__ static float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+  }
+
+  // The staged channel rows a warp owns (row warp + i * kWarps, i < kRowsPerWarp): the same rows
+  // in every pass over the staged tile, so a warp reads only rows it wrote meta data into.
+  static constexpr int kWarps = NT / 32;
+  static constexpr int kRowsPerWarp = (BN + kWarps - 1) / kWarps;
+  // Whether staged row r holds a real channel (not past BN, not a padding channel past kC).
+  __device__ __forceinline__ static bool row_real(int r, int co0) {
+    return r < BN && (Cfg::kC % BN == 0 || co0 + r < Cfg::kC);
+  }
+
+  // {mean, m2} in T (float or double) over each of this warp's staged rows' `valid`
+  // values: two passes (the mean, then the squared deviations), each a lane-strided sum and a
+  // fixed butterfly (warp_sum); every lane gets every row's result. All the warp's rows advance
+  // together (kRowsPerWarp independent chains instead of one row after another). Rows that are
+  // not real (row_real) get unspecified values. REQUIRES: the whole warp; the staged tile visible.
+  template <class T>
+  __device__ __forceinline__ static void row_moments(const float* epi, int valid, int co0,
+                                                     T (&mean)[kRowsPerWarp],
+                                                     T (&m2)[kRowsPerWarp]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* srow[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp + i * kWarps;
+      srow[i] = epi + (r < BN ? r : 0) * Sh::kEpiPitch;
+      mean[i] = 0;
+      m2[i] = 0;
+    }
+#pragma unroll
+    for (int j = 0; j < (BM + 31) / 32; ++j) {
+      const int m = lane + 32 * j;
+      if (m < valid) {
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) mean[i] += (T)srow[i][m];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) mean[i] = warp_sum(mean[i]) / (T)valid;
+#pragma unroll
+    for (int j = 0; j < (BM + 31) / 32; ++j) {
+      const int m = lane + 32 * j;
+      if (m < valid) {
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          const T d = (T)srow[i][m] - mean[i];
+          m2[i] = fma_of(d, d, m2[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) m2[i] = warp_sum(m2[i]);
+  }
+
+  // The chain's pre-norm ops (y's values from u's).
+  struct Pre {
+    __device__ __forceinline__ float operator()(float v) const { return Cfg::pre(v); }
+  };
+  // The chain's ops when it has no group_norm (pre, then post).
+  struct PrePost {
+    __device__ __forceinline__ float operator()(float v) const { return Cfg::post(Cfg::pre(v)); }
+  };
 
   // kIgemmOutChannelMoments epilogue: the pre-norm values pre(acc * s + bias) of the tile's valid
   // rows, per channel: {mean, m2} in double (two passes over the staged row, fixed-order warp
@@ -634,38 +706,36 @@ struct IgemmCore {
     __syncthreads();
     const int sp0 = tile * BM;
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
-    constexpr int kWarps = NT / 32;
+    double mean[kRowsPerWarp], m2[kRowsPerWarp];
+    row_moments(epi, valid, co0, mean, m2);
     IgemmChannelMoments* out = cpart + ((long long)n * Sh::kTiles + tile) * Cfg::kC + co0;
-    for (int r = warp; r < BN; r += kWarps) {
-      if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: no moments
-      const float* srow = epi + r * Sh::kEpiPitch;
-      double sum = 0;
-      for (int m = lane; m < valid; m += 32) sum += (double)srow[m];
-      const double mean = warp_sum(sum) / valid;
-      double m2 = 0;
-      for (int m = lane; m < valid; m += 32) {
-        const double d = (double)srow[m] - mean;
-        m2 = fma(d, d, m2);
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp + i * kWarps;
+        if (row_real(r, co0)) out[r] = IgemmChannelMoments{mean[i], m2[i]};
       }
-      m2 = warp_sum(m2);
-      if (lane == 0) out[r] = IgemmChannelMoments{mean, m2};
     }
   }
 
   // Stores the staged tile's valid rows (channel rows of [BN][BM+4] floats) into out, a
-  // [N][C][S] tensor of Y, coalesced. REQUIRES: all threads; the staged tile visible.
+  // [N][C][S] tensor of Y, coalesced; the warp's rows (kRowsPerWarp). REQUIRES: all threads; the
+  // staged tile visible.
   template <class Y>
   __device__ __forceinline__ static void store_rows(const float* epi, Y* __restrict__ out, int n,
                                                     int co0, int sp0, int valid) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    constexpr int kWarps = NT / 32;
-    for (int r = warp; r < BN; r += kWarps) {
-      if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: not stored
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp + i * kWarps;
+      if (!row_real(r, co0)) break;  // past BN or a padding channel: so are the warp's next rows
       Y* dst = out + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
       const float* srow = epi + r * Sh::kEpiPitch;
       if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && is_same_v<Y, float>) {
-        for (int m = lane * 4; m < valid; m += 128)
-          *reinterpret_cast<float4*>(dst + m) = *reinterpret_cast<const float4*>(srow + m);
+        for (int m = lane * 4; m < valid; m += 128) {
+          const float4 v = *reinterpret_cast<const float4*>(srow + m);
+          *reinterpret_cast<float4*>(dst + m) = v;
+        }
       } else if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && sizeof(Y) == 2) {
         // bf16/f16: four values rounded once, one 8-byte store.
         for (int m = lane * 4; m < valid; m += 128) {
@@ -681,10 +751,26 @@ struct IgemmCore {
     }
   }
 
+  // Replaces each valid value v of the warp's staged rows by f(v). REQUIRES: the whole warp, past
+  // every read of those rows by its lanes (__syncwarp); the caller syncs the warp again before
+  // its lanes read them.
+  template <class F>
+  __device__ __forceinline__ static void apply_rows(float* epi, int co0, int valid, F f) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp + i * kWarps;
+      if (!row_real(r, co0)) break;
+      float* srow = epi + r * Sh::kEpiPitch;
+      for (int m = lane; m < valid; m += 32) srow[m] = f(srow[m]);
+    }
+  }
+
   // kIgemmOutStoreY epilogue: scale, bias, pre() (and post() without group_norm), stage as
   // [BN][BM+4] in smem, coalesced stores of the valid rows to y, per-(tile, group) moments into
-  // partials. u non-null (the training forward): first acc * s + bias, the convolution's output,
-  // staged and stored into u (f32, the producer's shape) the same way.
+  // partials. u non-null (the training forward): the tile is staged once as acc * s + bias, the
+  // convolution's output, stored into u (f32, the producer's shape) as it is and into y through
+  // pre() (and post()), and its moments taken of pre() of it: the same values as staging pre()'s.
   // REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
                                                   float s, const ElemT<Cfg>* __restrict__ bias,
@@ -695,39 +781,36 @@ struct IgemmCore {
     float* epi = reinterpret_cast<float*>(smem);
     const int sp0 = tile * BM;
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
-    constexpr int kWarps = NT / 32;
     if (u != nullptr) {
       stage_tile<false, false>(acc, epi, s, bias, co0);
       __syncthreads();
       store_rows(epi, u, n, co0, sp0, valid);
+      __syncwarp();
+      apply_rows(epi, co0, valid, Select<Cfg::kGroups == 0, PrePost, Pre>{});
+      __syncwarp();
+      store_rows(epi, y, n, co0, sp0, valid);
+    } else {
+      stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
       __syncthreads();
+      store_rows(epi, y, n, co0, sp0, valid);
     }
-    stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
-    __syncthreads();
-    store_rows(epi, y, n, co0, sp0, valid);
     if constexpr (Cfg::kGroups > 0) {
-      // Each channel row's moments (two passes over its valid values, a fixed butterfly),
-      // written into the row's pitch padding (columns BM..BM+2, never staged); then one warp per
-      // part of a group in this tile merges its rows in channel order (lanes strided, then a
-      // fixed shfl tree). A group wider than the tile, or across a tile boundary, has one part
-      // per tile it touches (gn_finalize_body merges them).
-      for (int r = warp; r < BN; r += kWarps) {
-        if (Cfg::kC % BN != 0 && co0 + r >= Cfg::kC) break;  // padding channels: no moments
-        float* srow = epi + r * Sh::kEpiPitch;
-        float sum = 0.f;
-        for (int m = lane; m < valid; m += 32) sum += srow[m];
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        const float mean = sum / (float)valid;
-        float m2 = 0.f;
-        for (int m = lane; m < valid; m += 32) {
-          const float d = srow[m] - mean;
-          m2 = fmaf(d, d, m2);
-        }
-        for (int off = 16; off > 0; off >>= 1) m2 += __shfl_xor_sync(0xffffffffu, m2, off);
-        __syncwarp();  // every lane has read the row before lane 0 writes its padding
-        if (lane == 0) {
-          srow[BM] = mean;
-          srow[BM + 1] = m2;
+      // Each channel row's moments (row_moments), written into the row's pitch padding (columns
+      // BM..BM+2, never staged or stored); then one warp per part of a group in this tile merges
+      // its rows in channel order (lanes strided, then a fixed shfl tree). A group wider than the
+      // tile, or across a tile boundary, has one part per tile it touches (gn_finalize_body
+      // merges them).
+      float mean[kRowsPerWarp], m2[kRowsPerWarp];
+      row_moments(epi, valid, co0, mean, m2);
+      __syncwarp();  // every lane has read the warp's rows before lane 0 writes their padding
+      if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          const int r = warp + i * kWarps;
+          if (row_real(r, co0)) {
+            epi[r * Sh::kEpiPitch + BM] = mean[i];
+            epi[r * Sh::kEpiPitch + BM + 1] = m2[i];
+          }
         }
       }
       __syncthreads();
