@@ -379,7 +379,23 @@ __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict
   __shared__ unsigned short tile[Sh::kCinPad][kPitch];
   const unsigned short* xs =
       reinterpret_cast<const unsigned short*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
-  if constexpr (Tune::kPrec == kPrecF16x1Scaled) {
+  if constexpr (Tune::kPrec == kPrecF16x1Scaled && Sh::kSin % 4 == 0) {
+    // Four points per 16-byte load (p0 + p and S multiples of 4: all four in range or none).
+    const float* xf = reinterpret_cast<const float*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < Sh::kCinPad * (P / 4); i += blockDim.x) {
+      const int c = i / (P / 4), p = 4 * (i % (P / 4));
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c < Cfg::kCin && p0 + p < Sh::kSin) {
+        v = *reinterpret_cast<const float4*>(xf + (long long)c * Sh::kSin + p0 + p);
+      }
+      *reinterpret_cast<unsigned*>(&tile[c][p]) = (unsigned)from_f32<f16_t>(v.x * sx).bits |
+                                                  ((unsigned)from_f32<f16_t>(v.y * sx).bits << 16);
+      *reinterpret_cast<unsigned*>(&tile[c][p + 2]) =
+          (unsigned)from_f32<f16_t>(v.z * sx).bits |
+          ((unsigned)from_f32<f16_t>(v.w * sx).bits << 16);
+    }
+  } else if constexpr (Tune::kPrec == kPrecF16x1Scaled) {
     const float* xf = reinterpret_cast<const float*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
     for (int i = threadIdx.x; i < Sh::kCinPad * P; i += blockDim.x) {
       const int c = i / P, p = i % P;
@@ -434,10 +450,27 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
   __shared__ float tile[Sh::kCinPad][Sh::kPrepPts + 1];
   const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
   // Load [kCinPad][32 points], coalesced along points; channels past kCin are zeros.
-  for (int i = threadIdx.x; i < Sh::kCinPad * Sh::kPrepPts; i += blockDim.x) {
-    const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
-    tile[c][p] =
-        c < Cfg::kCin && p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
+  if constexpr (is_same_v<E, float> && Sh::kSin % 4 == 0) {
+    // Four points per 16-byte load (p0 + p and S multiples of 4: all four in range or none).
+    constexpr int P4 = Sh::kPrepPts / 4;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < Sh::kCinPad * P4; i += blockDim.x) {
+      const int c = i / P4, p = 4 * (i % P4);
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c < Cfg::kCin && p0 + p < Sh::kSin) {
+        v = *reinterpret_cast<const float4*>(xs + (long long)c * Sh::kSin + p0 + p);
+      }
+      tile[c][p] = v.x;
+      tile[c][p + 1] = v.y;
+      tile[c][p + 2] = v.z;
+      tile[c][p + 3] = v.w;
+    }
+  } else {
+    for (int i = threadIdx.x; i < Sh::kCinPad * Sh::kPrepPts; i += blockDim.x) {
+      const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
+      tile[c][p] =
+          c < Cfg::kCin && p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
+    }
   }
   __syncthreads();
   unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
