@@ -16,7 +16,8 @@
 namespace fj {
 
 constexpr int kCastThreads = 256;
-constexpr int kCastVector = 8;  // elements per thread and step: 16 bytes of a 2-byte dtype
+constexpr int kCastVector = 8;  // elements per vector: 16 bytes of a 2-byte dtype
+constexpr int kCastUnroll = 4;  // vectors per thread and step of the grid-stride loop
 
 template <class Src, class Dst, long long kCount>
 __device__ void cast_kernel(const Src* __restrict__ in, Dst* __restrict__ out) {
@@ -25,12 +26,23 @@ __device__ void cast_kernel(const Src* __restrict__ in, Dst* __restrict__ out) {
   constexpr long long kVectors = kCount / kCastVector;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  for (long long i = first; i < kVectors; i += stride) {
-    const SrcVec s = reinterpret_cast<const SrcVec*>(in)[i];
-    DstVec d;
+  // kCastUnroll vectors a thread and step, all loaded before the first is converted and stored
+  // (several 16-byte loads in flight per thread: the pass is bound by memory latency otherwise).
+  for (long long i = first; i < kVectors; i += stride * kCastUnroll) {
+    SrcVec s[kCastUnroll];
 #pragma unroll
-    for (int j = 0; j < kCastVector; ++j) d.v[j] = from_f32<Dst>(to_f32(s.v[j]));
-    reinterpret_cast<DstVec*>(out)[i] = d;
+    for (int u = 0; u < kCastUnroll; ++u) {
+      if (i + u * stride < kVectors) s[u] = reinterpret_cast<const SrcVec*>(in)[i + u * stride];
+    }
+#pragma unroll
+    for (int u = 0; u < kCastUnroll; ++u) {
+      if (i + u * stride < kVectors) {
+        DstVec d;
+#pragma unroll
+        for (int j = 0; j < kCastVector; ++j) d.v[j] = from_f32<Dst>(to_f32(s[u].v[j]));
+        reinterpret_cast<DstVec*>(out)[i + u * stride] = d;
+      }
+    }
   }
   for (long long i = kVectors * kCastVector + first; i < kCount; i += stride) {
     out[i] = from_f32<Dst>(to_f32(in[i]));

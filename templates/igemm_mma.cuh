@@ -188,7 +188,20 @@ __device__ __forceinline__ float absmax_scan(const float* __restrict__ v, long l
   float m = 0.f;
   if (n % 4 == 0) {
     const float4* v4 = reinterpret_cast<const float4*>(v);
-    for (long long i = tid; i < n / 4; i += stride) {
+    const long long n4 = n / 4;
+    long long i = tid;
+    // Eight 16-byte loads in flight per thread, then the rest one at a time (max: any order).
+    for (; i + 7 * stride < n4; i += 8 * stride) {
+      float4 q[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) q[u] = v4[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        m = fmaxf(m,
+                  fmaxf(fmaxf(fabsf(q[u].x), fabsf(q[u].y)), fmaxf(fabsf(q[u].z), fabsf(q[u].w))));
+      }
+    }
+    for (; i < n4; i += stride) {
       const float4 q = v4[i];
       m = fmaxf(m, fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))));
     }
@@ -402,6 +415,17 @@ __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict
       tile[c][p] = c < Cfg::kCin && p0 + p < Sh::kSin
                        ? from_f32<f16_t>(xf[(long long)c * Sh::kSin + p0 + p] * sx).bits
                        : (unsigned short)0;
+    }
+  } else if constexpr (Sh::kSin % 4 == 0) {
+    // Four points per 8-byte load (p0 + p and S multiples of 4: all four in range or none).
+#pragma unroll 8
+    for (int i = threadIdx.x; i < Sh::kCinPad * (P / 4); i += blockDim.x) {
+      const int c = i / (P / 4), p = 4 * (i % (P / 4));
+      const long long at = (long long)c * Sh::kSin + p0 + p;
+      const uint2 w = c < Cfg::kCin && p0 + p < Sh::kSin ? *reinterpret_cast<const uint2*>(xs + at)
+                                                         : make_uint2(0u, 0u);
+      *reinterpret_cast<unsigned*>(&tile[c][p]) = w.x;
+      *reinterpret_cast<unsigned*>(&tile[c][p + 2]) = w.y;
     }
   } else if constexpr (Sh::kSin % 2 == 0) {
     for (int i = threadIdx.x; i < Sh::kCinPad * (P / 2); i += blockDim.x) {
