@@ -471,7 +471,12 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   using E = ElemT<Cfg>;
-  __shared__ float tile[Sh::kCinPad][Sh::kPrepPts + 1];
+  // [kCinPad][32] floats, point p of channel c at bank (p + 2*(c/8) + c%8) % 32: conflict-free
+  // both for the loads (8 channels x 4 points a warp) and for the encode (16 channel chunks x 2
+  // points a warp, each reading 8 channels of one point).
+  static_assert(Sh::kPrepPts == 32, "igemm prep: 32 points a block (the tile's swizzle)");
+  __shared__ float tile[Sh::kCinPad * 32];
+  auto at = [](int c, int p) { return c * 32 + ((p + 2 * (c >> 3) + (c & 7)) & 31); };
   const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
   // Load [kCinPad][32 points], coalesced along points; channels past kCin are zeros.
   if constexpr (is_same_v<E, float> && Sh::kSin % 4 == 0) {
@@ -484,15 +489,15 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
       if (c < Cfg::kCin && p0 + p < Sh::kSin) {
         v = *reinterpret_cast<const float4*>(xs + (long long)c * Sh::kSin + p0 + p);
       }
-      tile[c][p] = v.x;
-      tile[c][p + 1] = v.y;
-      tile[c][p + 2] = v.z;
-      tile[c][p + 3] = v.w;
+      tile[at(c, p)] = v.x;
+      tile[at(c, p + 1)] = v.y;
+      tile[at(c, p + 2)] = v.z;
+      tile[at(c, p + 3)] = v.w;
     }
   } else {
     for (int i = threadIdx.x; i < Sh::kCinPad * Sh::kPrepPts; i += blockDim.x) {
       const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
-      tile[c][p] =
+      tile[at(c, p)] =
           c < Cfg::kCin && p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
     }
   }
@@ -508,7 +513,7 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
     if constexpr (kF16) {
       float v[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = tile[c0 + e][p];
+      for (int e = 0; e < 8; ++e) v[e] = tile[at(c0 + e, p)];
       unsigned hi[4], lo[4];
       ig::split_f16x8(v, sx, hi, lo);
       *reinterpret_cast<uint4*>(row + j * 16) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
@@ -516,7 +521,7 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
     } else {
       float v[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = ig::round_tf32(tile[c0 + e][p]);
+      for (int e = 0; e < 8; ++e) v[e] = ig::round_tf32(tile[at(c0 + e, p)]);
       *reinterpret_cast<float4*>(row + j * 32) = make_float4(v[0], v[1], v[2], v[3]);
       *reinterpret_cast<float4*>(row + j * 32 + 16) = make_float4(v[4], v[5], v[6], v[7]);
     }
