@@ -475,7 +475,7 @@ void AddWgmmaWeightGradient(const WeightGradient& wg, const Chain& chain, const 
         taps > 1 ? std::array<unsigned, 3>{static_cast<unsigned>(CeilDiv(e.rows, 64)), tiles_of, 1}
                  : std::array<unsigned, 3>{static_cast<unsigned>(CeilDiv(points, 64)), tiles_of,
                                            static_cast<unsigned>(chain.input[0])},
-        block256};
+        {static_cast<unsigned>(fj::geom::kWgradPrepThreads), 1, 1}};
     pr.args = {x, gu_arg, ws(ArgType::kFloat, "absmax", absmax, kRead),
                ws(ArgType::kBytes, "out", which == 0 ? tp : sp, kWrite)};
     plan.kernels.push_back(pr);

@@ -281,6 +281,7 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
 constexpr int kWgradKStep = 64;               // K rows per k-step
 constexpr int kWgradOperandBytes = 64 * 128;  // 64 K rows x 64 fp16 values
 constexpr int kWgradAbsmaxBlocks = 264;
+constexpr int kWgradPrepThreads = 256;  // threads of a prep block (both preps assume it)
 struct WgradWgmma {
   long long a_tiles, b_tiles;  // 64-channel tiles of T and of S (operand rows of 256 bytes)
   long long b_ctas;            // CTAs along b: ceil(b / bn)

@@ -70,9 +70,9 @@
 //        |x|: XMaximaOf) and all weights.
 //   2. igemm_prep_body<Cfg,Tune>(x, weight, absmax, xa, wb, scale[, nsamples = kN])
 //        grid kN*IgemmShape::kPrepXBlocksPerSample + IgemmShape::kPrepWBlocks, block 256, no
-//        dynamic smem (kCinPad*33*4 + 256 bytes static -- kCinPad*66*2 packed, the same -- so
-//        kCinPad = CB*CI <= 352). Writes xa, wb and (F16x3) scale; absmax and scale are not read or
-//        written with kPrecTF32x1 (may be null).
+//        dynamic smem (at most kCinPad*33*4 + 256 bytes static: kCinPad*32*4 encoded,
+//        kCinPad*66*2 packed -- so kCinPad = CB*CI <= 352). Writes xa, wb and (F16x3) scale; absmax
+//        and scale are not read or written with kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
 //   3. the GEMM (igemm_wgmma.cuh, sm_90a), grid (tiles, ceil(kC/BN), kN), reading xa, wb, bias (if

@@ -106,7 +106,7 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
 }  // namespace wgt
 
 // ---- 2. T (kWhich 0) or S (1) -> E's rows, fp16 highs (and lows), pre-swizzled -----------------
-// A block (kWgradPrepThreads threads) converts 64 rows x one 64-channel tile.
+// A block (geom::kWgradPrepThreads threads) converts 64 rows x one 64-channel tile.
 template <class Cfg, class Tune, int kWhich>
 __device__ void wgrad_taps_prep_kernel(const float* __restrict__ x, const float* __restrict__ gu,
                                        const float* __restrict__ absmax,
@@ -135,15 +135,15 @@ __device__ void wgrad_taps_prep_kernel(const float* __restrict__ x, const float*
   const float* p0 =
       src + ((long long)(in ? n : 0) * C * SD + (in ? d : 0)) * (SH * SW) + (in ? h * SW + w : 0);
   // Every load of the thread issued before the first lands (16 in flight: a memory-bound pass).
-  static_assert(kWgradPrepThreads % 64 == 0, "wgrad_taps prep: whole rows of 64 threads");
+  static_assert(geom::kWgradPrepThreads % 64 == 0, "wgrad_taps prep: whole rows of 64 threads");
 #pragma unroll
-  for (int k = 0; k < 64 / (kWgradPrepThreads / 64); ++k) {
-    const int c = threadIdx.x / 64 + k * (kWgradPrepThreads / 64);
+  for (int k = 0; k < 64 / (geom::kWgradPrepThreads / 64); ++k) {
+    const int c = threadIdx.x / 64 + k * (geom::kWgradPrepThreads / 64);
     const int ch = ct * 64 + c;
     tile[c][threadIdx.x % 64] = in && ch < C ? p0[(long long)ch * (SD * SH * SW)] : 0.f;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 64 * 8; i += kWgradPrepThreads) {
+  for (int i = threadIdx.x; i < 64 * 8; i += geom::kWgradPrepThreads) {
     const int p = i / 8, j = i % 8, rw = r0 + p;
     if (rw >= E.rows) continue;
     float v[8];

@@ -242,9 +242,6 @@ __device__ void wgrad_absmax_kernel(const float* __restrict__ x, const float* __
 
 // ---- 2. T (kWhich 0) or S (1) -> channels-last fp16 highs and lows ------------------------------
 // A block converts 64 points x one 64-channel tile of one sample.
-// Threads of a prep block (both weight-gradient preps: this one and wgrad_taps.cuh's).
-constexpr int kWgradPrepThreads = 256;
-
 template <class Cfg, class Tune, int kWhich>
 __device__ void wgrad_prep_kernel(const float* __restrict__ x, const float* __restrict__ gu,
                                   const float* __restrict__ absmax,
@@ -264,13 +261,13 @@ __device__ void wgrad_prep_kernel(const float* __restrict__ x, const float* __re
   const float* base = src + (long long)n * C * P;
   // Every load of the thread issued before the first lands (16 in flight: a memory-bound pass).
 #pragma unroll
-  for (int k = 0; k < 64 * 64 / kWgradPrepThreads; ++k) {
-    const int i = threadIdx.x + k * kWgradPrepThreads;
+  for (int k = 0; k < 64 * 64 / geom::kWgradPrepThreads; ++k) {
+    const int i = threadIdx.x + k * geom::kWgradPrepThreads;
     const int c = ct * 64 + i / 64, p = p0 + i % 64;
     tile[i / 64][i % 64] = c < C && p < P ? base[(long long)c * P + p] : 0.f;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 64 * 8; i += kWgradPrepThreads) {
+  for (int i = threadIdx.x; i < 64 * 8; i += geom::kWgradPrepThreads) {
     const int p = i / 8, j = i % 8;
     if (p0 + p >= P) continue;
     float v[8];
