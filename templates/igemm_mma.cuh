@@ -676,8 +676,10 @@ struct IgemmCore {
         }
   }
 
-  // Sum over a warp, the same fixed butterfly order in every lane (all lanes get the result).
-  __device__ __forceinline__ static double warp_sum(double v) {
+  // Sum over a warp (float or double), the same fixed butterfly order in every lane (all lanes
+  // get the result).
+  template <class T>
+  __device__ __forceinline__ static T warp_sum(T v) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
@@ -687,11 +689,6 @@ struct IgemmCore {
   }
   __device__ __forceinline__ static float fma_of(float a, float b, float c) {
     return fmaf(a, b, c);
-  }
-  __device__ __forceinline__ static float warp_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
   }
 
   // The staged channel rows a warp owns (row warp + i * kWarps, i < kRowsPerWarp): the same rows
@@ -794,10 +791,8 @@ struct IgemmCore {
       Y* dst = out + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
       const float* srow = epi + r * Sh::kEpiPitch;
       if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && is_same_v<Y, float>) {
-        for (int m = lane * 4; m < valid; m += 128) {
-          const float4 v = *reinterpret_cast<const float4*>(srow + m);
-          *reinterpret_cast<float4*>(dst + m) = v;
-        }
+        for (int m = lane * 4; m < valid; m += 128)
+          *reinterpret_cast<float4*>(dst + m) = *reinterpret_cast<const float4*>(srow + m);
       } else if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && sizeof(Y) == 2) {
         // bf16/f16: four values rounded once, one 8-byte store.
         for (int m = lane * 4; m < valid; m += 128) {
