@@ -198,10 +198,17 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   // faster than tc-conv, in TF32 from 1.07x to 0.66x (H100, 2026-11-26: S5, K8, T6 of
   // bench/conv_engine_sweep.py); one-product bf16/f16 chains were not measured.
   // Measured with 24-56 channels (padding 1.14-1.33x); at most 1.5x (22 channels and more).
+  // One-product precisions (the TF32 class on fp16, bf16, f16) take counts that are not
+  // multiples of 32 where their own blocks (64 channels) pad by at most half: K9 (200 channels),
+  // TF32 / bf16, was tc-conv's and below PyTorch's (H200, 2026-11-28).
   const int64_t cin_pad32 = PaddedChannels(x[1], 32);
-  if (cin_pad32 != x[1] && PrecisionOf(chain, target).prec != kPrecF16x3) return false;
-  if (2 * cin_pad32 > 3 * x[1]) return false;
   const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(Packed16(chain, target)));
+  const int prec = PrecisionOf(chain, target).prec;
+  if (cin_pad32 != x[1]) {
+    if (prec == kPrecTF32x1) return false;
+    if (prec != kPrecF16x3 && 2 * cin_pad > 3 * x[1]) return false;
+  }
+  if (2 * cin_pad32 > 3 * x[1]) return false;
   if (cin_pad * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
   // Output channels are padded to whole tiles of the default BN (zero weights, nothing stored,
   // no moments). The domain: the padding of both (input channels counted in blocks of 32, as

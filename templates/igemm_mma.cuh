@@ -71,7 +71,8 @@
 //   2. igemm_prep_body<Cfg,Tune>(x, weight, absmax, xa, wb, scale[, nsamples = kN])
 //        grid kN*IgemmShape::kPrepXBlocksPerSample + IgemmShape::kPrepWBlocks, block 256, no
 //        dynamic smem (at most kCinPad*33*4 + 256 bytes static: kCinPad*32*4 encoded,
-//        kCinPad*66*2 packed -- so kCinPad = CB*CI <= 352). Writes xa, wb and (F16x3) scale; absmax
+//        kCinPad*66*2 packed -- so kCinPad = CB*CI <= 352; one channel block's where a sample
+//        has few points: IgemmShape::kPrepCbPerBlock). Writes xa, wb and (F16x3) scale; absmax
 //        and scale are not read or written with kPrecTF32x1 (may be null).
 //   (nsamples < kN with x, xa offset to a chunk of samples converts only those; blocks past
 //   nsamples*kPrepXBlocksPerSample convert the weights.)
@@ -303,8 +304,10 @@ struct IgemmShape {
   static constexpr long long kKPartFloats =
       kSplit > 1 ? (long long)Cfg::kN*(kCP / kBN) * kTiles* kSplit* kBM* kBN : 0;
   static constexpr int kOut = IgemmOutOf<Tune>::value;
-  // Prep grid: x in blocks of 32 points x all channels, weights in blocks of 256 (tap,co,cb,chunk8).
+  // Prep grid: x in blocks of 32 points x kPrepCbPerBlock channel blocks, weights in blocks of 256
+  // (co,cb,chunk8,tap).
   static constexpr int kPrepPts = kG.prep_points;
+  static constexpr int kPrepCbPerBlock = kG.prep_cb_per_block;  // channel blocks per x block
   static constexpr int kPrepXBlocksPerSample = kG.prep_x_blocks_per_sample;
   static constexpr int kPrepXBlocks = Cfg::kN * kPrepXBlocksPerSample;
   static constexpr int kWChunks = kTaps * kCP * kCB * kChunks;  // 8-lane chunks
@@ -369,7 +372,7 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
   } else {
     mx = ig::absmax_scan(x, nx, tid, stride);
   }
-  for (long long i = tid; i < nw; i += stride) mw = fmaxf(mw, fabsf(weight[i]));
+  mw = ig::absmax_scan(weight, nw, tid, stride);
   mx = ig::block_max(mx, red);
   mw = ig::block_max(mw, red);
   if (threadIdx.x == 0) {
@@ -380,26 +383,32 @@ __device__ __forceinline__ void igemm_absmax_body(const float* __restrict__ x,
 
 // ---- 2. x -> channels-last xa, weights -> wb (both in the operand encoding) -----------------
 // x of a one-product 16-bit chain (kPrecBF16x1/F16x1): the values' bits copied channels-last,
-// no conversion; a block moves kPrepPts (64) points of one sample, all channels, loading two
-// points per 32-bit word along each channel row where the rows are 4-byte aligned (S even).
-// kPrecF16x1Scaled (an f32 chain): the same, each value x*sx rounded to fp16 on its way in.
+// no conversion; a block moves kPrepPts (64) points of one sample, the channels of
+// kPrepCbPerBlock 64-channel blocks from block cb0, loading two points per 32-bit word along
+// each channel row where the rows are 4-byte aligned (S even). kPrecF16x1Scaled (an f32 chain):
+// the same, each value x*sx rounded to fp16 on its way in.
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict__ x,
                                                     unsigned char* __restrict__ xa, int n, int p0,
-                                                    float sx) {
+                                                    int cb0, float sx) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr int P = Sh::kPrepPts, kPitch = P + 2;  // even pitch: 32-bit words stay aligned
-  __shared__ unsigned short tile[Sh::kCinPad][kPitch];
+  constexpr int CI = Sh::kCinBlock * Sh::kPrepCbPerBlock;  // the block's channels
+  __shared__ unsigned short tile[CI][kPitch];
+  // Channel c of the tile is channel c0 + c of x (past kCin: zeros).
+  const int c0 = cb0 * Sh::kCinBlock;
+  const int cn = Cfg::kCin - c0 < CI ? Cfg::kCin - c0 : CI;
   const unsigned short* xs =
-      reinterpret_cast<const unsigned short*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
+      reinterpret_cast<const unsigned short*>(x) + ((long long)n * Cfg::kCin + c0) * Sh::kSin;
   if constexpr (Tune::kPrec == kPrecF16x1Scaled && Sh::kSin % 4 == 0) {
     // Four points per 16-byte load (p0 + p and S multiples of 4: all four in range or none).
-    const float* xf = reinterpret_cast<const float*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
+    const float* xf =
+        reinterpret_cast<const float*>(x) + ((long long)n * Cfg::kCin + c0) * Sh::kSin;
 #pragma unroll 8
-    for (int i = threadIdx.x; i < Sh::kCinPad * (P / 4); i += blockDim.x) {
+    for (int i = threadIdx.x; i < CI * (P / 4); i += blockDim.x) {
       const int c = i / (P / 4), p = 4 * (i % (P / 4));
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (c < Cfg::kCin && p0 + p < Sh::kSin) {
+      if (c < cn && p0 + p < Sh::kSin) {
         v = *reinterpret_cast<const float4*>(xf + (long long)c * Sh::kSin + p0 + p);
       }
       *reinterpret_cast<unsigned*>(&tile[c][p]) = (unsigned)from_f32<f16_t>(v.x * sx).bits |
@@ -409,84 +418,92 @@ __device__ __forceinline__ void igemm_prep_x_packed(const ElemT<Cfg>* __restrict
           ((unsigned)from_f32<f16_t>(v.w * sx).bits << 16);
     }
   } else if constexpr (Tune::kPrec == kPrecF16x1Scaled) {
-    const float* xf = reinterpret_cast<const float*>(x) + (long long)n * Cfg::kCin * Sh::kSin;
-    for (int i = threadIdx.x; i < Sh::kCinPad * P; i += blockDim.x) {
+    const float* xf =
+        reinterpret_cast<const float*>(x) + ((long long)n * Cfg::kCin + c0) * Sh::kSin;
+    for (int i = threadIdx.x; i < CI * P; i += blockDim.x) {
       const int c = i / P, p = i % P;
-      tile[c][p] = c < Cfg::kCin && p0 + p < Sh::kSin
+      tile[c][p] = c < cn && p0 + p < Sh::kSin
                        ? from_f32<f16_t>(xf[(long long)c * Sh::kSin + p0 + p] * sx).bits
                        : (unsigned short)0;
     }
   } else if constexpr (Sh::kSin % 4 == 0) {
     // Four points per 8-byte load (p0 + p and S multiples of 4: all four in range or none).
 #pragma unroll 8
-    for (int i = threadIdx.x; i < Sh::kCinPad * (P / 4); i += blockDim.x) {
+    for (int i = threadIdx.x; i < CI * (P / 4); i += blockDim.x) {
       const int c = i / (P / 4), p = 4 * (i % (P / 4));
       const long long at = (long long)c * Sh::kSin + p0 + p;
-      const uint2 w = c < Cfg::kCin && p0 + p < Sh::kSin ? *reinterpret_cast<const uint2*>(xs + at)
-                                                         : make_uint2(0u, 0u);
+      const uint2 w = c < cn && p0 + p < Sh::kSin ? *reinterpret_cast<const uint2*>(xs + at)
+                                                  : make_uint2(0u, 0u);
       *reinterpret_cast<unsigned*>(&tile[c][p]) = w.x;
       *reinterpret_cast<unsigned*>(&tile[c][p + 2]) = w.y;
     }
   } else if constexpr (Sh::kSin % 2 == 0) {
-    for (int i = threadIdx.x; i < Sh::kCinPad * (P / 2); i += blockDim.x) {
+    for (int i = threadIdx.x; i < CI * (P / 2); i += blockDim.x) {
       const int c = i / (P / 2), p = 2 * (i % (P / 2));
       const long long at = (long long)c * Sh::kSin + p0 + p;
       // p0 + p is even and S is even: both points are in range or neither.
       const unsigned w =
-          c < Cfg::kCin && p0 + p < Sh::kSin ? *reinterpret_cast<const unsigned*>(xs + at) : 0u;
+          c < cn && p0 + p < Sh::kSin ? *reinterpret_cast<const unsigned*>(xs + at) : 0u;
       *reinterpret_cast<unsigned*>(&tile[c][p]) = w;
     }
   } else {
-    for (int i = threadIdx.x; i < Sh::kCinPad * P; i += blockDim.x) {
+    for (int i = threadIdx.x; i < CI * P; i += blockDim.x) {
       const int c = i / P, p = i % P;
-      tile[c][p] = c < Cfg::kCin && p0 + p < Sh::kSin ? xs[(long long)c * Sh::kSin + p0 + p]
-                                                      : (unsigned short)0;
+      tile[c][p] =
+          c < cn && p0 + p < Sh::kSin ? xs[(long long)c * Sh::kSin + p0 + p] : (unsigned short)0;
     }
   }
   __syncthreads();
   unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
-  // Each (point, cb, 8-channel chunk j): 16 bytes; channels past kCin are the tile's zeros.
-  for (int i = threadIdx.x; i < P * Sh::kCB * Sh::kChunks; i += blockDim.x) {
-    const int p = i / (Sh::kCB * Sh::kChunks), cb = (i / Sh::kChunks) % Sh::kCB;
-    const int j = i % Sh::kChunks;
+  // Each (point, 8-channel chunk j of the block's channels): 16 bytes at channel block cb0 +
+  // j / kChunks; channels past kCin are the tile's zeros.
+  constexpr int kJ = CI / 8;
+  for (int i = threadIdx.x; i < P * kJ; i += blockDim.x) {
+    const int p = i / kJ, j = i % kJ;
     if (p0 + p >= Sh::kSin) continue;
-    const int c0 = cb * Sh::kCinBlock + j * 8;
     unsigned v[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      v[e] = (unsigned)tile[c0 + 2 * e][p] | ((unsigned)tile[c0 + 2 * e + 1][p] << 16);
+      v[e] = (unsigned)tile[j * 8 + 2 * e][p] | ((unsigned)tile[j * 8 + 2 * e + 1][p] << 16);
     }
-    *reinterpret_cast<uint4*>(out + (long long)p * Sh::kRowBytes + cb * 128 + j * 16) =
+    *reinterpret_cast<uint4*>(out + (long long)p * Sh::kRowBytes + cb0 * 128 + j * 16) =
         make_uint4(v[0], v[1], v[2], v[3]);
   }
 }
 
 // Encodes 8 consecutive channel values into 16 bytes (TF32: 2 x 16 B of fp32 -> caller) ...
 // x of an f32 chain in the TF32 or F16x3 encoding (x*sx split into fp16 highs and lows): a
-// block converts kPrepPts (32) points of sample n from p0, all channels.
+// block converts kPrepPts (32) points of sample n from p0, the channels of kPrepCbPerBlock
+// 32-channel blocks from block cb0.
 template <class Cfg, class Tune>
 __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restrict__ x,
                                                      unsigned char* __restrict__ xa, int n, int p0,
-                                                     float sx) {
+                                                     int cb0, float sx) {
   using Sh = IgemmShape<Cfg, Tune>;
   constexpr bool kF16 = Tune::kPrec == kPrecF16x3;
   using E = ElemT<Cfg>;
-  // [kCinPad][32] floats, point p of channel c at bank (p + 2*(c/8) + c%8) % 32: conflict-free
-  // both for the loads (8 channels x 4 points a warp) and for the encode (16 channel chunks x 2
-  // points a warp, each reading 8 channels of one point).
+  // [CI][32] floats (channel c of the tile is channel cb0*32 + c of x), point p of channel c at
+  // bank (p + 2*(c/8) + c%8) % 32: conflict-free both for the loads (8 channels x 4 points a
+  // warp) and for the encode (channel chunks x points a warp, each reading 8 channels of one
+  // point).
   static_assert(Sh::kPrepPts == 32, "igemm prep: 32 points a block (the tile's swizzle)");
-  __shared__ float tile[Sh::kCinPad * 32];
+  static_assert(Sh::kCinBlock == 32,
+                "igemm prep: 32-channel blocks in the TF32 and F16x3 encodings");
+  constexpr int CI = Sh::kCinBlock * Sh::kPrepCbPerBlock;  // the block's channels
+  __shared__ float tile[CI * 32];
   auto at = [](int c, int p) { return c * 32 + ((p + 2 * (c >> 3) + (c & 7)) & 31); };
-  const E* xs = x + (long long)n * Cfg::kCin * Sh::kSin;
-  // Load [kCinPad][32 points], coalesced along points; channels past kCin are zeros.
+  const int c0 = cb0 * Sh::kCinBlock;
+  const int cn = Cfg::kCin - c0 < CI ? Cfg::kCin - c0 : CI;
+  const E* xs = x + ((long long)n * Cfg::kCin + c0) * Sh::kSin;
+  // Load [CI channels][32 points], coalesced along points; channels past kCin are zeros.
   if constexpr (is_same_v<E, float> && Sh::kSin % 4 == 0) {
     // Four points per 16-byte load (p0 + p and S multiples of 4: all four in range or none).
     constexpr int P4 = Sh::kPrepPts / 4;
 #pragma unroll 8
-    for (int i = threadIdx.x; i < Sh::kCinPad * P4; i += blockDim.x) {
+    for (int i = threadIdx.x; i < CI * P4; i += blockDim.x) {
       const int c = i / P4, p = 4 * (i % P4);
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (c < Cfg::kCin && p0 + p < Sh::kSin) {
+      if (c < cn && p0 + p < Sh::kSin) {
         v = *reinterpret_cast<const float4*>(xs + (long long)c * Sh::kSin + p0 + p);
       }
       tile[at(c, p)] = v.x;
@@ -495,21 +512,22 @@ __device__ __forceinline__ void igemm_prep_x_encoded(const ElemT<Cfg>* __restric
       tile[at(c, p + 3)] = v.w;
     }
   } else {
-    for (int i = threadIdx.x; i < Sh::kCinPad * Sh::kPrepPts; i += blockDim.x) {
+    for (int i = threadIdx.x; i < CI * Sh::kPrepPts; i += blockDim.x) {
       const int c = i / Sh::kPrepPts, p = i % Sh::kPrepPts;
       tile[at(c, p)] =
-          c < Cfg::kCin && p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
+          c < cn && p0 + p < Sh::kSin ? to_f32(xs[(long long)c * Sh::kSin + p0 + p]) : 0.f;
     }
   }
   __syncthreads();
   unsigned char* out = xa + ((long long)n * Sh::kSin + p0) * Sh::kRowBytes;
-  // Each (point, cb, 8-channel chunk j): 16 B of highs + 16 B of lows (F16x3), or 32 B (TF32).
-  for (int i = threadIdx.x; i < Sh::kPrepPts * Sh::kCB * Sh::kChunks; i += blockDim.x) {
-    const int p = i / (Sh::kCB * Sh::kChunks), cb = (i / Sh::kChunks) % Sh::kCB;
-    const int j = i % Sh::kChunks;
+  // Each (point, channel block cb0 + b, 8-channel chunk j): 16 B of highs + 16 B of lows (F16x3),
+  // or 32 B (TF32).
+  constexpr int kJ = CI / 8;
+  for (int i = threadIdx.x; i < Sh::kPrepPts * kJ; i += blockDim.x) {
+    const int p = i / kJ, b = (i % kJ) / Sh::kChunks, j = i % Sh::kChunks;
     if (p0 + p >= Sh::kSin) continue;
-    unsigned char* row = out + (long long)p * Sh::kRowBytes + cb * 128;
-    const int c0 = cb * Sh::kCinBlock + j * 8;
+    unsigned char* row = out + (long long)p * Sh::kRowBytes + (cb0 + b) * 128;
+    const int c0 = b * Sh::kCinBlock + j * 8;
     if constexpr (kF16) {
       float v[8];
 #pragma unroll
@@ -551,20 +569,24 @@ __device__ __forceinline__ void igemm_prep_body(const ElemT<Cfg>* __restrict__ x
   const int b = blockIdx.x;
   const int xblocks = nsamples * Sh::kPrepXBlocksPerSample;
   if (b < xblocks) {
-    const int n = b / Sh::kPrepXBlocksPerSample;
-    const int p0 = (b % Sh::kPrepXBlocksPerSample) * Sh::kPrepPts;
+    // (n, point block, group of kPrepCbPerBlock channel blocks), the group fastest.
+    constexpr int kGroups = Sh::kCB / Sh::kPrepCbPerBlock;
+    const int n = b / Sh::kPrepXBlocksPerSample, r = b % Sh::kPrepXBlocksPerSample;
+    const int p0 = (r / kGroups) * Sh::kPrepPts, cb0 = (r % kGroups) * Sh::kPrepCbPerBlock;
     if constexpr (kX1) {
-      igemm_prep_x_packed<Cfg, Tune>(x, xa, n, p0, sx);
+      igemm_prep_x_packed<Cfg, Tune>(x, xa, n, p0, cb0, sx);
     } else {
-      igemm_prep_x_encoded<Cfg, Tune>(x, xa, n, p0, sx);
+      igemm_prep_x_encoded<Cfg, Tune>(x, xa, n, p0, cb0, sx);
     }
   } else {
     const int i = (b - xblocks) * 256 + threadIdx.x;
     if (i >= Sh::kWChunks) return;
-    // i -> (tap, co, cb, j): 8 input channels ci = cb*CI + j*8 .. +7.
+    // i -> (co, cb, j, tap), the tap fastest: 8 input channels ci = cb*CI + j*8 .. +7 of one
+    // tap. A warp's lanes read consecutive taps of the same (co, ci) rows (the weights' innermost
+    // dimension: a few sectors per load instead of one sector per lane; S8's weights 2x faster).
     constexpr int kJ = Sh::kChunks;
-    const int j = i % kJ, cb = (i / kJ) % Sh::kCB, co = (i / (kJ * Sh::kCB)) % Sh::kCP;
-    const int tap = i / (kJ * Sh::kCB * Sh::kCP);
+    const int tap = i % Sh::kTaps, r = i / Sh::kTaps;
+    const int j = r % kJ, cb = (r / kJ) % Sh::kCB, co = r / (kJ * Sh::kCB);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {

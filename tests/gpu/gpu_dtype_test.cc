@@ -376,6 +376,11 @@ TEST_P(GpuDType, TensorCoreGemmChainsRunNatively) {
       "x:" + d +
           "[4,96,12,16,16] | conv3d(out=128,k=3,padding=1) | group_norm(groups=4) | "
           "mean(dims=[2,3,4])",
+      // Input channels that are not multiples of 32: 56 and 44 in one 64-channel block.
+      "x:" + d + "[2,56,6,11,11] | conv3d(out=56,k=3) | relu | group_norm(groups=7) | swish",
+      "x:" + d +
+          "[1,44,6,9,11] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1]) | relu | "
+          "group_norm(groups=4)",
   };
   // The igemm plan asked for by name: the dtype chain's own costs may prefer tc-conv.
   for (const std::string& spec : specs) {

@@ -132,25 +132,35 @@ const char* const kChains[] = {
     "x:f32[1,32,6,9,9] | conv_transpose3d(out=32,k=3,padding=1) | swish | group_norm(groups=4)",
 };
 
-// Input channels that are not whole k-blocks of 32 (zero-padded; fp32-accurate only): 24, 25, 44,
-// 56, with and without group_norm.
-TEST(GpuIgemm, PaddedInputChannelsFp32Accurate) {
+// Input channels that are not whole k-blocks of 32 (zero-padded): 24, 25, 44, 56, with and
+// without group_norm. fp32-accurate (F16x3, 32-channel blocks) takes them all; TF32 (the TF32
+// class on fp16, 64-channel blocks) only where those pad by at most half: 44 and 56, not 24 or 25.
+TEST(GpuIgemm, PaddedInputChannels) {
   SKIP_WITHOUT_SM90();
-  const std::pair<const char*, const char*> chains[] = {
-      {"x:f32[2,24,7,9,9] | conv3d(out=64,k=3,padding=1) | gelu | group_norm(groups=8)", kIgemm},
+  struct Case {
+    const char* spec;
+    const char* strategy;
+    bool tf32;  // whether the strategy applies in TF32 mode
+  };
+  const Case cases[] = {
+      {"x:f32[2,24,7,9,9] | conv3d(out=64,k=3,padding=1) | gelu | group_norm(groups=8)", kIgemm,
+       false},
       {"x:f32[1,44,6,9,11] | conv_transpose3d(out=128,k=[3,2,3],padding=[1,0,1]) | relu | "
        "group_norm(groups=4)",
-       kIgemm},
-      {"x:f32[2,56,6,11,11] | conv3d(out=56,k=3) | relu | group_norm(groups=7) | swish", kIgemm},
-      {"x:f32[2,25,6,9,9] | conv_transpose3d(out=48,k=3,padding=1) | tanh", "igemm-store"},
+       kIgemm, true},
+      {"x:f32[2,56,6,11,11] | conv3d(out=56,k=3) | relu | group_norm(groups=7) | swish", kIgemm,
+       true},
+      {"x:f32[2,25,6,9,9] | conv_transpose3d(out=48,k=3,padding=1) | tanh", "igemm-store", false},
   };
   uint64_t seed = 700;
-  for (const auto& [spec, strategy] : chains) {
-    const Chain chain = Parse(spec);
-    EXPECT_FALSE(
-        ByName(strategy).Applies(codegen::PlanInput(chain, {"sm_90", 132, Precision::kTf32})))
-        << spec;
-    CheckChain(chain, seed++, {}, strategy, kFp32Accurate, Precision::kFp32);
+  for (const Case& c : cases) {
+    const Chain chain = Parse(c.spec);
+    const bool tf32 =
+        ByName(c.strategy).Applies(codegen::PlanInput(chain, {"sm_90", 132, Precision::kTf32}));
+    EXPECT_EQ(tf32, c.tf32) << c.spec;
+    CheckChain(chain, seed, {}, c.strategy, kFp32Accurate, Precision::kFp32);
+    if (tf32) CheckChain(chain, seed, {}, c.strategy, kTf32, Precision::kTf32);
+    ++seed;
   }
 }
 
