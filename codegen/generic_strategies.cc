@@ -270,8 +270,12 @@ class ElementwiseStrategy : public GenericStrategy {
   // models, so the producer counts twice. Measured on the H200 (2026-11-28, ms, elementwise
   // against tc-conv, TF32 / fp32-accurate): [16,20,16,32,32] 1x1 -> 36 channels 0.080 / 0.079
   // against 0.051 / 0.076; [16,8,16,32,32] 1x1 -> 64: 0.063 against 0.055 / 0.058; and where
-  // elementwise stays: [8,40,12,12,12] 1x1 -> 40: 0.013 against 0.015 / 0.016.
-  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 4, 2); }
+  // elementwise stays: [8,40,12,12,12] 1x1 -> 40: 0.013 against 0.015 / 0.016. f32 chains only:
+  // that last chain in bf16 ran 0.0158 ms elementwise against tc-conv's 0.0137 on the CLI, but
+  // 0.024 through the PyTorch drop-in with tc-conv's two kernels against 0.015 with one.
+  double Cost(const PlanInput& in) const override {
+    return GenericCost(in.info, 4, in.chain.dtype == DType::kF32 ? 2 : 1);
+  }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kElementwiseFields; }
