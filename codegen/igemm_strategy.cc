@@ -193,10 +193,9 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
     if (conv.kernel[1] * conv.kernel[2] < 4 * conv.stride[1] * conv.stride[2]) return false;
   }
   // Input channels are zero-padded to whole blocks of 32 (64 for bf16/f16 chains) in the
-  // prep's copies of x and the weights; the prep stages all of them for 32 points. Counts that
-  // are not multiples of 32 only fp32-accurate (F16x3): there the padded GEMM measured 1.9-2.0x
-  // faster than tc-conv, in TF32 from 1.07x to 0.66x (H100, 2026-11-26: S5, K8, T6 of
-  // bench/conv_engine_sweep.py); one-product bf16/f16 chains were not measured.
+  // prep's copies of x and the weights. Counts that are not multiples of 32 in fp32-accurate
+  // (F16x3): the padded GEMM measured 1.9-2.0x faster than tc-conv; not in TF32 itself (32-channel
+  // TF32 blocks: 1.07x to 0.66x, H100, 2026-11-26: S5, K8, T6 of bench/conv_engine_sweep.py).
   // Measured with 24-56 channels (padding 1.14-1.33x); at most 1.5x (22 channels and more).
   // One-product precisions (the TF32 class on fp16, bf16, f16) take counts that are not
   // multiples of 32 where their own blocks (64 channels) pad by at most half: K9 (200 channels),
