@@ -175,8 +175,9 @@ constexpr MmaConvT MmaConvTOf(long long cin, long long hin, long long c, long lo
 // ---- igemm_mma.cuh / igemm_wgmma.cuh (strategies igemm-*) -------------------------------------
 // The implicit GEMM: a CTA computes bm output points x bn channels (bm = 64 per warpgroup; bn =
 // 128 or 64, the wgmma n). Its A operand is a halo of input rows (144 bytes per point),
-// double-buffered; B is `stages` stages of bn x 128 bytes; the epilogue reuses the space as a
-// bn x (bm+4) float tile.
+// double-buffered; B is `stages` stages of bn x 128 bytes; the epilogue (which stores f32 from the
+// registers) reuses the space for column sums, (bm/16 + 2) x bn doubles, or a 16-bit output
+// tile, bn x (bm + 8) values.
 // Operands (x channels-last, weights [tap][co][ci]) are stored in 128-byte channel blocks, one
 // k-step of the GEMM each: 32 channels (TF32 values, or fp16 high/low pairs), or 64 channels when
 // every value is one 16-bit operand (`packed16`: bf16/f16 chains); the last block is zero-padded.
@@ -199,7 +200,7 @@ struct Igemm {
   long long halo_bytes;                          // one halo buffer, 1 KiB aligned
   long long b_stage_bytes;                       // one weight stage: bn rows of 128 bytes
   long long pipe_bytes;                          // two halos and the B stages
-  long long epi_bytes;                           // the epilogue tile
+  long long epi_bytes;                           // the epilogue's column sums
   long long smem;                                // dynamic shared memory of the GEMM kernel
   long long cin_block;                           // input channels per 128-byte block (32, 64)
   long long cb;                                  // channel blocks per point (k-steps per tap)
@@ -259,7 +260,9 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.halo_bytes = RoundUp(g.halo_rows * g.halo_cols * kIgemmHaloPitch, 1024);
   g.b_stage_bytes = bn * kIgemmBRowBytes;
   g.pipe_bytes = 2 * g.halo_bytes + stages * g.b_stage_bytes;
-  g.epi_bytes = bn * (g.bm + 4) * 4;
+  // IgemmShape::kEpiBytes: per-warp column sums, or a 16-bit output tile.
+  g.epi_bytes = (g.bm / 16 + 2) * bn * 8 > bn * (g.bm + 8) * 2 ? (g.bm / 16 + 2) * bn * 8
+                                                               : bn * (g.bm + 8) * 2;
   g.smem = g.pipe_bytes > g.epi_bytes ? g.pipe_bytes : g.epi_bytes;
   g.cin_block = IgemmCinBlock(packed16);
   g.cb = CeilDiv(cin, g.cin_block);

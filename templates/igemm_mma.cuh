@@ -291,8 +291,12 @@ struct IgemmShape {
   static constexpr int kStepD = kTransposed ? -Cfg::kDilD : Cfg::kDilD;
   static constexpr int kStepH = kTransposed ? -Cfg::kDilH : Cfg::kDilH;
   static constexpr int kStepW = kTransposed ? -Cfg::kDilW : Cfg::kDilW;
-  static constexpr int kEpiPitch = kBM + 4;  // floats per channel row of the epilogue tile
-  static constexpr int kEpiBytes = kBN * kEpiPitch * 4;
+  // The epilogue's shared memory (geom::IgemmOf's epi_bytes): column sums per warp along M, then
+  // each column's mean and m2 (IgemmCore::column_moments; sized for doubles), or a 16-bit
+  // output tile (IgemmCore::store_tile), whichever is larger.
+  static constexpr int kEpiBytes = (Tune::kWarpsM + 2) * kBN * 8 > kBN * (kBM + 8) * 2
+                                       ? (Tune::kWarpsM + 2) * kBN * 8
+                                       : kBN * (kBM + 8) * 2;
   // Workspace sizes.
   static constexpr long long kXaBytes = (long long)Cfg::kN * kG.xa_bytes_per_sample;
   static constexpr long long kWbBytes = kG.wb_bytes;
@@ -671,31 +675,203 @@ struct IgemmCore {
     }
   }
 
-  // Stages the tile as [BN][BM+4] floats in smem: acc * s + bias, pre() unless !kPre (u, the
-  // convolution's output), and post() when kPost (store epilogue without group_norm).
-  // REQUIRES: all threads; smem free for reuse. The caller synchronizes before reading it.
-  template <bool kPost, bool kPre = true>
-  __device__ __forceinline__ static void stage_tile(float (&acc)[MT][NT8][4], float* epi, float s,
-                                                    const ElemT<Cfg>* __restrict__ bias, int co0) {
+  // ---- the epilogues, straight from the accumulator registers ---------------------------------
+  // Element (mi, ni, e) of a thread's acc[MT][NT8][4] is tile row row_of(mi, e) (an output point
+  // sp0 + row of the sample) and tile column col_of(ni, e) (channel co0 + col): the mma / wgmma
+  // accumulator layout, rows g and g + 8 of each m16 tile and columns 2t and 2t + 1 of each n8
+  // tile (g = lane / 4, t = lane % 4). One store instruction of a warp writes 4 channels x 8
+  // consecutive points: four whole 32-byte sectors (f32), so no staging through shared memory.
+  __device__ __forceinline__ static int row_of(int mi, int e) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int warp_m = warp % Tune::kWarpsM, warp_n = warp / Tune::kWarpsM;
-    const int g = lane >> 2, t = lane & 3;
+    return (warp % Tune::kWarpsM) * Tune::kWM + mi * 16 + (lane >> 2) + ((e >> 1) << 3);
+  }
+  __device__ __forceinline__ static int col_of(int ni, int e) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    return (warp / Tune::kWarpsM) * Tune::kWN + ni * 8 + 2 * (lane & 3) + (e & 1);
+  }
+  // Whether tile column c is a real channel (not a padding channel past kC).
+  __device__ __forceinline__ static bool col_real(int c, int co0) {
+    return Cfg::kC % BN == 0 || co0 + c < Cfg::kC;
+  }
+
+  // acc <- acc * s + bias: the convolution's output u, in place.
+  __device__ __forceinline__ static void to_conv_output(float (&acc)[MT][NT8][4], float s,
+                                                        const ElemT<Cfg>* __restrict__ bias,
+                                                        int co0) {
+#pragma unroll
+    for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+        float b = 0.f;
+        if constexpr (Cfg::kBias) {
+          const int col = col_of(ni, c2);
+          if (col_real(col, co0)) b = to_f32(bias[co0 + col]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float& v = acc[mi][ni][2 * h + c2];
+            v = Cfg::kBias ? fmaf(v, s, b) : v * s;
+          }
+      }
+  }
+  // acc <- f(acc) elementwise.
+  template <class F>
+  __device__ __forceinline__ static void apply(float (&acc)[MT][NT8][4], F f) {
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int ni = 0; ni < NT8; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = warp_m * Tune::kWM + mi * 16 + g + ((e >> 1) << 3);
-          const int col = warp_n * Tune::kWN + ni * 8 + 2 * t + (e & 1);
-          float v = acc[mi][ni][e] * s;
-          if constexpr (Cfg::kBias) {
-            if (Cfg::kC % BN == 0 || co0 + col < Cfg::kC) v += to_f32(bias[co0 + col]);
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = f(acc[mi][ni][e]);
+  }
+  // Stores the tile's valid rows and real columns into out, a [N][C][S] tensor of Y (rounded once
+  // where Y is 16-bit). f32, or S not a multiple of 4: straight from the registers. 16-bit Y with
+  // S % 4 == 0: a store instruction from the registers would write half sectors (measured 2%
+  // slower), so the tile is staged as Y in smem ([BN][BM + 8], kEpiBytes covers it) and each warp
+  // stores whole channel rows, 8 bytes a lane. REQUIRES: all threads (16-bit staged: smem free
+  // for reuse; returns after a __syncthreads).
+  template <class Y>
+  __device__ __forceinline__ static void store_tile(const float (&acc)[MT][NT8][4],
+                                                    Y* __restrict__ out, int n, int co0, int sp0,
+                                                    int valid, unsigned char* smem) {
+    if constexpr (sizeof(Y) == 2 && Sh::kS % 4 == 0 && BM % 4 == 0) {
+      constexpr int kPitch = BM + 8;  // Y values per staged channel row
+      static_assert(BN * kPitch * 2 <= Sh::kEpiBytes, "igemm epilogue: 16-bit stage too large");
+      Y* stage = reinterpret_cast<Y*>(smem);
+      __syncthreads();  // smem's previous readers are done
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            stage[col_of(ni, e) * kPitch + row_of(mi, e)] = store_as<Y>(acc[mi][ni][e]);
+      __syncthreads();
+      const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+      for (int r = warp; r < BN; r += NT / 32) {
+        if (!col_real(r, co0)) break;  // padding channels: so are the warp's next rows
+        unsigned short* dst = reinterpret_cast<unsigned short*>(
+            out + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0);
+        const unsigned short* srow = reinterpret_cast<const unsigned short*>(stage + r * kPitch);
+        for (int m = lane * 4; m < valid; m += 128)
+          *reinterpret_cast<uint2*>(dst + m) = *reinterpret_cast<const uint2*>(srow + m);
+      }
+      __syncthreads();  // the stage is read before smem is reused
+      return;
+    }
+    Y* base = out + ((long long)n * Cfg::kC + co0 + col_of(0, 0)) * Sh::kS + sp0 + row_of(0, 0);
+#pragma unroll
+    for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+        if (!col_real(col_of(ni, c2), co0)) continue;
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (row_of(mi, 2 * h) < valid)
+              base[(long long)(ni * 8 + c2) * Sh::kS + mi * 16 + 8 * h] =
+                  store_as<Y>(acc[mi][ni][2 * h + c2]);
           }
-          if constexpr (kPre) v = Cfg::pre(v);
-          if constexpr (kPost) v = Cfg::post(v);
-          epi[col * Sh::kEpiPitch + row] = v;
-        }
+      }
+  }
+
+  // The sums a[j] (j < 2*kQ: column col_of(q0 + j / 2, j % 2) of this thread, for kQ n8 tiles
+  // from q0) over the 8 lanes of equal t (lane bits 2-4: the rows), reduce-scattered:
+  // afterwards a[i], i < kQ/4, holds the sum for j = jbase<kQ>() + i. Fixed order
+  // (deterministic). REQUIRES: the whole warp.
+  template <class T, int W, int kOff>
+  __device__ __forceinline__ static void scatter_step(T* a) {
+    const bool hi = (threadIdx.x & kOff) != 0;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const T send = hi ? a[i] : a[i + W];
+      const T keep = hi ? a[i + W] : a[i];
+      a[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+    }
+  }
+  template <class T, int kQ>
+  __device__ __forceinline__ static void sum_over_rows(T (&a)[2 * kQ]) {
+    static_assert(kQ % 4 == 0, "igemm epilogue: 32 or more columns per warp");
+    scatter_step<T, kQ, 16>(a);
+    scatter_step<T, kQ / 2, 8>(a);
+    scatter_step<T, kQ / 4, 4>(a);
+  }
+  template <int kQ>
+  __device__ __forceinline__ static int jbase() {
+    const int g = (threadIdx.x & 31) >> 2;
+    return ((g >> 2) & 1) * kQ + ((g >> 1) & 1) * (kQ / 2) + (g & 1) * (kQ / 4);
+  }
+
+  // Per tile column c: colsum(ni, c2) (this thread's sum for column col_of(ni, c2)) summed over
+  // the warp's rows (sum_over_rows, kQ n8 tiles at a time: all of them in float, 4 in double),
+  // then over the warps along M in order, times mul, into col[c] (T[BN], shared memory).
+  // red: T[kWarpsM * BN] in shared memory. Ends with __syncthreads(). REQUIRES: all threads.
+  template <class T, class ColSum>
+  __device__ __forceinline__ static void columns_total(ColSum colsum, T* red, T* col, T mul) {
+    constexpr int kQ = sizeof(T) == 8 ? 4 : NT8;
+    static_assert(NT8 % kQ == 0, "igemm epilogue: whole chunks of n8 tiles");
+    const int wm = (threadIdx.x >> 5) % Tune::kWarpsM;
+    const int jb = jbase<kQ>();
+#pragma unroll
+    for (int q0 = 0; q0 < NT8; q0 += kQ) {
+      T a[2 * kQ];
+#pragma unroll
+      for (int i = 0; i < kQ; ++i)
+#pragma unroll
+        for (int c2 = 0; c2 < 2; ++c2) a[2 * i + c2] = colsum(q0 + i, c2);
+      sum_over_rows<T, kQ>(a);
+#pragma unroll
+      for (int i = 0; i < kQ / 4; ++i) {
+        const int j = jb + i;
+        red[wm * BN + col_of(q0 + (j >> 1), j & 1)] = a[i];
+      }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < BN; c += NT) {
+      T sum = 0;
+#pragma unroll
+      for (int w = 0; w < Tune::kWarpsM; ++w) sum += red[w * BN + c];
+      col[c] = sum * mul;
+    }
+    __syncthreads();
+  }
+
+  // {mean, m2} in T (float or double) of each tile column's valid rows (acc, as it is): two passes
+  // (the mean, then the squared deviations from it), into cmean[BN], cm2[BN] (shared memory),
+  // visible to all threads on return. Columns that are not real get unspecified values.
+  // red: T[kWarpsM * BN] shared. REQUIRES: all threads.
+  template <class T>
+  __device__ __forceinline__ static void column_moments(const float (&acc)[MT][NT8][4], int valid,
+                                                        T* red, T* cmean, T* cm2) {
+    columns_total<T>(
+        [&](int ni, int c2) {
+          T sum = 0;
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              if (row_of(mi, 2 * h) < valid) sum += (T)acc[mi][ni][2 * h + c2];
+          return sum;
+        },
+        red, cmean, (T)1 / (T)valid);
+    columns_total<T>(
+        [&](int ni, int c2) {
+          const T mean = cmean[col_of(ni, c2)];
+          T sum = 0;
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              if (row_of(mi, 2 * h) < valid) {
+                const T d = (T)acc[mi][ni][2 * h + c2] - mean;
+                sum = fma_of(d, d, sum);
+              }
+          return sum;
+        },
+        red, cm2, (T)1);
   }
 
   // Sum over a warp (float or double), the same fixed butterfly order in every lane (all lanes
@@ -713,58 +889,6 @@ struct IgemmCore {
     return fmaf(a, b, c);
   }
 
-  // The staged channel rows a warp owns (row warp + i * kWarps, i < kRowsPerWarp): the same rows
-  // in every pass over the staged tile, so a warp reads only rows it wrote meta data into.
-  static constexpr int kWarps = NT / 32;
-  static constexpr int kRowsPerWarp = (BN + kWarps - 1) / kWarps;
-  // Whether staged row r holds a real channel (not past BN, not a padding channel past kC).
-  __device__ __forceinline__ static bool row_real(int r, int co0) {
-    return r < BN && (Cfg::kC % BN == 0 || co0 + r < Cfg::kC);
-  }
-
-  // {mean, m2} in T (float or double) over each of this warp's staged rows' `valid`
-  // values: two passes (the mean, then the squared deviations), each a lane-strided sum and a
-  // fixed butterfly (warp_sum); every lane gets every row's result. All the warp's rows advance
-  // together (kRowsPerWarp independent chains instead of one row after another). Rows that are
-  // not real (row_real) get unspecified values. REQUIRES: the whole warp; the staged tile visible.
-  template <class T>
-  __device__ __forceinline__ static void row_moments(const float* epi, int valid, int co0,
-                                                     T (&mean)[kRowsPerWarp],
-                                                     T (&m2)[kRowsPerWarp]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float* srow[kRowsPerWarp];
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp + i * kWarps;
-      srow[i] = epi + (r < BN ? r : 0) * Sh::kEpiPitch;
-      mean[i] = 0;
-      m2[i] = 0;
-    }
-#pragma unroll
-    for (int j = 0; j < (BM + 31) / 32; ++j) {
-      const int m = lane + 32 * j;
-      if (m < valid) {
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) mean[i] += (T)srow[i][m];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) mean[i] = warp_sum(mean[i]) / (T)valid;
-#pragma unroll
-    for (int j = 0; j < (BM + 31) / 32; ++j) {
-      const int m = lane + 32 * j;
-      if (m < valid) {
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-          const T d = (T)srow[i][m] - mean[i];
-          m2[i] = fma_of(d, d, m2[i]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) m2[i] = warp_sum(m2[i]);
-  }
-
   // The chain's pre-norm ops (y's values from u's).
   struct Pre {
     __device__ __forceinline__ float operator()(float v) const { return Cfg::pre(v); }
@@ -775,81 +899,30 @@ struct IgemmCore {
   };
 
   // kIgemmOutChannelMoments epilogue: the pre-norm values pre(acc * s + bias) of the tile's valid
-  // rows, per channel: {mean, m2} in double (two passes over the staged row, fixed-order warp
-  // sums) into cpart[(n*kTiles + tile)*kC + co0 + c]. Nothing else is written.
-  // REQUIRES: all threads; smem free for reuse.
+  // rows, per channel: {mean, m2} (column_moments in float: a tile's channel has at most BM
+  // values; in double it measured the same within 10%, bench/notes/igemm_w3.md, and spilled) into
+  // cpart[(n*kTiles + tile)*kC + co0 + c], where igemm_mean.cuh merges them in double. Nothing
+  // else is written. REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue_channel_moments(
       float (&acc)[MT][NT8][4], unsigned char* smem, float s, const ElemT<Cfg>* __restrict__ bias,
       IgemmChannelMoments* __restrict__ cpart, int tile, int co0, int n) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* epi = reinterpret_cast<float*>(smem);
-    stage_tile<false>(acc, epi, s, bias, co0);
-    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem);
+    float* cmean = red + Tune::kWarpsM * BN;
+    float* cm2 = cmean + BN;
+    to_conv_output(acc, s, bias, co0);
+    apply(acc, Pre{});
     const int sp0 = tile * BM;
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
-    double mean[kRowsPerWarp], m2[kRowsPerWarp];
-    row_moments(epi, valid, co0, mean, m2);
+    column_moments(acc, valid, red, cmean, cm2);
     IgemmChannelMoments* out = cpart + ((long long)n * Sh::kTiles + tile) * Cfg::kC + co0;
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp + i * kWarps;
-        if (row_real(r, co0)) out[r] = IgemmChannelMoments{mean[i], m2[i]};
-      }
-    }
+    for (int c = threadIdx.x; c < BN; c += NT)
+      if (col_real(c, co0)) out[c] = IgemmChannelMoments{(double)cmean[c], (double)cm2[c]};
   }
 
-  // Stores the staged tile's valid rows (channel rows of [BN][BM+4] floats) into out, a
-  // [N][C][S] tensor of Y, coalesced; the warp's rows (kRowsPerWarp). REQUIRES: all threads; the
-  // staged tile visible.
-  template <class Y>
-  __device__ __forceinline__ static void store_rows(const float* epi, Y* __restrict__ out, int n,
-                                                    int co0, int sp0, int valid) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp + i * kWarps;
-      if (!row_real(r, co0)) break;  // past BN or a padding channel: so are the warp's next rows
-      Y* dst = out + ((long long)n * Cfg::kC + co0 + r) * Sh::kS + sp0;
-      const float* srow = epi + r * Sh::kEpiPitch;
-      if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && is_same_v<Y, float>) {
-        for (int m = lane * 4; m < valid; m += 128)
-          *reinterpret_cast<float4*>(dst + m) = *reinterpret_cast<const float4*>(srow + m);
-      } else if constexpr (Sh::kS % 4 == 0 && BM % 4 == 0 && sizeof(Y) == 2) {
-        // bf16/f16: four values rounded once, one 8-byte store.
-        for (int m = lane * 4; m < valid; m += 128) {
-          const float4 v = *reinterpret_cast<const float4*>(srow + m);
-          uint2 packed;
-          packed.x = (unsigned)from_f32<Y>(v.x).bits | ((unsigned)from_f32<Y>(v.y).bits << 16);
-          packed.y = (unsigned)from_f32<Y>(v.z).bits | ((unsigned)from_f32<Y>(v.w).bits << 16);
-          *reinterpret_cast<uint2*>(dst + m) = packed;
-        }
-      } else {
-        for (int m = lane; m < valid; m += 32) dst[m] = store_as<Y>(srow[m]);
-      }
-    }
-  }
-
-  // Replaces each valid value v of the warp's staged rows by f(v). REQUIRES: the whole warp, past
-  // every read of those rows by its lanes (__syncwarp); the caller syncs the warp again before
-  // its lanes read them.
-  template <class F>
-  __device__ __forceinline__ static void apply_rows(float* epi, int co0, int valid, F f) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp + i * kWarps;
-      if (!row_real(r, co0)) break;
-      float* srow = epi + r * Sh::kEpiPitch;
-      for (int m = lane; m < valid; m += 32) srow[m] = f(srow[m]);
-    }
-  }
-
-  // kIgemmOutStoreY epilogue: scale, bias, pre() (and post() without group_norm), stage as
-  // [BN][BM+4] in smem, coalesced stores of the valid rows to y, per-(tile, group) moments into
-  // partials. u non-null (the training forward): the tile is staged once as acc * s + bias, the
-  // convolution's output, stored into u (f32, the producer's shape) as it is and into y through
-  // pre() (and post()), and its moments taken of pre() of it: the same values as staging pre()'s.
+  // kIgemmOutStoreY epilogue: scale, bias, pre() (and post() without group_norm), stored into y
+  // from the registers; per-(tile, group) moments into partials. u non-null (the training
+  // forward): acc * s + bias, the convolution's output, is stored into u (f32, the producer's
+  // shape) as it is, and into y through pre() (and post()); the moments are pre()'s.
   // REQUIRES: all threads; smem free for reuse.
   __device__ __forceinline__ static void epilogue(float (&acc)[MT][NT8][4], unsigned char* smem,
                                                   float s, const ElemT<Cfg>* __restrict__ bias,
@@ -857,63 +930,49 @@ struct IgemmCore {
                                                   float* __restrict__ partials, int tile, int co0,
                                                   int n, float* __restrict__ u) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* epi = reinterpret_cast<float*>(smem);
     const int sp0 = tile * BM;
     const int valid = Sh::kS - sp0 < BM ? Sh::kS - sp0 : BM;
-    if (u != nullptr) {
-      stage_tile<false, false>(acc, epi, s, bias, co0);
-      __syncthreads();
-      store_rows(epi, u, n, co0, sp0, valid);
-      __syncwarp();
-      apply_rows(epi, co0, valid, Select<Cfg::kGroups == 0, PrePost, Pre>{});
-      __syncwarp();
-      store_rows(epi, y, n, co0, sp0, valid);
-    } else {
-      stage_tile<Cfg::kGroups == 0>(acc, epi, s, bias, co0);
-      __syncthreads();
-      store_rows(epi, y, n, co0, sp0, valid);
-    }
+    to_conv_output(acc, s, bias, co0);
+    if (u != nullptr) store_tile(acc, u, n, co0, sp0, valid, smem);
+    apply(acc, Select<Cfg::kGroups == 0, PrePost, Pre>{});
+    store_tile(acc, y, n, co0, sp0, valid, smem);
     if constexpr (Cfg::kGroups > 0) {
-      // Each channel row's moments (row_moments), written into the row's pitch padding (columns
-      // BM..BM+2, never staged or stored); then one warp per part of a group in this tile merges
-      // its rows in channel order (lanes strided, then a fixed shfl tree). A group wider than the
-      // tile, or across a tile boundary, has one part per tile it touches (gn_finalize_body
-      // merges them).
-      float mean[kRowsPerWarp], m2[kRowsPerWarp];
-      row_moments(epi, valid, co0, mean, m2);
-      __syncwarp();  // every lane has read the warp's rows before lane 0 writes their padding
-      if (lane == 0) {
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-          const int r = warp + i * kWarps;
-          if (row_real(r, co0)) {
-            epi[r * Sh::kEpiPitch + BM] = mean[i];
-            epi[r * Sh::kEpiPitch + BM + 1] = m2[i];
-          }
-        }
-      }
-      __syncthreads();
+      // Each channel's {mean, m2} over the tile's valid rows (column_moments); then one warp per
+      // part of a group in this tile merges its channels in channel order (all have `valid`
+      // values: mean = the channels' means averaged, m2 = their m2 plus valid x the squared
+      // deviations of their means, each a lane-strided sum and a fixed butterfly). A group wider
+      // than the tile, or across a tile boundary, has one part per tile it touches
+      // (gn_finalize_body merges them).
+      float* red = reinterpret_cast<float*>(smem);
+      float* cmean = red + Tune::kWarpsM * BN;
+      float* cm2 = cmean + BN;
+      column_moments(acc, valid, red, cmean, cm2);
       constexpr int kCg = Sh::kCg;
+      constexpr int kWarps = NT / 32;
       const int c_end = Cfg::kC % BN != 0 && co0 + BN > Cfg::kC ? Cfg::kC : co0 + BN;
       const int g0 = co0 / kCg, g1 = (c_end - 1) / kCg;
       for (int g = g0 + warp; g <= g1; g += kWarps) {
         const int r0 = (g * kCg > co0 ? g * kCg : co0) - co0;
         const int r1 = ((g + 1) * kCg < c_end ? (g + 1) * kCg : c_end) - co0;
-        Moments mo = moments_empty();
+        float msum = 0.f;
+        for (int r = r0 + lane; r < r1; r += 32) msum += cmean[r];
+        const float gmean = warp_sum(msum) / (float)(r1 - r0);
+        float dev = 0.f, m2sum = 0.f;
         for (int r = r0 + lane; r < r1; r += 32) {
-          const float* srow = epi + r * Sh::kEpiPitch;
-          mo = moments_merge(mo, Moments{(float)valid, srow[BM], srow[BM + 1]});
+          const float d = cmean[r] - gmean;
+          dev = fmaf(d, d, dev);
+          m2sum += cm2[r];
         }
-        for (int off = 16; off > 0; off >>= 1) mo = moments_merge(mo, shfl_down(mo, off));
+        const float gm2 = fmaf((float)valid, warp_sum(dev), warp_sum(m2sum));
         if (lane == 0) {
           const int part = co0 / BN - (int)geom::IgemmGroupFirstTile(g, kCg, BN);
           float* p =
               partials +
               ((((long long)n * Cfg::kGroups + g) * Sh::kGroupParts + part) * Sh::kTiles + tile) *
                   3;
-          p[0] = mo.count;
-          p[1] = mo.mean;
-          p[2] = mo.m2;
+          p[0] = (float)valid * (float)(r1 - r0);
+          p[1] = gmean;
+          p[2] = gm2;
         }
       }
     }
