@@ -294,9 +294,9 @@ struct IgemmShape {
   // The epilogue's shared memory (geom::IgemmOf's epi_bytes): column sums per warp along M, then
   // each column's mean and m2 (IgemmCore::column_moments; sized for doubles), or a 16-bit
   // output tile (IgemmCore::store_tile), whichever is larger.
-  static constexpr int kEpiBytes = (Tune::kWarpsM + 2) * kBN * 8 > kBN * (kBM + 8) * 2
-                                       ? (Tune::kWarpsM + 2) * kBN * 8
-                                       : kBN * (kBM + 8) * 2;
+  static constexpr int kEpiSumBytes = (Tune::kWarpsM + 2) * kBN * 8;
+  static constexpr int kEpiStageBytes = kBN * (kBM + 8) * 2;
+  static constexpr int kEpiBytes = kEpiSumBytes > kEpiStageBytes ? kEpiSumBytes : kEpiStageBytes;
   // Workspace sizes.
   static constexpr long long kXaBytes = (long long)Cfg::kN * kG.xa_bytes_per_sample;
   static constexpr long long kWbBytes = kG.wb_bytes;

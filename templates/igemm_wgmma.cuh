@@ -254,7 +254,8 @@ struct IgemmWgmmaShape {
   static constexpr int kBStageBytes = Sh::kG.b_stage_bytes;
   static constexpr int kPipeBytes = Sh::kG.pipe_bytes;
   static constexpr int kSmemBytes = Sh::kG.smem;  // the host's launch: the same function
-  static_assert(Sh::kG.epi_bytes == Sh::kEpiBytes, "igemm_wgmma: epilogue smem (kWarpsM + 2) x BN doubles");
+  static_assert(Sh::kG.epi_bytes == Sh::kEpiBytes,
+                "igemm_wgmma: host and template epilogue smem differ");
   static_assert((Sh::kBN == geom::kIgemmTileN || Sh::kBN == geom::kIgemmTileNSmall) &&
                     Tune::kWM == 16 && Tune::kWarpsN == 1 && Tune::kWarpsM == 4 * Tune::kWG,
                 "igemm_wgmma: use IgemmWgmmaTune (warpgroup tile 64 x 128 or 64 x 64)");
