@@ -102,9 +102,10 @@ std::string Wrapper(const KernelLaunch& k, const Chain& chain, const Plan& plan)
   const std::string bounds = k.min_blocks_per_sm
                                  ? absl::StrCat(threads, ", ", k.min_blocks_per_sm)
                                  : absl::StrCat(threads);
-  return absl::StrCat("// ", k.purpose, "\nextern \"C\" __global__ void __launch_bounds__(",
-                      bounds, ") ", k.symbol, "(", absl::StrJoin(params, ", "), ") {\n  ",
-                      k.body, "(", absl::StrJoin(names, ", "), ");\n}\n");
+  return absl::StrCat("// ", k.purpose, "\nextern \"C\" __global__ void __launch_bounds__(", bounds,
+                      ") ", k.symbol, "(", absl::StrJoin(params, ", "),
+                      ") {\n  fj::grid_dependency_begin();\n  ", k.body, "(",
+                      absl::StrJoin(names, ", "), ");\n}\n");
 }
 
 std::string Commented(const std::string& text) {

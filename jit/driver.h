@@ -53,10 +53,11 @@ namespace fusejit::jit {
   X(cuModuleLoadData)                            \
   X(cuModuleUnload)                              \
   X(cuModuleGetFunction)                         \
-  X(cuModuleGetGlobal)                         \
+  X(cuModuleGetGlobal)                           \
   X(cuFuncGetAttribute)                          \
   X(cuFuncSetAttribute)                          \
   X(cuLaunchKernel)                              \
+  X(cuLaunchKernelEx)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuMemAlloc)                                  \
   X(cuMemFree)                                   \

@@ -119,7 +119,7 @@ absl::StatusOr<CUdeviceptr> LoadedModule::Global(const std::string& name,
 }
 
 absl::Status Launch(CUfunction f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                    unsigned shared_bytes, CUstream stream, void** args) {
+                    unsigned shared_bytes, CUstream stream, void** args, LaunchOptions options) {
   absl::StatusOr<const DriverApi*> api = Driver();
   if (!api.ok()) return api.status();
   if (f == nullptr) return absl::InvalidArgumentError("launch: the CUfunction is null");
@@ -138,6 +138,27 @@ absl::Status Launch(CUfunction f, std::array<unsigned, 3> grid, std::array<unsig
                                    static_cast<int>(shared_bytes)),
         absl::StrCat("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=", shared_bytes,
                      "): the device's opt-in shared memory limit per block may be lower"));
+  }
+  if (options.programmatic_serialization) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid[0];
+    config.gridDimY = grid[1];
+    config.gridDimZ = grid[2];
+    config.blockDimX = block[0];
+    config.blockDimY = block[1];
+    config.blockDimZ = block[2];
+    config.sharedMemBytes = shared_bytes;
+    config.hStream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    FUSEJIT_CU_RETURN_IF_ERROR(
+        (*api)->cuLaunchKernelEx(&config, f, args, /*extra=*/nullptr),
+        absl::StrCat("cuLaunchKernelEx(grid=", Dims(grid), ", block=", Dims(block),
+                     ", shared=", shared_bytes, ", programmatic stream serialization)"));
+    return absl::OkStatus();
   }
   FUSEJIT_CU_RETURN_IF_ERROR(
       (*api)->cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],

@@ -62,8 +62,18 @@ class LoadedModule {
 // the device's opt-in limit is lower). Launch-time errors (too many registers for the block, ...)
 // are returned; errors during the kernel's execution surface at the next synchronization. REQUIRES:
 // f's context is current; `stream` (0: the legacy default stream) belongs to it. Thread-safe.
+//
+// options.programmatic_serialization: launched with cuLaunchKernelEx and
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (programmatic dependent launch, sm_90+):
+// the kernel may be scheduled while the stream's previous kernel still runs. Only for kernels
+// that execute griddepcontrol.wait before touching memory (the generated ones:
+// fj::grid_dependency_begin); anything else would race with its predecessor.
+struct LaunchOptions {
+  bool programmatic_serialization = false;
+};
 absl::Status Launch(CUfunction f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                    unsigned shared_bytes, CUstream stream, void** args);
+                    unsigned shared_bytes, CUstream stream, void** args,
+                    LaunchOptions options = {});
 
 }  // namespace fusejit::jit
 

@@ -1,10 +1,12 @@
 #include "runtime/compiled_chain.h"
 
-#include "runtime/bindings.h"
+#include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/bindings.h"
 
 namespace fusejit {
 
@@ -18,6 +20,28 @@ NamedBindings Bindings::Named() const {
 
 namespace runtime {
 
+namespace {
+
+// Whether kernels compiled for `arch` ("sm_90", "sm_90a", ...) are launched with programmatic
+// stream serialization (programmatic dependent launch: a kernel's CTAs are scheduled while the
+// previous kernel's last wave runs, hiding the gap between them; every generated kernel waits
+// for its predecessor first, fj::grid_dependency_begin). sm_90 and later, unless the
+// environment sets FUSEJIT_DISABLE_PDL=1 (for measuring it, or should a driver misbehave).
+bool ProgrammaticLaunch(const std::string& arch) {
+  static const bool disabled = [] {
+    const char* env = std::getenv("FUSEJIT_DISABLE_PDL");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  int number = 0;  // "sm_90a" -> 90
+  if (arch.rfind("sm_", 0) == 0) {
+    for (size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) {
+      number = number * 10 + (arch[i] - '0');
+    }
+  }
+  return !disabled && number >= 90;
+}
+
+}  // namespace
 
 CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::string arch,
                                      std::string source, std::string cubin, CompileStats stats)
@@ -29,6 +53,7 @@ CompiledChainImpl::CompiledChainImpl(Chain chain, codegen::Plan plan, std::strin
       stats_(std::move(stats)),
       signature_(plan_.signature.empty() ? ForwardSignature(chain_, plan_.workspace_bytes)
                                          : plan_.signature) {
+  launch_options_.programmatic_serialization = ProgrammaticLaunch(arch_);
   const int workspace = IndexOf(signature_, kWorkspaceName);
   for (const codegen::KernelLaunch& k : plan_.kernels) {
     std::vector<ArgSource>& sources = arg_sources_.emplace_back();
@@ -169,7 +194,7 @@ absl::Status CompiledChainImpl::Enqueue(const CUdeviceptr* tensors, CUstream str
       args[a] = &values[a];
     }
     if (absl::Status s = jit::Launch((*loaded)->functions[i], k.grid, k.block, k.shared_bytes,
-                                     stream, args.data());
+                                     stream, args.data(), launch_options_);
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("launching ", k.symbol, ": ", s.message()));
     }

@@ -68,6 +68,7 @@ class CompiledChainImpl final : public CompiledChain {
   const std::string cubin_;
   const CompileStats stats_;
   const std::vector<TensorSpec> signature_;
+  jit::LaunchOptions launch_options_;  // programmatic dependent launch on sm_90+
   // For each kernel's each argument: the signature index it binds (-1: a null pointer), plus a
   // byte offset (workspace regions). Derived once from plan_ and signature_.
   struct ArgSource {

@@ -89,6 +89,22 @@ __device__ __forceinline__ float clamp_d(float x, float lo, float hi) {
   return x >= lo && x <= hi ? 1.f : 0.f;
 }
 
+// ---- programmatic dependent launch ----------------------------------------------------------
+// The first statement of every generated kernel (codegen/emit.cc's wrappers). The runtime
+// launches generated kernels on sm_90+ with programmatic stream serialization
+// (jit::LaunchOptions), so a kernel's CTAs may be scheduled before the previous kernel of the
+// stream has finished: griddepcontrol.wait blocks until that kernel has completed and its memory
+// is visible (and, as every kernel waits here first, every kernel before it), so nothing after it
+// reads or writes early. launch_dependents then lets the stream's next kernel be scheduled onto
+// the SMs this grid frees, once all of its CTAs have started. Both are no-ops for a kernel
+// launched without the attribute, and compiled out below sm_90.
+__device__ __forceinline__ void grid_dependency_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // ---- statistics: Welford/Chan, merged in a fixed order (deterministic) ----------------------
 struct Moments {
   float count;

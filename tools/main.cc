@@ -65,7 +65,9 @@ std::string TopLevelHelp() {
        "(including a failed check), 2 usage error.\n"
        "Environment: FUSEJIT_CACHE_DIR (kernel cache folder), FUSEJIT_DISABLE_CACHE=1,\n"
        "FUSEJIT_DUMP_DIR (write every generated source there), FUSEJIT_DISABLE_TUNING=1 (ignore\n"
-       "the configurations `fusejit autotune` stored).\n";
+       "the configurations `fusejit autotune` stored), FUSEJIT_DISABLE_PDL=1 (launch each kernel\n"
+       "only after the previous one has finished, instead of programmatic dependent launch on\n"
+       "sm_90 and later).\n";
   return s;
 }
 

@@ -94,8 +94,11 @@ std::string Hash(const codegen::GeneratedSource& src) {
   return cache::HashSource(src.main, std::vector<std::string>{}).substr(0, 16);
 }
 
-std::vector<std::string> CorpusLines() {
-  std::vector<std::string> lines;
+// Calls f(arch, precision, strategy or "backward", canonical spec, emitted source) for every
+// chain of the corpus on sm_80 and sm_90, fp32 and tf32: each applicable strategy's plan, then the
+// backward plan (f32 chains).
+template <class F>
+void ForEachCorpusSource(F f) {
   for (const std::string& spec : CorpusSpecs()) {
     const Chain chain = ParseOrFail(spec);
     const std::string canonical = FormatChain(chain);
@@ -108,19 +111,48 @@ std::vector<std::string> CorpusLines() {
           absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target, s->name());
           EXPECT_TRUE(plan.ok()) << canonical << " " << s->name() << ": " << plan.status();
           if (!plan.ok()) continue;
-          lines.push_back(absl::StrCat(arch, " ", prec, " ", std::string(s->name()), " ",
-                                       Hash(codegen::EmitSource(chain, *plan)), " ", canonical));
+          f(arch, prec, std::string(s->name()), canonical, *plan,
+            codegen::EmitSource(chain, *plan));
         }
         if (chain.dtype != DType::kF32) continue;
         absl::StatusOr<codegen::Plan> back = codegen::PlanBackward(chain, target);
-        if (back.ok()) {
-          lines.push_back(absl::StrCat(arch, " ", prec, " backward ",
-                                       Hash(codegen::EmitSource(chain, *back)), " ", canonical));
-        }
+        if (back.ok())
+          f(arch, prec, "backward", canonical, *back, codegen::EmitSource(chain, *back));
       }
     }
   }
+}
+
+std::vector<std::string> CorpusLines() {
+  std::vector<std::string> lines;
+  ForEachCorpusSource([&](const char* arch, const char* prec, const std::string& strategy,
+                          const std::string& canonical, const codegen::Plan&,
+                          const codegen::GeneratedSource& src) {
+    lines.push_back(absl::StrCat(arch, " ", prec, " ", strategy, " ", Hash(src), " ", canonical));
+  });
   return lines;
+}
+
+// The runtime launches generated kernels with programmatic dependent launch on sm_90
+// (runtime/compiled_chain.cc): each may start before its predecessor has finished, so each must
+// wait for it (fj::grid_dependency_begin) before anything else. Every kernel of every corpus plan.
+TEST(SourceCorpus, EveryKernelWaitsForItsPredecessorFirst) {
+  int kernels = 0;
+  ForEachCorpusSource([&](const char* arch, const char* prec, const std::string& strategy,
+                          const std::string& canonical, const codegen::Plan& plan,
+                          const codegen::GeneratedSource& src) {
+    for (const codegen::KernelLaunch& k : plan.kernels) {
+      const size_t at = src.main.find(absl::StrCat(" ", k.symbol, "("));
+      ASSERT_NE(at, std::string::npos) << k.symbol << " in " << canonical;
+      const size_t body = src.main.find(") {\n", at);
+      ASSERT_NE(body, std::string::npos) << k.symbol;
+      EXPECT_EQ(src.main.compare(body, 34, ") {\n  fj::grid_dependency_begin();"), 0)
+          << arch << " " << prec << " " << strategy << " " << k.symbol << " of " << canonical
+          << " does not begin with fj::grid_dependency_begin()";
+      ++kernels;
+    }
+  });
+  EXPECT_GT(kernels, 1000);
 }
 
 TEST(SourceCorpus, GeneratedSourcesAreWhatTheHashFileRecords) {
