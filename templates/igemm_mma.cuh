@@ -61,8 +61,9 @@
 //                     BN) (1 where every group lies inside a tile). A group's parts
 //                     (IgemmGroupPartsOf of them) are contiguous: gn_finalize_body merges them.
 //   kIgemmOutChannelMoments (IgemmShape::kChannelPartials IgemmChannelMoments, 16 bytes each):
-//   channel partials  kN*tiles*kC {mean, m2} (doubles) of pre(conv + bias) over the tile's
-//                     valid rows (min(BM, S - tile*BM) of them), at (n*tiles + tile)*kC + c
+//   channel partials  kN*tiles*kC {mean, m2} (doubles, computed in float within the tile) of
+//                     pre(conv + bias) over the tile's valid rows (min(BM, S - tile*BM) of
+//                     them), at (n*tiles + tile)*kC + c
 // Kernel bodies, in launch order on one stream (the generated extern "C" __global__ wrappers
 // call them):
 //   1. igemm_absmax_body<Cfg,Tune>(x, weight, xmax, absmax[, nsamples = kN])   (scaled precisions)
