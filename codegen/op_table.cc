@@ -19,11 +19,11 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 const std::vector<OpDesc>& Rows() {
   static const auto* rows = new std::vector<OpDesc>{
       {OpKind::kConv3d, "conv3d", nullptr, OpRole::kProducer,
-       {{"out", nullptr}, {"k", nullptr}, {"stride", nullptr}, {"padding", nullptr},
+       {{"out", "out_channels"}, {"k", "kernel_size"}, {"stride", nullptr}, {"padding", nullptr},
         {"dilation", nullptr}, {"bias", nullptr}},
        nullptr, nullptr, nullptr},
       {OpKind::kConvTranspose3d, "conv_transpose3d", nullptr, OpRole::kProducer,
-       {{"out", nullptr}, {"k", nullptr}, {"stride", nullptr}, {"padding", nullptr},
+       {{"out", "out_channels"}, {"k", "kernel_size"}, {"stride", nullptr}, {"padding", nullptr},
         {"output_padding", nullptr}, {"dilation", nullptr}, {"bias", nullptr}},
        nullptr, nullptr, nullptr},
       {OpKind::kRelu, "relu", nullptr, OpRole::kElementwise, {},
@@ -79,7 +79,7 @@ const std::vector<OpDesc>& Rows() {
                              ");");
        }},
       {OpKind::kGroupNorm, "group_norm", nullptr, OpRole::kGroupNorm,
-       {{"groups", nullptr}, {"eps", nullptr}}, nullptr, nullptr, nullptr},
+       {{"groups", "num_groups"}, {"eps", nullptr}}, nullptr, nullptr, nullptr},
       {OpKind::kMean, "mean", nullptr, OpRole::kMean, {{"dims", "dim"}}, nullptr, nullptr, nullptr},
   };
   return *rows;

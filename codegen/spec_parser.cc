@@ -232,12 +232,27 @@ class Parser {
                                            word, "'"));
       }
     } else {
+      if (pos_ < text_.size() && text_[pos_] == '(') {
+        return ErrorAt(start,
+                       "expected a number or a list; write per-dimension values in "
+                       "brackets, e.g. k=[3,1,3]");
+      }
       absl::StatusOr<Token> n = Number();
       if (!n.ok()) return n.status();
       v->numbers.push_back(*n);
     }
     v->text = std::string(text_.substr(start, pos_ - start));
     return absl::OkStatus();
+  }
+
+  // "its arguments are a, b (or b2), c" / "it takes no arguments", for error messages.
+  static std::string ArgNamesText(const OpDesc& desc) {
+    if (desc.args.empty()) return "it takes no arguments";
+    std::vector<std::string> names;
+    for (const OpArgDesc& a : desc.args) {
+      names.push_back(a.alias ? absl::StrCat(a.name, " (or ", a.alias, ")") : a.name);
+    }
+    return absl::StrCat("its arguments are ", absl::StrJoin(names, ", "));
   }
 
   absl::Status ParseOp(size_t index, Op* op) {
@@ -260,8 +275,21 @@ class Parser {
           SkipSpace();
           size_t arg_pos = pos_;
           std::string key = Identifier();
+          const bool positional =
+              key.empty() ? pos_ < text_.size() &&
+                                (text_[pos_] == '-' || text_[pos_] == '.' || text_[pos_] == '+' ||
+                                 text_[pos_] == '[' || text_[pos_] == '(')
+                          : std::isdigit(static_cast<unsigned char>(key[0])) != 0;
+          if (positional) {
+            return ErrorAt(arg_pos,
+                           absl::StrCat(name, ": arguments are given by name (name=value); ",
+                                        ArgNamesText(*desc)));
+          }
           if (key.empty()) return Error("expected an argument name, e.g. k=3");
-          if (!Consume('=')) return Error(absl::StrCat("expected '=' after argument '", key, "'"));
+          if (!Consume('=')) {
+            return Error(absl::StrCat("expected '=' after argument '", key, "' (", name, ": ",
+                                      ArgNamesText(*desc), ")"));
+          }
           Value v;
           if (absl::Status s = ParseValue(&v); !s.ok()) return s;
           if (args.count(key)) {
@@ -343,14 +371,35 @@ class Parser {
     };
 
     // The names (and aliases) the op takes, from the op table; an alias and its name may not both
-    // be given.
+    // be given; an alias given is read as its name (PyTorch's spellings: kernel_size for k,
+    // out_channels for out, num_groups for groups, negative_slope for slope, dim for dims).
+    // Unknown arguments are refused first: a misspelt one is often why a required one "is
+    // missing".
     std::vector<std::string> known;
     absl::Status s;
     for (const OpArgDesc& a : Describe(op->kind).args) {
       known.push_back(a.name);
-      if (a.alias != nullptr) {
-        known.push_back(a.alias);
-        if (s = conflict(a.name, a.alias); !s.ok()) return s;
+      if (a.alias != nullptr) known.push_back(a.alias);
+    }
+    for (const auto& [key, value] : args) {
+      if (key == "output_padding" && op->kind == OpKind::kConv3d) {
+        return ErrorAt(value.column,
+                       absl::StrCat(ctx, "output_padding applies to conv_transpose3d only"));
+      }
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return ErrorAt(value.column - key.size() - 1,
+                       absl::StrCat(ctx, "unknown argument '", key, "'",
+                                    known.empty() ? std::string("; ") + name + " takes none"
+                                                  : "; valid: " + absl::StrJoin(known, ", ")));
+      }
+    }
+    for (const OpArgDesc& a : Describe(op->kind).args) {
+      if (a.alias == nullptr) continue;
+      if (s = conflict(a.name, a.alias); !s.ok()) return s;
+      if (auto it = args.find(a.alias); it != args.end()) {
+        Value v = std::move(it->second);
+        args.erase(it);
+        args[a.name] = std::move(v);
       }
     }
     switch (op->kind) {
@@ -374,7 +423,6 @@ class Parser {
       }
       case OpKind::kLeakyRelu:
         if (s = real("slope", &op->slope, false); !s.ok()) return s;
-        if (s = real("negative_slope", &op->slope, false); !s.ok()) return s;
         break;
       case OpKind::kClamp:
         if (s = real("min", &op->min, true); !s.ok()) return s;
@@ -386,7 +434,6 @@ class Parser {
         break;
       case OpKind::kMean: {
         Value* v = take("dims");
-        if (!v) v = take("dim");
         if (!v) {
           return ErrorAt(name_pos, absl::StrCat(ctx, "missing required argument 'dims' ([2,3,4] "
                                                      "or [1,2,3,4])"));
@@ -402,18 +449,6 @@ class Parser {
       }
       default:
         break;  // plain elementwise ops take no arguments
-    }
-    for (const auto& [key, value] : args) {
-      if (key == "output_padding" && op->kind == OpKind::kConv3d) {
-        return ErrorAt(value.column, absl::StrCat(ctx, "output_padding applies to "
-                                                       "conv_transpose3d only"));
-      }
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        return ErrorAt(value.column - key.size() - 1,
-                       absl::StrCat(ctx, "unknown argument '", key, "'",
-                                    known.empty() ? std::string("; ") + name + " takes none"
-                                                  : "; valid: " + absl::StrJoin(known, ", ")));
-      }
     }
     return absl::OkStatus();
   }

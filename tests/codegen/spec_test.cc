@@ -38,6 +38,13 @@ TEST(Spec, SpellingsOfOneChainPrintTheSame) {
   EXPECT_EQ(a,
             "x:f32[2,3,8,8,8] | conv3d(out=4,k=3) | swish | group_norm(groups=2,eps=1e-5) | "
             "leaky_relu(slope=0.01) | mean(dims=[2,3,4])");
+  // PyTorch's argument names are aliases of the spec's.
+  EXPECT_EQ(Canonical("x:f32[2,3,8,8,8] | conv3d(out_channels=4,kernel_size=3) | swish | "
+                      "group_norm(num_groups=2) | leaky_relu(negative_slope=0.01) | "
+                      "mean(dim=[2,3,4])"),
+            a);
+  EXPECT_EQ(Canonical("x:f32[2,3,8,8,8] | conv_transpose3d(out_channels=4,kernel_size=[3,1,3])"),
+            "x:f32[2,3,8,8,8] | conv_transpose3d(out=4,k=[3,1,3])");
 }
 
 TEST(Spec, DTypesParsePrintAndDistinguishChains) {
@@ -182,6 +189,27 @@ TEST(Spec, ErrorsNameTheProblemAndTheFix) {
   {
     std::string e = ErrorOf("x:f32[2,4,8,8,8]");
     EXPECT_NE(e.find("no ops"), std::string::npos) << e;
+  }
+  {  // a positional value, as in Python's nn.LeakyReLU(0.2): name the op's arguments
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | leaky_relu(0.2)");
+    EXPECT_NE(e.find("arguments are given by name"), std::string::npos) << e;
+    EXPECT_NE(e.find("negative_slope"), std::string::npos) << e;
+    e = ErrorOf("x:f32[2,4,8,8,8] | clamp(-1,1)");
+    EXPECT_NE(e.find("arguments are given by name"), std::string::npos) << e;
+    EXPECT_NE(e.find("min"), std::string::npos) << e;
+    e = ErrorOf("x:f32[2,4,8,8,8] | relu(x)");
+    EXPECT_NE(e.find("takes no arguments"), std::string::npos) << e;
+  }
+  {  // an unknown argument is named before a required one it may have been meant for
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,kernel=3)");
+    EXPECT_NE(e.find("unknown argument 'kernel'"), std::string::npos) << e;
+    EXPECT_NE(e.find("kernel_size"), std::string::npos) << e;
+    e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=3,kernel_size=3)");
+    EXPECT_NE(e.find("same argument"), std::string::npos) << e;
+  }
+  {  // a Python tuple where a per-dimension list is meant
+    std::string e = ErrorOf("x:f32[2,4,8,8,8] | conv3d(out=4,k=(3,1,3))");
+    EXPECT_NE(e.find("k=[3,1,3]"), std::string::npos) << e;
   }
 }
 
