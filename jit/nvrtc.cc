@@ -194,6 +194,12 @@ std::string NvrtcVersion() {
   return absl::StrCat(major, ".", minor);
 }
 
+absl::StatusOr<int> ArchNumber(std::string_view arch) {
+  absl::StatusOr<Arch> parsed = ParseArch(arch);
+  if (!parsed.ok()) return parsed.status();
+  return parsed->number;
+}
+
 std::vector<std::string> SupportedArchs() {
   std::vector<std::string> out;
   for (int a : SupportedArchNumbers()) out.push_back(absl::StrCat("sm_", a));

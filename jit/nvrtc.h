@@ -14,6 +14,7 @@
 #define FUSEJIT_JIT_NVRTC_H_
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,10 @@ std::string NvrtcVersion();
 // The real architectures this NVRTC can compile for, ascending: {"sm_75", "sm_80", ...}. Empty if
 // NVRTC cannot say. Thread-safe.
 std::vector<std::string> SupportedArchs();
+
+// The number of an architecture name: 90 for "sm_90" and "sm_90a", 100 for "sm_100f". Error
+// InvalidArgument, as CompileCuda words it, for a malformed name. Thread-safe.
+absl::StatusOr<int> ArchNumber(std::string_view arch);
 
 }  // namespace fusejit::jit
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "jit/nvrtc.h"
 #include "runtime/bindings.h"
 
 namespace fusejit {
@@ -32,13 +33,8 @@ bool ProgrammaticLaunch(const std::string& arch) {
     const char* env = std::getenv("FUSEJIT_DISABLE_PDL");
     return env != nullptr && std::string(env) == "1";
   }();
-  int number = 0;  // "sm_90a" -> 90
-  if (arch.rfind("sm_", 0) == 0) {
-    for (size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) {
-      number = number * 10 + (arch[i] - '0');
-    }
-  }
-  return !disabled && number >= 90;
+  const absl::StatusOr<int> number = jit::ArchNumber(arch);
+  return !disabled && number.ok() && *number >= 90;
 }
 
 }  // namespace

@@ -105,6 +105,15 @@ TEST(JitNvrtc, BadArchIsRefused) {
   }
 }
 
+TEST(JitNvrtc, ArchNumbers) {
+  EXPECT_EQ(*jit::ArchNumber("sm_80"), 80);
+  EXPECT_EQ(*jit::ArchNumber("sm_90a"), 90);
+  EXPECT_EQ(*jit::ArchNumber("sm_100f"), 100);
+  for (const char* arch : {"foo", "", "sm_", "sm_8", "sm_1000", "compute_90"}) {
+    EXPECT_EQ(jit::ArchNumber(arch).status().code(), absl::StatusCode::kInvalidArgument) << arch;
+  }
+}
+
 TEST(JitNvrtc, UnsupportedArchNamesTheSupportedOnes) {
   std::vector<std::string> supported = jit::SupportedArchs();
   ASSERT_FALSE(supported.empty());
