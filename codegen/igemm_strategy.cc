@@ -93,8 +93,12 @@ struct IgemmPrecision {
 // gradients 3.5x the f16 rounding, past PyTorch's own (H100, 2026-11-28).
 // An f32 chain's TF32 mode is the TF32 class on fp16 tensor cores (kPrecF16x1Scaled: each
 // operand rounded to 11 significant bits, as TF32 rounds it, at twice TF32's rate), in blocks
-// of 64 input channels; TF32 itself (blocks of 32) where those would pad the channels by more
-// than half (32) or the prep's tile of them would not fit its static shared memory (above 320).
+// of 64 input channels, of which the products run in 16-channel slices; TF32 itself (blocks of
+// 32) where the slices would pad the products by more than half, the blocks would more than
+// double the bytes, or the prep's tile would not fit its static shared memory (above 320).
+// x's values from which the TF32 class takes the fp16 rate where its 64-channel blocks are
+// half padding (PrecisionOf): 4M values, 16 MB of f32.
+constexpr int64_t kScaledBlocksMinValues = int64_t{1} << 22;
 IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
   const bool tf32 = target.precision == Precision::kTf32;
   const bool mean = !chain.ops.empty() && chain.ops.back().kind == OpKind::kMean;
@@ -103,8 +107,16 @@ IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
   if (chain.dtype == DType::kF16) return {kPrecF16x1, flush16};
   if (tf32) {
     const int64_t cin = chain.input.size() > 1 ? chain.input[1] : 0;
-    const int64_t pad64 = CeilDiv(cin, 64) * 64;
-    const bool fp16_rate = 2 * pad64 <= 3 * cin && pad64 * 33 * 4 + 256 <= kStaticSharedLimit;
+    const int64_t pad64 = CeilDiv(cin, 64) * 64, pad16 = CeilDiv(cin, 16) * 16;
+    int64_t x_values = 1;
+    for (int64_t e : chain.input) x_values *= e;
+    // Blocks that pad by more than half (32 channels: half of each block is zeros, whose
+    // products are skipped) pay where x is large: [16,32,32^3] 0.465 -> 0.427 ms, but
+    // [1,32,32^3] 0.040 -> 0.042 and a [8,40,12^3] 1x1 transposed conv 0.013 -> 0.020 ms, where
+    // the absmax pass and prep cost more than the faster products save (H200, 2026-11-29).
+    const bool fp16_rate = pad64 * 33 * 4 + 256 <= kStaticSharedLimit &&
+                           (2 * pad64 <= 3 * cin || (2 * pad16 <= 3 * cin && pad64 <= 2 * cin &&
+                                                     x_values >= kScaledBlocksMinValues));
     return {fp16_rate ? kPrecF16x1Scaled : kPrecTF32x1, 0};
   }
   return {kPrecF16x3, 2};
@@ -117,15 +129,9 @@ struct IgemmGeometry : fj::geom::Igemm {
   int64_t apply_blocks_per_row = 0;
 };
 
-// 64 channels per 128-byte block (one 16-bit value each): the one-product precisions.
-bool Packed16(const Chain& chain, const PlanTarget& target) {
-  return fj::geom::IgemmPrecX1(PrecisionOf(chain, target).prec);
-}
-
 IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
                        const IgemmTune& t) {
   const ConvAttrs& conv = info.producer->conv;
-  const bool packed16 = Packed16(chain, target);
   const Shape& x = chain.input;
   const Shape& p = info.producer_shape;
   // conv3d's stride (conv_transpose3d plans are stride 1: ChainSupported).
@@ -135,7 +141,7 @@ IgemmGeometry Geometry(const Chain& chain, const ChainInfo& info, const PlanTarg
   static_cast<fj::geom::Igemm&>(g) = fj::geom::IgemmOf(
       p[2], p[3], p[4], x[2], x[3], x[4], x[1], PaddedChannels(p[1], t.bn), conv.kernel[0],
       conv.kernel[1], conv.kernel[2], conv.dilation[1], conv.dilation[2], sh, sw,
-      /*bm=*/64 * t.wg, t.bn, t.stages, packed16);
+      /*bm=*/64 * t.wg, t.bn, t.stages, PrecisionOf(chain, target).prec);
   g.threads = 128 * t.wg;
   const int64_t per_block =
       g.s % 4 == 0 ? kGnApplyThreads * kGnApplyVec * 4 : kGnApplyThreads * kGnApplyVec;
@@ -197,24 +203,27 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   // (F16x3): the padded GEMM measured 1.9-2.0x faster than tc-conv; not in TF32 itself (32-channel
   // TF32 blocks: 1.07x to 0.66x, H100, 2026-11-26: S5, K8, T6 of bench/conv_engine_sweep.py).
   // Measured with 24-56 channels (padding 1.14-1.33x); at most 1.5x (22 channels and more).
-  // One-product precisions (the TF32 class on fp16, bf16, f16) take counts that are not
-  // multiples of 32 where their own blocks (64 channels) pad by at most half: K9 (200 channels),
-  // TF32 / bf16, was tc-conv's and below PyTorch's (H200, 2026-11-28).
-  const int64_t cin_pad32 = PaddedChannels(x[1], 32);
-  const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(Packed16(chain, target)));
+  // One-product precisions (the TF32 class on fp16, bf16, f16) run the products of 16-channel
+  // slices only (geom::IgemmSliceChannels: the last block's padding-only slices are skipped), so
+  // they take counts whose slices pad the products by at most half and whose 64-channel blocks
+  // at most double the bytes: K9 (200 channels), TF32 / bf16, was tc-conv's and below PyTorch's
+  // (H200, 2026-11-28).
   const int prec = PrecisionOf(chain, target).prec;
-  if (cin_pad32 != x[1]) {
-    if (prec == kPrecTF32x1) return false;
-    if (prec != kPrecF16x3 && 2 * cin_pad > 3 * x[1]) return false;
-  }
-  if (2 * cin_pad32 > 3 * x[1]) return false;
+  const bool packed16 = fj::geom::IgemmPrecX1(prec);
+  const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(packed16));
+  // The input channels whose products run (32-channel blocks: F16x3 and TF32 are counted in
+  // whole blocks, as measured).
+  const int64_t cin_live =
+      packed16 ? PaddedChannels(x[1], fj::geom::IgemmSliceChannels(prec)) : cin_pad;
+  if (prec == kPrecTF32x1 && cin_pad != x[1]) return false;
+  if (2 * cin_live > 3 * x[1] || cin_pad > 2 * x[1]) return false;
   if (cin_pad * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile
   // Output channels are padded to whole tiles of the default BN (zero weights, nothing stored,
   // no moments). The domain: the padding of both (input channels counted in blocks of 32, as
   // bf16/f16 chains' 64-channel blocks were accepted before) at most doubles the products (64
   // output channels on 128-channel tiles measured 2.1x faster than tc-conv: H100, 2026-11-26).
   const int64_t bn = DefaultBn(info);
-  if (PaddedChannels(c, bn) * cin_pad32 > 2 * c * x[1]) return false;
+  if (PaddedChannels(c, bn) * cin_live > 2 * c * x[1]) return false;
   if (conv.kernel[0] > 8) return false;                        // kKD <= 8 (kd list: 4 bits each)
   if (x[2] * x[3] * x[4] * x[1] * 4 >= (int64_t{1} << 31)) return false;  // sample too large
   if (p[3] * p[4] < 64) return false;  // BM <= kH*kW for one warpgroup
@@ -300,6 +309,9 @@ double EstimateTime(const IgemmGeometry& g, const IgemmPrecision& p, int64_t cta
   const int64_t waves = CeilDiv(ctas_total * split, sms * per_sm);
   const double overhead = p.two_accumulators() ? 96 : 192;
   const double products = p.prec == kPrecF16x3 ? 3 : p.prec == kPrecTF32x1 ? 2 : 1;
+  // Whole channel blocks, also where one-product precisions skip the last block's padding-only
+  // slices (geom::IgemmSliceChannels): counting only the live channels made the model drop a
+  // 3-way split that measured 7% faster (T11 in f16, H200 2026-11-29).
   const double row_ns = static_cast<double>(g.bn * g.taps * g.cb * g.cin_block) * 2 * products / 5600;
   const double gemm = static_cast<double>(waves * per_sm) * (per_sm > 1 ? 0.85 : 1.0) *
                       (static_cast<double>(g.bm) + overhead) * row_ns / static_cast<double>(split);

@@ -204,6 +204,10 @@ struct Igemm {
   long long smem;                                // dynamic shared memory of the GEMM kernel
   long long cin_block;                           // input channels per 128-byte block (32, 64)
   long long cb;                                  // channel blocks per point (k-steps per tap)
+  long long slice_channels;                      // channels per wgmma k-slice (8 TF32, else 16)
+  long long slices;                              // k-slices per block (F16x3: per half)
+  long long last_slices;                         // k-slices of the last block that run
+  long long cin_live;                            // input channels whose products run
   long long row_bytes;                           // bytes per point of xa, per (tap, co) of wb
   long long xa_bytes_per_sample;                 // x channels-last, one sample
   long long wb_bytes;                            // the weights, all taps and padded channels
@@ -216,6 +220,14 @@ struct Igemm {
 // Input channels per 128-byte operand block (one k-step): 64 one-16-bit-operand values
 // (packed16) or 32 otherwise. Channels past cin are zero up to whole blocks.
 constexpr long long IgemmCinBlock(bool packed16) { return packed16 ? 64 : 32; }
+// Channels per k-slice of a block (one wgmma k): 8 TF32 values, else 16 (16-bit operands; F16x3
+// has a slice of highs and one of lows). With the one-product precisions (IgemmPrecX1) the main
+// loop runs only the slices of the last block that hold real channels: the others are zero
+// padding, whose products would add exact zeros (so skipping them changes no bit of the result).
+// Measured on the H200 (2026-11-29, bench/notes/session24_2026-11-29.txt): bf16 [16,32,32^3]
+// conv3d(64,k3) + group_norm 0.440 -> 0.373 ms, [4,200,8^3] 0.044 -> 0.041, TF32 [8,48,16^3]
+// 0.048 -> 0.044; but F16x3 [8,48,16^3] 0.077 -> 0.085, so F16x3 and TF32 run whole blocks.
+constexpr long long IgemmSliceChannels(int prec) { return prec == kPrecTF32x1 ? 8 : 16; }
 
 // The group_norm parts of the igemm store epilogue: a group of c / groups channels lies across
 // the bn-channel tiles from (g * cg) / bn to (g * cg + cg - 1) / bn; each tile writes one moments
@@ -237,12 +249,13 @@ constexpr long long IgemmGroupParts(long long c, long long groups, long long bn)
 
 // (d, h, w): output extents; (din, hin, win): input extents; cin: input channels; c: output
 // channels padded to whole bn-channel tiles; k*, dil*, sh, sw: kernel, dilation and stride
-// (conv3d; 1 for conv_transpose3d); bm, bn, stages: the tuning; packed16: 64 channels per block
-// (one 16-bit operand per value) instead of 32.
+// (conv3d; 1 for conv_transpose3d); bm, bn, stages: the tuning; prec: the operand precision
+// (IgemmPrec; IgemmPrecX1: 64 channels per block, one 16-bit operand per value, instead of 32).
 constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, long long hin,
                         long long win, long long cin, long long c, long long kd, long long kh,
                         long long kw, long long dilh, long long dilw, long long sh, long long sw,
-                        long long bm, long long bn, long long stages, bool packed16) {
+                        long long bm, long long bn, long long stages, int prec) {
+  const bool packed16 = IgemmPrecX1(prec);
   Igemm g{};
   g.s = d * h * w;
   g.sin = din * hin * win;
@@ -266,6 +279,10 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.smem = g.pipe_bytes > g.epi_bytes ? g.pipe_bytes : g.epi_bytes;
   g.cin_block = IgemmCinBlock(packed16);
   g.cb = CeilDiv(cin, g.cin_block);
+  g.slice_channels = IgemmSliceChannels(prec);
+  g.slices = g.cin_block / g.slice_channels;
+  g.last_slices = packed16 ? CeilDiv(cin - (g.cb - 1) * g.cin_block, g.slice_channels) : g.slices;
+  g.cin_live = (g.cb - 1) * g.cin_block + g.last_slices * g.slice_channels;
   g.row_bytes = g.cb * 128;
   g.xa_bytes_per_sample = g.sin * g.row_bytes;
   g.wb_bytes = g.taps * c * g.row_bytes;

@@ -271,13 +271,15 @@ struct IgemmShape {
   static constexpr geom::Igemm kG =
       geom::IgemmOf(Cfg::kD, Cfg::kH, Cfg::kW, Cfg::kDin, Cfg::kHin, Cfg::kWin, Cfg::kCin, kCP,
                     Cfg::kKD, Cfg::kKH, Cfg::kKW, Cfg::kDilH, Cfg::kDilW, kStrH, kStrW, kBM, kBN,
-                    Tune::kStages, igemm_prec_x1(Tune::kPrec));
+                    Tune::kStages, Tune::kPrec);
   static constexpr int kS = kG.s;
   static constexpr int kSin = kG.sin;
   static constexpr int kTaps = kG.taps;
   static constexpr int kCinBlock = kG.cin_block;  // channels per 128-byte block (one k-step)
   static constexpr int kCB = kG.cb;
   static constexpr int kCinPad = kCB * kG.cin_block;  // kCin padded to whole blocks (zeros)
+  static constexpr int kSlices = kG.slices;  // wgmma k-slices per block (F16x3: of each half)
+  static constexpr int kLastSlices = kG.last_slices;  // those of the last block with channels
   static constexpr int kChunks = kCinBlock / 8;  // 8-channel chunks per block
   static constexpr int kThreads = 32 * Tune::kWarpsM * Tune::kWarpsN;
   static constexpr int kTiles = kG.tiles;

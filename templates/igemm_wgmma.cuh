@@ -8,7 +8,8 @@
 //     layers: wgmma n = BN);
 //   - a k-step is one 128-byte channel block of one tap (igemm_mma.cuh's CB): 32 channels
 //     (TF32: four k8 wgmma; F16x3: two k16 slices of three products each) or 64 (BF16x1/F16x1:
-//     four k16 wgmma);
+//     four k16 wgmma); with one product, the last block runs only its slices that hold
+//     channels (geom::IgemmSliceChannels: e.g. 2 of 4 for 32 bf16 channels);
 //   - A (the gathered input rows) is loaded from the halo by ldmatrix into registers in the
 //     wgmma register-fragment layout (identical to mma.m16n8k16 / m16n8k8 per warp) -- "RS"
 //     wgmma, so the per-row gather stays free;
@@ -287,7 +288,11 @@ struct IgemmWgmmaLoop {
   static constexpr bool kF16 = Tune::kPrec == kPrecF16x3;  // the split: three products, scaled
   static constexpr bool k16 = igemm_prec_16bit(Tune::kPrec);  // 16-bit operands, k16 per wgmma
   static constexpr bool kBF16 = Tune::kPrec == kPrecBF16x1;
-  static constexpr int kSlices = kF16 ? 2 : 4;  // k16 (16-bit) or k8 (TF32) slices per k-step
+  static constexpr int kSlices = Sh::kSlices;  // k16 (16-bit) or k8 (TF32) slices per k-step
+  static_assert(kSlices == (kF16 ? 2 : 4), "igemm_wgmma: 2 (F16x3) or 4 k-slices per block");
+  // Whether the last channel block's k-steps skip slices of padding only (one-product precisions:
+  // geom::IgemmSliceChannels).
+  static constexpr bool kPartialLast = Sh::kLastSlices < kSlices;
   static constexpr int kAsync = AsyncOf<Tune>::value;
   static constexpr int kAhead = kAsync ? Tune::kStages - 2 : Tune::kStages - 1;  // B prefetch
   static constexpr int kHWp = Cfg::kH * Cfg::kW;
@@ -372,28 +377,16 @@ struct IgemmWgmmaLoop {
       for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(abuf[b][i][e])::"memory");
   }
 
-  // One k-step; P = register buffer of the A fragments (ks & 1 when kAsync).
-  template <int P>
-  __device__ __forceinline__ void step(int ks) {
-    ig::cp_async_wait<kAhead - 1>();
-    igw::fence_proxy_async();
-    __syncthreads();  // stage ks visible; every warpgroup is past the k-step whose slot we refill
-    const int blk = ks / Hs::kTapsHW, khw = ks - blk * Hs::kTapsHW;
-    const int nxt = ks + kAhead;
-    if (nxt < nks) load_b(nxt, nxt % Tune::kStages);
-    if (khw == 0 && blk + 1 < nblocks) load_halo(blk + 1, (blk + 1) & 1);
-    ig::cp_async_commit();
-    const int kh = khw / Cfg::kKW, kw = khw - kh * Cfg::kKW;
-    ig::AAddrHalo<1> aaddr;
-    aaddr.base = halo0 + (blk & 1) * Ws::kHaloBytes;
-    aaddr.hidx[0] = hbase + kh * Sh::kStepH * Hs::kHW + kw * Sh::kStepW;
-    const unsigned sb = bstage0 + (ks % Tune::kStages) * Ws::kBStageBytes;
+  // The products of one k-step: the first kLive k-slices of the stage (A from the halo by
+  // ldmatrix into register buffer P, B from shared stage sb), committed as one wgmma group.
+  template <int P, int kLive>
+  __device__ __forceinline__ void products(const ig::AAddrHalo<1>& aaddr, unsigned sb, int ks) {
     unsigned(&a)[4][4] = abuf[P];
     if constexpr (k16) {
       // F16x3: two k16 slices, each a high (chunks 0-3) and a low (4-7) half; one product per
       // value (BF16x1/F16x1): four k16 slices of 64 packed channels.
 #pragma unroll
-      for (int k2 = 0; k2 < kSlices; ++k2) {
+      for (int k2 = 0; k2 < kLive; ++k2) {
         ig::ldsm_x4(aaddr(0, 2 * k2 + (q >> 1)), a[k2][0], a[k2][1], a[k2][2], a[k2][3]);
         if constexpr (kF16) {
           ig::ldsm_x4(aaddr(0, 4 + 2 * k2 + (q >> 1)), a[2 + k2][0], a[2 + k2][1], a[2 + k2][2],
@@ -410,7 +403,7 @@ struct IgemmWgmmaLoop {
       igw::fence_operands(dst);
       igw::fence();
 #pragma unroll
-      for (int k2 = 0; k2 < kSlices; ++k2) {
+      for (int k2 = 0; k2 < kLive; ++k2) {
         const unsigned long long dh = igw::desc_sw128(sb + k2 * 32);
         const int acc_in = (first && k2 == 0) ? 0 : 1;
         if constexpr (kF16) {
@@ -427,13 +420,42 @@ struct IgemmWgmmaLoop {
       igw::commit();
     } else {
 #pragma unroll
-      for (int k4 = 0; k4 < 4; ++k4)
+      for (int k4 = 0; k4 < kLive; ++k4) {
         ig::ldsm_x4(aaddr(0, 2 * k4 + (q >> 1)), a[k4][0], a[k4][1], a[k4][2], a[k4][3]);
+      }
       igw::fence_operands(acc);
       igw::fence();
 #pragma unroll
-      for (int k4 = 0; k4 < 4; ++k4) igw::mma_tf32<BN>(acc, a[k4], igw::desc_sw128(sb + k4 * 32), 1);
+      for (int k4 = 0; k4 < kLive; ++k4) {
+        igw::mma_tf32<BN>(acc, a[k4], igw::desc_sw128(sb + k4 * 32), 1);
+      }
       igw::commit();
+    }
+  }
+
+  // One k-step; P = register buffer of the A fragments (ks & 1 when kAsync).
+  template <int P>
+  __device__ __forceinline__ void step(int ks) {
+    ig::cp_async_wait<kAhead - 1>();
+    igw::fence_proxy_async();
+    __syncthreads();  // stage ks visible; every warpgroup is past the k-step whose slot we refill
+    const int blk = ks / Hs::kTapsHW, khw = ks - blk * Hs::kTapsHW;
+    const int nxt = ks + kAhead;
+    if (nxt < nks) load_b(nxt, nxt % Tune::kStages);
+    if (khw == 0 && blk + 1 < nblocks) load_halo(blk + 1, (blk + 1) & 1);
+    ig::cp_async_commit();
+    const int kh = khw / Cfg::kKW, kw = khw - kh * Cfg::kKW;
+    ig::AAddrHalo<1> aaddr;
+    aaddr.base = halo0 + (blk & 1) * Ws::kHaloBytes;
+    aaddr.hidx[0] = hbase + kh * Sh::kStepH * Hs::kHW + kw * Sh::kStepW;
+    const unsigned sb = bstage0 + (ks % Tune::kStages) * Ws::kBStageBytes;
+    // The last channel block runs only its slices that hold channels (CTA-uniform). Two
+    // instantiations rather than a branch per slice: a branch inside the wgmma sequence made
+    // ptxas inject warpgroup.arrive fences (C7519: "to allow use of registers in GMMA").
+    if (kPartialLast && (blk0 + blk) % Sh::kCB == Sh::kCB - 1) {
+      products<P, Sh::kLastSlices>(aaddr, sb, ks);
+    } else {
+      products<P, kSlices>(aaddr, sb, ks);
     }
     if constexpr (kAsync) {
       igw::wait<1>();   // the previous k-step's wgmma has finished ...

@@ -93,8 +93,8 @@ std::string TuneValue(const codegen::Plan& plan, const std::string& field) {
 }
 
 // Compiles the plan's source for its architecture with ptxas's report: "" when it uses wgmma, no
-// kernel spills and ptxas reported at least `min_reports` spill lines (stores and loads of each
-// kernel), else what is wrong.
+// kernel spills, ptxas neither fenced nor serialized a wgmma, and it reported at least
+// `min_reports` spill lines (stores and loads of each kernel), else what is wrong.
 std::string WgmmaWithoutSpills(const Chain& chain, const codegen::Plan& plan, int min_reports) {
   const codegen::GeneratedSource src = codegen::EmitSource(chain, plan);
   jit::NvrtcRequest req;
@@ -110,6 +110,11 @@ std::string WgmmaWithoutSpills(const Chain& chain, const codegen::Plan& plan, in
   if (!out.ok()) return name + ": " + out.status().ToString();
   std::string errors;
   if (out->ptx.find("wgmma.mma_async") == std::string::npos) errors += name + ": no wgmma\n";
+  // ptxas serializes or fences wgmma it cannot prove safe (C7519: warpgroup.arrive injected;
+  // C7510: wgmma serialized): either costs the main loop.
+  for (const char* code : {"C7519", "C7510"}) {
+    if (out->log.find(code) != std::string::npos) errors += name + ": " + code + "\n" + out->log;
+  }
   const std::regex spill(R"(([0-9]+) bytes spill (stores|loads))");
   int reports = 0;
   for (auto it = std::sregex_iterator(out->log.begin(), out->log.end(), spill);
@@ -206,6 +211,71 @@ TEST(Igemm, W3KernelsUseWgmmaAndDoNotSpill) {
     EXPECT_EQ(plan->strategy, "igemm-store-normalize");
     // Stores and loads of each of the 4-5 kernels.
     EXPECT_EQ(WgmmaWithoutSpills(chain, *plan, /*min_reports=*/8), "");
+  }
+}
+
+// With one 16-bit product per term, the last channel block runs only its k-slices that hold
+// channels (16 each); F16x3 and TF32 run whole blocks (skipping measured slower for F16x3).
+TEST(Igemm, OneProductPrecisionsSkipTheLastBlocksPaddingSlices) {
+  namespace g = fj::geom;
+  auto geom = [](long long cin, int prec) {
+    return g::IgemmOf(16, 16, 16, 16, 16, 16, cin, 64, 3, 3, 3, 1, 1, 1, 1, 128, 64, 3, prec);
+  };
+  struct Case {
+    long long cin;
+    int prec;
+    long long cb, slices, last_slices, cin_live;
+  };
+  for (const Case& c :
+       std::vector<Case>{{32, g::kPrecBF16x1, 1, 4, 2, 32},       // half of the one block
+                         {200, g::kPrecF16x1, 4, 4, 1, 208},      // 8 channels in the last block
+                         {96, g::kPrecF16x1Scaled, 2, 4, 2, 96},  // TF32 class on fp16
+                         {64, g::kPrecBF16x1, 1, 4, 4, 64},       // whole
+                         {48, g::kPrecF16x3, 2, 2, 2, 64},        // whole blocks
+                         {40, g::kPrecTF32x1, 2, 4, 4, 64}}) {    // whole blocks
+    SCOPED_TRACE(testing::Message() << "cin " << c.cin << " prec " << c.prec);
+    const g::Igemm ig = geom(c.cin, c.prec);
+    EXPECT_EQ(ig.cb, c.cb);
+    EXPECT_EQ(ig.slices, c.slices);
+    EXPECT_EQ(ig.last_slices, c.last_slices);
+    EXPECT_EQ(ig.cin_live, c.cin_live);
+  }
+  // The bf16 chain with 32 input channels: its kernel runs the two-slice k-steps as a second
+  // instantiation, not as branches inside the wgmma sequence (ptxas then injects warpgroup
+  // fences, C7519), and nothing spills.
+  Chain s1 = Parse(
+      "x:bf16[16,32,32,32,32] | conv3d(out=64,k=3,padding=1) | relu | "
+      "group_norm(groups=8)");
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(s1, Target("sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->strategy, kIgemm);
+  EXPECT_EQ(WgmmaWithoutSpills(s1, *plan, /*min_reports=*/8), "");
+}
+
+// The domain and the precision the slices allow: a 16-bit chain with 40 input channels (48 of
+// 64 run) takes the GEMM; an f32 chain's TF32 mode takes the fp16 rate with half-padded blocks
+// only where x is large enough to pay for the absmax pass (H200, 2026-11-29).
+TEST(Igemm, SliceSkippingWidensTheOneProductDomain) {
+  const std::string t9 = "[8,40,12,12,12] | conv_transpose3d(out=40,k=1) | gelu";
+  for (const char* dt : {"x:bf16", "x:f16"}) {
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(dt + t9), Target("sm_90"));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->strategy, "igemm-store") << dt;
+  }
+  absl::StatusOr<codegen::Plan> tf32 =
+      codegen::MakePlan(Parse("x:f32" + t9), Target("sm_90", Precision::kTf32));
+  ASSERT_TRUE(tf32.ok()) << tf32.status();
+  EXPECT_NE(tf32->strategy, "igemm-store");
+  const std::string s1 = " conv3d(out=64,k=3,padding=1) | relu | group_norm(groups=8)";
+  for (const auto& [spec, prec] : std::vector<std::pair<std::string, std::string>>{
+           {"x:f32[16,32,32,32,32] |" + s1, "4"},    // 16M values: fp16 rate
+           {"x:f32[1,32,32,32,32] |" + s1, "0"},     // 1M values: TF32 itself
+           {"x:f32[1,64,32,32,32] |" + s1, "4"}}) {  // whole blocks: fp16 rate at any size
+    absl::StatusOr<codegen::Plan> plan =
+        codegen::MakePlan(Parse(spec), Target("sm_90", Precision::kTf32));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->strategy, kIgemm) << spec;
+    EXPECT_EQ(TuneValue(*plan, "kPrec"), prec) << spec;
   }
 }
 
