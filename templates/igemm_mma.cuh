@@ -279,7 +279,7 @@ struct IgemmShape {
   static constexpr int kCB = kG.cb;
   static constexpr int kCinPad = kCB * kG.cin_block;  // kCin padded to whole blocks (zeros)
   static constexpr int kSlices = kG.slices;  // wgmma k-slices per block (F16x3: of each half)
-  static constexpr int kLastSlices = kG.last_slices;  // those of the last block with channels
+  static constexpr int kLastSlices = kG.last_slices;  // those the last block runs
   static constexpr int kChunks = kCinBlock / 8;  // 8-channel chunks per block
   static constexpr int kThreads = 32 * Tune::kWarpsM * Tune::kWarpsN;
   static constexpr int kTiles = kG.tiles;
