@@ -295,8 +295,8 @@ struct IgemmShape {
   static constexpr int kStepH = kTransposed ? -Cfg::kDilH : Cfg::kDilH;
   static constexpr int kStepW = kTransposed ? -Cfg::kDilW : Cfg::kDilW;
   // The epilogue's shared memory (geom::IgemmOf's epi_bytes): column sums per warp along M, then
-  // each column's mean and m2 (IgemmCore::column_moments; sized for doubles), or a 16-bit
-  // output tile (IgemmCore::store_tile), whichever is larger.
+  // each column's mean and m2 (IgemmCore::column_moments: floats, 8 bytes reserved for each), or
+  // a 16-bit output tile (IgemmCore::store_tile), whichever is larger.
   static constexpr int kEpiSumBytes = (Tune::kWarpsM + 2) * kBN * 8;
   static constexpr int kEpiStageBytes = kBN * (kBM + 8) * 2;
   static constexpr int kEpiBytes = kEpiSumBytes > kEpiStageBytes ? kEpiSumBytes : kEpiStageBytes;
@@ -781,60 +781,53 @@ struct IgemmCore {
       }
   }
 
-  // The sums a[j] (j < 2*kQ: column col_of(q0 + j / 2, j % 2) of this thread, for kQ n8 tiles
-  // from q0) over the 8 lanes of equal t (lane bits 2-4: the rows), reduce-scattered:
-  // afterwards a[i], i < kQ/4, holds the sum for j = jbase<kQ>() + i. Fixed order
-  // (deterministic). REQUIRES: the whole warp.
-  template <class T, int W, int kOff>
-  __device__ __forceinline__ static void scatter_step(T* a) {
+  // The sums a[j] (j < 2*NT8: column col_of(j / 2, j % 2) of this thread) over the 8 lanes of
+  // equal t (lane bits 2-4: the rows), reduce-scattered: afterwards a[i], i < NT8/4, holds the
+  // sum for j = jbase() + i. Fixed order (deterministic). REQUIRES: the whole warp.
+  template <int W, int kOff>
+  __device__ __forceinline__ static void scatter_step(float* a) {
     const bool hi = (threadIdx.x & kOff) != 0;
 #pragma unroll
     for (int i = 0; i < W; ++i) {
-      const T send = hi ? a[i] : a[i + W];
-      const T keep = hi ? a[i + W] : a[i];
+      const float send = hi ? a[i] : a[i + W];
+      const float keep = hi ? a[i + W] : a[i];
       a[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
     }
   }
-  template <class T, int kQ>
-  __device__ __forceinline__ static void sum_over_rows(T (&a)[2 * kQ]) {
-    static_assert(kQ % 4 == 0, "igemm epilogue: 32 or more columns per warp");
-    scatter_step<T, kQ, 16>(a);
-    scatter_step<T, kQ / 2, 8>(a);
-    scatter_step<T, kQ / 4, 4>(a);
+  __device__ __forceinline__ static void sum_over_rows(float (&a)[2 * NT8]) {
+    static_assert(NT8 % 4 == 0, "igemm epilogue: 32 or more columns per warp");
+    scatter_step<NT8, 16>(a);
+    scatter_step<NT8 / 2, 8>(a);
+    scatter_step<NT8 / 4, 4>(a);
   }
-  template <int kQ>
   __device__ __forceinline__ static int jbase() {
     const int g = (threadIdx.x & 31) >> 2;
-    return ((g >> 2) & 1) * kQ + ((g >> 1) & 1) * (kQ / 2) + (g & 1) * (kQ / 4);
+    return ((g >> 2) & 1) * NT8 + ((g >> 1) & 1) * (NT8 / 2) + (g & 1) * (NT8 / 4);
   }
 
   // Per tile column c: colsum(ni, c2) (this thread's sum for column col_of(ni, c2)) summed over
-  // the warp's rows (sum_over_rows, kQ n8 tiles at a time: all of them in float, 4 in double),
-  // then over the warps along M in order, times mul, into col[c] (T[BN], shared memory).
-  // red: T[kWarpsM * BN] in shared memory. Ends with __syncthreads(). REQUIRES: all threads.
-  template <class T, class ColSum>
-  __device__ __forceinline__ static void columns_total(ColSum colsum, T* red, T* col, T mul) {
-    constexpr int kQ = sizeof(T) == 8 ? 4 : NT8;
-    static_assert(NT8 % kQ == 0, "igemm epilogue: whole chunks of n8 tiles");
+  // the warp's rows (sum_over_rows), then over the warps along M in order, times mul, into col[c]
+  // (float[BN], shared memory). red: float[kWarpsM * BN] in shared memory. Ends with
+  // __syncthreads(). REQUIRES: all threads.
+  template <class ColSum>
+  __device__ __forceinline__ static void columns_total(ColSum colsum, float* red, float* col,
+                                                       float mul) {
     const int wm = (threadIdx.x >> 5) % Tune::kWarpsM;
-    const int jb = jbase<kQ>();
+    float a[2 * NT8];
 #pragma unroll
-    for (int q0 = 0; q0 < NT8; q0 += kQ) {
-      T a[2 * kQ];
+    for (int i = 0; i < NT8; ++i)
 #pragma unroll
-      for (int i = 0; i < kQ; ++i)
+      for (int c2 = 0; c2 < 2; ++c2) a[2 * i + c2] = colsum(i, c2);
+    sum_over_rows(a);
+    const int jb = jbase();
 #pragma unroll
-        for (int c2 = 0; c2 < 2; ++c2) a[2 * i + c2] = colsum(q0 + i, c2);
-      sum_over_rows<T, kQ>(a);
-#pragma unroll
-      for (int i = 0; i < kQ / 4; ++i) {
-        const int j = jb + i;
-        red[wm * BN + col_of(q0 + (j >> 1), j & 1)] = a[i];
-      }
+    for (int i = 0; i < NT8 / 4; ++i) {
+      const int j = jb + i;
+      red[wm * BN + col_of(j >> 1, j & 1)] = a[i];
     }
     __syncthreads();
     for (int c = threadIdx.x; c < BN; c += NT) {
-      T sum = 0;
+      float sum = 0;
 #pragma unroll
       for (int w = 0; w < Tune::kWarpsM; ++w) sum += red[w * BN + c];
       col[c] = sum * mul;
@@ -842,54 +835,45 @@ struct IgemmCore {
     __syncthreads();
   }
 
-  // {mean, m2} in T (float or double) of each tile column's valid rows (acc, as it is): two passes
-  // (the mean, then the squared deviations from it), into cmean[BN], cm2[BN] (shared memory),
-  // visible to all threads on return. Columns that are not real get unspecified values.
-  // red: T[kWarpsM * BN] shared. REQUIRES: all threads.
-  template <class T>
+  // {mean, m2} of each tile column's valid rows (acc, as it is), in float: two passes (the mean,
+  // then the squared deviations from it), into cmean[BN], cm2[BN] (shared memory), visible to all
+  // threads on return. Columns that are not real get unspecified values.
+  // red: float[kWarpsM * BN] shared. REQUIRES: all threads.
   __device__ __forceinline__ static void column_moments(const float (&acc)[MT][NT8][4], int valid,
-                                                        T* red, T* cmean, T* cm2) {
-    columns_total<T>(
+                                                        float* red, float* cmean, float* cm2) {
+    columns_total(
         [&](int ni, int c2) {
-          T sum = 0;
+          float sum = 0;
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              if (row_of(mi, 2 * h) < valid) sum += (T)acc[mi][ni][2 * h + c2];
+              if (row_of(mi, 2 * h) < valid) sum += acc[mi][ni][2 * h + c2];
           return sum;
         },
-        red, cmean, (T)1 / (T)valid);
-    columns_total<T>(
+        red, cmean, 1.f / (float)valid);
+    columns_total(
         [&](int ni, int c2) {
-          const T mean = cmean[col_of(ni, c2)];
-          T sum = 0;
+          const float mean = cmean[col_of(ni, c2)];
+          float sum = 0;
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
               if (row_of(mi, 2 * h) < valid) {
-                const T d = (T)acc[mi][ni][2 * h + c2] - mean;
-                sum = fma_of(d, d, sum);
+                const float d = acc[mi][ni][2 * h + c2] - mean;
+                sum = fmaf(d, d, sum);
               }
           return sum;
         },
-        red, cm2, (T)1);
+        red, cm2, 1.f);
   }
 
-  // Sum over a warp (float or double), the same fixed butterfly order in every lane (all lanes
-  // get the result).
-  template <class T>
-  __device__ __forceinline__ static T warp_sum(T v) {
+  // Sum over a warp, the same fixed butterfly order in every lane (all lanes get the result).
+  __device__ __forceinline__ static float warp_sum(float v) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
-  }
-  __device__ __forceinline__ static double fma_of(double a, double b, double c) {
-    return fma(a, b, c);
-  }
-  __device__ __forceinline__ static float fma_of(float a, float b, float c) {
-    return fmaf(a, b, c);
   }
 
   // The chain's pre-norm ops (y's values from u's).
