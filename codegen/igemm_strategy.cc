@@ -494,7 +494,13 @@ absl::StatusOr<Plan> IgemmStrategy::Build(const PlanInput& in, const TuneConfig&
   plan.description = absl::StrCat(
       "implicit GEMM on the tensor cores (wgmma, sm_90a): x copied channels-last in the operand "
       "encoding, each CTA stages its input rows once per (kd, channel block of ",
-      g.cin_block, ") and streams the weights; ",
+      g.cin_block,
+      g.last_slices < g.slices ? absl::StrCat("; the last block's k-steps run ", g.last_slices,
+                                              " of its ", g.slices, " slices of ", g.slice_channels,
+                                              " channels, the rest being padding: ", g.cin_live,
+                                              " of ", g.cb * g.cin_block, " channels multiplied")
+                               : "",
+      ") and streams the weights; ",
       moments ? "the epilogue writes per-tile per-channel moments of the pre-norm values "
                 "(nothing full-size), merged in a fixed order (double) into the mean of the "
                 "group_norm output, gamma_c (m_c - mu_g) rstd_g + beta_c. "

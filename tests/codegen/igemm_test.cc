@@ -249,6 +249,11 @@ TEST(Igemm, OneProductPrecisionsSkipTheLastBlocksPaddingSlices) {
   absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(s1, Target("sm_90"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->strategy, kIgemm);
+  // `explain` says so.
+  EXPECT_NE(plan->description.find("the last block's k-steps run 2 of its 4 slices of 16 "
+                                   "channels, the rest being padding: 32 of 64 channels"),
+            std::string::npos)
+      << plan->description;
   EXPECT_EQ(WgmmaWithoutSpills(s1, *plan, /*min_reports=*/8), "");
 }
 
