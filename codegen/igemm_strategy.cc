@@ -107,7 +107,8 @@ IgemmPrecision PrecisionOf(const Chain& chain, const PlanTarget& target) {
   if (chain.dtype == DType::kF16) return {kPrecF16x1, flush16};
   if (tf32) {
     const int64_t cin = chain.input.size() > 1 ? chain.input[1] : 0;
-    const int64_t pad64 = CeilDiv(cin, 64) * 64, pad16 = CeilDiv(cin, 16) * 16;
+    const int64_t pad64 = CeilDiv(cin, 64) * 64;
+    const int64_t pad16 = fj::geom::IgemmLiveChannels(cin, kPrecF16x1Scaled);
     int64_t x_values = 1;
     for (int64_t e : chain.input) x_values *= e;
     // Blocks that pad by more than half (32 channels: half of each block is zeros, whose
@@ -211,10 +212,7 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
   const int prec = PrecisionOf(chain, target).prec;
   const bool packed16 = fj::geom::IgemmPrecX1(prec);
   const int64_t cin_pad = PaddedChannels(x[1], fj::geom::IgemmCinBlock(packed16));
-  // The input channels whose products run (32-channel blocks: F16x3 and TF32 are counted in
-  // whole blocks, as measured).
-  const int64_t cin_live =
-      packed16 ? PaddedChannels(x[1], fj::geom::IgemmSliceChannels(prec)) : cin_pad;
+  const int64_t cin_live = fj::geom::IgemmLiveChannels(x[1], prec);
   if (prec == kPrecTF32x1 && cin_pad != x[1]) return false;
   if (2 * cin_live > 3 * x[1] || cin_pad > 2 * x[1]) return false;
   if (cin_pad * 33 * 4 + 256 > kStaticSharedLimit) return false;  // prep's static smem tile

@@ -228,6 +228,10 @@ constexpr long long IgemmCinBlock(bool packed16) { return packed16 ? 64 : 32; }
 // conv3d(64,k3) + group_norm 0.440 -> 0.373 ms, [4,200,8^3] 0.044 -> 0.041, TF32 [8,48,16^3]
 // 0.048 -> 0.044; but F16x3 [8,48,16^3] 0.077 -> 0.085, so F16x3 and TF32 run whole blocks.
 constexpr long long IgemmSliceChannels(int prec) { return prec == kPrecTF32x1 ? 8 : 16; }
+// The input channels whose products run: whole blocks, or with one product whole slices.
+constexpr long long IgemmLiveChannels(long long cin, int prec) {
+  return RoundUp(cin, IgemmPrecX1(prec) ? IgemmSliceChannels(prec) : IgemmCinBlock(false));
+}
 
 // The group_norm parts of the igemm store epilogue: a group of c / groups channels lies across
 // the bn-channel tiles from (g * cg) / bn to (g * cg + cg - 1) / bn; each tile writes one moments
@@ -282,7 +286,7 @@ constexpr Igemm IgemmOf(long long d, long long h, long long w, long long din, lo
   g.slice_channels = IgemmSliceChannels(prec);
   g.slices = g.cin_block / g.slice_channels;
   g.last_slices = packed16 ? CeilDiv(cin - (g.cb - 1) * g.cin_block, g.slice_channels) : g.slices;
-  g.cin_live = (g.cb - 1) * g.cin_block + g.last_slices * g.slice_channels;
+  g.cin_live = IgemmLiveChannels(cin, prec);
   g.row_bytes = g.cb * 128;
   g.xa_bytes_per_sample = g.sin * g.row_bytes;
   g.wb_bytes = g.taps * c * g.row_bytes;
