@@ -4,8 +4,13 @@ float16): the fusejit drop-in (policy "fused") against PyTorch eager in the same
 dtype-valued inputs and weights, in one run on the GPU. Medians of CUDA-event timings with the L2
 flushed; errors (relative L2) against float64 evaluation of the same dtype values.
 
+With --train each row times the training step instead of the forward: x and every parameter
+require grad, and the step is `y = model(x); y.backward(g)` (g ~ U[-1,1) in the dtype, gradients
+cleared before each run); the error is the largest relative L2 error of x's and the parameters'
+gradients against the float64 model's (same values, same g).
+
   PYTHONPATH=python FUSEJIT_LIBRARY=... python3 bench/dtype_sweep.py [--dtype bf16] [--reps 10]
-      [--only S1,T2] [--out rows.json]
+      [--train] [--only S1,T2] [--out rows.json]
 """
 import argparse
 import copy
@@ -32,12 +37,43 @@ def rel_err(a, b):
     return float((a - b).norm() / (b.norm() + 1e-300))
 
 
+def train_row(model, ref, fast, x, reps):
+    """The training step of `model` (eager) and `fast` (fused) on x: times and gradient errors
+    against the float64 model `ref` (the same parameter values)."""
+    torch.manual_seed(1)
+    xr = x.detach().requires_grad_(True)
+    with torch.no_grad():
+        gy = (torch.rand(model(xr).shape, device="cuda") * 2 - 1).to(x.dtype)
+    xd = x.detach().double().requires_grad_(True)
+    ref(xd).backward(gy.double())
+    want = [xd.grad] + [p.grad for p in ref.parameters()]
+    row = {}
+    for key, m in (("fused", fast), ("eager", model)):
+        params = list(m.parameters())
+        for p in params:
+            p.requires_grad_(True)
+
+        def step():
+            xr.grad = None
+            for p in params:
+                p.grad = None
+            m(xr).backward(gy)
+
+        row[key + "_ms"] = time_cuda(step, reps)
+        step()
+        got = [xr.grad] + [p.grad for p in params]
+        row[key + "_err"] = max(rel_err(a, b) for a, b in zip(got, want))
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default="")
+    ap.add_argument("--train", action="store_true",
+                    help="time the training step (forward + backward) instead of the forward")
     args = ap.parse_args()
     dtype = DTYPES[args.dtype]
     only = set(filter(None, args.only.split(",")))
@@ -51,21 +87,25 @@ def main():
         ref = copy.deepcopy(model).double()
         fast = fj.fuse(copy.deepcopy(model), policy="fused")
         x = torch.rand(*shape, device="cuda").to(dtype)
-        with torch.no_grad():
-            want = ref(x.double())
-            row = {"id": name, "spec": spec.replace("x:f32", "x:" + args.dtype, 1)}
-            row["fused_ms"] = time_cuda(lambda: fast(x), args.reps)
-            row["fused_err"] = rel_err(fast(x), want)
-            row["eager_ms"] = time_cuda(lambda: model(x), args.reps)
-            row["eager_err"] = rel_err(model(x), want)
+        row = {"id": name, "spec": spec.replace("x:f32", "x:" + args.dtype, 1)}
+        if args.train:
+            row.update(train_row(model, ref, fast, x, args.reps))
+        else:
+            with torch.no_grad():
+                want = ref(x.double())
+                row["fused_ms"] = time_cuda(lambda: fast(x), args.reps)
+                row["fused_err"] = rel_err(fast(x), want)
+                row["eager_ms"] = time_cuda(lambda: model(x), args.reps)
+                row["eager_err"] = rel_err(model(x), want)
+            del want
         row["speedup"] = row["eager_ms"] / row["fused_ms"]
         print(json.dumps(row), flush=True)
         rows.append(row)
-        del model, ref, fast, x, want
+        del model, ref, fast, x
         torch.cuda.empty_cache()
     geo = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
     worst = min(rows, key=lambda r: r["speedup"])
-    summary = {"dtype": args.dtype, "device": torch.cuda.get_device_name(0),
+    summary = {"dtype": args.dtype, "train": args.train, "device": torch.cuda.get_device_name(0),
                "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
                "geomean_speedup": geo, "worst": worst["id"], "worst_speedup": worst["speedup"],
                "below_1": [r["id"] for r in rows if r["speedup"] < 1],

@@ -118,7 +118,10 @@ bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan) {
 }
 
 bool CanSaveProducerOutput(const Plan& plan) { return HasOpenSaveSlot(plan, kProducerOutputName); }
-bool CanSaveStats(const Plan& plan) { return HasOpenSaveSlot(plan, kSavedStatsName); }
+bool CanSaveStats(const Chain& chain, const Plan& plan) {
+  // A chain without a group_norm has no statistics, whatever its kernels' arguments are named.
+  return AnalyzeChain(chain).group_norm != nullptr && HasOpenSaveSlot(plan, kSavedStatsName);
+}
 
 namespace {
 // The tune struct whose kURowsByChannel the convt templates read (convt_group_norm.cuh).
@@ -147,13 +150,12 @@ absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout) 
       if (t.name == kURowsByChannelTune) t.fields.push_back({"bool", "kURowsByChannel", "true"});
     }
   }
-  const bool stats = CanSaveStats(*plan);
+  const bool stats = CanSaveStats(chain, *plan);
   const int moment_blocks = SavableMomentBlocks(chain, *plan);
   for (KernelLaunch& k : plan->kernels) {
     for (KernelArg& a : k.args) {
-      for (std::string_view name : {kProducerOutputName, kSavedStatsName}) {
-        if (IsOpenSaveSlot(a, name)) a.param = std::string(name);
-      }
+      if (IsOpenSaveSlot(a, kProducerOutputName)) a.param = std::string(kProducerOutputName);
+      if (stats && IsOpenSaveSlot(a, kSavedStatsName)) a.param = std::string(kSavedStatsName);
       if (moment_blocks > 0 && IsMomentsPartials(a)) {  // written there, not in the workspace
         a.kind = KernelArg::Kind::kTensor;
         a.param = std::string(kSavedMomentsName);

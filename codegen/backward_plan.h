@@ -111,8 +111,9 @@ int SavableMomentBlocks(const Chain& chain, const Plan& plan);
 // offers this by leaving a null float argument named "u" where its kernel can store u (as
 // mma-moments-mean's does); SaveProducerOutput binds every such argument to u and gives the plan
 // the forward signature plus u. Where the plan also leaves a null float argument named "stats"
-// (the convt-* plans' scale/shift kernel: CanSaveStats), it binds that to kSavedStatsName, after
-// u. FailedPrecondition where the plan has no u argument.
+// (the convt-* plans' scale/shift kernel: CanSaveStats) and the chain has a group_norm (whose
+// statistics they are), it binds that to kSavedStatsName, after u. FailedPrecondition where the
+// plan has no u argument.
 // Where the plan's moments can be saved (SavableMomentBlocks) and the backward reads them
 // (BackwardReadsSavedMoments), its "partials" arguments are bound to kSavedMomentsName
 // (SavedMomentsSpec) after u instead: the backward then skips a pass over u.
@@ -120,7 +121,7 @@ int SavableMomentBlocks(const Chain& chain, const Plan& plan);
 // tune struct "ConvTTune", templates/convt_group_norm.cuh), they get the tune constant
 // kURowsByChannel = true; FailedPrecondition elsewhere.
 bool CanSaveProducerOutput(const Plan& plan);
-bool CanSaveStats(const Plan& plan);
+bool CanSaveStats(const Chain& chain, const Plan& plan);
 bool CanSaveURowsByChannel(const Plan& plan);
 absl::Status SaveProducerOutput(const Chain& chain, Plan* plan, ULayout layout = ULayout::kNCDHW);
 

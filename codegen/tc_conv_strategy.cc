@@ -436,7 +436,9 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
       : prec == kPrec16
           ? absl::StrCat("one ", DTypeName(in.chain.dtype), " product per term (m16n8k16; ",
                          DTypeName(in.chain.dtype),
-                         " operands, exact products, fp32 accumulation), the output rounded once")
+                         " operands, exact products, fp32 accumulation",
+                         in.target.keeps_u ? " in short runs (u is kept for the backward)" : "",
+                         "), the output rounded once")
           : "TF32 (asked for): one TF32 product per term",
       ". Then: ",
       pre_in_workspace    ? "pre-norm values stored into an fp32 workspace with tile moments -> "
@@ -455,6 +457,8 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                          {"int", "kOut", absl::StrCat(pipe.out)},
                          {"int", "kWarpsM", absl::StrCat(g.warps_m)},
                          {"int", "kWarpsN", absl::StrCat(g.warps_n)},
+                         // 16-bit sums in short runs where the training forward keeps u
+                         {"int", "kFlush16", prec == kPrec16 && in.target.keeps_u ? "1" : "0"},
                          // checked against fj::TcShape's own at compile time
                          {"int", "kHostTiles", absl::StrCat(g.tiles)},
                          {"int", "kHostSmemBytes", absl::StrCat(g.smem)},
@@ -557,6 +561,9 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                           ? KernelArg::Workspace(ArgType::kFloat, "kpart", kpart, kWrite)
                           : KernelArg::Null(ArgType::kFloat, "kpart", kWrite));
   gemm.args.push_back(counters_arg);
+  // u: where the training forward stores the convolution's output as well (null otherwise;
+  // codegen::SaveProducerOutput binds it).
+  gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
   gemm.restrict_pointers = true;
   plan.kernels.push_back(gemm);
   if (pipe.out == kStoreFinal) return plan;

@@ -116,7 +116,7 @@ namespace {
 codegen::ULayout ULayoutOf(const Chain& chain, const Target& target, const codegen::Plan& plan) {
   return codegen::CanSaveURowsByChannel(plan) &&
                  codegen::BackwardReadsURowsByChannel(AsF32(chain), target.plan_target,
-                                                      codegen::CanSaveStats(plan))
+                                                      codegen::CanSaveStats(chain, plan))
              ? codegen::ULayout::kRowsByChannel
              : codegen::ULayout::kNCDHW;
 }
@@ -143,7 +143,7 @@ SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
     return {};
   }
   const codegen::Plan& plan = (*planned)->plan;
-  return {true, codegen::CanSaveStats(plan), codegen::SavableMomentBlocks(chain, plan),
+  return {true, codegen::CanSaveStats(chain, plan), codegen::SavableMomentBlocks(chain, plan),
           ULayoutOf(chain, target, plan)};
 }
 
@@ -164,7 +164,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildFusedTrainingForward(
         FormatChain(chain), " runs through its f32 plan between casts, which does not write u"));
   }
   std::optional<PlannedChain>& planned = *in_dtype;
-  const bool stats = codegen::CanSaveStats(planned->plan);  // before binding its slot
+  const bool stats = codegen::CanSaveStats(chain, planned->plan);  // before binding its slot
   const int moment_blocks = codegen::SavableMomentBlocks(chain, planned->plan);
   const codegen::ULayout layout = ULayoutOf(chain, target, planned->plan);
   if (absl::Status s = codegen::SaveProducerOutput(chain, &planned->plan, layout); !s.ok()) {

@@ -40,6 +40,8 @@
 //         kTcStorePreNorm  dst[n][c][o] = v, cpart = tile moments  (y or a workspace)
 //         kTcMomentsOnly   cpart = tile moments (nothing full-size)
 //       cpart: TcChannelMoments [kN][kTiles][kC] (count, mean, m2 of v over the tile's points).
+//       u: null, or (the training forward: codegen::SaveProducerOutput binds it) where the
+//       convolution's output acc + bias[c] is stored as well, float [n][c][o] (ULayout::kNCDHW).
 // -----------------------------------------------------------------------------------------
 #ifndef FUSEJIT_TEMPLATES_TC_CONV_CUH_
 #define FUSEJIT_TEMPLATES_TC_CONV_CUH_
@@ -102,6 +104,16 @@ struct TcHostGeometry<F, tc_void_t<decltype(F::kHostTiles)>> {
                        kPrepBlocks = F::kHostPrepBlocks;
 };
 
+// Fixed::kFlush16 when the plan names it (1: flush kTcPrec16's sums in short runs), else 0.
+template <class F, class = void>
+struct TcFlush16Of {
+  static constexpr bool value = false;
+};
+template <class F>
+struct TcFlush16Of<F, tc_void_t<decltype(F::kFlush16)>> {
+  static constexpr bool value = F::kFlush16 != 0;
+};
+
 template <class Cfg, class Fixed, class Tune>
 struct TcShape {
   static constexpr bool kTransposed = Cfg::kProducer == kConvTranspose3d;
@@ -136,6 +148,10 @@ struct TcShape {
   // 3xTF32: products accumulate in a short run, added to the accumulator every kFlush k8 steps
   // (the tensor cores' accumulation truncates; short runs keep its bias below fp32 rounding).
   static constexpr int kFlush = kBK / 8 < 2 ? kBK / 8 : 2;
+  // kTcPrec16: the products go straight into the accumulator, unless the sums are flushed
+  // (TcFlush16Of<Fixed>: where the training forward keeps u for the backward, as igemm's 16-bit
+  // sums are, codegen/igemm_strategy.cc's PrecisionOf): short runs of kFlush k16 steps as above.
+  static constexpr bool kRun = kSplit || (kNative && TcFlush16Of<Fixed>::value);
   static constexpr int kEpilogueFloats = 2 * kWarpsM * kBN + kBN;
   static constexpr int kSmemBytes =
       4 * (kStages * kStageFloats > kEpilogueFloats ? kStages * kStageFloats : kEpilogueFloats);
@@ -303,7 +319,7 @@ __device__ __forceinline__ void tc_conv_body(
     const TcOpT<Cfg, Fixed>* __restrict__ xcl, const TcOpT<Cfg, Fixed>* __restrict__ wt,
     const float* __restrict__ wts, const ElemT<Cfg>* __restrict__ bias,
     TcDstT<Cfg, Fixed>* __restrict__ dst, TcChannelMoments* __restrict__ cpart,
-    float* __restrict__ kpart, int* __restrict__ counters) {
+    float* __restrict__ kpart, int* __restrict__ counters, float* __restrict__ u) {
   using Sh = TcShape<Cfg, Fixed, Tune>;
   constexpr int BM = Sh::kBM, BN = Sh::kBN, BK = Sh::kBK, P = Sh::kPitch, MI = Sh::kMI,
                 NI = Sh::kNI;
@@ -407,7 +423,7 @@ __device__ __forceinline__ void tc_conv_body(
   const int wm = warp % Sh::kWarpsM, wn = warp / Sh::kWarpsM;
   const int g = lane >> 2, t = lane & 3;
   float acc[MI][NI][4];
-  float run[Sh::kSplit ? MI : 1][Sh::kSplit ? NI : 1][4];  // 3xTF32's short run
+  float run[Sh::kRun ? MI : 1][Sh::kRun ? NI : 1][4];  // the short run (3xTF32, flushed 16-bit)
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -446,7 +462,24 @@ __device__ __forceinline__ void tc_conv_body(
         b[2 * nj + 1][0] = r[2];
         b[2 * nj + 1][1] = r[3];
       }
-      if constexpr (Sh::kNative) {  // one k16 product per 32-byte slice
+      if constexpr (Sh::kNative && Sh::kRun) {  // one k16 product, short runs
+        const bool first = (k8 / 8) % Sh::kFlush == 0;
+        const bool last = (k8 / 8) % Sh::kFlush == Sh::kFlush - 1;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            if (first) {
+#pragma unroll
+              for (int r = 0; r < 4; ++r) run[mi][ni][r] = 0.f;
+            }
+            tc_mma16<is_same_v<ElemT<Cfg>, f16_t>>(run[mi][ni], a[mi], b[ni]);
+            if (last) {
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[mi][ni][r] += run[mi][ni][r];
+            }
+          }
+      } else if constexpr (Sh::kNative) {  // one k16 product per 32-byte slice
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -564,10 +597,11 @@ __device__ __forceinline__ void tc_conv_body(
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& v = acc[mi][ni][2 * h + e];
+          const long long at = ((long long)n * Cfg::kC + co) * Sh::kS + out_row[mi][h];
+          if (u != nullptr && co < Cfg::kC && out_row[mi][h] >= 0) u[at] = v + b;
           v = Cfg::pre(v + b);
           if (Fixed::kOut != kTcMomentsOnly && co < Cfg::kC && out_row[mi][h] >= 0) {
-            dst[((long long)n * Cfg::kC + co) * Sh::kS + out_row[mi][h]] =
-                store_as<TcDstT<Cfg, Fixed>>(v);
+            dst[at] = store_as<TcDstT<Cfg, Fixed>>(v);
           }
         }
     }
@@ -646,9 +680,10 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 extern "C" __global__ void __launch_bounds__(fj_selftest::Sh::kThreads)
     tc_conv_selftest(const float* xcl, const float* wt, const float* wts, const float* bias,
-                     float* y, fj::TcChannelMoments* cpart, float* kpart, int* counters) {
+                     float* y, fj::TcChannelMoments* cpart, float* kpart, int* counters,
+                     float* u) {
   fj::tc_conv_body<fj::DefaultConfig, fj_selftest::TcFixed, fj_selftest::TcTune>(
-      xcl, wt, wts, bias, y, cpart, kpart, counters);
+      xcl, wt, wts, bias, y, cpart, kpart, counters, u);
 }
 #endif  // FJ_GENERATED
 

@@ -583,7 +583,7 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
     EXPECT_LE((*b)->workspace_bytes() + u.bytes(), (*plain)->workspace_bytes());
   }
   // W3's plan on sm_90 (igemm-store-normalize: its wgmma epilogue) writes u itself, beside the
-  // pre-norm values. (The small w3 above runs tc-conv, which cannot: the composite writes u.)
+  // pre-norm values. (The small w3 above runs tc-conv, whose GEMM writes u too.)
   {
     const Chain w3_seed = Parse(
         "x:f32[16,64,32,32,32] | conv_transpose3d(out=128,k=3,bias=false) | relu | "
@@ -729,6 +729,13 @@ TEST(Backward, Bf16AndF16TrainingForwardsSaveUFromTheirOwnPlan) {
        {"u", "moments"}},
       {"[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)",
        {"u"}},
+      // tc-conv plans: with a group_norm normalized by its own pass, ending in a mean without
+      // one, and a group_norm before a mean (its finalize writes the group statistics).
+      {"[2,16,8,8,8] | conv3d(out=32,k=5,padding=2) | relu | group_norm(groups=4)", {"u"}},
+      {"[2,48,8,8,8] | conv3d(out=96,k=3,padding=1) | swish | mean(dims=[2,3,4])", {"u"}},
+      {"[2,8,8,8,8] | conv_transpose3d(out=24,k=4,stride=2,padding=1) | relu | "
+       "group_norm(groups=4) | mean(dims=[2,3,4])",
+       {"u", "stats"}},
   };
   for (const char* dtype : {"bf16", "f16"}) {
     for (const Case& k : cases) {
@@ -746,6 +753,12 @@ TEST(Backward, Bf16AndF16TrainingForwardsSaveUFromTheirOwnPlan) {
       if ((*plain)->strategy().rfind("igemm", 0) == 0) {
         EXPECT_NE((*plain)->Explain().find("not flushed"), std::string::npos);
         EXPECT_NE((*f)->Explain().find("flushed every 2 k-steps (u is kept for the backward)"),
+                  std::string::npos)
+            << (*f)->Explain();
+      }
+      if ((*plain)->strategy() == "tc-conv") {  // the same for tc-conv's 16-bit sums
+        EXPECT_EQ((*plain)->Explain().find("in short runs"), std::string::npos);
+        EXPECT_NE((*f)->Explain().find("in short runs (u is kept for the backward)"),
                   std::string::npos)
             << (*f)->Explain();
       }
