@@ -562,8 +562,13 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                           : KernelArg::Null(ArgType::kFloat, "kpart", kWrite));
   gemm.args.push_back(counters_arg);
   // u: where the training forward stores the convolution's output as well (null otherwise;
-  // codegen::SaveProducerOutput binds it).
-  gemm.args.push_back(KernelArg::Null(ArgType::kFloat, "u", kWrite));
+  // codegen::SaveProducerOutput binds it). Not offered by the moments-only form, which stores
+  // nothing full-size: its tiling (often split-K, the epilogue in a tile's last CTA) with u's
+  // store added measured slower than the alternatives (H200, 2026-11-29: the sweep's K7 bf16
+  // training step 0.72 -> 0.91 ms against recomputing u, S12 f32 0.64 -> 0.90 against the
+  // composite training forward).
+  gemm.args.push_back(
+      KernelArg::Null(ArgType::kFloat, pipe.out == kMomentsOnly ? "u_not_offered" : "u", kWrite));
   gemm.restrict_pointers = true;
   plan.kernels.push_back(gemm);
   if (pipe.out == kStoreFinal) return plan;

@@ -396,11 +396,12 @@ TEST(GpuBackward, TrainingForwardSavesUForTheBackward) {
        "convt-direct"},
       {"x:f32[2,2,5,6,4] | conv_transpose3d(out=7,k=[2,3,3],stride=[2,1,2]) | gelu | tanh",
        "convt-direct"},
-      // tc-conv's epilogue (the sweep's K4 and S12 shapes, small): with a group_norm normalized
-      // by its own pass, and ending in a mean without one.
-      {"x:f32[2,16,8,8,8] | conv3d(out=32,k=5,padding=2) | relu | group_norm(groups=4)",
+      // tc-conv's epilogue: pre-norm values (the sweep's K4 shape, small), y of a transposed
+      // convolution split into output phases.
+      {"x:f32[2,16,8,8,8] | conv3d(out=32,k=5,padding=2) | relu | group_norm(groups=4)", "tc-conv"},
+      {"x:f32[2,20,10,10,10] | conv_transpose3d(out=36,k=3,stride=2,padding=1,output_padding=1) | "
+       "tanh",
        "tc-conv"},
-      {"x:f32[2,48,8,8,8] | conv3d(out=96,k=3,padding=1) | swish | mean(dims=[2,3,4])", "tc-conv"},
       // mma-direct's row stores of u (odd rows, 8 and 24 channels).
       {"x:f32[2,3,9,10,13] | conv3d(out=8,k=3) | swish", "mma-direct"},
       {"x:f32[2,3,7,12,11] | conv3d(out=24,k=[3,4,3]) | hardswish | tanh", "mma-direct"},

@@ -539,6 +539,9 @@ TEST(Backward, TrainingForwardSavesTheProducerOutput) {
         // bf16/f16 save only from their own plan writing u; direct-few-out's cannot.
         NoSave{"x:bf16[2,3,8,8,8] | conv3d(out=4,k=3) | relu",
                "chains save u only from their own plan writing it"},
+        // tc-conv's moments-only form (nothing full-size stored) does not offer u.
+        NoSave{"x:bf16[2,48,8,8,8] | conv3d(out=96,k=3,padding=1) | swish | mean(dims=[2,3,4])",
+               "the tc-conv plan cannot"},
         // Its fused forward (recompute-mean: the convolution recomputed per pass, cannot write
         // u) costs less than the ops after the convolution reading u.
         NoSave{"x:f32[8,2,16,16,16] | conv_transpose3d(out=4,k=2,stride=2) | gelu | "
@@ -729,13 +732,11 @@ TEST(Backward, Bf16AndF16TrainingForwardsSaveUFromTheirOwnPlan) {
        {"u", "moments"}},
       {"[2,64,8,8,8] | conv_transpose3d(out=128,k=3,bias=false) | relu | group_norm(groups=8)",
        {"u"}},
-      // tc-conv plans: with a group_norm normalized by its own pass, ending in a mean without
-      // one, and a group_norm before a mean (its finalize writes the group statistics).
+      // tc-conv plans storing pre-norm values (a group_norm normalized by its own pass) or y (a
+      // transposed convolution split into output phases).
       {"[2,16,8,8,8] | conv3d(out=32,k=5,padding=2) | relu | group_norm(groups=4)", {"u"}},
-      {"[2,48,8,8,8] | conv3d(out=96,k=3,padding=1) | swish | mean(dims=[2,3,4])", {"u"}},
-      {"[2,8,8,8,8] | conv_transpose3d(out=24,k=4,stride=2,padding=1) | relu | "
-       "group_norm(groups=4) | mean(dims=[2,3,4])",
-       {"u", "stats"}},
+      {"[2,20,10,10,10] | conv_transpose3d(out=36,k=3,stride=2,padding=1,output_padding=1) | tanh",
+       {"u"}},
   };
   for (const char* dtype : {"bf16", "f16"}) {
     for (const Case& k : cases) {
