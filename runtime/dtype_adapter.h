@@ -66,8 +66,9 @@ Chain AsF32(const Chain& chain);
 bool RunsNatively(std::string_view f32_strategy, DType dtype);
 
 // How fusejit::Compile plans `chain` (valid or not: errors name what is wrong). bf16, f16:
-// natively where the f32 chain's strategy (the plan of AsF32(chain) with InnerOptions, or the
-// strategy of options.tune_config) reads and writes the dtype itself -- the dtype chain planned
+// natively where the f32 chain's strategy (the plan of AsF32(chain) for the same target -- its
+// precision included -- with InnerOptions, or the strategy of options.tune_config) reads and
+// writes the dtype itself -- the dtype chain planned
 // again among the strategies that run it, by their costs for it (16-bit tensor-core products run
 // at other rates than the f32 chain's), unless the caller named a strategy or configuration --
 // else nullopt: the f32 chain between casts (AdaptDType). Other dtypes: PlanChain's plan.

@@ -38,12 +38,11 @@ Chain TailChain(const Chain& chain) {
 namespace {
 
 // The untuned plan Compile runs a bf16/f16 `chain` with natively (PlanInItsDType's choice by the
-// cost models alone); FailedPrecondition where it runs through its f32 plan between casts.
+// cost models alone: the f32 chain planned for the same target, its precision included);
+// FailedPrecondition where it runs through its f32 plan between casts.
 absl::StatusOr<codegen::Plan> NativeDTypePlan(const Chain& chain,
                                               const codegen::PlanTarget& target) {
-  codegen::PlanTarget inner = target;
-  inner.precision = InnerOptions(CompileOptions{}).precision;
-  absl::StatusOr<codegen::Plan> f32 = codegen::MakePlan(AsF32(chain), inner);
+  absl::StatusOr<codegen::Plan> f32 = codegen::MakePlan(AsF32(chain), target);
   if (!f32.ok()) return f32.status();
   if (!RunsNatively(f32->strategy, chain.dtype)) {
     return absl::FailedPreconditionError("runs through its f32 plan");
