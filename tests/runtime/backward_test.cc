@@ -804,6 +804,52 @@ TEST(Backward, Bf16AndF16TrainingForwardsSaveUFromTheirOwnPlan) {
   }
 }
 
+// The training pair of random chains in every dtype with a backward (f32, bf16, f16), narrow and
+// wide (up to 64 channels: the tensor-core plans): the training forward compiles, saves exactly
+// when TrainingForwardSaves says so, and then the backward reading its saved tensors compiles
+// with the same shapes; a bf16/f16 chain saves from the plan Compile runs it with.
+TEST(Backward, RandomTrainingPairsCompile) {
+  Rng rng(20261129);
+  RandomChainOptions wide;
+  wide.max_channels = 64;
+  wide.max_spatial = 12;
+  int saved = 0;
+  for (int i = 0; i < 30; ++i) {
+    Chain c = RandomChain(rng, i % 2 ? wide : RandomChainOptions{});
+    c.dtype = i % 3 == 0 ? DType::kF32 : i % 3 == 1 ? DType::kBF16 : DType::kF16;
+    SCOPED_TRACE(FormatChain(c));
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f = CompileTrainingForward(c, Arch("sm_90"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    std::vector<TensorSpec> written;
+    for (const TensorSpec& t : (*f)->signature()) {
+      if (t.role == TensorRole::kSaved) written.push_back(t);
+    }
+    EXPECT_EQ(!written.empty(), TrainingForwardSaves(c, Arch("sm_90")));
+    absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackwardFromSaved(c, Arch("sm_90"));
+    if (written.empty()) {
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
+      continue;
+    }
+    ++saved;
+    ASSERT_TRUE(b.ok()) << b.status();
+    std::vector<TensorSpec> read;
+    for (const TensorSpec& t : (*b)->signature()) {
+      if (t.role == TensorRole::kSaved) read.push_back(t);
+    }
+    ASSERT_EQ(read.size(), written.size());
+    for (size_t k = 0; k < read.size(); ++k) {
+      EXPECT_EQ(read[k].name, written[k].name);
+      EXPECT_EQ(read[k].shape, written[k].shape) << read[k].name;
+    }
+    if (c.dtype != DType::kF32) {
+      absl::StatusOr<std::shared_ptr<CompiledChain>> plain = Compile(c, Arch("sm_90"));
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      EXPECT_EQ((*f)->strategy(), (*plain)->strategy());
+    }
+  }
+  EXPECT_GE(saved, 6);
+}
+
 TEST(Backward, ClearErrors) {
   const Chain c = Parse("x:f32[2,3,6,6,6] | conv3d(out=4,k=3) | relu");
   CompileOptions o = Arch("sm_90");
