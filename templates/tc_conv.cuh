@@ -218,6 +218,18 @@ __device__ __forceinline__ void tc_mma_zero(float* d, const unsigned* a, const u
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
 }
+// One k8 step of a short run of sums (3xTF32, flushed 16-bit): products(run, first) adds the
+// step's products into run (starting it afresh at the run's first step); at its last step the
+// run is added to the accumulator acc.
+template <class Products>
+__device__ __forceinline__ void tc_run_step(float (&acc)[4], float (&run)[4], bool first, bool last,
+                                            Products products) {
+  products(run, first);
+  if (last) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[r] += run[r];
+  }
+}
 // Four 8x4 tf32 (8 x 16-byte) matrices from shared memory; lane i gives the row address of
 // matrix i / 8, row i % 8, and receives word (lane / 4, lane % 4) of each.
 __device__ __forceinline__ void tc_ldsm_x4(unsigned* r, const float* p) {
@@ -462,22 +474,21 @@ __device__ __forceinline__ void tc_conv_body(
         b[2 * nj + 1][0] = r[2];
         b[2 * nj + 1][1] = r[3];
       }
+      // Where the sums run short (Sh::kRun): this k8 step's place in its run of kFlush steps.
+      const bool first = (k8 / 8) % Sh::kFlush == 0;
+      const bool last = (k8 / 8) % Sh::kFlush == Sh::kFlush - 1;
       if constexpr (Sh::kNative && Sh::kRun) {  // one k16 product, short runs
-        const bool first = (k8 / 8) % Sh::kFlush == 0;
-        const bool last = (k8 / 8) % Sh::kFlush == Sh::kFlush - 1;
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
           for (int ni = 0; ni < NI; ++ni) {
-            if (first) {
+            tc_run_step(acc[mi][ni], run[mi][ni], first, last, [&](float(&c)[4], bool zero) {
+              if (zero) {
 #pragma unroll
-              for (int r = 0; r < 4; ++r) run[mi][ni][r] = 0.f;
-            }
-            tc_mma16<is_same_v<ElemT<Cfg>, f16_t>>(run[mi][ni], a[mi], b[ni]);
-            if (last) {
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[mi][ni][r] += run[mi][ni][r];
-            }
+                for (int r = 0; r < 4; ++r) c[r] = 0.f;
+              }
+              tc_mma16<is_same_v<ElemT<Cfg>, f16_t>>(c, a[mi], b[ni]);
+            });
           }
       } else if constexpr (Sh::kNative) {  // one k16 product per 32-byte slice
 #pragma unroll
@@ -509,23 +520,19 @@ __device__ __forceinline__ void tc_conv_body(
             a[mi][r] = tc_tf32(v);
             asm_[mi][r] = tc_tf32(v - __uint_as_float(a[mi][r]));
           }
-        const bool first = (k8 / 8) % Sh::kFlush == 0;
-        const bool last = (k8 / 8) % Sh::kFlush == Sh::kFlush - 1;
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
           for (int ni = 0; ni < NI; ++ni) {
-            if (first) {
-              tc_mma_zero(run[mi][ni], asm_[mi], b[ni]);
-            } else {
-              tc_mma(run[mi][ni], asm_[mi], b[ni]);
-            }
-            tc_mma(run[mi][ni], a[mi], bsm[ni]);
-            tc_mma(run[mi][ni], a[mi], b[ni]);
-            if (last) {
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[mi][ni][r] += run[mi][ni][r];
-            }
+            tc_run_step(acc[mi][ni], run[mi][ni], first, last, [&](float(&c)[4], bool zero) {
+              if (zero) {
+                tc_mma_zero(c, asm_[mi], b[ni]);
+              } else {
+                tc_mma(c, asm_[mi], b[ni]);
+              }
+              tc_mma(c, a[mi], bsm[ni]);
+              tc_mma(c, a[mi], b[ni]);
+            });
           }
       }
     }
