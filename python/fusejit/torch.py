@@ -678,7 +678,8 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
     """(decision entry, why the two disagree or None): a training step both ways, the fused
     forward + fused backward (which computes every gradient) against the original forward +
     PyTorch's backward of the gradients `needs` asks for, timed as the caller runs it; the
-    outputs and gradients compared with the original's in strict fp32. Nothing is accumulated
+    outputs and gradients compared with the original's in strict fp32 (a bf16/f16 chain's
+    gradients with the chain's evaluated in float32: _float32_gradients). Nothing is accumulated
     into .grad, and the global RNG is not used."""
     xs = x.detach().requires_grad_(bool(needs[0]))  # the timed graphs stop at x
     wrt = [t for t, n in zip([xs] + list(params), needs) if n]
