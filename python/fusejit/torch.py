@@ -889,13 +889,44 @@ def _checked_forward(self, st, args, kwargs):
     return _run(spec, x, params)
 
 
+def _plain_copy(model: nn.Module, cls: type) -> nn.Module:
+    """A shallow copy of `model` as an instance of `cls`, sharing its parameters, buffers and
+    submodules, without fusejit's state."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(model.__dict__)
+    obj.__dict__.pop("_fusejit", None)
+    return obj
+
+
 def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
             recognize_as=None) -> None:
     subject = model
     if recognize_as is not None:  # trace the original class's forward, not the fused one
-        subject = copy.copy(model)
-        subject.__class__ = recognize_as
+        subject = _plain_copy(model, recognize_as)
     model.__dict__["_fusejit"] = _State(subject, original_forward, strict, policy)
+
+
+def _reduce_fused(self, protocol):
+    """pickle (torch.save(model)), copy.copy and copy.deepcopy of a fused module: it is written as
+    its original class (which pickle finds by name; the fused class has the same name but is not
+    that object) and fused again when read, with the same strict and policy; the copy gets fusejit
+    state of its own (its auto-policy decisions measured afresh, its kernels from the cache)."""
+    original = type(self)._fusejit_original
+    st = self.__dict__.get("_fusejit")
+    strict, policy = (st.strict, st.policy) if st is not None else (False, "auto")
+    made_by = "fused" if type(self).__dict__.get("_fusejit_made_by_fused") else "fuse"
+    return (_refuse, (_plain_copy(self, original), strict, policy, made_by))
+
+
+def _refuse(plain: nn.Module, strict: bool, policy: str, made_by: str) -> nn.Module:
+    """The fused module `_reduce_fused` wrote: `plain` (an instance of the original class) fused
+    again, as fuse() made it, or as an instance of fused(its class, ...) did."""
+    if made_by == "fuse":
+        return fuse(plain, strict=strict, policy=policy)
+    cls = type(plain)
+    obj = _plain_copy(plain, fused(cls, strict=strict, policy=policy))
+    _attach(obj, cls.forward, strict, policy, recognize_as=cls)
+    return obj
 
 
 _fused_classes = {}  # type: Dict[type, type]
@@ -910,6 +941,7 @@ def _fused_class(cls: type) -> type:
             "__module__": cls.__module__,
             "__qualname__": getattr(cls, "__qualname__", cls.__name__),
             "__doc__": cls.__doc__,
+            "__reduce_ex__": _reduce_fused,
             "_fusejit_original": cls,
         })
         _fused_classes[cls] = sub
@@ -924,18 +956,31 @@ def fuse(model: nn.Module, *, strict: bool = False, policy: str = "auto") -> nn.
     if not isinstance(model, nn.Module):
         raise TypeError("fuse() takes an nn.Module, not %s" % type(model).__name__)
     cls = getattr(type(model), "_fusejit_original", type(model))
-    new = copy.copy(model)
-    new.__class__ = _fused_class(cls)
+    new = _plain_copy(model, _fused_class(cls))
     _attach(new, cls.forward, strict, policy, recognize_as=cls)
     return new
 
 
+_fused_factories = {}  # type: Dict[Tuple[type, bool, str], type]
+
+
 def fused(cls: type, *, strict: bool = False, policy: str = "auto") -> type:
     """A class with `cls`'s constructor signature whose instances are fused:
-    `ModelNew = fusejit.torch.fused(Model)` is the drop-in replacement of `Model`."""
+    `ModelNew = fusejit.torch.fused(Model)` is the drop-in replacement of `Model`. The same
+    arguments give the same class (so an unpickled instance is an instance of it)."""
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError("fused() takes an nn.Module subclass, not %r" % (cls,))
+    if policy not in POLICIES:
+        raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
+    key = (cls, bool(strict), policy)
+    made = _fused_factories.get(key)
+    if made is None:
+        made = _fused_factories[key] = _make_fused(cls, bool(strict), policy)
+    return made
 
+
+def _make_fused(cls: type, strict: bool, policy: str) -> type:
+    """fused()'s class for (cls, strict, policy): cls's constructor, then fusejit's state."""
     def __init__(self, *args, **kwargs):
         cls.__init__(self, *args, **kwargs)
         _attach(self, cls.forward, strict, policy, recognize_as=cls)
@@ -951,7 +996,9 @@ def fused(cls: type, *, strict: bool = False, policy: str = "auto") -> type:
         "__module__": cls.__module__,
         "__qualname__": getattr(cls, "__qualname__", cls.__name__),
         "__doc__": cls.__doc__,
+        "__reduce_ex__": _reduce_fused,
         "_fusejit_original": cls,
+        "_fusejit_made_by_fused": True,
     })
 
 

@@ -2,8 +2,10 @@
 their warnings, strict errors, the eager evaluation used for shapes and gradients, the backward's
 binding and its fallback decisions (with the GPU parts mocked), the policy store's integrity, and
 the installed package. Needs libfusejit.so (FUSEJIT_LIBRARY or build/)."""
+import copy
 import inspect
 import os
+import pickle
 import subprocess
 import sys
 import warnings
@@ -129,6 +131,39 @@ def test_unrecognized_module_runs_the_original_with_one_warning():
         assert torch.equal(fast(x), model(x))
         fast(x)
     assert len([w for w in caught if issubclass(w.category, fj.FusejitWarning)]) == 1
+
+
+@pytest.mark.parametrize("made_by", ["fuse", "fused"])
+def test_fused_modules_copy_and_pickle(made_by):
+    """copy.deepcopy, copy.copy and pickle (torch.save(model)) of a fused module give a fused module
+    of the same class, strict and policy, with fusejit state of its own: a deep copy's parameters
+    are its own (changing them leaves the original alone), a shallow copy shares them, and
+    unpickled instances of fused(Model) are instances of that same class."""
+    cls, init, _, _, small = SEEDS["W4"]
+    torch.manual_seed(2)
+    if made_by == "fuse":
+        fast = fj.fuse(randomized(cls(*init)), policy="fused")
+    else:
+        fast = randomized(fj.fused(cls, policy="fused")(*init))
+    x = torch.randn(*small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fj.FusejitWarning)  # CPU input: the original runs
+        want = fast(x)
+        deep = copy.deepcopy(fast)
+        shallow = copy.copy(fast)
+        loaded = pickle.loads(pickle.dumps(fast))
+        for other in (deep, shallow, loaded):
+            assert type(other) is type(fast) and fj.is_fused(other)
+            st, st0 = other.__dict__["_fusejit"], fast.__dict__["_fusejit"]
+            assert st is not st0 and (st.strict, st.policy, st.tail) == (st0.strict, st0.policy,
+                                                                          st0.tail)
+            assert torch.equal(other(x), want)
+        assert all(a is b for a, b in zip(shallow.parameters(), fast.parameters()))
+        with torch.no_grad():
+            for p in deep.parameters():
+                p.mul_(2)
+        assert torch.equal(fast(x), want)
+    assert all(a is not b for a, b in zip(loaded.parameters(), fast.parameters()))
 
 
 def test_bad_arguments_are_named():
