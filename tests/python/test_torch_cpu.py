@@ -399,6 +399,36 @@ def test_training_calls_are_decided_as_steps(monkeypatch):
     assert calls[-1] == (None, None)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_check_references(dtype, monkeypatch):
+    """The auto policy's training check (_measure_training, run here on the CPU with a fused
+    backward that returns the chain's float32 gradients rounded to the dtype): the fused and
+    original steps agree; a bf16 chain's gradients are checked against the chain's in float32
+    (_float32_gradients), an f32 chain's against the original's backward."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_median_ms", lambda fn, reps: (fn(), 1.0)[1])
+    cls, init, _, _, small = SEEDS["W4"]
+    fast = fj.fuse(randomized(cls(*init)).to(dtype))
+    st = fast.__dict__["_fusejit"]
+    x = torch.randn(*small).to(dtype)
+    spec = fj._spec(st, x)
+    params = [get(fast) for get in st.getters]
+    needs = [True] * (1 + len(params))
+
+    real = fj._float32_gradients
+
+    def launch_backward(chain, x, params, grad, saved=None):
+        grads = [t.to(x.dtype) for t in real(spec, x, params, grad, needs)]
+        return grads[0], grads[1:]
+    monkeypatch.setattr(fj, "_launch_backward", launch_backward)
+    used = []
+    monkeypatch.setattr(fj, "_float32_gradients", lambda *a: used.append(a[0]) or real(*a))
+    entry, why = fj._measure_training(fast, st, spec, x, params, needs, backward=object())
+    assert why is None and entry["decision"] == "fused", (entry, why)
+    assert used == ([spec] if dtype == torch.bfloat16 else []), used
+    assert all(p.grad is None for p in fast.parameters())
+
+
 def test_a_backward_through_the_fused_backward_is_refused(monkeypatch):
     _pretend_cuda(monkeypatch)
     monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
