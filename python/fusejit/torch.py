@@ -742,12 +742,9 @@ def _float32_gradients(spec: str, x: torch.Tensor, params: List[torch.Tensor], g
     check's bound allows: a bf16 conv_transpose3d(k=4, stride=2) | relu | group_norm step's
     gradients were 7.7e-2 from float64 (relative L2) against fusejit's 2.9e-3 (H200,
     2026-11-29), and the check ran the original with a warning that fusejit's differed."""
-    with torch.enable_grad(), _strict_fp32(), torch.autocast(x.device.type, enabled=False):
-        xs = x.detach().float().requires_grad_(bool(needs[0]))
-        ps = [p.detach().float().requires_grad_(bool(n)) for p, n in zip(params, needs[1:])]
-        y = _chain.eager(_ops(spec), xs, ps)
-        wrt = [t for t in [xs] + ps if t.requires_grad]
-        return list(torch.autograd.grad(y, wrt, g.float())) if wrt else []
+    with torch.autocast(x.device.type, enabled=False):
+        gx, gps = _eager_backward(spec, x.float(), [p.float() for p in params], g.float(), needs)
+    return [t for t in [gx] + gps if t is not None]
 
 
 class _Ready(object):
