@@ -99,6 +99,11 @@ _compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a Fus
 _compiled_bwd = {}  # type: Dict[Tuple[str, int], object]   # the same for the backward
 # Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
 # fused backward and by the eager fallback.
+_module_mod = nn.modules.module
+# PyTorch's global module hooks (register_module_forward_hook, ...): the dicts themselves.
+_global_hooks = [getattr(_module_mod, n) for n in (
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+    "_global_backward_pre_hooks") if isinstance(getattr(_module_mod, n, None), dict)]
 _stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0, "saved_backward": 0}
 _ops_cache = {}  # type: Dict[str, list]
 
@@ -527,6 +532,7 @@ class _State(object):
         self.unsupported = None  # type: Optional[str]
         self.getters = []
         self.ready = {}
+        self.submodules = []  # every submodule, as the last checked call found them (hooks)
         self.last_decision = None  # type: Optional[dict]
         try:
             r = _recognize_module().recognize(model)
@@ -590,6 +596,41 @@ def _why_not(x, params) -> Optional[str]:
                                                                      x.dtype, x.device)
         if not p.is_contiguous() or p.data_ptr() % 16:
             return "parameter %s is not contiguous and 16-byte aligned" % name
+    return None
+
+
+def _shape_mismatch(chain, named) -> Optional[str]:
+    """Why the parameters do not fit `chain`, compiled for this input (None when they do): the
+    chain takes its input channels from x, so an input with other channels than the model's
+    layers make a chain whose weights have other shapes than the parameters (fusejit would read
+    past them). The original forward then raises PyTorch's own error."""
+    sig = chain.signature
+    for i, (name, p) in enumerate(named):
+        want = tuple(sig[1 + i].shape)
+        if tuple(p.shape) != want:
+            return ("parameter %s has shape %s, but for an input of shape %s the chain needs %s "
+                    "(does the input have the channels the model was built for?)" %
+                    (name, list(p.shape), list(sig[0].shape), list(want)))
+    return None
+
+
+def _any_hook(modules) -> bool:
+    """Whether a global module hook or one on `modules` is registered (the fast path's check)."""
+    return any(_global_hooks) or any(
+        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
+        getattr(m, "_backward_pre_hooks", None) for m in modules)
+
+
+def _hooked(self) -> Optional[str]:
+    """Why hooks need the original forward (None when none do): a forward or backward hook on a
+    submodule (or a global module hook) runs only when that submodule is called, and the fused
+    chain calls none of them. The module's own hooks run either way (nn.Module.__call__)."""
+    if any(_global_hooks):
+        return "a global module hook is registered (nn.modules.module.register_module_*_hook)"
+    for name, m in self.named_modules():
+        if m is not self and _any_hook([m]):
+            return ("submodule '%s' has a forward or backward hook, which runs only when the "
+                    "original forward calls it" % name)
     return None
 
 
@@ -769,7 +810,7 @@ def _fused_forward(self, *args, **kwargs):
             ptrs = [p.data_ptr() for p in params]
             xp = x.data_ptr()
             if (ptrs == ready.param_ptrs and not xp % 16 and x.is_contiguous() and
-                    not _is_autocast_enabled() and
+                    not _is_autocast_enabled() and not _any_hook(st.submodules) and
                     not (_is_grad_enabled() and
                          (x.requires_grad or any(p.requires_grad for p in params)))):
                 if ready.eager:
@@ -824,9 +865,12 @@ def _autocast_forward(self, st, x, named, args, kwargs):
             return _fallback(self, st, reason, args, kwargs)
         spec = _spec(st, xr)
         try:
-            _compiled_chain(spec, xr.device.index)
+            chain = _compiled_chain(spec, xr.device.index)
         except _lib.FusejitError as e:
             return _fallback(self, st, str(e), args, kwargs)
+        reason = _shape_mismatch(chain, named)
+        if reason is not None:
+            return _fallback(self, st, reason, args, kwargs)
         _stats["autocast"] += 1
         if _is_grad_enabled() and (xr.requires_grad or any(p.requires_grad for p in params)):
             return _call_op(spec, xr, params)
@@ -842,6 +886,10 @@ def _checked_forward(self, st, args, kwargs):
         return _fallback(self, st, "fusejit takes one tensor argument", args, kwargs)
     x = args[0]
     named = [(name, _get(self, path)) for name, path in st.param_paths]
+    st.submodules = [m for m in self.modules() if m is not self]
+    hooked = _hooked(self)
+    if hooked is not None:
+        return _fallback(self, st, hooked, args, kwargs)
     if _is_compiling():
         return _call_op(_spec(st, x), x, [p for _, p in named])
     if x.is_cuda and _is_autocast_enabled():
@@ -860,6 +908,9 @@ def _checked_forward(self, st, args, kwargs):
         chain = _compiled_chain(spec, device)
     except _lib.FusejitError as e:
         return _fallback(self, st, str(e), args, kwargs)
+    reason = _shape_mismatch(chain, named)
+    if reason is not None:
+        return _fallback(self, st, reason, args, kwargs)
     # A training call (gradients needed, module in training mode) is followed by a backward: its
     # fused backward is compiled now (a cache hit later), so that the auto policy can time the
     # step and strict=True can refuse a chain without one. Other calls needing gradients compile

@@ -330,6 +330,97 @@ def _pretend_cuda(monkeypatch):
     monkeypatch.setattr(fj, "_compiled_chain", lambda spec, device: object())
     monkeypatch.setattr(fj, "_run", lambda spec, x, params: _chain.eager(fj._ops(spec), x, params))
     monkeypatch.setattr(fj, "_training_pair", lambda spec, device: None)  # no u to save here
+    monkeypatch.setattr(fj, "_shape_mismatch", lambda chain, named: None)  # no signature here
+
+
+class _ConvNorm(nn.Module):
+    def __init__(self, cin=4):
+        super().__init__()
+        self.conv = nn.Conv3d(cin, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return torch.relu(self.gn(F.silu(self.conv(x))))
+
+
+@pytest.mark.parametrize("policy", ["fused", "auto"])
+def test_an_input_with_other_channels_runs_the_original(monkeypatch, policy):
+    """An input whose channels are not the model's makes a chain whose weights are not the
+    parameters' shapes: the original forward runs (and raises PyTorch's error), with a warning
+    naming the parameter; fusejit must never run it (it would read past the weights). The real
+    compiled chain's signature is what the parameters are checked against."""
+    monkeypatch.setattr(fj, "_why_not", lambda x, named: None)  # CPU tensors pass
+    compiled = {}
+
+    def compile_for_sm90(spec, device):
+        if spec not in compiled:
+            compiled[spec] = fusejit.Chain(spec, arch="sm_90")
+        return compiled[spec]
+    monkeypatch.setattr(fj, "_compiled_chain", compile_for_sm90)
+    ran = []
+    monkeypatch.setattr(fj, "_run", lambda spec, x, params: ran.append(spec))
+    monkeypatch.setattr(fj, "_decide", lambda self, st, spec, x, params, *a: "fused")
+    model = randomized(_ConvNorm()).eval().requires_grad_(False)
+    fast = fj.fuse(model, policy=policy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="channels"):
+            fast(torch.randn(2, 5, 6, 7, 8))  # the model's conv takes 4
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert not ran
+    assert len(ours) == 1 and "parameter 0.weight has shape [8, 4, 3, 3, 3]" in ours[0], ours
+    assert "needs [8, 5, 3, 3, 3]" in ours[0]
+    with pytest.raises(fj.Unsupported, match="parameter 0.weight has shape"):
+        fj.fuse(model, strict=True, policy=policy)(torch.randn(2, 5, 6, 7, 8))
+    fast(torch.randn(2, 4, 6, 7, 8))  # the right channels: fused
+    assert ran == ["x:f32[2,4,6,7,8]" + fast.__dict__["_fusejit"].tail]
+
+
+@pytest.mark.parametrize("where", ["forward", "forward_pre", "backward", "global"])
+def test_hooks_on_submodules_run_the_original(monkeypatch, where):
+    """A hook on a submodule runs only if that submodule is called, and the fused chain calls
+    none: while one is registered, the original forward runs (with a warning naming it), on the
+    checked path and on the fast path; once it is removed, the fused chain runs again."""
+    _pretend_cuda(monkeypatch)
+    ran = []
+    monkeypatch.setattr(fj, "_run", lambda spec, x, params: ran.append(spec) or
+                        _chain.eager(fj._ops(spec), x, params))
+    monkeypatch.setattr(fj, "_launch", lambda chain, x, ptrs: ran.append("fast path") or
+                        torch.zeros(()))  # calls no submodule, as the fused chain
+    model = randomized(_ConvNorm()).eval()
+    fast = fj.fuse(model, policy="fused")
+    x = torch.randn(2, 4, 6, 7, 8)
+    with torch.no_grad():
+        fast(x)
+        fast(x)  # the fast path is set up
+    assert len(ran) == 2
+    seen = []
+    hook = lambda *args: seen.append(1)  # noqa: E731
+    register = {"forward": fast.conv.register_forward_hook,
+                "forward_pre": fast.conv.register_forward_pre_hook,
+                "backward": fast.gn.register_full_backward_hook,
+                "global": nn.modules.module.register_module_forward_hook}[where]
+    handle = register(hook)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            xg = x.clone().requires_grad_(where == "backward")
+            y = fast(xg)
+            if where == "backward":
+                y.sum().backward()
+            else:
+                with torch.no_grad():
+                    fast(x)  # the fast path sees the hook too
+    finally:
+        handle.remove()
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(ran) == 2 and seen, (ran, seen)
+    assert len(ours) == 1 and "hook" in ours[0], ours
+    if where != "global":
+        assert ("'%s'" % ("gn" if where == "backward" else "conv")) in ours[0]
+    with torch.no_grad():
+        fast(x)
+    assert len(ran) == 3  # fused again
 
 
 def test_training_without_a_fused_backward(monkeypatch):
