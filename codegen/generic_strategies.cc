@@ -51,12 +51,16 @@ unsigned StrideGrid(int64_t elements, const PlanTarget& target, const GenericTun
 }
 
 // Blocks per reduction segment: enough blocks in all to fill the device, each with at least a
-// few elements per thread, and at most 65535 (grid.y).
-int64_t ChunksFor(int64_t segments, int64_t segment_length, const PlanTarget& target,
-                  int64_t block) {
+// few elements per thread -- one where each element is a convolution's sum of at least 8
+// products (`macs_per_point`): 4 would leave the device mostly idle when the output is small
+// against its convolution ([8,24,26,18,29] k5 s2 -> 4 channels | mean: 32 blocks) -- and at
+// most 65535 (grid.y).
+int64_t ChunksFor(int64_t segments, int64_t segment_length, const PlanTarget& target, int64_t block,
+                  double macs_per_point) {
   const int64_t want_blocks = static_cast<int64_t>(target.sm_count) * 8;
+  const int64_t per_thread = macs_per_point >= 8 ? 1 : 4;
   int64_t chunks = (want_blocks + segments - 1) / segments;
-  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, segment_length / (block * 4)));
+  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, segment_length / (block * per_thread)));
   return std::clamp<int64_t>(chunks, 1, 65535);
 }
 
@@ -169,6 +173,19 @@ double GenericCost(const ChainInfo& info, double bytes_per_point, double produce
          (bytes_per_point / 3.0 + producer_passes * 2.0 * info.macs_per_point / 15.0);
 }
 
+// How many times slower than GenericCost's rate a reduction pass evaluates the producer when its
+// grid holds `threads` threads (at most one per point): below ~1024 threads an SM the SMs idle
+// or cannot hide the gathers' latency. Measured on the H200 (2026-11-29,
+// bench/random_chain_speed.py): reduce-mean with a k5 convolution ran 0.4-1.0 TFLOP/s on 8 K-49 K
+// threads, against the 7.5 of a full grid (ElementwiseStrategy's calibration). 1 without a
+// producer (the pass is bound by its bytes).
+double PassSlowdown(const ChainInfo& info, const PlanTarget& target, int64_t threads) {
+  if (info.macs_per_point <= 0) return 1.0;
+  const double full = static_cast<double>(target.sm_count) * 1024.0;
+  const double have = static_cast<double>(std::min<int64_t>(threads, info.elements));
+  return std::max(1.0, full / std::max(1.0, have));
+}
+
 // The generic strategies' tuning: each tunes a subset of GenericTune (Fields()) and builds its
 // plan from a validated GenericTune (BuildTuned()).
 class GenericStrategy : public Strategy {
@@ -233,14 +250,28 @@ class GenericStrategy : public Strategy {
   virtual Plan BuildTuned(const ChainInfo& info, const PlanTarget& target,
                           const GenericTune& t) const = 0;
 
+  // The producer-evaluation passes of the default configuration's statistics pass (group_norm)
+  // and mean pass, each at GenericCost's rate halved (the gathers, as ElementwiseStrategy's
+  // calibration) and slowed by its grid's parallelism (PassSlowdown).
+  static double StatsPasses(const PlanInput& in) {
+    const GenericTune t = Choose(in.info, in.target);
+    const Segments seg = SegmentsOf(in.info);
+    return 2.0 * PassSlowdown(in.info, in.target, seg.stats * t.chunks * t.block);
+  }
+  static double MeanPasses(const PlanInput& in) {
+    const GenericTune t = Choose(in.info, in.target);
+    const Segments seg = SegmentsOf(in.info);
+    return 2.0 * PassSlowdown(in.info, in.target, seg.mean * t.mean_chunks * t.block);
+  }
+
  private:
   // The heuristic: 256 threads, 16 blocks an SM for grid-stride kernels, reductions split to
   // fill the device (ChunksFor).
   static GenericTune Choose(const ChainInfo& info, const PlanTarget& target) {
     GenericTune t;
     const Segments seg = SegmentsOf(info);
-    t.chunks = ChunksFor(seg.stats, seg.stats_length, target, t.block);
-    t.mean_chunks = ChunksFor(seg.mean, seg.mean_length, target, t.block);
+    t.chunks = ChunksFor(seg.stats, seg.stats_length, target, t.block, info.macs_per_point);
+    t.mean_chunks = ChunksFor(seg.mean, seg.mean_length, target, t.block, info.macs_per_point);
     return t;
   }
   absl::StatusOr<GenericTune> Parse(const ChainInfo& info, const PlanTarget& target,
@@ -302,7 +333,10 @@ class ReduceMeanStrategy : public GenericStrategy {
     const ChainInfo& info = in.info;
     return !info.group_norm && info.mean != MeanMode::kNone;
   }
-  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 0, 1); }
+  // Without a producer x is read once (4 bytes a point).
+  double Cost(const PlanInput& in) const override {
+    return GenericCost(in.info, in.info.producer ? 0 : 4, MeanPasses(in));
+  }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kReduceMeanFields; }
@@ -335,7 +369,10 @@ class NormalizeStrategy : public GenericStrategy {
   double Cost(const PlanInput& in) const override {
     const ChainInfo& info = in.info;
     const bool x_read = !info.producer;
-    return store_ ? GenericCost(info, x_read ? 16 : 12, 1) : GenericCost(info, x_read ? 12 : 4, 2);
+    // The normalize pass runs on a full grid (recompute-normalize: a second evaluation at the
+    // elementwise rate).
+    return store_ ? GenericCost(info, x_read ? 16 : 12, StatsPasses(in))
+                  : GenericCost(info, x_read ? 12 : 4, StatsPasses(in) + 2);
   }
 
  protected:
@@ -379,7 +416,7 @@ class RecomputeMeanStrategy : public GenericStrategy {
   // Without a producer, x itself is read twice (4 bytes a point each; channel-moments-mean reads
   // it once).
   double Cost(const PlanInput& in) const override {
-    return GenericCost(in.info, in.info.producer ? 0 : 8, 2);
+    return GenericCost(in.info, in.info.producer ? 0 : 8, StatsPasses(in) + MeanPasses(in));
   }
 
  protected:

@@ -98,6 +98,7 @@ __device__ __forceinline__ Coord decompose(long long i) {
 template <class Cfg, class T>
 __device__ __forceinline__ AccT<Cfg> produce_at(const T* __restrict__ x, const T* __restrict__ weight,
                                             const T* __restrict__ bias, long long i) {
+  if constexpr (Cfg::kProducer == kNoProducer) return load_as<AccT<Cfg>>(x[i]);  // i indexes x
   const Coord p = decompose<Cfg>(i);
   return produce<Cfg>(x, weight, bias, p.n, p.c, p.d, p.h, p.w);
 }

@@ -58,6 +58,33 @@ TEST(Planner, SeedChainsGetTheExpectedPlans) {
   EXPECT_EQ(strategy(3), "mma-moments-mean");
 }
 
+// A convolution whose output is small against its sums (a mean after a strided k5 conv with
+// few output channels): the generic reduce-mean evaluates one point per thread, and with 4
+// channels x 8 samples it had 32 blocks (H200, 2026-11-29: 1.48 ms against the tensor cores'
+// 0.127; bench/random_chain_speed.py R39). The cost counts that parallelism (PassSlowdown), so
+// tc-conv is chosen; where reduce-mean runs anyway (named, or a dtype without tc-conv), its
+// chunks fill the device.
+TEST(Planner, ReductionsWithFewOutputPointsUseTheDeviceOrTheTensorCores) {
+  codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  for (const char* spec :
+       {"x:f32[8,24,26,18,29] | conv3d(out=4,k=5,stride=2,padding=1) | mean(dims=[1,2,3,4])",
+        "x:f32[32,64,18,18,18] | conv3d(out=6,k=5,stride=2,padding=1) | mean(dims=[2,3,4])",
+        "x:f32[1,16,34,9,7] | conv3d(out=32,k=3,padding=1) | mean(dims=[1,2,3,4])"}) {
+    SCOPED_TRACE(spec);
+    const Chain chain = Parse(spec);
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, target);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->strategy, "tc-conv");
+    absl::StatusOr<codegen::Plan> generic = codegen::MakePlan(chain, target, "reduce-mean");
+    ASSERT_TRUE(generic.ok()) << generic.status();
+    const codegen::KernelLaunch& k = generic->kernels[0];
+    const int64_t threads = int64_t{k.grid[0]} * k.grid[1] * k.block[0];
+    // At least a full grid's worth of blocks, or one thread per output point.
+    EXPECT_GE(threads, std::min<int64_t>(132 * 8 * 256, NumElements(ShapeAfter(chain, 0)) / 2))
+        << codegen::ExplainPlan(*generic);
+  }
+}
+
 TEST(Planner, WorkspaceIsSmallNotFullSize) {
   codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
   for (const Workload& w : SeedWorkloads()) {
