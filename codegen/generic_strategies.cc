@@ -167,18 +167,34 @@ Plan BasePlan(std::string name, std::string description) {
 }
 
 // Rough relative time of a generic plan: bytes moved per point at ~3 TB/s plus the producer's
-// FLOPs at a generic-kernel rate, per point, times how often each happens.
+// FLOPs at a generic-kernel rate, per point, times how often each happens. Each evaluation of a
+// producer also costs its point's index arithmetic (64-bit divisions: ~3 ps a point at full
+// issue); a conv3d strided along w gathers x at that stride (each 32-byte sector serves
+// 8 / stride lanes), and a strided conv_transpose3d visits the taps of every output phase. Measured
+// on the H200 (2026-11-29, bench/notes/session27_2026-11-29.txt): [32,48,38,14,39] 1x1 stride 2 ->
+// 128 | group_norm: store-normalize 0.653 ms against tc-conv's 0.201 (modeled 183 against 198
+// without these terms); [8,1,16,6,37] k2 -> 96 | mean: reduce-mean 0.049 against 0.029.
 double GenericCost(const ChainInfo& info, double bytes_per_point, double producer_passes) {
-  return static_cast<double>(info.elements) *
-         (bytes_per_point / 3.0 + producer_passes * 2.0 * info.macs_per_point / 15.0);
+  double per_eval = 0;
+  if (info.producer != nullptr) {
+    const Dims3& s = info.producer->conv.stride;
+    // conv3d: the sector use of x's gathers. conv_transpose3d: the loop visits every tap and
+    // skips those of other output phases, so it costs macs_per_point (the phases' average)
+    // times the phases ([16,128,22,16,27] k3 s2 -> 4 | group_norm: store-normalize 5.67 ms
+    // against tc-conv's 0.80, modeled as 0.32 without this).
+    const double loop = info.producer->kind == OpKind::kConv3d
+                            ? static_cast<double>(std::min<int64_t>(s[2], 8))
+                            : static_cast<double>(s[0] * s[1] * s[2]);
+    per_eval = 3.0 + 2.0 * info.macs_per_point * loop / 15.0;
+  }
+  return static_cast<double>(info.elements) * (bytes_per_point / 3.0 + producer_passes * per_eval);
 }
 
 // How many times slower than GenericCost's rate a reduction pass evaluates the producer when its
 // grid holds `threads` threads (at most one per point): below ~1024 threads an SM the SMs idle
 // or cannot hide the gathers' latency. Measured on the H200 (2026-11-29,
 // bench/random_chain_speed.py): reduce-mean with a k5 convolution ran 0.4-1.0 TFLOP/s on 8 K-49 K
-// threads, against the 7.5 of a full grid (ElementwiseStrategy's calibration). 1 without a
-// producer (the pass is bound by its bytes).
+// threads, against ~6 on a full grid. 1 without a producer (the pass is bound by its bytes).
 double PassSlowdown(const ChainInfo& info, const PlanTarget& target, int64_t threads) {
   if (info.macs_per_point <= 0) return 1.0;
   const double full = static_cast<double>(target.sm_count) * 1024.0;
@@ -251,17 +267,16 @@ class GenericStrategy : public Strategy {
                           const GenericTune& t) const = 0;
 
   // The producer-evaluation passes of the default configuration's statistics pass (group_norm)
-  // and mean pass, each at GenericCost's rate halved (the gathers, as ElementwiseStrategy's
-  // calibration) and slowed by its grid's parallelism (PassSlowdown).
+  // and mean pass, each slowed by its grid's parallelism (PassSlowdown).
   static double StatsPasses(const PlanInput& in) {
     const GenericTune t = Choose(in.info, in.target);
     const Segments seg = SegmentsOf(in.info);
-    return 2.0 * PassSlowdown(in.info, in.target, seg.stats * t.chunks * t.block);
+    return PassSlowdown(in.info, in.target, seg.stats * t.chunks * t.block);
   }
   static double MeanPasses(const PlanInput& in) {
     const GenericTune t = Choose(in.info, in.target);
     const Segments seg = SegmentsOf(in.info);
-    return 2.0 * PassSlowdown(in.info, in.target, seg.mean * t.mean_chunks * t.block);
+    return PassSlowdown(in.info, in.target, seg.mean * t.mean_chunks * t.block);
   }
 
  private:
@@ -304,9 +319,9 @@ class ElementwiseStrategy : public GenericStrategy {
   // elementwise stays: [8,40,12,12,12] 1x1 -> 40: 0.013 against 0.015 / 0.016. f32 chains only:
   // that last chain in bf16 ran 0.0158 ms elementwise against tc-conv's 0.0137 on the CLI, but
   // 0.024 through the PyTorch drop-in with tc-conv's two kernels against 0.015 with one.
-  double Cost(const PlanInput& in) const override {
-    return GenericCost(in.info, 4, in.chain.dtype == DType::kF32 ? 2 : 1);
-  }
+  // (Fitted with the producer counted twice and no per-point term; the per-point term of
+  // GenericCost now stands for most of the second count: the choices above are unchanged.)
+  double Cost(const PlanInput& in) const override { return GenericCost(in.info, 4, 1); }
 
  protected:
   std::span<const TuneField<GenericTune>> Fields() const override { return kElementwiseFields; }
@@ -372,7 +387,7 @@ class NormalizeStrategy : public GenericStrategy {
     // The normalize pass runs on a full grid (recompute-normalize: a second evaluation at the
     // elementwise rate).
     return store_ ? GenericCost(info, x_read ? 16 : 12, StatsPasses(in))
-                  : GenericCost(info, x_read ? 12 : 4, StatsPasses(in) + 2);
+                  : GenericCost(info, x_read ? 12 : 4, StatsPasses(in) + 1);
   }
 
  protected:
