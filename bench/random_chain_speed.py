@@ -133,6 +133,9 @@ def main():
                     xr = x.detach().requires_grad_(True)
                     with torch.no_grad():
                         gy = (torch.rand(model(xr).shape, device="cuda") * 2 - 1).to(dtype)
+                    xd = x.detach().double().requires_grad_(True)
+                    ref(xd).backward(gy.double())
+                    want = [xd.grad] + [prm.grad for prm in ref.parameters()]
                     for key, m in (("fused", fast), ("eager", model)):
                         params = list(m.parameters())
 
@@ -144,6 +147,9 @@ def main():
                         row[key + "_ms"] = time_cuda(step, args.reps)
                         if dname == "f32" and key == "eager":
                             row["eager_strict_ms"] = time_cuda(strict(step), args.reps)
+                        step()  # the largest error of every gradient against float64
+                        got = [xr.grad] + [prm.grad for prm in params]
+                        row[key + "_err"] = max(rel_err(a, b) for a, b in zip(got, want))
                 else:
                     with torch.no_grad():
                         want = ref(x.double())

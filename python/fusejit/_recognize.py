@@ -16,7 +16,9 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   torch.conv_transpose3d with the model's own Parameters (get_attr) as weight and bias.
 - elementwise, as modules, functions, methods and in-place forms: relu, leaky_relu, sigmoid, tanh,
   silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip, hardtanh,
-  relu6 -> clamp(min=0,max=6); a clamp with only min=0 is relu), swish written out
+  relu6 -> clamp(min=0,max=6), marked: their gradient at the bounds is 0, clamp's 1, so calls
+  needing gradients run the original (Recognized.training_fallback); a clamp with only min=0 is
+  relu), swish written out
   (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling).
 - at most one group_norm: nn.GroupNorm (affine), F.group_norm / torch.group_norm with Parameters.
@@ -124,6 +126,9 @@ class Recognized:
     param_paths: dict
     # Extras (not needed by the spec): where each op came from, for logs and warnings.
     sources: list = dataclasses.field(default_factory=list)
+    # Why calls that need gradients must run the original forward (None: they can run fused):
+    # an op whose values fusejit has but whose gradient convention it does not (hardtanh).
+    training_fallback: Optional[str] = None
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     _gn: Optional[Tuple[int, Any]] = dataclasses.field(default=None, repr=False, compare=False)
@@ -445,11 +450,21 @@ def _b_leaky(b, where, layer, ctx):
 
 
 def _b_hardtanh(b, where, layer, ctx):
-    return _clamp_op(b["min_val"], b["max_val"], where, layer)
+    return _hardtanh_op(b["min_val"], b["max_val"], where, layer)
 
 
 def _b_relu6(b, where, layer, ctx):
-    return "clamp", {"min": 0.0, "max": 6.0}, {}
+    return _hardtanh_op(0.0, 6.0, where, layer)
+
+
+def _hardtanh_op(lo, hi, where, layer):
+    """hardtanh and relu6 as the grammar's clamp: the same values, but PyTorch's hardtanh
+    backward passes the gradient only strictly inside (min, max) where clamp's includes the
+    bounds. The attribute "_exclusive" marks the op so that calls needing gradients run the
+    original (Recognized.training_fallback); it is not part of the spec."""
+    kind, attrs, params = _clamp_op(lo, hi, where, layer)
+    attrs = dict(attrs, _exclusive=True)
+    return kind, attrs, params
 
 
 def _b_gelu(b, where, layer, ctx):
@@ -721,9 +736,10 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
                            "(approximate='none')" % (approximate,), layer)
         return "gelu", {}, {}, False
     if t is nn.ReLU6:
-        return "clamp", {"min": 0.0, "max": 6.0}, {}, inplace
+        kind, attrs, params = _hardtanh_op(0.0, 6.0, where, layer)
+        return kind, attrs, params, inplace
     if t is nn.Hardtanh:
-        kind, attrs, params = _clamp_op(mod.min_val, mod.max_val, where, layer)
+        kind, attrs, params = _hardtanh_op(mod.min_val, mod.max_val, where, layer)
         return kind, attrs, params, inplace
     if t is nn.Identity:
         return "skip", {}, {}, False
@@ -937,7 +953,7 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
         six = _classify(r, first, ctx)
     except Unsupported:
         return None
-    if six is None or six.kind != "clamp" or six.attrs != {"min": 0.0, "max": 6.0}:
+    if six is None or six.kind != "clamp" or (six.attrs["min"], six.attrs["max"]) != (0.0, 6.0):
         return None
     u = _only_user(r)
     if u is None:
@@ -1122,7 +1138,16 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
             _refuse(gn.where, "group_norm of %d channels in %d groups follows a convolution with "
                               "%d output channels" % (int(w.numel()), gn.attrs["groups"], c),
                     gn.layer)
+    exclusive = [op.where for op in ops if op.attrs.get("_exclusive")]
+    training_fallback = None
+    if exclusive:
+        training_fallback = (
+            "%s passes the gradient only strictly between its bounds (PyTorch's hardtanh "
+            "backward), where fusejit's clamp passes it at the bounds too: calls that need "
+            "gradients run the original forward (calls without gradients run fused)"
+            % ", ".join(exclusive))
     return Recognized(
+        training_fallback=training_fallback,
         ops=[op.text() for op in ops], params=params, param_paths=paths,
         sources=[op.where for op in ops],
         _conv_weight=None if conv is None else conv.params["weight"][0],

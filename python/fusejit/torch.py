@@ -530,6 +530,7 @@ class _State(object):
         self.tail = None  # " | op | op ...": the chain without its input
         self.param_paths = []  # type: List[Tuple[str, str]]  # (chain name, qualified name)
         self.unsupported = None  # type: Optional[str]
+        self.training_fallback = None  # type: Optional[str]  # Recognized.training_fallback
         self.getters = []
         self.ready = {}
         self.submodules = []  # every submodule, as the last checked call found them (hooks)
@@ -542,6 +543,7 @@ class _State(object):
             self.unsupported = str(e)
             return
         self.tail = "".join(" | " + op for op in r.ops)
+        self.training_fallback = r.training_fallback
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
         # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
@@ -890,6 +892,9 @@ def _checked_forward(self, st, args, kwargs):
     hooked = _hooked(self)
     if hooked is not None:
         return _fallback(self, st, hooked, args, kwargs)
+    if st.training_fallback is not None and _is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for _, p in named)):
+        return _fallback(self, st, st.training_fallback, args, kwargs)
     if _is_compiling():
         return _call_op(_spec(st, x), x, [p for _, p in named])
     if x.is_cuda and _is_autocast_enabled():

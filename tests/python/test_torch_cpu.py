@@ -333,6 +333,15 @@ def _pretend_cuda(monkeypatch):
     monkeypatch.setattr(fj, "_shape_mismatch", lambda chain, named: None)  # no signature here
 
 
+class _Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 class _ConvNorm(nn.Module):
     def __init__(self, cin=4):
         super().__init__()
@@ -374,6 +383,67 @@ def test_an_input_with_other_channels_runs_the_original(monkeypatch, policy):
         fj.fuse(model, strict=True, policy=policy)(torch.randn(2, 5, 6, 7, 8))
     fast(torch.randn(2, 4, 6, 7, 8))  # the right channels: fused
     assert ran == ["x:f32[2,4,6,7,8]" + fast.__dict__["_fusejit"].tail]
+
+
+class _Act(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 1)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.conv(x))
+
+
+@pytest.mark.parametrize("form", ["nn.ReLU6", "nn.Hardtanh", "F.relu6", "F.hardtanh",
+                                  "torch.clamp", "written-out hardswish"])
+def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
+    """nn.Hardtanh, nn.ReLU6 and their functions have clamp's values, but PyTorch's hardtanh
+    backward passes the gradient only strictly inside the bounds, where clamp's (and fusejit's)
+    includes them: a bf16 chain hits the bounds exactly often (gradient errors of 9e-2 against
+    float64 where eager's were 5e-3, H200, session 27). Calls needing gradients run the original
+    (with a warning naming the layer); calls without run fused. torch.clamp keeps the fused
+    backward, and so does relu6 inside a written-out hardswish (its gradient at +-3 is
+    hardswish's)."""
+    _pretend_cuda(monkeypatch)
+    ran = []
+    monkeypatch.setattr(fj, "_run", lambda spec, x, params: ran.append(spec) or
+                        _chain.eager(fj._ops(spec), x, params))
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: ran.append(spec) or
+                        _chain.eager(fj._ops(spec), x, params))
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    act = {"nn.ReLU6": nn.ReLU6(), "nn.Hardtanh": nn.Hardtanh(-0.5, 0.5),
+           "F.relu6": _Lambda(F.relu6), "F.hardtanh": _Lambda(lambda v: F.hardtanh(v, -0.5, 0.5)),
+           "torch.clamp": _Lambda(lambda v: torch.clamp(v, -0.5, 0.5)),
+           "written-out hardswish": _Lambda(lambda v: v * F.relu6(v + 3) / 6)}[form]
+    model = randomized(_Act(act))
+    fast = fj.fuse(model, policy="fused")
+    st = fast.__dict__["_fusejit"]
+    exclusive = form in ("nn.ReLU6", "nn.Hardtanh", "F.relu6", "F.hardtanh")
+    assert (st.training_fallback is not None) == exclusive, st.training_fallback
+    with torch.no_grad():
+        fast(torch.randn(1, 3, 2, 2, 2))
+    assert len(ran) == 1  # inference: fused either way
+    # Inputs whose convolution output is exactly at the bounds: 1x1 conv with weight e_0 and
+    # bias 0 passes channel 0 through.
+    with torch.no_grad():
+        model.conv.weight.zero_()
+        model.conv.weight[:, 0] = 1.0
+        model.conv.bias.zero_()
+    x = torch.tensor([-0.5, 0.5, 0.0, 6.0, 3.0, -3.0, 0.25, 7.0]).reshape(1, 1, 2, 2, 2)
+    x = torch.cat([x, torch.zeros_like(x), torch.zeros_like(x)], 1).requires_grad_(True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast(x).sum().backward()
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    got = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    if exclusive:
+        assert len(ran) == 1 and len(ours) == 1 and "strictly between its bounds" in ours[0], ours
+        assert torch.equal(got, x.grad)
+    else:
+        assert len(ran) == 2 and not ours, ours  # fused; its gradient is the grammar op's
 
 
 @pytest.mark.parametrize("where", ["forward", "forward_pre", "backward", "global"])
