@@ -18,7 +18,7 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip, hardtanh,
   relu6 -> clamp(min=0,max=6), marked: their gradient at the bounds is 0, clamp's 1, so calls
   needing gradients run the original (Recognized.training_fallback); a clamp with only min=0 is
-  relu), swish written out
+  relu, marked too: its gradient at 0 is 1, relu's 0), swish written out
   (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling).
 - at most one group_norm: nn.GroupNorm (affine), F.group_norm / torch.group_norm with Parameters.
@@ -481,7 +481,9 @@ def _b_clamp(b, where, layer, ctx):
 def _clamp_op(lo, hi, where, layer):
     if lo is not None and hi is None and not _is_node(lo) and not isinstance(lo, bool) and \
             isinstance(lo, (int, float)) and float(lo) == 0:
-        return "relu", {}, {}  # clamp(min=0) is relu exactly
+        # clamp(min=0) has relu's values; its gradient at exactly 0 is 1 (clamp's bounds are
+        # inclusive), relu's 0: marked like hardtanh (Recognized.training_fallback).
+        return "relu", {"_exclusive": "clamp(min=0)"}, {}
     if lo is None or hi is None:
         _refuse(where, "clamp with only %s; fusejit's clamp takes both min and max (a clamp with "
                        "only min=0 is taken as relu)" % ("min" if hi is None else "max"), layer)
@@ -1138,14 +1140,22 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
             _refuse(gn.where, "group_norm of %d channels in %d groups follows a convolution with "
                               "%d output channels" % (int(w.numel()), gn.attrs["groups"], c),
                     gn.layer)
-    exclusive = [op.where for op in ops if op.attrs.get("_exclusive")]
+    # Ops whose values are a grammar op's but whose gradient at a kink is not: calls that need
+    # gradients run the original.
+    why = []
+    for op in ops:
+        mark = op.attrs.get("_exclusive")
+        if mark == "clamp(min=0)":
+            why.append("%s (a clamp with only min=0, run as relu) has gradient 1 at exactly 0 "
+                       "where relu's is 0" % op.where)
+        elif mark:
+            why.append("%s passes the gradient only strictly between its bounds (PyTorch's "
+                       "hardtanh backward), where fusejit's clamp passes it at the bounds too"
+                       % op.where)
     training_fallback = None
-    if exclusive:
-        training_fallback = (
-            "%s passes the gradient only strictly between its bounds (PyTorch's hardtanh "
-            "backward), where fusejit's clamp passes it at the bounds too: calls that need "
-            "gradients run the original forward (calls without gradients run fused)"
-            % ", ".join(exclusive))
+    if why:
+        training_fallback = "%s: calls that need gradients run the original forward (calls " \
+                            "without gradients run fused)" % "; ".join(why)
     return Recognized(
         training_fallback=training_fallback,
         ops=[op.text() for op in ops], params=params, param_paths=paths,
