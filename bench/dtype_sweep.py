@@ -37,13 +37,26 @@ def rel_err(a, b):
     return float((a - b).norm() / (b.norm() + 1e-300))
 
 
-def train_row(model, ref, fast, x, reps):
+def strict_fp32(fn):
+    """fn run with cuDNN's TF32 off (PyTorch's strict fp32), the flag restored after."""
+    def run():
+        old = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            return fn()
+        finally:
+            torch.backends.cudnn.allow_tf32 = old
+    return run
+
+
+def train_row(model, ref, fast, x, reps, strict_too=False):
     """The training step of `model` (eager) and `fast` (fused) on x: times and gradient errors
-    against the float64 model `ref` (the same parameter values)."""
+    against the float64 model `ref` (the same parameter values); strict_too: eager's step in
+    strict fp32 as well ("eager_strict_ms")."""
     torch.manual_seed(1)
     xr = x.detach().requires_grad_(True)
     with torch.no_grad():
-        gy = (torch.rand(model(xr).shape, device="cuda") * 2 - 1).to(x.dtype)
+        gy = (torch.rand(model(xr).shape, device=x.device) * 2 - 1).to(x.dtype)
     xd = x.detach().double().requires_grad_(True)
     ref(xd).backward(gy.double())
     want = [xd.grad] + [p.grad for p in ref.parameters()]
@@ -58,9 +71,27 @@ def train_row(model, ref, fast, x, reps):
             m(xr).backward(gy)
 
         row[key + "_ms"] = time_cuda(step, reps)
+        if strict_too and key == "eager":
+            row["eager_strict_ms"] = time_cuda(strict_fp32(step), reps)
         step()
         got = [xr.grad] + [p.grad for p in params]
         row[key + "_err"] = max(rel_err(a, b) for a, b in zip(got, want))
+    return row
+
+
+def forward_row(model, ref, fast, x, reps, strict_too=False):
+    """The forward of `model` (eager) and `fast` (fused) on x: times and errors against the
+    float64 model `ref`; strict_too: eager in strict fp32 as well ("eager_strict_*")."""
+    row = {}
+    with torch.no_grad():
+        want = ref(x.double())
+        row["fused_ms"] = time_cuda(lambda: fast(x), reps)
+        row["fused_err"] = rel_err(fast(x), want)
+        row["eager_ms"] = time_cuda(lambda: model(x), reps)
+        row["eager_err"] = rel_err(model(x), want)
+        if strict_too:
+            row["eager_strict_ms"] = time_cuda(strict_fp32(lambda: model(x)), reps)
+            row["eager_strict_err"] = rel_err(strict_fp32(lambda: model(x))(), want)
     return row
 
 
@@ -86,16 +117,7 @@ def main():
         fast = fj.fuse(copy.deepcopy(model), policy="fused")
         x = torch.rand(*shape, device="cuda").to(dtype)
         row = {"id": name, "spec": spec.replace("x:f32", "x:" + args.dtype, 1)}
-        if args.train:
-            row.update(train_row(model, ref, fast, x, args.reps))
-        else:
-            with torch.no_grad():
-                want = ref(x.double())
-                row["fused_ms"] = time_cuda(lambda: fast(x), args.reps)
-                row["fused_err"] = rel_err(fast(x), want)
-                row["eager_ms"] = time_cuda(lambda: model(x), args.reps)
-                row["eager_err"] = rel_err(model(x), want)
-            del want
+        row.update((train_row if args.train else forward_row)(model, ref, fast, x, args.reps))
         row["speedup"] = row["eager_ms"] / row["fused_ms"]
         print(json.dumps(row), flush=True)
         rows.append(row)

@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import fusejit.torch as fj  # noqa: E402
-from compare_pytorch import build, time_cuda  # noqa: E402
+from compare_pytorch import build  # noqa: E402
+from dtype_sweep import forward_row, train_row  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 CHANNELS = [1, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128]
@@ -88,22 +89,6 @@ def random_spec(rng):
         return "x:f32[%d,%d,%d,%d,%d] | %s" % (n, cin, size[0], size[1], size[2], " | ".join(ops))
 
 
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / (b.norm() + 1e-300))
-
-
-def strict(fn):
-    def run():
-        old = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = False
-        try:
-            return fn()
-        finally:
-            torch.backends.cudnn.allow_tf32 = old
-    return run
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--count", type=int, default=40)
@@ -129,39 +114,8 @@ def main():
             row = {"id": "R%d" % i, "dtype": dname,
                    "spec": spec.replace("x:f32", "x:" + dname, 1)}
             try:
-                if args.train:
-                    xr = x.detach().requires_grad_(True)
-                    with torch.no_grad():
-                        gy = (torch.rand(model(xr).shape, device="cuda") * 2 - 1).to(dtype)
-                    xd = x.detach().double().requires_grad_(True)
-                    ref(xd).backward(gy.double())
-                    want = [xd.grad] + [prm.grad for prm in ref.parameters()]
-                    for key, m in (("fused", fast), ("eager", model)):
-                        params = list(m.parameters())
-
-                        def step():
-                            xr.grad = None
-                            for prm in params:
-                                prm.grad = None
-                            m(xr).backward(gy)
-                        row[key + "_ms"] = time_cuda(step, args.reps)
-                        if dname == "f32" and key == "eager":
-                            row["eager_strict_ms"] = time_cuda(strict(step), args.reps)
-                        step()  # the largest error of every gradient against float64
-                        got = [xr.grad] + [prm.grad for prm in params]
-                        row[key + "_err"] = max(rel_err(a, b) for a, b in zip(got, want))
-                else:
-                    with torch.no_grad():
-                        want = ref(x.double())
-                        row["fused_ms"] = time_cuda(lambda: fast(x), args.reps)
-                        row["fused_err"] = rel_err(fast(x), want)
-                        row["eager_ms"] = time_cuda(lambda: model(x), args.reps)
-                        row["eager_err"] = rel_err(model(x), want)
-                        if dname == "f32":
-                            row["eager_strict_ms"] = time_cuda(strict(lambda: model(x)),
-                                                               args.reps)
-                            row["eager_strict_err"] = rel_err(strict(lambda: model(x))(), want)
-                        del want
+                measure = train_row if args.train else forward_row
+                row.update(measure(model, ref, fast, x, args.reps, strict_too=dname == "f32"))
                 st = fast.__dict__["_fusejit"]
                 row["fused_calls"] = fj._stats.copy()
                 ref_ms = row.get("eager_strict_ms", row["eager_ms"])
