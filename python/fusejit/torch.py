@@ -97,13 +97,13 @@ _REFUSALS = (3, 12)  # FJ_INVALID_ARGUMENT, FJ_UNIMPLEMENTED: the chain has no p
 _compiled_lock = threading.Lock()
 _compiled = {}  # type: Dict[Tuple[str, int], object]   # a _lib.Chain, or a FusejitError
 _compiled_bwd = {}  # type: Dict[Tuple[str, int], object]   # the same for the backward
-# Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
-# fused backward and by the eager fallback.
 _module_mod = nn.modules.module
 # PyTorch's global module hooks (register_module_forward_hook, ...): the dicts themselves.
 _global_hooks = [getattr(_module_mod, n) for n in (
     "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
     "_global_backward_pre_hooks") if isinstance(getattr(_module_mod, n, None), dict)]
+# Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
+# fused backward and by the eager fallback.
 _stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0, "saved_backward": 0}
 _ops_cache = {}  # type: Dict[str, list]
 
@@ -889,9 +889,8 @@ def _checked_forward(self, st, args, kwargs):
     x = args[0]
     named = [(name, _get(self, path)) for name, path in st.param_paths]
     st.submodules = [m for m in self.modules() if m is not self]
-    hooked = _hooked(self)
-    if hooked is not None:
-        return _fallback(self, st, hooked, args, kwargs)
+    if _any_hook(st.submodules):  # (the named walk, for the message, only then)
+        return _fallback(self, st, _hooked(self), args, kwargs)
     if st.training_fallback is not None and _is_grad_enabled() and (
             x.requires_grad or any(p.requires_grad for _, p in named)):
         return _fallback(self, st, st.training_fallback, args, kwargs)
