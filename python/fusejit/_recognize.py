@@ -961,6 +961,9 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
     if u is None:
         return None
     where = "x * relu6(x + 3) / 6 (hardswish) via %s" % six.where
+    # With relu6 / hardtanh its gradient is hardswish's everywhere; with torch.clamp (bounds
+    # included) it is -1/2 at -3 and 3/2 at 3, where hardswish's is 0 and 1: marked.
+    attrs = {} if six.attrs.get("_exclusive") else {"_exclusive": "clamp hardswish"}
     ok, _ = _mul_of(u, cur, r)
     if ok:  # (x * r) / 6  or  (x * r) * (1/6)
         d = _only_user(u)
@@ -971,7 +974,7 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
             return None
         if (_is_div(d) and _const_equal(dops[1], 6.0)) or \
                 (_is_mul(d) and _const_equal(dops[1], 1.0 / 6.0)):
-            return _Step(_Op("hardswish", where, layer=six.layer), [first, r, u, d], d)
+            return _Step(_Op("hardswish", where, attrs, layer=six.layer), [first, r, u, d], d)
         return None
     dops = _binary_operands(u)
     if dops is not None and dops[0] is r and _is_div(u) and _const_equal(dops[1], 6.0):
@@ -979,8 +982,8 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
         if m is not None:
             ok, inpl = _mul_of(m, cur, u)
             if ok:
-                return _Step(_Op("hardswish", where, mutates_input=inpl, layer=six.layer),
-                             [first, r, u, m], m)
+                return _Step(_Op("hardswish", where, attrs, mutates_input=inpl,
+                                 layer=six.layer), [first, r, u, m], m)
     return None
 
 
@@ -1148,6 +1151,9 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         if mark == "clamp(min=0)":
             why.append("%s (a clamp with only min=0, run as relu) has gradient 1 at exactly 0 "
                        "where relu's is 0" % op.where)
+        elif mark == "clamp hardswish":
+            why.append("%s, written with a clamp (bounds included), has gradient -1/2 at -3 and "
+                       "3/2 at 3 where hardswish's is 0 and 1" % op.where)
         elif mark:
             why.append("%s passes the gradient only strictly between its bounds (PyTorch's "
                        "hardtanh backward), where fusejit's clamp passes it at the bounds too"

@@ -396,7 +396,8 @@ class _Act(nn.Module):
 
 
 @pytest.mark.parametrize("form", ["nn.ReLU6", "nn.Hardtanh", "F.relu6", "F.hardtanh",
-                                  "clamp(min=0)", "torch.clamp", "written-out hardswish"])
+                                  "clamp(min=0)", "torch.clamp", "written-out hardswish",
+                                  "hardswish with torch.clamp"])
 def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
     """nn.Hardtanh, nn.ReLU6 and their functions have clamp's values, but PyTorch's hardtanh
     backward passes the gradient only strictly inside the bounds, where clamp's (and fusejit's)
@@ -416,11 +417,14 @@ def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
            "F.relu6": _Lambda(F.relu6), "F.hardtanh": _Lambda(lambda v: F.hardtanh(v, -0.5, 0.5)),
            "clamp(min=0)": _Lambda(lambda v: v.clamp(min=0)),  # relu's values, not its kink
            "torch.clamp": _Lambda(lambda v: torch.clamp(v, -0.5, 0.5)),
-           "written-out hardswish": _Lambda(lambda v: v * F.relu6(v + 3) / 6)}[form]
+           "written-out hardswish": _Lambda(lambda v: v * F.relu6(v + 3) / 6),
+           "hardswish with torch.clamp": _Lambda(lambda v: v * torch.clamp(v + 3, 0, 6) / 6),
+           }[form]
     model = randomized(_Act(act))
     fast = fj.fuse(model, policy="fused")
     st = fast.__dict__["_fusejit"]
-    exclusive = form in ("nn.ReLU6", "nn.Hardtanh", "F.relu6", "F.hardtanh", "clamp(min=0)")
+    exclusive = form in ("nn.ReLU6", "nn.Hardtanh", "F.relu6", "F.hardtanh", "clamp(min=0)",
+                         "hardswish with torch.clamp")
     assert (st.training_fallback is not None) == exclusive, st.training_fallback
     with torch.no_grad():
         fast(torch.randn(1, 3, 2, 2, 2))
@@ -442,7 +446,8 @@ def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
     model(x).sum().backward()
     if exclusive:
         assert len(ran) == 1 and len(ours) == 1, ours
-        assert ("at exactly 0" if form == "clamp(min=0)" else "strictly between") in ours[0], ours
+        assert {"clamp(min=0)": "at exactly 0", "hardswish with torch.clamp": "-1/2 at -3"}.get(
+            form, "strictly between") in ours[0], ours
         assert torch.equal(got, x.grad)
     else:
         assert len(ran) == 2 and not ours, ours  # fused; its gradient is the grammar op's
