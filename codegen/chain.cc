@@ -51,6 +51,7 @@ std::string OpText(const Op& op) {
       absl::StrAppend(&s, "(slope=", FormatDouble(op.slope), ")");
       break;
     case OpKind::kClamp:
+    case OpKind::kHardtanh:
       absl::StrAppend(&s, "(min=", FormatDouble(op.min), ",max=", FormatDouble(op.max), ")");
       break;
     case OpKind::kGroupNorm:
@@ -302,6 +303,12 @@ Op Clamp(double min, double max) {
   return op;
 }
 
+Op Hardtanh(double min, double max) {
+  Op op = Clamp(min, max);
+  op.kind = OpKind::kHardtanh;
+  return op;
+}
+
 Op GroupNorm(int64_t groups, double eps) {
   Op op;
   op.kind = OpKind::kGroupNorm;
@@ -384,6 +391,7 @@ absl::Status ValidateChain(const Chain& chain) {
         }
         break;
       case OpKind::kClamp:
+      case OpKind::kHardtanh:
         for (auto [name, v] : {std::pair{"min", op.min}, std::pair{"max", op.max}}) {
           if (absl::Status s = CheckReal(ctx, name, v, chain.dtype, false); !s.ok()) return s;
         }

@@ -13,7 +13,8 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // The elementwise rows' three functions. Kinks follow PyTorch's backward formulas:
 // relu'(0) = 0 (threshold_backward: x > 0); leaky_relu'(0) = slope (x > 0 ? 1 : slope);
-// clamp'(x) = 1 on [min, max] including the bounds (x >= min && x <= max);
+// clamp'(x) = 1 on [min, max] including the bounds (x >= min && x <= max); hardtanh'(x) = 1
+// only strictly inside (min, max) (hardtanh_backward: 0 at and beyond the bounds);
 // hardswish'(x) = 0 at and below -3, x/3 + 1/2 on (-3, 3), 1 at and above 3 (PyTorch >= 2.7's
 // hardswish_backward, checked on the lent GPU's PyTorch 2.11: 0 at -3, 1 at 3).
 const std::vector<OpDesc>& Rows() {
@@ -77,6 +78,18 @@ const std::vector<OpDesc>& Rows() {
        [](const Op& op) {
          return absl::StrCat("g = fj::clamp_d(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
                              ");");
+       }},
+      {OpKind::kHardtanh, "hardtanh", nullptr, OpRole::kElementwise,
+       {{"min", "min_val"}, {"max", "max_val"}},
+       [](const Op& op, DType t) {
+         return absl::StrCat("v = fj::clamp(v, ", RealLiteral(op.min, t), ", ",
+                             RealLiteral(op.max, t), ");");
+       },
+       [](const Op& op, double x) { return std::min(std::max(x, op.min), op.max); },
+       [](const Op& op, double x) { return x > op.min && x < op.max ? 1.0 : 0.0; },
+       [](const Op& op) {
+         return absl::StrCat("g = fj::hardtanh_d(v, ", FloatLiteral(op.min), ", ",
+                             FloatLiteral(op.max), ");");
        }},
       {OpKind::kGroupNorm, "group_norm", nullptr, OpRole::kGroupNorm,
        {{"groups", "num_groups"}, {"eps", nullptr}}, nullptr, nullptr, nullptr},

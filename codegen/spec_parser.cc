@@ -428,6 +428,12 @@ class Parser {
         if (s = real("min", &op->min, true); !s.ok()) return s;
         if (s = real("max", &op->max, true); !s.ok()) return s;
         break;
+      case OpKind::kHardtanh:  // PyTorch's defaults
+        op->min = -1;
+        op->max = 1;
+        if (s = real("min", &op->min, false); !s.ok()) return s;
+        if (s = real("max", &op->max, false); !s.ok()) return s;
+        break;
       case OpKind::kGroupNorm:
         if (s = scalar_int("groups", &op->groups, true); !s.ok()) return s;
         if (s = real("eps", &op->eps, false); !s.ok()) return s;

@@ -58,7 +58,8 @@ __device__ __forceinline__ double gelu(double x) { return 0.5 * x * (1.0 + erf(x
 __device__ __forceinline__ double clamp(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
 
 // ---- their derivatives (the backward pass), PyTorch's values at the kinks -------------------
-// relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included; hardswish' = 0
+// relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included, hardtanh' only
+// on (lo, hi); hardswish' = 0
 // at and below -3, x/3 + 1/2 on (-3, 3), 1 at and above 3 (PyTorch 2.11). sigmoid and swish use
 // the forward's intrinsics (exp_neg_for_one_plus, __fdividef: a few ulp, far below the 1e-5
 // gradient tolerance; the same 1 + e^-x as the forward's value, which the compiler then computes
@@ -87,6 +88,9 @@ __device__ __forceinline__ float gelu_d(float x) {
 }
 __device__ __forceinline__ float clamp_d(float x, float lo, float hi) {
   return x >= lo && x <= hi ? 1.f : 0.f;
+}
+__device__ __forceinline__ float hardtanh_d(float x, float lo, float hi) {
+  return x > lo && x < hi ? 1.f : 0.f;
 }
 
 // ---- programmatic dependent launch ----------------------------------------------------------

@@ -2,7 +2,8 @@
 //
 // A chain is an input shape and dtype (NCDHW, contiguous) followed by ops:
 //   [producer]  conv3d | conv_transpose3d            (optional, first)
-//   elementwise relu, leaky_relu, sigmoid, tanh, swish (alias silu), hardswish, gelu, clamp
+//   elementwise relu, leaky_relu, sigmoid, tanh, swish (alias silu), hardswish, gelu, clamp,
+//               hardtanh (clamp's values; gradient only strictly inside its bounds)
 //   group_norm  at most one, affine, elementwise ops before and after it
 //   mean        optional, last: dims [2,3,4] -> [N,C] or [1,2,3,4] -> [N]
 //
@@ -62,6 +63,7 @@ enum class OpKind {
   kHardswish,
   kGelu,
   kClamp,
+  kHardtanh,
   kGroupNorm,
   kMean,
 };
@@ -89,7 +91,7 @@ struct Op {
   OpKind kind = OpKind::kRelu;
   ConvAttrs conv;            // kConv3d, kConvTranspose3d
   double slope = 0.01;       // kLeakyRelu
-  double min = 0, max = 0;   // kClamp
+  double min = 0, max = 0;   // kClamp, kHardtanh
   int64_t groups = 0;        // kGroupNorm
   double eps = 1e-5;         // kGroupNorm
   std::vector<int> dims;     // kMean: {2,3,4} or {1,2,3,4}
@@ -139,6 +141,9 @@ Op ConvTranspose3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1},
 Op Elementwise(OpKind kind);  // relu, sigmoid, tanh, swish, hardswish, gelu
 Op LeakyRelu(double slope = 0.01);
 Op Clamp(double min, double max);
+// PyTorch's hardtanh (nn.Hardtanh; nn.ReLU6 is Hardtanh(0, 6)): clamp's values, gradient 1 only
+// strictly between min and max (0 at the bounds, where clamp's is 1).
+Op Hardtanh(double min = -1, double max = 1);
 Op GroupNorm(int64_t groups, double eps = 1e-5);
 Op Mean(std::vector<int> dims);
 

@@ -60,10 +60,10 @@ absl::StatusOr<std::vector<double>> RunReference(const Chain& chain, const HostI
 // The backward pass of the reference: gradients of the scalar L = sum(y * grad_y) (grad_y: the
 // upstream gradient, OutputShape(chain)) with respect to x and every parameter, in double precision
 // with PyTorch's backward formulas (kinks as codegen/op_table.h's derivative column: relu'(0)=0,
-// leaky_relu'(0)=slope, clamp'=1 on [min,max] including bounds, hardswish' at +-3 as PyTorch's
-// hardswish_backward as of PyTorch 2.7+: 0 at and below -3, x/3+0.5 on (-3,3), 1 at and above 3).
-// The forward pass is re-evaluated per sample in double (as RunReference does), keeping each op's
-// input for its backward.
+// leaky_relu'(0)=slope, clamp'=1 on [min,max] including bounds, hardtanh'=1 only on (min,max),
+// hardswish' at +-3 as PyTorch's hardswish_backward as of PyTorch 2.7+: 0 at and below -3, x/3+0.5
+// on (-3,3), 1 at and above 3). The forward pass is re-evaluated per sample in double (as
+// RunReference does), keeping each op's input for its backward.
 struct ReferenceGradients {
   std::vector<double> x;  // dL/dx: the input's shape, or [samples.size(), ...] for a subset
   // dL/dparam for every ChainParams() entry, by name, in the parameter's shape. With a sample

@@ -56,6 +56,9 @@ def ops_of(spec: str) -> List[Tuple[str, Dict[str, Any]]]:
                 args[key] = _triple(args[key])
         elif name == "leaky_relu":
             args.setdefault("slope", 0.01)
+        elif name == "hardtanh":
+            args.setdefault("min", -1.0)
+            args.setdefault("max", 1.0)
         elif name == "group_norm":
             args.setdefault("eps", 1e-5)
         ops.append((name, args))
@@ -104,6 +107,8 @@ def eager(ops, x, params: Sequence[Any]):
             x = F.gelu(x)
         elif name == "clamp":
             x = torch.clamp(x, a["min"], a["max"])
+        elif name == "hardtanh":
+            x = F.hardtanh(x, a["min"], a["max"])
         elif name == "group_norm":
             w = next(it)
             b = next(it)

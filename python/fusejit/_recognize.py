@@ -15,12 +15,14 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   'valid' or symmetric 'same' resolved), F.conv3d / F.conv_transpose3d / torch.conv3d /
   torch.conv_transpose3d with the model's own Parameters (get_attr) as weight and bias.
 - elementwise, as modules, functions, methods and in-place forms: relu, leaky_relu, sigmoid, tanh,
-  silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip, hardtanh,
-  relu6 -> clamp(min=0,max=6), marked: their gradient at the bounds is 0, clamp's 1, so calls
-  needing gradients run the original (Recognized.training_fallback); a clamp with only min=0 is
-  relu, marked too: its gradient at 0 is 1, relu's 0), swish written out
+  silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip),
+  hardtanh (nn.Hardtanh, F.hardtanh, nn.ReLU6 and F.relu6 -> hardtanh(min=0,max=6): clamp's values,
+  gradient 0 at the bounds where clamp's is 1); a clamp with only min=0 is relu, marked: its
+  gradient at 0 is 1, relu's 0, so calls needing gradients run the original
+  (Recognized.training_fallback)), swish written out
   (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
-  hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling).
+  hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling;
+  with torch.clamp(x + 3, 0, 6) marked: its gradient at +-3 is not hardswish's).
 - at most one group_norm: nn.GroupNorm (affine), F.group_norm / torch.group_norm with Parameters.
 - last, optional: mean over dims {2,3,4} or {1,2,3,4} (negative dims, tuple, list or int,
   consecutive means combined, keepdim=False, dim= or axis=), as torch.mean or Tensor.mean; also
@@ -56,7 +58,8 @@ import torch.nn.functional as F
 __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 
 GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
-           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp) -> at most one group_norm (affine), "
+           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6) -> at most one group_norm "
+           "(affine), "
            "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]")
 
 
@@ -127,7 +130,8 @@ class Recognized:
     # Extras (not needed by the spec): where each op came from, for logs and warnings.
     sources: list = dataclasses.field(default_factory=list)
     # Why calls that need gradients must run the original forward (None: they can run fused):
-    # an op whose values fusejit has but whose gradient convention it does not (hardtanh).
+    # an op whose values fusejit has but whose gradient convention it does not (a clamp with only
+    # min=0, run as relu; a hardswish written with torch.clamp).
     training_fallback: Optional[str] = None
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
@@ -206,8 +210,8 @@ class _Op:
             return s + ")"
         if k == "leaky_relu":
             return "leaky_relu(slope=%s)" % format_number(a["slope"])
-        if k == "clamp":
-            return "clamp(min=%s,max=%s)" % (format_number(a["min"]), format_number(a["max"]))
+        if k in ("clamp", "hardtanh"):
+            return "%s(min=%s,max=%s)" % (k, format_number(a["min"]), format_number(a["max"]))
         if k == "group_norm":
             return "group_norm(groups=%d,eps=%s)" % (a["groups"], format_number(a["eps"]))
         if k == "mean":
@@ -458,13 +462,13 @@ def _b_relu6(b, where, layer, ctx):
 
 
 def _hardtanh_op(lo, hi, where, layer):
-    """hardtanh and relu6 as the grammar's clamp: the same values, but PyTorch's hardtanh
-    backward passes the gradient only strictly inside (min, max) where clamp's includes the
-    bounds. The attribute "_exclusive" marks the op so that calls needing gradients run the
-    original (Recognized.training_fallback); it is not part of the spec."""
-    kind, attrs, params = _clamp_op(lo, hi, where, layer)
-    attrs = dict(attrs, _exclusive=True)
-    return kind, attrs, params
+    """hardtanh and relu6 as the grammar's hardtanh: clamp's values, but the gradient only strictly
+    inside (min, max) (PyTorch's hardtanh backward), where clamp's includes the bounds."""
+    lo = _number(lo, "min_val", where, layer)
+    hi = _number(hi, "max_val", where, layer)
+    if lo > hi:
+        _refuse(where, "hardtanh min_val %r is larger than max_val %r" % (lo, hi), layer)
+    return "hardtanh", {"min": lo, "max": hi}, {}
 
 
 def _b_gelu(b, where, layer, ctx):
@@ -482,7 +486,8 @@ def _clamp_op(lo, hi, where, layer):
     if lo is not None and hi is None and not _is_node(lo) and not isinstance(lo, bool) and \
             isinstance(lo, (int, float)) and float(lo) == 0:
         # clamp(min=0) has relu's values; its gradient at exactly 0 is 1 (clamp's bounds are
-        # inclusive), relu's 0: marked like hardtanh (Recognized.training_fallback).
+        # inclusive), relu's 0: marked "_exclusive" (not part of the spec): calls needing
+        # gradients run the original (Recognized.training_fallback).
         return "relu", {"_exclusive": "clamp(min=0)"}, {}
     if lo is None or hi is None:
         _refuse(where, "clamp with only %s; fusejit's clamp takes both min and max (a clamp with "
@@ -955,7 +960,8 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
         six = _classify(r, first, ctx)
     except Unsupported:
         return None
-    if six is None or six.kind != "clamp" or (six.attrs["min"], six.attrs["max"]) != (0.0, 6.0):
+    if six is None or six.kind not in ("clamp", "hardtanh") or \
+            (six.attrs["min"], six.attrs["max"]) != (0.0, 6.0):
         return None
     u = _only_user(r)
     if u is None:
@@ -963,7 +969,7 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
     where = "x * relu6(x + 3) / 6 (hardswish) via %s" % six.where
     # With relu6 / hardtanh its gradient is hardswish's everywhere; with torch.clamp (bounds
     # included) it is -1/2 at -3 and 3/2 at 3, where hardswish's is 0 and 1: marked.
-    attrs = {} if six.attrs.get("_exclusive") else {"_exclusive": "clamp hardswish"}
+    attrs = {} if six.kind == "hardtanh" else {"_exclusive": "clamp hardswish"}
     ok, _ = _mul_of(u, cur, r)
     if ok:  # (x * r) / 6  or  (x * r) * (1/6)
         d = _only_user(u)
@@ -1154,10 +1160,6 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         elif mark == "clamp hardswish":
             why.append("%s, written with a clamp (bounds included), has gradient -1/2 at -3 and "
                        "3/2 at 3 where hardswish's is 0 and 1" % op.where)
-        elif mark:
-            why.append("%s passes the gradient only strictly between its bounds (PyTorch's "
-                       "hardtanh backward), where fusejit's clamp passes it at the bounds too"
-                       % op.where)
     training_fallback = None
     if why:
         training_fallback = "%s: calls that need gradients run the original forward (calls " \

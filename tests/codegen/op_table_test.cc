@@ -14,7 +14,8 @@ namespace {
 constexpr OpKind kAllKinds[] = {OpKind::kConv3d,    OpKind::kConvTranspose3d, OpKind::kRelu,
                                 OpKind::kLeakyRelu, OpKind::kSigmoid,         OpKind::kTanh,
                                 OpKind::kSwish,     OpKind::kHardswish,       OpKind::kGelu,
-                                OpKind::kClamp,     OpKind::kGroupNorm,       OpKind::kMean};
+                                OpKind::kClamp,     OpKind::kHardtanh,        OpKind::kGroupNorm,
+                                OpKind::kMean};
 
 TEST(OpTable, EveryKindHasOneRowFoundByNameAndAlias) {
   EXPECT_EQ(OpTable().size(), std::size(kAllKinds));
@@ -31,8 +32,26 @@ TEST(OpTable, EveryKindHasOneRowFoundByNameAndAlias) {
     EXPECT_EQ(d.derivative != nullptr, elementwise) << d.name;
   }
   EXPECT_EQ(FindOp("silu")->kind, OpKind::kSwish);
-  EXPECT_EQ(FindOp("hardtanh"), nullptr);
+  EXPECT_EQ(FindOp("relu6"), nullptr);
   EXPECT_NE(OpNamesText().find("swish (silu)"), std::string::npos);
+}
+
+TEST(OpTable, HardtanhTakesPyTorchsDefaultsAndNames) {
+  absl::StatusOr<Chain> a = ParseChain(
+      "x:f32[1,2,3,3,3] | hardtanh | hardtanh(min_val=0,max_val=6) | "
+      "hardtanh(max=2)");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ops[0], Hardtanh(-1, 1));
+  EXPECT_EQ(a->ops[1], Hardtanh(0, 6));
+  EXPECT_EQ(a->ops[2], Hardtanh(-1, 2));
+  EXPECT_EQ(FormatChain(*a),
+            "x:f32[1,2,3,3,3] | hardtanh(min=-1,max=1) | hardtanh(min=0,max=6) | "
+            "hardtanh(min=-1,max=2)");
+  absl::StatusOr<Chain> bad = ParseChain("x:f32[1,2,3,3,3] | hardtanh(min=2,max=1)");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("min <= max"), std::string::npos) << bad.status();
+  // hardtanh's default min is -1: a max below it is refused, not silently swapped.
+  EXPECT_FALSE(ParseChain("x:f32[1,2,3,3,3] | hardtanh(max=-2)").ok());
 }
 
 TEST(OpTable, AliasesParseAndPrintAsTheName) {
@@ -46,6 +65,7 @@ TEST(OpTable, AliasesParseAndPrintAsTheName) {
 Op Sample(OpKind kind) {
   if (kind == OpKind::kLeakyRelu) return LeakyRelu(0.2);
   if (kind == OpKind::kClamp) return Clamp(-0.75, 1.5);
+  if (kind == OpKind::kHardtanh) return Hardtanh(-0.75, 1.5);
   return Elementwise(kind);
 }
 
@@ -70,6 +90,12 @@ TEST(OpTable, KinksFollowPyTorch) {
   EXPECT_EQ(grad(Clamp(-1, 1), -1.0), 1.0);                       // bounds included
   EXPECT_EQ(grad(Clamp(-1, 1), 1.0), 1.0);
   EXPECT_EQ(grad(Clamp(-1, 1), 1.5), 0.0);
+  EXPECT_EQ(grad(Hardtanh(-1, 1), -1.0), 0.0);  // hardtanh_backward: bounds
+  EXPECT_EQ(grad(Hardtanh(-1, 1), 1.0), 0.0);   // excluded
+  EXPECT_EQ(grad(Hardtanh(0, 6), 0.0), 0.0);    // relu6 at 0 and 6
+  EXPECT_EQ(grad(Hardtanh(0, 6), 6.0), 0.0);
+  EXPECT_EQ(grad(Hardtanh(-1, 1), 0.999), 1.0);
+  EXPECT_EQ(grad(Hardtanh(-1, 1), -1.5), 0.0);
   // PyTorch 2.11 (measured on the lent GPU): 0 at -3, 1 at 3; x/3 + 1/2 strictly between.
   EXPECT_EQ(grad(Elementwise(OpKind::kHardswish), -3.0), 0.0);
   EXPECT_EQ(grad(Elementwise(OpKind::kHardswish), 3.0), 1.0);

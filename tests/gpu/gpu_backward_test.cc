@@ -40,15 +40,14 @@ bool BackwardPlanRuns(const Chain& chain, const std::string& body, bool saved_st
   return false;
 }
 
-// Runs the backward of `chain` twice and checks every gradient; returns false on a failure.
-void CheckBackward(const Chain& chain, uint64_t seed, Precision precision = Precision::kFp32,
-                   double rtol = 1e-5) {
+// Runs the backward of `chain` on `inputs` twice and checks every gradient.
+void CheckBackwardOn(const Chain& chain, const HostInputs& inputs, uint64_t seed,
+                     Precision precision = Precision::kFp32, double rtol = 1e-5) {
   SCOPED_TRACE(FormatChain(chain));
   CompileOptions options;
   options.precision = precision;
   absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, options);
   ASSERT_TRUE(b.ok()) << b.status();  // every f32 chain has a backward
-  const HostInputs inputs = RandomInputs(chain, seed);
   const HostTensor grad_y = tools::RandomGradOutput(chain, seed);
   std::map<std::string, HostTensor> reads = inputs.params;
   reads["x"] = inputs.x;
@@ -76,6 +75,12 @@ void CheckBackward(const Chain& chain, uint64_t seed, Precision precision = Prec
                         << " unwritten " << g.unwritten;
   }
   std::printf("%s\n%s", FormatChain(chain).c_str(), table.c_str());
+}
+
+// Runs the backward of `chain` on random inputs twice and checks every gradient.
+void CheckBackward(const Chain& chain, uint64_t seed, Precision precision = Precision::kFp32,
+                   double rtol = 1e-5) {
+  CheckBackwardOn(chain, RandomInputs(chain, seed), seed, precision, rtol);
 }
 
 TEST(GpuBackward, SeedChains) {
@@ -108,6 +113,38 @@ TEST(GpuBackward, EveryOpAndMeanMode) {
     absl::StatusOr<Chain> c = ParseChain(spec);
     ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
     CheckBackward(*c, seed++);
+  }
+}
+
+// hardtanh (nn.Hardtanh, nn.ReLU6) passes the gradient only strictly inside its bounds, clamp at
+// them too: inputs put every third point exactly on a bound (through a 1x1 identity convolution,
+// whose output is x exactly), so a backward with the other op's convention fails by far.
+TEST(GpuBackward, HardtanhAndClampAtTheirBounds) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,4,5,6,7] | conv3d(out=4,k=1,bias=false) | hardtanh(min=-0.5,max=0.5) | "
+      "group_norm(groups=2)",
+      "x:f32[2,4,5,6,7] | conv3d(out=4,k=1,bias=false) | clamp(min=-0.5,max=0.5) | "
+      "group_norm(groups=2)",
+      "x:f32[2,4,5,6,7] | conv3d(out=4,k=1,bias=false) | hardtanh(min=0,max=6) | tanh | "
+      "mean(dims=[2,3,4])",
+      "x:f32[2,3,5,6,7] | hardtanh(min=-0.5,max=0.5) | group_norm(groups=3) | swish",
+      "x:f32[2,3,5,6,7] | hardtanh(min=0,max=6) | gelu",
+  };
+  uint64_t seed = 41;
+  for (const char* spec : specs) {
+    absl::StatusOr<Chain> c = ParseChain(spec);
+    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
+    const Op& act = c->ops[c->ops[0].kind == OpKind::kConv3d ? 1 : 0];
+    HostInputs inputs = RandomInputs(*c, seed);
+    for (size_t i = 0; i < inputs.x.data.size(); i += 3) {
+      inputs.x.data[i] = static_cast<float>(i % 2 ? act.min : act.max);
+    }
+    if (c->ops[0].kind == OpKind::kConv3d) {
+      HostTensor& w = inputs.params.at("0.weight");  // [4,4,1,1,1]: the identity
+      for (size_t i = 0; i < w.data.size(); ++i) w.data[i] = i % 5 == 0 ? 1.f : 0.f;
+    }
+    CheckBackwardOn(*c, inputs, seed++);
   }
 }
 

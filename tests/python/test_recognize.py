@@ -124,6 +124,9 @@ def evaluate(r, x):
         elif name == "clamp":
             assert set(a) == {"min", "max"}
             x = torch.clamp(x, a["min"], a["max"])
+        elif name == "hardtanh":
+            assert set(a) == {"min", "max"}
+            x = F.hardtanh(x, a["min"], a["max"])
         elif name == "group_norm":
             expected_names |= {"%d.weight" % i, "%d.bias" % i}
             w, b = p("weight"), p("bias")
@@ -403,13 +406,14 @@ CASES = [
                                                                    .clamp_(-1.5, 1.5), -2., 2.),
                                                         0.1, 0.9), ),
      (2, 4, 3, 3, 3),
-     ["clamp(min=-1,max=2)", "clamp(min=-1.5,max=1.5)", "clamp(min=-2,max=2)",
+     ["clamp(min=-1,max=2)", "clamp(min=-1.5,max=1.5)", "hardtanh(min=-2,max=2)",
       "clamp(min=0.1,max=0.9)"]),
     ("clamp-modules", lambda: nn.Sequential(nn.Hardtanh(-0.25, 0.75), nn.ReLU6(), nn.Hardtanh()),
-     (2, 4, 3, 3, 3), ["clamp(min=-0.25,max=0.75)", "clamp(min=0,max=6)", "clamp(min=-1,max=1)"]),
+     (2, 4, 3, 3, 3),
+     ["hardtanh(min=-0.25,max=0.75)", "hardtanh(min=0,max=6)", "hardtanh(min=-1,max=1)"]),
     ("relu6-and-one-sided-clamp-min0",
      lambda: Fn(lambda s, x: torch.clamp(F.relu6(x), min=0)), (2, 4, 3, 3, 3),
-     ["clamp(min=0,max=6)", "relu"]),
+     ["hardtanh(min=0,max=6)", "relu"]),
     ("gelu-forms", lambda: Fn(lambda s, x: F.gelu(F.gelu(s.g(x)), approximate="none"),
                               g=nn.GELU()),
      (2, 4, 3, 3, 3), ["gelu", "gelu", "gelu"]),
@@ -496,7 +500,7 @@ def test_numbers_read_back_exactly():
     r = recognize(model)
     assert r.ops == ["leaky_relu(slope=0.30000000000000004)",
                      "group_norm(groups=4,eps=0.3333333333333333)",
-                     "clamp(min=-1e-7,max=123456)"]
+                     "hardtanh(min=-1e-7,max=123456)"]
     check_semantics(model, (2, 8, 2, 3, 2))
 
 
@@ -697,7 +701,7 @@ def test_refusal_message_reads_well():
     msg = str(info.value)
     assert msg.startswith("fusejit cannot fuse layer 'bn' (nn.BatchNorm3d)")
     assert "[conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, sigmoid, tanh, " \
-           "swish/silu, hardswish, gelu, clamp) -> at most one group_norm" in msg
+           "swish/silu, hardswish, gelu, clamp, hardtanh/relu6) -> at most one group_norm" in msg
     assert info.value.layer == "bn"
 
 
@@ -752,10 +756,10 @@ def _elementwise(rng, i):
         ({}, lambda s, x: torch.clamp(x, a, b), "clamp(min=%s,max=%s)" % (a, b)),
         ({}, lambda s, x: x.clamp(min=a, max=b), "clamp(min=%s,max=%s)" % (a, b)),
         ({}, lambda s, x: x.clamp_(a, b), "clamp(min=%s,max=%s)" % (a, b)),
-        ({}, lambda s, x: F.hardtanh(x, a, b), "clamp(min=%s,max=%s)" % (a, b)),
-        ({n: nn.Hardtanh(a, b)}, lambda s, x: getattr(s, n)(x), "clamp(min=%s,max=%s)" % (a, b)),
-        ({n: nn.ReLU6()}, lambda s, x: getattr(s, n)(x), "clamp(min=0,max=6)"),
-        ({}, lambda s, x: F.relu6(x), "clamp(min=0,max=6)"),
+        ({}, lambda s, x: F.hardtanh(x, a, b), "hardtanh(min=%s,max=%s)" % (a, b)),
+        ({n: nn.Hardtanh(a, b)}, lambda s, x: getattr(s, n)(x), "hardtanh(min=%s,max=%s)" % (a, b)),
+        ({n: nn.ReLU6()}, lambda s, x: getattr(s, n)(x), "hardtanh(min=0,max=6)"),
+        ({}, lambda s, x: F.relu6(x), "hardtanh(min=0,max=6)"),
     ]
     return forms[rng.randrange(len(forms))]
 

@@ -400,12 +400,14 @@ class _Act(nn.Module):
                                   "hardswish with torch.clamp"])
 def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
     """nn.Hardtanh, nn.ReLU6 and their functions have clamp's values, but PyTorch's hardtanh
-    backward passes the gradient only strictly inside the bounds, where clamp's (and fusejit's)
-    includes them (and a clamp with only min=0 has relu's values, but gradient 1 at 0): a bf16 chain hits the bounds exactly often (gradient errors of 9e-2 against
-    float64 where eager's were 5e-3, H200, session 27). Calls needing gradients run the original
-    (with a warning naming the layer); calls without run fused. torch.clamp keeps the fused
-    backward, and so does relu6 inside a written-out hardswish (its gradient at +-3 is
-    hardswish's)."""
+    backward passes the gradient only strictly inside the bounds, where clamp's includes them: a
+    bf16 chain hits the bounds exactly often (gradient errors of 9e-2 against float64 where
+    eager's were 5e-3, H200, session 27). They are the grammar's hardtanh (fused, forward and
+    backward, with hardtanh's gradient); torch.clamp is clamp, and relu6 inside a written-out
+    hardswish is hardswish (its gradient at +-3 is hardswish's). A clamp with only min=0 has
+    relu's values but gradient 1 at 0, and a hardswish written with torch.clamp has gradients
+    -1/2 and 3/2 at -3 and 3: no grammar op has those, so calls needing gradients run the
+    original (with a warning naming the layer); calls without run fused."""
     _pretend_cuda(monkeypatch)
     ran = []
     monkeypatch.setattr(fj, "_run", lambda spec, x, params: ran.append(spec) or
@@ -423,8 +425,12 @@ def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
     model = randomized(_Act(act))
     fast = fj.fuse(model, policy="fused")
     st = fast.__dict__["_fusejit"]
-    exclusive = form in ("nn.ReLU6", "nn.Hardtanh", "F.relu6", "F.hardtanh", "clamp(min=0)",
-                         "hardswish with torch.clamp")
+    exclusive = form in ("clamp(min=0)", "hardswish with torch.clamp")
+    op = {"nn.ReLU6": "hardtanh(min=0,max=6)", "F.relu6": "hardtanh(min=0,max=6)",
+          "nn.Hardtanh": "hardtanh(min=-0.5,max=0.5)", "F.hardtanh": "hardtanh(min=-0.5,max=0.5)",
+          "torch.clamp": "clamp(min=-0.5,max=0.5)", "written-out hardswish": "hardswish",
+          "hardswish with torch.clamp": "hardswish", "clamp(min=0)": "relu"}[form]
+    assert st.tail.endswith(" | " + op), st.tail
     assert (st.training_fallback is not None) == exclusive, st.training_fallback
     with torch.no_grad():
         fast(torch.randn(1, 3, 2, 2, 2))
@@ -451,6 +457,8 @@ def test_hardtanh_gradients_at_the_bounds_are_pytorchs(monkeypatch, form):
         assert torch.equal(got, x.grad)
     else:
         assert len(ran) == 2 and not ours, ours  # fused; its gradient is the grammar op's
+        if op.startswith("hardtanh"):  # the fused backward here is _chain.eager's: F.hardtanh
+            assert torch.equal(got, x.grad)
 
 
 @pytest.mark.parametrize("where", ["forward", "forward_pre", "backward", "global"])

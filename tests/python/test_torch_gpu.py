@@ -222,6 +222,62 @@ def test_random_modules_gradients(seed):
         check_gradients(model, model.shape, fused_backward=has_fused, seed=seed)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("act", ["nn.ReLU6", "nn.Hardtanh", "torch.clamp"])
+def test_hardtanh_and_clamp_gradients_at_their_bounds(act, dtype):
+    """nn.ReLU6 / nn.Hardtanh run fused as the grammar's hardtanh, forward and backward: at inputs
+    exactly on a bound their gradient is 0 (PyTorch's hardtanh backward), torch.clamp's 1. A 1x1
+    identity convolution passes x through exactly, so every third point sits on a bound. The
+    drop-in's gradients equal PyTorch's own in the same dtype at the bounds (same 0/1 mask) and
+    are within 1e-5 (f32) of float64 autograd."""
+    lo, hi, mod = {"nn.ReLU6": (0.0, 6.0, nn.ReLU6()),
+                   "nn.Hardtanh": (-0.5, 0.5, nn.Hardtanh(-0.5, 0.5)),
+                   "torch.clamp": (-0.5, 0.5, None)}[act]
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(4, 4, 1, bias=False)
+            self.act = mod
+            self.gn = nn.GroupNorm(2, 4)
+
+        def forward(self, x):
+            x = self.conv(x)
+            x = self.act(x) if self.act is not None else torch.clamp(x, lo, hi)
+            return self.gn(x)
+
+    model = randomized(M()).cuda()
+    with torch.no_grad():
+        model.conv.weight.copy_(torch.eye(4).reshape(4, 4, 1, 1, 1))
+    model = model.to(dtype)
+    st = fj.fuse(model).__dict__["_fusejit"]
+    assert st.training_fallback is None
+    assert ("hardtanh(min=%g,max=%g)" % (lo, hi) if act != "torch.clamp" else "clamp(") in st.tail
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.rand(2, 4, 5, 6, 7, device="cuda", generator=gen) * (hi - lo) * 1.5 + lo - 0.25
+    x.view(-1)[0::6] = lo
+    x.view(-1)[3::6] = hi
+    x = x.to(dtype).requires_grad_(True)
+    g = torch.randn(2, 4, 5, 6, 7, device="cuda", generator=gen).to(dtype)
+    fast = fj.fuse(model, strict=True, policy="fused")
+    y = fast(x)
+    assert "ChainFunction" in type(y.grad_fn).__name__
+    (y.float() * g.float()).sum().backward()
+    got = x.grad.clone()
+    x.grad = None
+    (model(x).float() * g.float()).sum().backward()
+    want = x.grad.clone()
+    on = torch.zeros_like(got, dtype=torch.bool)
+    on.view(-1)[0::6] = True
+    on.view(-1)[3::6] = True
+    inside = act == "torch.clamp"
+    assert bool((got[on] != 0).all()) == inside and bool((want[on] != 0).all()) == inside
+    if dtype == torch.float32:
+        xd = x.detach().double().requires_grad_(True)
+        (f64(model)(xd) * g.double()).sum().backward()
+        assert rel_err(got, xd.grad) <= 1e-5, rel_err(got, xd.grad)
+
+
 def test_a_chain_without_fused_backward(monkeypatch):
     """auto: training calls run the original forward; fused: the fused forward with the eager
     backward (strict fp32); a warning says why, once each. (Every f32 chain has a fused backward:

@@ -122,6 +122,7 @@ std::vector<double> Kinks(const Op& op) {
     case OpKind::kLeakyRelu:
       return {0.0};
     case OpKind::kClamp:
+    case OpKind::kHardtanh:
       return {op.min, op.max};
     case OpKind::kHardswish:
       return {-3.0, 3.0};
@@ -312,18 +313,19 @@ TEST_P(ReferenceBackwardElementwiseTest, AfterConvMatchesFiniteDifferences) {
 }
 
 // x in [-1, 1) reaches relu's, leaky_relu's and clamp's kinks; hardswish's at +-3 need [-4, 4).
-INSTANTIATE_TEST_SUITE_P(ReferenceBackward, ReferenceBackwardElementwiseTest,
-                         ::testing::Values(ElementwiseCase{"relu", "relu", 2},
-                                           ElementwiseCase{"leaky_relu", "leaky_relu(slope=0.2)", 2},
-                                           ElementwiseCase{"sigmoid", "sigmoid", 2},
-                                           ElementwiseCase{"tanh", "tanh", 2},
-                                           ElementwiseCase{"swish", "swish", 2},
-                                           ElementwiseCase{"hardswish", "hardswish", 8},
-                                           ElementwiseCase{"gelu", "gelu", 2},
-                                           ElementwiseCase{"clamp", "clamp(min=-0.3,max=0.4)", 2}),
-                         [](const ::testing::TestParamInfo<ElementwiseCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    ReferenceBackward, ReferenceBackwardElementwiseTest,
+    ::testing::Values(ElementwiseCase{"relu", "relu", 2},
+                      ElementwiseCase{"leaky_relu", "leaky_relu(slope=0.2)", 2},
+                      ElementwiseCase{"sigmoid", "sigmoid", 2}, ElementwiseCase{"tanh", "tanh", 2},
+                      ElementwiseCase{"swish", "swish", 2},
+                      ElementwiseCase{"hardswish", "hardswish", 8},
+                      ElementwiseCase{"gelu", "gelu", 2},
+                      ElementwiseCase{"clamp", "clamp(min=-0.3,max=0.4)", 2},
+                      ElementwiseCase{"hardtanh", "hardtanh(min=-0.3,max=0.4)", 2}),
+    [](const ::testing::TestParamInfo<ElementwiseCase>& info) {
+      return std::string(info.param.name);
+    });
 
 // ---- group_norm, mean, convolutions and whole chains ----
 
