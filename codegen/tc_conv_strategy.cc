@@ -14,7 +14,7 @@
 // Precision: kFp32 runs 3xTF32 (big/small TF32 split of both operands, three products; fp32
 // accurate), kTf32 one TF32 product; bf16/f16 chains one bf16/f16 product (m16n8k16: their values
 // multiply exactly, at twice TF32's rate).
-// Tunable: bm (64, 128 output points per tile), bn (16..128 channels), bk (8, 16, 32: 32-bit
+// Tunable: bm (64, 128 output points per tile), bn (8..128 channels), bk (8, 16, 32: 32-bit
 // words of the GEMM's k per pipeline step, over (tap, input channel): 8 to 32 fp32 values, 16 to
 // 64 16-bit ones), stages (cp.async pipeline depth).
 #include "codegen/tc_conv_strategy.h"
@@ -185,8 +185,8 @@ bool ChainSupported(const Chain& chain, const ChainInfo& info, const PlanTarget&
 absl::Status CheckTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target,
                        const TcTune& t, const TuneConfig& c) {
   if (t.bm != 64 && t.bm != 128) return Invalid(c, absl::StrCat("bm ", t.bm, " is 64 or 128"));
-  if (t.bn != 16 && t.bn != 32 && t.bn != 64 && t.bn != 128) {
-    return Invalid(c, absl::StrCat("bn ", t.bn, " is 16, 32, 64 or 128"));
+  if (t.bn != 8 && t.bn != 16 && t.bn != 32 && t.bn != 64 && t.bn != 128) {
+    return Invalid(c, absl::StrCat("bn ", t.bn, " is 8, 16, 32, 64 or 128"));
   }
   if (t.bk != 8 && t.bk != 16 && t.bk != 32) {
     return Invalid(c, absl::StrCat("bk ", t.bk, " is 8, 16 or 32"));
@@ -243,12 +243,15 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 // The heuristic tuning, fitted to `fusejit autotune` on the lent H100 (2026-11-23, 8 sweep chains
 // x both precisions, bench/notes/tc_conv_tuning.md): 128-point tiles (64 only when the device
 // would not be half full); 32 or 64 channels a tile, whichever pads C less (64 on a tie when it
-// still gives a CTA an SM; 16 for C <= 16); split-K (2-8, at least 8 k-steps each, up to two
-// CTAs an SM) while the tiles give fewer than one CTA an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the least on padding, where
-// k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and 3xTF32's 32-wide k-steps
-// (twice the weight tiles in shared memory) ~15% more below 128 input channels; 3 stages for
-// 3xTF32, 4 for TF32 (2 on large grids, with the input through L1, below). Falls back to the
-// valid configuration of least EstimateGemm().
+// still gives a CTA an SM; 16 for C <= 16, 8 for C <= 8: one mma n8 tile, half the products,
+// 0.3-16% faster on 12 of 13 chains and 2% slower on one, H200 2026-11-29,
+// bench/notes/session28_run1_2026-11-29.txt);
+// split-K (2-8, at least 8 k-steps each, up to two CTAs an SM) while the tiles give fewer than one
+// CTA an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the least on
+// padding, where k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and 3xTF32's
+// 32-wide k-steps (twice the weight tiles in shared memory) ~15% more below 128 input channels; 3
+// stages for 3xTF32, 4 for TF32 (2 on large grids, with the input through L1, below). Falls back to
+// the valid configuration of least EstimateGemm().
 TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
   const TcPrec prec = PrecOf(chain, target);
   const bool split = prec == kPrec3xTF32;
@@ -278,7 +281,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   };
   bool wide_split = false;  // a 64-channel tile on a small grid, filled by split-K (below)
   if (c <= 16) {
-    t.bn = 16;
+    t.bn = c <= 8 ? 8 : 16;
   } else {
     const int64_t pad32 = CeilDiv(c, 32) * 32, pad64 = CeilDiv(c, 64) * 64;
     TcTune wide = t, narrow = t;
@@ -317,7 +320,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   double best_cost = 0;
   bool found = false;
   for (int64_t bm : {128, 64}) {
-    for (int64_t bn : {128, 64, 32, 16}) {
+    for (int64_t bn : {128, 64, 32, 16, 8}) {
       for (int64_t bk : {32, 16, 8}) {
         for (int64_t stages : {4, 3, 2}) {
           const TcTune v{bm, bn, bk, stages, 1, 32, 0};
@@ -381,8 +384,9 @@ class TcConvStrategy : public Strategy {
     return ToConfig(name(), DefaultTune(in.chain, in.info, in.target), Fields());
   }
   std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
-    return {{"bm", {64, 128}}, {"bn", {16, 32, 64, 128}}, {"bk", {8, 16, 32}},
-            {"stages", {2, 3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"wm", {32, 64}},
+    return {{"bm", {64, 128}},       {"bn", {8, 16, 32, 64, 128}},
+            {"bk", {8, 16, 32}},     {"stages", {2, 3, 4, 5}},
+            {"split", {1, 2, 4, 8}}, {"wm", {32, 64}},
             {"l1", {0, 1}}};
   }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {

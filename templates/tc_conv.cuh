@@ -198,7 +198,6 @@ struct TcShape {
                 "tc_conv: A tile segments divide among the threads");
   static_assert(kStages >= 2, "tc_conv: at least two stages");
   static_assert(kWarpM == Tune::kWarpRows, "tc_conv: Fixed::kWarpsM must be kBM / kWarpRows");
-  static_assert(kNI % 2 == 0, "tc_conv: B fragments load two n8 tiles at a time");
   using Host = TcHostGeometry<Fixed>;
   static_assert(!Host::kGiven || Host::kTiles == kTiles, "tc_conv: host and device tile counts differ");
   static_assert(!Host::kGiven || Host::kSmemBytes == kSmemBytes,
@@ -237,6 +236,28 @@ __device__ __forceinline__ void tc_ldsm_x4(unsigned* r, const float* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+}
+// Two such matrices: lanes 0-15 give the row addresses (the others' are ignored).
+__device__ __forceinline__ void tc_ldsm_x2(unsigned* r, const float* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(a));
+}
+// The B fragments of NI n8 tiles (k8 wide) whose shared rows start at bs (the lane's row address
+// as tc_conv_body's b_row / b_col give it): two tiles per ldmatrix.x4, an odd last one by .x2.
+template <int NI, int P>
+__device__ __forceinline__ void tc_load_b(unsigned (&b)[NI][2], const float* bs) {
+#pragma unroll
+  for (int nj = 0; nj < NI / 2; ++nj) {
+    unsigned r[4];
+    tc_ldsm_x4(r, bs + nj * 16 * P);
+    b[2 * nj][0] = r[0];
+    b[2 * nj][1] = r[1];
+    b[2 * nj + 1][0] = r[2];
+    b[2 * nj + 1][1] = r[3];
+  }
+  if constexpr (NI % 2 == 1) tc_ldsm_x2(b[NI - 1], bs + (NI - 1) * 8 * P);
 }
 
 // 16-byte cp.async; fills zeros when !valid (src must still be a mapped address). kL1: through
@@ -465,15 +486,7 @@ __device__ __forceinline__ void tc_conv_body(
       unsigned a[MI][4], b[NI][2];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) tc_ldsm_x4(a[mi], as + mi * 16 * P + k8);
-#pragma unroll
-      for (int nj = 0; nj < NI / 2; ++nj) {
-        unsigned r[4];
-        tc_ldsm_x4(r, bs + nj * 16 * P + k8);
-        b[2 * nj][0] = r[0];
-        b[2 * nj][1] = r[1];
-        b[2 * nj + 1][0] = r[2];
-        b[2 * nj + 1][1] = r[3];
-      }
+      tc_load_b<NI, P>(b, bs + k8);
       // Where the sums run short (Sh::kRun): this k8 step's place in its run of kFlush steps.
       const bool first = (k8 / 8) % Sh::kFlush == 0;
       const bool last = (k8 / 8) % Sh::kFlush == Sh::kFlush - 1;
@@ -503,15 +516,7 @@ __device__ __forceinline__ void tc_conv_body(
           for (int ni = 0; ni < NI; ++ni) tc_mma(acc[mi][ni], a[mi], b[ni]);
       } else {
         unsigned bsm[NI][2], asm_[MI][4];
-#pragma unroll
-        for (int nj = 0; nj < NI / 2; ++nj) {
-          unsigned r[4];
-          tc_ldsm_x4(r, bs + (BN + nj * 16) * P + k8);
-          bsm[2 * nj][0] = r[0];
-          bsm[2 * nj][1] = r[1];
-          bsm[2 * nj + 1][0] = r[2];
-          bsm[2 * nj + 1][1] = r[3];
-        }
+        tc_load_b<NI, P>(bsm, bs + BN * P + k8);
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll

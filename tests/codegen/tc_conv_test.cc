@@ -69,6 +69,43 @@ TEST(TcConv, EveryTailCompilesForSm80AndSm90InBothPrecisions) {
   }
 }
 
+// Chains of at most 8 output channels take the 8-channel tile (bn=8: one n8 mma fragment a warp,
+// half the padded products of the 16-channel one); its configurations compile for sm_80 and
+// sm_90, fp32-accurate, TF32 and bf16, split-K and 64-row warp tiles among them.
+TEST(TcConv, EightChannelTileForFewOutputChannels) {
+  const char* const specs[] = {
+      "x:f32[2,40,6,7,8] | conv_transpose3d(out=4,k=3,stride=2,padding=1,output_padding=1) | "
+      "group_norm(groups=4)",
+      "x:bf16[2,24,7,8,9] | conv3d(out=7,k=3,padding=1) | swish | mean(dims=[2,3,4])",
+  };
+  for (const char* spec : specs) {
+    absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(Parse(spec), Target("sm_90"), "tc-conv");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->tune_config.find(",bn=8,"), std::string::npos) << plan->tune_config;
+    EXPECT_NE(plan->description.find("x 8 channels per tile"), std::string::npos)
+        << plan->description;
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      for (const char* config : {"", "tc-conv:bm=128,bn=8,bk=8,stages=4,split=2,wm=64,l1=0"}) {
+        for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+          CompileOptions options;
+          options.arch = arch;
+          options.precision = p;
+          options.strategy = "tc-conv";
+          options.tune_config = config;
+          options.use_cache = false;
+          absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(Parse(spec), options);
+          ASSERT_TRUE(c.ok()) << spec << " " << arch << " " << config << ": " << c.status();
+        }
+      }
+    }
+  }
+  // A 9-channel chain keeps the 16-channel tile.
+  absl::StatusOr<codegen::Plan> nine = codegen::MakePlan(
+      Parse("x:f32[2,24,7,8,9] | conv3d(out=9,k=3,padding=1) | swish"), Target("sm_90"), "tc-conv");
+  ASSERT_TRUE(nine.ok()) << nine.status();
+  EXPECT_NE(nine->tune_config.find(",bn=16,"), std::string::npos) << nine->tune_config;
+}
+
 // bf16/f16 chains multiply natively (one m16n8k16 product of the 16-bit values): the operand
 // copies are in the dtype, input channels are padded to 8 (16 bytes), and the plans compile for
 // sm_80 and sm_90 under every k-step width (16, 32, 64 values).
@@ -132,7 +169,7 @@ TEST(TcConv, RefusesConfigurationsItCannotRun) {
     const char* why;
   } cases[] = {
       {"tc-conv:bm=96,bn=64,bk=32,stages=3,split=1,wm=32,l1=0", "bm 96 is 64 or 128"},
-      {"tc-conv:bm=128,bn=48,bk=32,stages=3,split=1,wm=32,l1=0", "bn 48 is 16, 32, 64 or 128"},
+      {"tc-conv:bm=128,bn=48,bk=32,stages=3,split=1,wm=32,l1=0", "bn 48 is 8, 16, 32, 64 or 128"},
       {"tc-conv:bm=128,bn=64,bk=4,stages=3,split=1,wm=32,l1=0", "bk 4 is 8, 16 or 32"},
       {"tc-conv:bm=128,bn=64,bk=32,stages=9,split=1,wm=32,l1=0", "stages 9 is not in [2, 6]"},
       {"tc-conv:bm=64,bn=128,bk=8,stages=3,split=1,wm=32,l1=0", "do not divide among 256 threads"},

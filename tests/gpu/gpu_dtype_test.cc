@@ -483,6 +483,11 @@ TEST_P(GpuDType, TcConvChainsRunNatively) {
           "[2,40,6,6,6] | conv3d(out=72,k=3,padding=1,dilation=2) | tanh | "
           "mean(dims=[2,3,4])",
       "x:" + d + "[1,200,4,4,4] | conv3d(out=200,k=3,padding=1) | group_norm(groups=8)",
+      // at most 8 output channels: the 8-channel tile (one n8 fragment a warp)
+      "x:" + d +
+          "[2,40,6,7,8] | conv_transpose3d(out=4,k=3,stride=2,padding=1,output_padding=1) | "
+          "group_norm(groups=2)",
+      "x:" + d + "[2,24,7,8,9] | conv3d(out=7,k=3,padding=1) | swish | mean(dims=[2,3,4])",
   };
   for (const std::string& spec : specs) CheckForward(ParseOrFail(spec), 17, "tc-conv");
 }

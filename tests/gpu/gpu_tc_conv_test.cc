@@ -139,6 +139,35 @@ TEST(GpuTcConv, WideWarpTiles) {
   }
 }
 
+// The 8-channel tile (bn=8: one mma n8 fragment a warp, its B by ldmatrix.x2) for chains of at
+// most 8 output channels, the planner's default there: every tail kind, transposed and strided,
+// split-K, 64-row warp tiles and 8-wide k-steps, fp32-accurate and TF32.
+TEST(GpuTcConv, EightChannelTile) {
+  SKIP_WITHOUT_GPU();
+  const char* const specs[] = {
+      "x:f32[2,40,6,7,8] | conv_transpose3d(out=4,k=3,stride=2,padding=1,output_padding=1) | "
+      "group_norm(groups=4)",
+      "x:f32[2,24,7,8,9] | conv3d(out=7,k=3,padding=1) | swish | mean(dims=[2,3,4])",
+      "x:f32[3,33,6,6,6] | conv3d(out=8,k=3,stride=2,padding=1) | relu | group_norm(groups=2) | "
+      "mean(dims=[1,2,3,4])",
+      "x:f32[2,16,9,9,9] | conv3d(out=3,k=[1,3,5],padding=[0,1,2],bias=false) | tanh",
+  };
+  for (const char* spec : specs) {
+    const Chain chain = Parse(spec);
+    CheckChain(chain, /*seed=*/31, {}, "tc-conv", {2e-5, 1e-4});
+    for (const char* config : {"tc-conv:bm=128,bn=8,bk=32,stages=3,split=3,wm=32,l1=1",
+                               "tc-conv:bm=128,bn=8,bk=8,stages=4,split=1,wm=64,l1=0",
+                               "tc-conv:bm=64,bn=8,bk=16,stages=2,split=2,wm=32,l1=0"}) {
+      CompileOptions options;
+      options.use_cache = false;
+      options.tune_config = config;
+      testing::CheckChainWithOptions(chain, /*seed=*/32, options, {}, {2e-5, 1e-4});
+      options.precision = Precision::kTf32;
+      testing::CheckChainWithOptions(chain, /*seed=*/32, options, {}, {2e-3, 5e-2});
+    }
+  }
+}
+
 // Split-K: several CTAs a tile, the last one summing the partials in split order (every tail,
 // both producers; CheckChain also requires two runs to be bitwise identical).
 TEST(GpuTcConv, SplitK) {
