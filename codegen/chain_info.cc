@@ -35,6 +35,7 @@ ChainInfo AnalyzeChain(const Chain& chain) {
     }
   }
   info.elements = NumElements(info.producer_shape);
+  info.input_channels = chain.input[1];
   return info;
 }
 

@@ -25,6 +25,7 @@ struct ChainInfo {
   // Multiply-adds the producer does per output point (0 without a producer); for transposed
   // convolutions the average over output phases.
   double macs_per_point = 0;
+  int64_t input_channels = 0;  // x's channels (the producer's input channels)
   std::string weight_param, bias_param, gamma_param, beta_param;  // "" when absent
   DType dtype = DType::kF32;  // of x, the parameters and y
 };

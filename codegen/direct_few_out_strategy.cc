@@ -44,30 +44,8 @@ class DirectFewOutStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "direct-few-out"; }
 
-  bool Applies(const PlanInput& in) const override {
-    const ChainInfo& info = in.info;
-    if (!info.producer || info.group_norm || info.mean != MeanMode::kNone) return false;
-    const ConvAttrs& c = info.producer->conv;
-    const bool conv = info.producer->kind == OpKind::kConv3d;
-    if (!conv && c.stride != Dims3{1, 1, 1}) return false;
-    const int64_t kv = c.kernel[0] * c.kernel[1] * c.kernel[2];
-    return info.producer_shape[1] <= kMaxChannels &&
-           info.producer_shape[1] * in.chain.input[1] * kv <= kMaxWeights &&
-           Span(c, conv, 1) <= kMaxSpan;
-  }
-
-  // FMAs at ~30 TFLOP/s or the bytes (output written, input read once) at ~3 TB/s, whichever is
-  // longer (ps).
-  double Cost(const PlanInput& in) const override {
-    const ChainInfo& info = in.info;
-    const double points = static_cast<double>(info.elements);
-    const double bytes = 4.0 * (points + static_cast<double>(NumElements(in.chain.input)));
-    return std::max(points * 2.0 * info.macs_per_point / 30.0, bytes / 3.0);
-  }
-
-  TuneConfig DefaultConfig(const PlanInput& in) const override {
+  static FewOutTune DefaultTune(const ChainInfo& info) {
     FewOutTune t;
-    const ChainInfo& info = in.info;
     const bool conv = info.producer->kind == OpKind::kConv3d;
     // Eight outputs along w a thread; two for a conv3d strided along h and w (measured with
     // `fusejit autotune` on the H100, 2026-11-26, ms for tw 8 / 2: W1's data gradient
@@ -87,7 +65,40 @@ class DirectFewOutStrategy final : public Strategy {
                    2 * info.producer_shape[1] * t.tw <= kMaxAccumulators
                ? 2
                : 1;
-    return ToConfig(name(), t, std::span<const TuneField<FewOutTune>>(kFields));
+    return t;
+  }
+
+  bool Applies(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    if (!info.producer || info.group_norm || info.mean != MeanMode::kNone) return false;
+    const ConvAttrs& c = info.producer->conv;
+    const bool conv = info.producer->kind == OpKind::kConv3d;
+    if (!conv && c.stride != Dims3{1, 1, 1}) return false;
+    const int64_t kv = c.kernel[0] * c.kernel[1] * c.kernel[2];
+    return info.producer_shape[1] <= kMaxChannels &&
+           info.producer_shape[1] * in.chain.input[1] * kv <= kMaxWeights &&
+           Span(c, conv, 1) <= kMaxSpan;
+  }
+
+  // FMAs at ~30 TFLOP/s or the bytes (output written, input read once) at ~3 TB/s, whichever is
+  // longer (ps); the FMAs slowed where the threads (each th x tw outputs of every channel) are
+  // fewer than 256 an SM: H200, 2026-11-29 (session 28 run 2), [4,64,32,16,7] k3 padding 2 -> 4
+  // channels ran 4.9 K threads (tw 8 over w = 9): 0.205 ms, modeled 0.010 without the term.
+  double Cost(const PlanInput& in) const override {
+    const ChainInfo& info = in.info;
+    const double points = static_cast<double>(info.elements);
+    const double bytes = 4.0 * (points + static_cast<double>(NumElements(in.chain.input)));
+    const FewOutTune t = DefaultTune(info);
+    const Shape& p = info.producer_shape;
+    const double threads =
+        static_cast<double>(p[0] * p[2] * CeilDiv(p[3], t.th) * CeilDiv(p[4], t.tw));
+    const double slowdown =
+        std::max(1.0, static_cast<double>(in.target.sm_count) * 256.0 / threads);
+    return std::max(slowdown * points * 2.0 * info.macs_per_point / 30.0, bytes / 3.0);
+  }
+
+  TuneConfig DefaultConfig(const PlanInput& in) const override {
+    return ToConfig(name(), DefaultTune(in.info), std::span<const TuneField<FewOutTune>>(kFields));
   }
   std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
     if (!RowsShareInput(in.info))

@@ -174,6 +174,14 @@ Plan BasePlan(std::string name, std::string description) {
 // on the H200 (2026-11-29, bench/notes/session27_2026-11-29.txt): [32,48,38,14,39] 1x1 stride 2 ->
 // 128 | group_norm: store-normalize 0.653 ms against tc-conv's 0.201 (modeled 183 against 198
 // without these terms); [8,1,16,6,37] k2 -> 96 | mean: reduce-mean 0.049 against 0.029.
+//
+// Products beyond the first 128 of a point cost 3x (H200, 2026-11-29, session 28 run 2: generic
+// plans of 256-8000 products a point ran 2.5-3.6x slower than this model without the term, e.g.
+// [16,64,28,18,40] k2 stride 2 -> 20 | group_norm: store-normalize 0.421 ms modeled 0.116,
+// [2,32,20,34,17] k2 -> 20 | relu: elementwise 0.050 modeled 0.015; below ~160 products the
+// former rate held: [32,6,10,10,10] k3 s2 d2 -> 16 | group_norm 0.040 against tc-conv's 0.045).
+constexpr double kCachedMacs = 128, kLoadBoundFactor = 3;
+constexpr int64_t kFewInputChannels = 4;
 double GenericCost(const ChainInfo& info, double bytes_per_point, double producer_passes) {
   double per_eval = 0;
   if (info.producer != nullptr) {
@@ -185,7 +193,16 @@ double GenericCost(const ChainInfo& info, double bytes_per_point, double produce
     const double loop = info.producer->kind == OpKind::kConv3d
                             ? static_cast<double>(std::min<int64_t>(s[2], 8))
                             : static_cast<double>(s[0] * s[1] * s[2]);
-    per_eval = 3.0 + 2.0 * info.macs_per_point * loop / 15.0;
+    // Past the first kCachedMacs products of a point the loop is bound by its two loads a
+    // product (x gathered, the weight): kLoadBoundFactor times the rate of the first ones.
+    // (Not with at most kFewInputChannels input channels, whose gathers stay in a few cache
+    // lines: [1,3,37,32,7] k5 -> 20 | sigmoid, 375 products, elementwise 0.020 ms against
+    // tc-conv's 0.025, session 28 run 3.)
+    const double macs = info.macs_per_point;
+    const double excess =
+        info.input_channels <= kFewInputChannels ? 0.0 : std::max(0.0, macs - kCachedMacs);
+    const double weighted = macs + (kLoadBoundFactor - 1.0) * excess;
+    per_eval = 3.0 + 2.0 * weighted * loop / 15.0;
   }
   return static_cast<double>(info.elements) * (bytes_per_point / 3.0 + producer_passes * per_eval);
 }

@@ -370,7 +370,14 @@ class TcConvStrategy : public Strategy {
         static_cast<double>(g.tiles * (g.c_pad / t.bn) * in.chain.input[0] * t.split);
     // Fewer CTAs than two an SM: measured slower by about fill^-0.75 (S8, K9: 0.42 -> 1.9x).
     const double fill = std::pow(std::min(1.0, ctas / (2.0 * in.target.sm_count)), 0.75);
-    const double gemm = g.padded_macs * static_cast<double>(in.chain.input[0]) * ps_per_mac / fill;
+    // An 8-channel tile halves the padded products but not the A tile's loads and splits: it
+    // measured 0.3-16% faster than the 16-channel one (H200, 2026-11-29,
+    // bench/notes/session28_run1_2026-11-29.txt), so its products count 1.8x (10% below the
+    // 16-wide tile's cost): at the full halving, [8,8,13,25,15] conv_transpose3d k5 -> 4 |
+    // group_norm moved to tc-conv at 0.127 ms from convt-store-normalize's 0.091 (run 3).
+    const double tile_rate = t.bn == 8 ? 1.8 : 1.0;
+    const double gemm =
+        g.padded_macs * static_cast<double>(in.chain.input[0]) * ps_per_mac * tile_rate / fill;
     double bytes_per_point = pipe.out == kMomentsOnly ? 0.2 : 4.0;
     if (pipe.apply) bytes_per_point += 8.0;
     if (pipe.row_mean) bytes_per_point += 4.0;
