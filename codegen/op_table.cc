@@ -11,6 +11,14 @@ namespace {
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// clamp's and hardtanh's values (they differ only in the derivative): the device statement, and
+// min first, then max (PyTorch's result when min > max is max everywhere).
+std::string ClampSource(const Op& op, DType t) {
+  return absl::StrCat("v = fj::clamp(v, ", RealLiteral(op.min, t), ", ", RealLiteral(op.max, t),
+                      ");");
+}
+double ClampValue(const Op& op, double x) { return std::min(std::max(x, op.min), op.max); }
+
 // The elementwise rows' three functions. Kinks follow PyTorch's backward formulas:
 // relu'(0) = 0 (threshold_backward: x > 0); leaky_relu'(0) = slope (x > 0 ? 1 : slope);
 // clamp'(x) = 1 on [min, max] including the bounds (x >= min && x <= max); hardtanh'(x) = 1
@@ -68,12 +76,8 @@ const std::vector<OpDesc>& Rows() {
        },
        [](const Op&) -> std::string { return "g = fj::gelu_d(v);"; }},
       {OpKind::kClamp, "clamp", nullptr, OpRole::kElementwise, {{"min", nullptr}, {"max", nullptr}},
-       [](const Op& op, DType t) {
-         return absl::StrCat("v = fj::clamp(v, ", RealLiteral(op.min, t), ", ",
-                             RealLiteral(op.max, t), ");");
-       },
-       // min first, then max: PyTorch's result when min > max is max everywhere.
-       [](const Op& op, double x) { return std::min(std::max(x, op.min), op.max); },
+       ClampSource,
+       ClampValue,
        [](const Op& op, double x) { return x >= op.min && x <= op.max ? 1.0 : 0.0; },
        [](const Op& op) {
          return absl::StrCat("g = fj::clamp_d(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
@@ -81,11 +85,8 @@ const std::vector<OpDesc>& Rows() {
        }},
       {OpKind::kHardtanh, "hardtanh", nullptr, OpRole::kElementwise,
        {{"min", "min_val"}, {"max", "max_val"}},
-       [](const Op& op, DType t) {
-         return absl::StrCat("v = fj::clamp(v, ", RealLiteral(op.min, t), ", ",
-                             RealLiteral(op.max, t), ");");
-       },
-       [](const Op& op, double x) { return std::min(std::max(x, op.min), op.max); },
+       ClampSource,
+       ClampValue,
        [](const Op& op, double x) { return x > op.min && x < op.max ? 1.0 : 0.0; },
        [](const Op& op) {
          return absl::StrCat("g = fj::hardtanh_d(v, ", FloatLiteral(op.min), ", ",
