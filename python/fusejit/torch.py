@@ -54,6 +54,9 @@ How a call runs:
   fused backward runs the original forward (fused forward + recomputed backward would be the
   slower step), with the warning above; policy="fused" runs the fused forward there and the
   recomputed backward.
+- A call like an earlier checked one (same shape, dtype, device and parameter tensors; for a
+  training call also the same gradient mask) skips the checks and the policy lookup: the
+  inference fast path enqueues the chain, the training fast path the autograd op.
 - Registered as the custom op torch.ops.fusejit.chain (torch >= 2.4) with a fake implementation,
   so torch.compile keeps it in its graph.
 """
@@ -103,8 +106,9 @@ _global_hooks = [getattr(_module_mod, n) for n in (
     "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
     "_global_backward_pre_hooks") if isinstance(getattr(_module_mod, n, None), dict)]
 # Counters for tests and diagnostics: backward calls (autograd's, on real tensors) served by the
-# fused backward and by the eager fallback.
-_stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0, "saved_backward": 0}
+# fused backward and by the eager fallback; training calls served by the fast path.
+_stats = {"fused_backward": 0, "eager_backward": 0, "autocast": 0, "saved_backward": 0,
+          "fast_training": 0}
 _ops_cache = {}  # type: Dict[str, list]
 
 
@@ -198,16 +202,26 @@ def _training_pair(spec: str, device: int):
     """(training forward, backward reading its u) for `spec` on `device` where the library has
     them and the chain saves u (a chain with ops after its convolution, where the planner's
     cost model says saving pays), else None: the caller runs the plain forward and the
-    recomputing backward, which give the same gradients."""
+    recomputing backward, which give the same gradients. A found pair (or its absence) is
+    remembered; a failure to compile is tried again on the next call."""
     if not _lib.has_training() or _backward_or_why(spec, device)[0] is None:
         return None  # (without a fused backward the caller differentiates PyTorch's forward)
+    key = (spec, device)
+    if key in _pairs:
+        return _pairs[key]
     try:
         fwd = _compile_cached(_compiled_train, spec, device, backward=False, saved=True)
-        if not any(t.role == _lib.ROLE_SAVED for t in fwd.signature):
-            return None
-        return fwd, _compile_cached(_compiled_bwd_saved, spec, device, backward=True, saved=True)
+        pair = None
+        if any(t.role == _lib.ROLE_SAVED for t in fwd.signature):
+            pair = fwd, _compile_cached(_compiled_bwd_saved, spec, device, backward=True,
+                                        saved=True)
     except _lib.FusejitError:
         return None
+    _pairs[key] = pair
+    return pair
+
+
+_pairs = {}  # (spec, device) -> _training_pair's answer, once found
 
 
 def _launch_training(fwd, x: torch.Tensor, params: List[torch.Tensor]):
@@ -533,6 +547,7 @@ class _State(object):
         self.training_fallback = None  # type: Optional[str]  # Recognized.training_fallback
         self.getters = []
         self.ready = {}
+        self.ready_training = {}
         self.submodules = []  # every submodule, as the last checked call found them (hooks)
         self.last_decision = None  # type: Optional[dict]
         try:
@@ -551,6 +566,8 @@ class _State(object):
         self.getters = [_param_getter(path) for _, path in self.param_paths]
         # (shape, dtype, device) -> _Ready: calls already checked and decided, for the fast path
         self.ready = {}  # type: Dict[tuple, _Ready]
+        # (shape, dtype, device, x's requires_grad, each parameter's) -> _ReadyTraining
+        self.ready_training = {}  # type: Dict[tuple, _ReadyTraining]
 
 
 def _param_getter(path: str):
@@ -799,27 +816,56 @@ class _Ready(object):
         self.chain, self.eager, self.param_ptrs = chain, eager, param_ptrs
 
 
+class _ReadyTraining(object):
+    """A training call (module in training mode, gradients needed: `needs`, x's then each
+    parameter's) of a (shape, dtype, device) that was checked and decided: the fast path runs it
+    while the parameters are still the tensors it was checked with -- the autograd op on `spec`
+    (decision "fused"), or the original forward ("eager")."""
+    __slots__ = ("spec", "eager", "param_ptrs")
+
+    def __init__(self, spec, eager, param_ptrs):
+        self.spec, self.eager, self.param_ptrs = spec, eager, param_ptrs
+
+
 def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
-    # The fast path: an inference call (no gradients needed) like an earlier checked one (same
-    # shape, dtype, device, parameters), not tracing. Calls needing gradients take the checked
-    # path: they have a decision of their own (training) and the autograd op.
+    # The fast paths: a call like an earlier checked one (same shape, dtype, device, parameters;
+    # for a call needing gradients also the same gradient mask, in training mode), not tracing,
+    # no autocast, no submodule hooks. Other calls take the checked path.
     if not _is_compiling() and len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor:
         x = args[0]
+        params = [g(self) for g in st.getters]
+        if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+            if not self.training:
+                return _checked_forward(self, st, args, kwargs)
+            ready = st.ready_training.get(
+                (x.shape, x.dtype, x.device, x.requires_grad) +
+                tuple(p.requires_grad for p in params))
+            if ready is None or not _fast_call_ok(st, x, params, ready.param_ptrs):
+                return _checked_forward(self, st, args, kwargs)
+            if ready.eager:
+                return st.original_forward(self, x)
+            _stats["fast_training"] += 1
+            return _ChainFunction.apply(ready.spec, x, *params)
         ready = st.ready.get((x.shape, x.dtype, x.device))
         if ready is not None:
-            params = [g(self) for g in st.getters]
             ptrs = [p.data_ptr() for p in params]
-            xp = x.data_ptr()
-            if (ptrs == ready.param_ptrs and not xp % 16 and x.is_contiguous() and
-                    not _is_autocast_enabled() and not _any_hook(st.submodules) and
-                    not (_is_grad_enabled() and
-                         (x.requires_grad or any(p.requires_grad for p in params)))):
+            if _fast_call_ok(st, x, params, ready.param_ptrs, ptrs):
                 if ready.eager:
                     return st.original_forward(self, x)
-                ptrs.insert(0, xp)
+                ptrs.insert(0, x.data_ptr())
                 return _launch(ready.chain, x, ptrs)
     return _checked_forward(self, st, args, kwargs)
+
+
+def _fast_call_ok(st, x, params, param_ptrs, ptrs=None) -> bool:
+    """Whether a call may take a fast path checked with parameters at `param_ptrs`: the same
+    parameter tensors (`ptrs`: their data pointers, when the caller has them), x contiguous and
+    16-byte aligned, no autocast, no submodule or global module hooks."""
+    if ptrs is None:
+        ptrs = [p.data_ptr() for p in params]
+    return (ptrs == param_ptrs and not x.data_ptr() % 16 and x.is_contiguous() and
+            not _is_autocast_enabled() and not _any_hook(st.submodules))
 
 
 def _autocast_dtype():
@@ -937,6 +983,12 @@ def _checked_forward(self, st, args, kwargs):
     if inference is not None:
         st.ready[(x.shape, x.dtype, x.device)] = _Ready(chain, inference == "eager",
                                                        [p.data_ptr() for p in params])
+    # ... and training calls with this gradient mask, once their decision is final (a decision
+    # taken inside a graph capture is not: it is timed on a later call).
+    if step and (st.policy != "auto" or
+                 (spec, device, "".join("1" if n else "0" for n in needs)) in st.decided):
+        st.ready_training[(x.shape, x.dtype, x.device) + tuple(needs)] = _ReadyTraining(
+            spec, decision == "eager", [p.data_ptr() for p in params])
     if decision == "eager":
         return st.original_forward(self, x)
     if needs is not None:

@@ -522,3 +522,81 @@ def test_auto_policy_training_agreement_at_seed_shapes(wid, monkeypatch):
     d = fast.__dict__["_fusejit"].last_decision
     print(wid, "training step:", d)
     assert d["pass"] == "train" and (d["decision"] == "fused") == (d["fused_ms"] <= d["eager_ms"])
+
+
+class ConvGeluNorm(nn.Module):
+    """A chain whose training forward saves u (ops after the convolution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(4, 8)
+
+    def forward(self, x):
+        return self.gn(F.gelu(self.conv(x)))
+
+
+@pytest.mark.parametrize("make,channels",
+                         [(ConvGeluNorm, 4), (GroupNormOnly, 8), (ConvTransposeStride2Gelu, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_fast_path_gives_the_checked_calls_results(make, channels, dtype):
+    """The second training call of a shape, parameters and gradient mask takes the training fast
+    path; its output and gradients are bitwise the first (checked) call's. A new gradient mask, a
+    replaced parameter, a submodule hook, eval mode or autocast send the call back to the checked
+    path (counted by _stats["fast_training"])."""
+    model = randomized(make(), seed=3).cuda().to(dtype)
+    fast = fj.fuse(model, strict=True, policy="fused")
+    x = torch.rand(2, channels, 6, 7, 5, device="cuda").to(dtype).requires_grad_(True)
+    torch.manual_seed(1)
+    gy = torch.randn(fast(x).shape, device="cuda").to(dtype)
+
+    def step():
+        x.grad = None
+        for p in fast.parameters():
+            p.grad = None
+        y = fast(x)
+        y.backward(gy)
+        return [y.detach()] + [t.grad.clone() for t in [x] + list(fast.parameters())]
+
+    count = lambda: fj._stats["fast_training"]  # noqa: E731
+    before = count()
+    first = step()  # (the call that computed gy was checked: this one is fast already)
+    assert count() == before + 1
+    second = step()
+    assert count() == before + 2
+    for a, b in zip(first, second):
+        assert not torch.isnan(a).any() and torch.equal(a, b)
+    # another gradient mask: checked once, then fast
+    x.requires_grad_(False)
+    fast(x).backward(gy)
+    assert count() == before + 2
+    fast(x).backward(gy)
+    assert count() == before + 3
+    x.requires_grad_(True)
+    # a replaced parameter: checked again
+    name, p = next(iter(fast.named_parameters()))
+    mod_name, _, leaf = name.rpartition(".")
+    setattr(fast.get_submodule(mod_name), leaf, nn.Parameter(p.detach().clone()))
+    again = step()
+    assert count() == before + 3
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    step()
+    assert count() == before + 4
+    # a hook on a submodule: the original forward runs (and calls it)
+    sub = [m for m in fast.modules() if m is not fast][0]
+    calls = []
+    h = sub.register_forward_hook(lambda *a: calls.append(1))
+    try:  # (this module is strict: it refuses, a non-strict one runs the original)
+        with pytest.raises(fj.Unsupported):
+            fast(x)
+    finally:
+        h.remove()
+    assert count() == before + 4 and not calls
+    # eval mode with gradients: the checked path
+    fast.eval()
+    fast(x).backward(gy)
+    assert count() == before + 4
+    fast.train()
+    step()
+    assert count() == before + 5
