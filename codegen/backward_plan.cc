@@ -264,23 +264,35 @@ absl::StatusOr<Chain> DataGradientChain(const Chain& chain) {
   return c;
 }
 
+bool BackwardRunsNatively(const Chain& chain) {
+  return (chain.dtype == DType::kBF16 || chain.dtype == DType::kF16) &&
+         AnalyzeChain(chain).producer == nullptr;
+}
+
 bool BackwardReadsURowsByChannel(const Chain& chain, const PlanTarget& target, bool saved_stats) {
   return PlanBackward(chain, target, saved_stats, ULayout::kRowsByChannel).ok();
 }
 
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target, bool saved_stats,
                                   ULayout u_layout, int saved_moment_blocks, DType grad_y_dtype) {
-  if (chain.dtype != DType::kF32) {
-    return absl::UnimplementedError(absl::StrCat("no backward plan for dtype ",
-                                                 DTypeName(chain.dtype), ": only f32 has one"));
+  const ChainInfo info = AnalyzeChain(chain);
+  const bool producer = info.producer != nullptr;
+  if (chain.dtype != DType::kF32 && !BackwardRunsNatively(chain)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "no backward plan for the ", DTypeName(chain.dtype), " chain ", FormatChain(chain),
+        ": f32 chains have one, and bf16/f16 chains without a convolution"));
   }
   if (grad_y_dtype != DType::kF32 && grad_y_dtype != DType::kBF16 && grad_y_dtype != DType::kF16) {
     return absl::InvalidArgumentError(absl::StrCat("PlanBackward: grad_y in ",
                                                    DTypeName(grad_y_dtype),
                                                    "; the backward reads it in f32, bf16 or f16"));
   }
-  const ChainInfo info = AnalyzeChain(chain);
-  const bool producer = info.producer != nullptr;
+  if (chain.dtype != DType::kF32 && grad_y_dtype != chain.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PlanBackward: grad_y in ", DTypeName(grad_y_dtype), " for the ",
+                     DTypeName(chain.dtype), " chain ", FormatChain(chain),
+                     "; a 16-bit chain's backward reads grad_y in its own dtype"));
+  }
   const bool norm = info.group_norm != nullptr;
   const bool bias = producer && info.producer->conv.bias;
   if (saved_stats && !norm) {

@@ -54,7 +54,9 @@ enum class ULayout { kNCDHW, kRowsByChannel };
 // form (templates/few_in_backward.cuh, planned by codegen/few_in_backward_plan.h):
 // the conv weight is in the signature too and grad_x takes grad_u's place -- it computes the data
 // gradient itself, so steps 3 and 4 are skipped (BackwardPlanWritesGradX).
-// REQUIRES: chain is valid and float32; saved_stats only for a chain with group_norm.
+// REQUIRES: chain is valid and float32, or BackwardRunsNatively(chain) (then x, the parameters,
+// grad_y and every gradient are in the chain's dtype: grad_y_dtype must be it); saved_stats only
+// for a chain with group_norm. Unimplemented for other dtypes.
 // u_layout: how the saved u lies (kRowsByChannel: InvalidArgument unless the plan reads it in
 // the fused kernel alone).
 // saved_moment_blocks > 0: the training forward saved its per-block channel moments of the
@@ -67,6 +69,11 @@ enum class ULayout { kNCDHW, kRowsByChannel };
 absl::StatusOr<Plan> PlanBackward(const Chain& chain, const PlanTarget& target,
                                   bool saved_stats = false, ULayout u_layout = ULayout::kNCDHW,
                                   int saved_moment_blocks = 0, DType grad_y_dtype = DType::kF32);
+
+// Whether a chain's backward plan runs in its own dtype: bf16 and f16 chains without a
+// convolution (their kernels widen every load and round every store, templates/backward.cuh). A
+// 16-bit chain with a convolution runs the f32 backward between casts (runtime/dtype_adapter.h).
+bool BackwardRunsNatively(const Chain& chain);
 
 // Whether step 2's `plan` of `chain` (which has a producer) writes grad_x itself: the fused form.
 bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);

@@ -107,7 +107,11 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Build(
                        " saves nothing (", why, "); use CompileBackward, which recomputes"));
     }
   }
-  if (RunsThroughF32(chain.dtype)) {  // bf16, f16: the f32 backward between casts
+  // bf16, f16 without a convolution: the backward kernels read and write the dtype themselves
+  // (codegen::BackwardRunsNatively); grad_y in the chain's dtype too.
+  if (codegen::BackwardRunsNatively(chain)) grad_y_dtype = chain.dtype;
+  if (RunsThroughF32(chain.dtype) && !codegen::BackwardRunsNatively(chain)) {
+    // bf16, f16 with a convolution: the f32 backward between casts
     // from_saved: reading what the dtype chain's own forward plan saved, in f32. grad_y is read
     // in the chain's dtype as it is (no f32 copy: it is as large as y).
     absl::StatusOr<std::shared_ptr<CompiledChain>> inner =

@@ -6,6 +6,13 @@
 // the optional mean. From grad_y these kernels compute grad_u, and the sums that give
 // grad_gamma[c] = sum(g_h * zhat), grad_beta[c] = sum(g_h) and grad_bias[c] = sum(grad_u).
 //
+// Element types: u, gamma, beta, grad_y, grad_u and the parameter gradients are each read or
+// written in the type the kernel is called with -- float, or a bf16/f16 chain's dtype where its
+// backward runs natively (a chain without a convolution: x, the parameters and every gradient in
+// the dtype) or reads grad_y as it is. Loads widen exactly (to_f32), stores round once (from_f32);
+// all arithmetic is fp32 and every sum double, so a native 16-bit backward gives the f32
+// backward's gradients of the same values, rounded.
+//
 // Work split: every (n, c) slice is cut into BwdTune::kSplit chunks of consecutive points; block b
 // handles chunk b % kSplit of slice b / kSplit. Every sum is taken in double: per thread over a
 // fixed set of points, across the block in a fixed tree, then over chunks, channels and samples in
@@ -123,10 +130,11 @@ struct Bwd {
   struct GroupTerms {
     float mean, rstd, ma, mb;
   };
+  template <class PT>
   __device__ static GroupTerms group_terms(const double2* __restrict__ zpart,
                                            const float* __restrict__ stats,
                                            const double2* __restrict__ gpart,
-                                           const float* __restrict__ gamma, int n, int g,
+                                           const PT* __restrict__ gamma, int n, int g,
                                            double* scratch) {
     GroupTerms t;
     group_stats(zpart, stats, n, g, t.mean, t.rstd, scratch);
@@ -134,7 +142,7 @@ struct Bwd {
     const double2* p = gpart + (static_cast<size_t>(n) * Cfg::kC + g * kCg) * kSplit;
     double a = 0, b = 0;
     for (int i = threadIdx.x; i < kParts; i += blockDim.x) {
-      const double gc = gamma[g * kCg + i / kSplit];
+      const double gc = to_f32(gamma[g * kCg + i / kSplit]);
       a += gc * p[i].x;
       b += gc * p[i].y;
     }
@@ -171,13 +179,13 @@ struct Bwd {
 };
 
 // zpart[slice chunk] = (sum z, sum z^2) with z = pre(u). Grid kN*kC*kSplit.
-template <class Cfg, class Tune>
-__device__ void bwd_moments_kernel(const float* __restrict__ u, double2* __restrict__ zpart) {
+template <class Cfg, class Tune, class UT>
+__device__ void bwd_moments_kernel(const UT* __restrict__ u, double2* __restrict__ zpart) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
-  const float* src = u + static_cast<size_t>(B::slice()) * B::kS;
+  const UT* src = u + static_cast<size_t>(B::slice()) * B::kS;
   double s = 0, ss = 0;
-  B::for_each_point([&](int i) { return src[i]; },
+  B::for_each_point([&](int i) { return to_f32(src[i]); },
                     [&](int, float v) {
                       const float z = Cfg::pre(v);
                       s += z;
@@ -189,9 +197,9 @@ __device__ void bwd_moments_kernel(const float* __restrict__ u, double2* __restr
 }
 
 // gpart[slice chunk] = (sum g_h, sum g_h * zhat), g_h = grad_y * post'(h). Grid kN*kC*kSplit.
-template <class Cfg, class Tune, class GyT>
-__device__ void bwd_sums_kernel(const float* __restrict__ u, const GyT* __restrict__ gy,
-                                const float* __restrict__ gamma, const float* __restrict__ beta,
+template <class Cfg, class Tune, class UT, class GyT, class PT>
+__device__ void bwd_sums_kernel(const UT* __restrict__ u, const GyT* __restrict__ gy,
+                                const PT* __restrict__ gamma, const PT* __restrict__ beta,
                                 const double2* __restrict__ zpart, const float* __restrict__ stats,
                                 double2* __restrict__ gpart) {
   using B = Bwd<Cfg, Tune>;
@@ -199,10 +207,10 @@ __device__ void bwd_sums_kernel(const float* __restrict__ u, const GyT* __restri
   const int nc = B::slice(), n = nc / Cfg::kC, c = nc % Cfg::kC;
   float mean, rstd;
   B::group_stats(zpart, stats, n, c / B::kCg, mean, rstd, scratch);
-  const float ga = gamma[c], be = beta[c];
-  const float* src = u + static_cast<size_t>(nc) * B::kS;
+  const float ga = to_f32(gamma[c]), be = to_f32(beta[c]);
+  const UT* src = u + static_cast<size_t>(nc) * B::kS;
   double s1 = 0, s2 = 0;
-  B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
+  B::for_each_point([&](int i) { return make_float2(to_f32(src[i]), B::grad_y(gy, nc, i)); },
                     [&](int, float2 v) {
                       const float zh = (Cfg::pre(v.x) - mean) * rstd;
                       float d;
@@ -220,15 +228,15 @@ __device__ void bwd_sums_kernel(const float* __restrict__ u, const GyT* __restri
 // launches this only then): one read of u and grad_y gives zpart and, in gpart, the raw sums
 // (sum g_h, sum g_h * z) -- in place of bwd_moments + bwd_sums, which read u twice.
 // bwd_sums_fix_kernel then turns sum g_h*z into sum g_h*zhat. Grid kN*kC*kSplit.
-template <class Cfg, class Tune, class GyT>
-__device__ void bwd_moments_sums_kernel(const float* __restrict__ u, const GyT* __restrict__ gy,
+template <class Cfg, class Tune, class UT, class GyT>
+__device__ void bwd_moments_sums_kernel(const UT* __restrict__ u, const GyT* __restrict__ gy,
                                         double2* __restrict__ zpart, double2* __restrict__ gpart) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
   const int nc = B::slice();
-  const float* src = u + static_cast<size_t>(nc) * B::kS;
+  const UT* src = u + static_cast<size_t>(nc) * B::kS;
   double s = 0, ss = 0, s1 = 0, s2 = 0;
-  B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
+  B::for_each_point([&](int i) { return make_float2(to_f32(src[i]), B::grad_y(gy, nc, i)); },
                     [&](int, float2 v) {
                       const float z = Cfg::pre(v.x);
                       s += z;
@@ -303,36 +311,36 @@ __device__ void bwd_sums_fix_kernel(const double2* __restrict__ zpart,
 // With group_norm: dz = rstd * (gamma*g_h - mean(gamma*g_h) - zhat * mean(gamma*g_h*zhat)), the
 // group means from gpart; grad_u = dz * pre'(u). Without: grad_u = grad_y * pre'(u) (all the
 // elementwise ops are `pre` then). Grid kN*kC*kSplit.
-template <class Cfg, class Tune, class GyT>
-__device__ void bwd_grad_u_kernel(const float* __restrict__ u, const GyT* __restrict__ gy,
-                                  const float* __restrict__ gamma, const float* __restrict__ beta,
+template <class Cfg, class Tune, class UT, class GyT, class PT, class GuT>
+__device__ void bwd_grad_u_kernel(const UT* __restrict__ u, const GyT* __restrict__ gy,
+                                  const PT* __restrict__ gamma, const PT* __restrict__ beta,
                                   const double2* __restrict__ zpart,
                                   const float* __restrict__ stats,
-                                  const double2* __restrict__ gpart, float* __restrict__ gu,
+                                  const double2* __restrict__ gpart, GuT* __restrict__ gu,
                                   double* __restrict__ bpart, float* __restrict__ gmax) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
   const int nc = B::slice(), n = nc / Cfg::kC, c = nc % Cfg::kC;
-  const float* src = u + static_cast<size_t>(nc) * B::kS;
-  float* dst = gu + static_cast<size_t>(nc) * B::kS;
+  const UT* src = u + static_cast<size_t>(nc) * B::kS;
+  GuT* dst = gu + static_cast<size_t>(nc) * B::kS;
   double sb = 0;
   float mx = 0.f;
   if constexpr (Cfg::kGroups > 0) {
     const typename B::GroupTerms t =
         B::group_terms(zpart, stats, gpart, gamma, n, c / B::kCg, scratch);
-    const float ga = gamma[c], be = beta[c];
-    B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
+    const float ga = to_f32(gamma[c]), be = to_f32(beta[c]);
+    B::for_each_point([&](int i) { return make_float2(to_f32(src[i]), B::grad_y(gy, nc, i)); },
                       [&](int i, float2 v) {
                         const float g_u = B::grad_u_norm(v.x, v.y, t, ga, be);
-                        dst[i] = g_u;
+                        dst[i] = from_f32<GuT>(g_u);
                         sb += g_u;
                         mx = fmaxf(mx, fabsf(g_u));
                       });
   } else {
-    B::for_each_point([&](int i) { return make_float2(src[i], B::grad_y(gy, nc, i)); },
+    B::for_each_point([&](int i) { return make_float2(to_f32(src[i]), B::grad_y(gy, nc, i)); },
                       [&](int i, float2 v) {
                         const float g_u = B::grad_u_plain(v.x, v.y);
-                        dst[i] = g_u;
+                        dst[i] = from_f32<GuT>(g_u);
                         sb += g_u;
                         mx = fmaxf(mx, fabsf(g_u));
                       });
@@ -351,11 +359,12 @@ __device__ void bwd_grad_u_kernel(const float* __restrict__ u, const GyT* __rest
 // bpart: Tune::kBiasSplit chunks per (n, c), kSplit's unless the bias partials came from another
 // kernel, few_in_backward.cuh's), summed over samples and chunks in a fixed order; null outputs
 // are skipped.
-template <class Cfg, class Tune>
+// Each is rounded to float, then (a 16-bit GpT) to GpT: the f32 backward's value, rounded.
+template <class Cfg, class Tune, class GpT>
 __device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,
                                        const double* __restrict__ bpart,
-                                       float* __restrict__ grad_gamma, float* __restrict__ grad_beta,
-                                       float* __restrict__ grad_bias) {
+                                       GpT* __restrict__ grad_gamma, GpT* __restrict__ grad_beta,
+                                       GpT* __restrict__ grad_bias) {
   using B = Bwd<Cfg, Tune>;
   __shared__ double scratch[32];
   const int c = blockIdx.x;
@@ -378,9 +387,9 @@ __device__ void bwd_param_grads_kernel(const double2* __restrict__ gpart,
   s2 = block_reduce_sum(s2, scratch);
   sb = block_reduce_sum(sb, scratch);
   if (threadIdx.x == 0) {
-    if (grad_gamma != nullptr) grad_gamma[c] = static_cast<float>(s2);
-    if (grad_beta != nullptr) grad_beta[c] = static_cast<float>(s1);
-    if (grad_bias != nullptr) grad_bias[c] = static_cast<float>(sb);
+    if (grad_gamma != nullptr) grad_gamma[c] = from_f32<GpT>(static_cast<float>(s2));
+    if (grad_beta != nullptr) grad_beta[c] = from_f32<GpT>(static_cast<float>(s1));
+    if (grad_bias != nullptr) grad_bias[c] = from_f32<GpT>(static_cast<float>(sb));
   }
 }
 
@@ -425,6 +434,30 @@ extern "C" __global__ void bwd_grad_u_bf16(const float* u, const fj::bf16_t* gy,
                                            const float* b, const double2* z, const float* st,
                                            const double2* p, float* gu, double* bp, float* gm) {
   fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p, gu, bp, gm);
+}
+// A bf16 chain without a convolution, natively: x, gamma, beta, grad_y and the gradients in bf16.
+extern "C" __global__ void bwd_moments_bf16(const fj::bf16_t* u, double2* z) {
+  fj::bwd_moments_kernel<C, BwdSelfTune>(u, z);
+}
+extern "C" __global__ void bwd_sums_bf16(const fj::bf16_t* u, const fj::bf16_t* gy,
+                                         const fj::bf16_t* g, const fj::bf16_t* b, const double2* z,
+                                         const float* st, double2* p) {
+  fj::bwd_sums_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p);
+}
+extern "C" __global__ void bwd_moments_sums_f16(const fj::f16_t* u, const fj::f16_t* gy, double2* z,
+                                                double2* p) {
+  fj::bwd_moments_sums_kernel<C, BwdSelfTune>(u, gy, z, p);
+}
+extern "C" __global__ void bwd_grad_u_native_bf16(const fj::bf16_t* u, const fj::bf16_t* gy,
+                                                  const fj::bf16_t* g, const fj::bf16_t* b,
+                                                  const double2* z, const float* st,
+                                                  const double2* p, fj::bf16_t* gu, double* bp,
+                                                  float* gm) {
+  fj::bwd_grad_u_kernel<C, BwdSelfTune>(u, gy, g, b, z, st, p, gu, bp, gm);
+}
+extern "C" __global__ void bwd_param_grads_f16(const double2* p, const double* bp, fj::f16_t* gg,
+                                               fj::f16_t* gb, fj::f16_t* gbias) {
+  fj::bwd_param_grads_kernel<C, BwdSelfTune>(p, bp, gg, gb, gbias);
 }
 extern "C" __global__ void bwd_sums_from_moments_f16(const fj::Moments* m, const fj::f16_t* gy,
                                                      double2* z, double2* p) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/chain_info.h"
 #include "codegen/planner.h"
 #include "codegen/strategy_util.h"  // HasAmpereFeatures
 #include "fusejit/fusejit.h"
@@ -341,6 +342,63 @@ TEST_P(GpuDType, RandomChainsBackward) {
   SKIP_WITHOUT_GPU();
   Rng rng(GetParam() == DType::kBF16 ? 71 : 72);
   for (int i = 0; i < 20; ++i) CheckBackward(AsDType(RandomChain(rng), GetParam()), 300 + i);
+}
+
+// A chain without a convolution: its backward runs natively (codegen::BackwardRunsNatively), the
+// f32 backward's kernels widening every load exactly and rounding every store once, so every
+// gradient is the f32 backward's on the same values, rounded to the dtype, bit for bit (two runs
+// bitwise identical, NaN-poisoned buffers fully written) -- and within the dtype's tolerance of
+// float64. Every op, both mean modes, group_norm with and without ops after it, odd sizes; random
+// chains without a convolution.
+TEST_P(GpuDType, BackwardWithoutConvolutionIsTheF32BackwardRounded) {
+  SKIP_WITHOUT_GPU();
+  const std::string d = DTypeName(GetParam());
+  std::vector<std::string> specs = {
+      "x:" + d + "[2,6,9,7,8] | clamp(min=-0.5,max=0.5) | group_norm(groups=2) | hardswish",
+      "x:" + d + "[3,16,8,9,10] | swish | group_norm(groups=2) | mean(dims=[2,3,4])",
+      "x:" + d + "[2,8,5,6,7] | group_norm(groups=4) | mean(dims=[1,2,3,4])",
+      "x:" + d + "[2,6,5,6,7] | tanh | hardtanh(min=-0.5,max=0.25) | sigmoid",
+      "x:" + d + "[3,5,4,6,7] | gelu | mean(dims=[2,3,4])",
+      "x:" + d + "[1,12,17,19,23] | leaky_relu(negative_slope=0.1) | group_norm(groups=3,eps=1e-3)",
+      "x:" + d + "[2,32,12,12,12] | relu | group_norm(groups=8) | gelu | tanh",
+  };
+  Rng rng(GetParam() == DType::kBF16 ? 91 : 92);
+  for (int i = 0; i < 400 && specs.size() < 15; ++i) {
+    const Chain c = AsDType(RandomChain(rng), GetParam());
+    if (codegen::AnalyzeChain(c).producer == nullptr) specs.push_back(FormatChain(c));
+  }
+  ASSERT_EQ(specs.size(), 15u);
+  uint64_t seed = 900;
+  for (const std::string& spec : specs) {
+    const Chain chain = ParseOrFail(spec);
+    SCOPED_TRACE(spec);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> c = CompileBackward(chain);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->Explain().find("widen"), std::string::npos) << "not native";
+    absl::StatusOr<std::shared_ptr<CompiledChain>> f32 =
+        CompileBackward(AsDType(chain, DType::kF32));
+    ASSERT_TRUE(f32.ok()) << f32.status();
+    const HostInputs inputs = RandomInputs(chain, ++seed);
+    HostTensor grad_y = tools::RandomGradOutput(chain, seed);
+    for (float& v : grad_y.data) v = RoundToDType(v, chain.dtype);
+    std::map<std::string, HostTensor> reads = inputs.params;
+    reads["x"] = inputs.x;
+    reads["grad_y"] = grad_y;
+    const std::map<std::string, HostTensor> got = RunTwice(**c, reads);
+    const std::map<std::string, HostTensor> want = RunTwice(**f32, reads);
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [name, t] : got) {
+      const HostTensor& w = want.at(name);
+      ASSERT_EQ(t.data.size(), w.data.size()) << name;
+      int64_t differ = 0;
+      for (size_t k = 0; k < t.data.size(); ++k) {
+        const float r = RoundToDType(w.data[k], chain.dtype);
+        differ += std::memcmp(&t.data[k], &r, sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ, 0) << name << ": values that are not the f32 backward's, rounded";
+    }
+    ExpectGradientsWithinDTypeTolerance(chain, inputs, grad_y, got, want);
+  }
 }
 
 // The Hopper tensor-core strategies (igemm-*) run bf16/f16 chains natively: one product of the

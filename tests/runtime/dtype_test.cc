@@ -219,6 +219,39 @@ TEST(DTypeChains, GenericPlansRunNatively) {
   }
 }
 
+// The backward of a chain without a convolution runs natively too (codegen::BackwardRunsNatively):
+// the f32 backward's kernels reading and writing the dtype (no casts, no f32 copies in the
+// workspace), for sm_80 and sm_90; every tensor but the workspace in the dtype. A chain with a
+// convolution keeps the f32 backward between casts.
+TEST(DTypeChains, BackwardsWithoutAConvolutionRunNatively) {
+  for (const char* spec :
+       {"x:bf16[2,6,9,7,8] | clamp(min=-0.5,max=0.5) | group_norm(groups=2) | hardswish",
+        "x:f16[4,16,8,8,8] | swish | group_norm(groups=2) | mean(dims=[2,3,4])",
+        "x:bf16[2,8,5,6,7] | group_norm(groups=4) | mean(dims=[1,2,3,4])",
+        "x:f16[2,6,5,6,7] | tanh | hardtanh(min=-0.5,max=0.25)",
+        "x:bf16[3,5,4,6,7] | gelu | mean(dims=[2,3,4])"}) {
+    const Chain chain = ParseOrFail(spec);
+    Chain f32 = chain;
+    f32.dtype = DType::kF32;
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      SCOPED_TRACE(absl::StrCat(spec, " ", arch));
+      absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(chain, Arch(arch));
+      ASSERT_TRUE(b.ok()) << b.status();
+      absl::StatusOr<std::shared_ptr<CompiledChain>> inner = CompileBackward(f32, Arch(arch));
+      ASSERT_TRUE(inner.ok()) << inner.status();
+      EXPECT_EQ((*b)->kernel_count(), (*inner)->kernel_count());  // no cast kernels
+      EXPECT_EQ((*b)->workspace_bytes(), (*inner)->workspace_bytes());
+      ExpectDTypeSignature(**b, chain.dtype);
+      EXPECT_FALSE(absl::StrContains((*b)->Explain(), "widen")) << (*b)->Explain();
+    }
+  }
+  Chain conv = ParseOrFail("x:bf16[2,4,6,6,6] | conv3d(out=8,k=3) | group_norm(groups=2)");
+  absl::StatusOr<std::shared_ptr<CompiledChain>> b = CompileBackward(conv, Arch("sm_90"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ExpectDTypeSignature(**b, DType::kBF16);
+  EXPECT_TRUE(absl::StrContains((*b)->Explain(), "widen")) << (*b)->Explain();
+}
+
 // A named configuration (the autotuner's candidates) is checked against the chain it runs on:
 // tc-conv tiles of one TF32 product are valid for a bf16 chain though the f32 chain (3xTF32)
 // refuses them; a strategy without native bf16 runs its configuration between casts.
