@@ -22,6 +22,12 @@ std::unique_ptr<Strategy> MakeDirectFewOutStrategy();     // direct_few_out_stra
 std::unique_ptr<Strategy> MakeChannelMomentsMeanStrategy();  // channel_moments_strategy.cc
 std::unique_ptr<Strategy> MakeSliceNormalizeStrategy();      // slice_normalize_strategy.cc
 
+// conv-moments-mean's modeled time of `in` (a chain it applies to) in the planner's cost units,
+// before the factor its Cost applies outside its seed domain for the gap between that model and
+// its measured times: the FFMA work mma-moments-mean's Cost stays below (its own model is
+// measured against the unscaled value). conv_moments_strategy.cc.
+double ConvMomentsModeledCost(const PlanInput& in);
+
 // Appends conv-moments-mean, mma-moments-mean, convt-recompute-normalize,
 // convt-store-normalize and direct-few-out.
 void AddFastStrategies(std::vector<std::unique_ptr<Strategy>>* out);

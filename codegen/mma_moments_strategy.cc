@@ -237,9 +237,9 @@ class MmaMomentsMeanStrategy : public MmaConvStrategy {
     const ChainInfo& info = in.info;
     const double ffma = static_cast<double>(info.elements) * 2.0 * info.macs_per_point / 50.0;
     if (!MeasuredDomain(in.chain, info)) return 2.0 * ffma;
-    // conv-moments-mean's Cost is a fitted time model outside its seed domain: stay below it.
-    static const std::unique_ptr<Strategy> direct = MakeConvMomentsMeanStrategy();
-    return 0.5 * std::min(ffma, direct->Cost(in)) * SixteenBitFactor(in.chain);
+    // conv-moments-mean's modeled time is a fitted time model outside its seed domain: stay
+    // below it.
+    return 0.5 * std::min(ffma, ConvMomentsModeledCost(in)) * SixteenBitFactor(in.chain);
   }
   absl::StatusOr<Plan> Build(const PlanInput& in, const TuneConfig& config) const override {
     const ChainInfo& info = in.info;

@@ -125,11 +125,16 @@ TEST(ConvMoments, AppliesToRandomWideChains) {
     EXPECT_TRUE(s->Validate(codegen::PlanInput(chain, Sm90()), def).ok()) << FormatChain(chain);
     EXPECT_TRUE(s->MakePlan(codegen::PlanInput(chain, Sm90())).ok()) << FormatChain(chain);
     // Large enough to fill the GPU: the only generic plan for these chains computes the conv
-    // twice, this one must be chosen. (Tiny chains may go either way: both are latency-bound.)
+    // twice, this one or a tensor-core moments plan must be chosen (mma-moments-mean: with 8
+    // output channels and 8-12 input channels times 24-45 taps, where this plan's FFMA work is
+    // modeled at its measured rate, ConvMomentsMeanStrategy::Cost). (Tiny chains may go either
+    // way: both are latency-bound.)
     if (big) {
       absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(chain, Sm90());
       ASSERT_TRUE(plan.ok());
-      EXPECT_EQ(plan->strategy, kStrategy) << FormatChain(chain);
+      EXPECT_TRUE(plan->strategy == kStrategy || plan->strategy == "mma-moments-mean" ||
+                  plan->strategy == "tc-conv")
+          << FormatChain(chain) << ": " << plan->strategy;
     }
   }
   EXPECT_GT(applies, 190);  // all but the rare chain whose weights need too many parts
