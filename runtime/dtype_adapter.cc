@@ -1,5 +1,7 @@
 #include "runtime/dtype_adapter.h"
 
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "codegen/cast_plan.h"
 #include "codegen/planner.h"
 #include "codegen/tune_config.h"
+#include "fusejit/chain.h"
 #include "runtime/bindings.h"
 #include "runtime/composite.h"
 
@@ -63,6 +66,33 @@ bool RunsNatively(std::string_view f32_strategy, DType dtype) {
   return strategy != nullptr && strategy->HandlesDType(dtype);
 }
 
+double CastCost(const Chain& chain) {
+  double elements = static_cast<double>(NumElements(chain.input) + NumElements(OutputShape(chain)));
+  int kernels = 2;
+  for (const ParamSpec& p : ChainParams(chain)) {
+    elements += static_cast<double>(NumElements(p.shape));
+    ++kernels;
+  }
+  constexpr double kBytesPerMicro = 3e6, kMicrosPerKernel = 2.0, kUnitsPerMicro = 1e6;
+  return (6.0 * elements / kBytesPerMicro + kMicrosPerKernel * kernels) * kUnitsPerMicro;
+}
+
+bool RunsNativelyByCost(const Chain& chain, const codegen::PlanTarget& target,
+                        std::string_view f32_strategy, std::string* why) {
+  if (RunsNatively(f32_strategy, chain.dtype)) return true;
+  const double native = codegen::LowestCost(chain, target);
+  const double f32 = codegen::LowestCost(AsF32(chain), target);
+  const double casts = CastCost(chain);
+  if (!(native < f32 + casts)) return false;
+  if (why != nullptr) {
+    const auto micros = [](double units) { return static_cast<int64_t>(std::lround(units / 1e6)); };
+    *why = absl::StrCat("its own plan, model us ", micros(native), ", below the f32 chain's plan (",
+                        std::string(f32_strategy), ", ", micros(f32), ") between casts (",
+                        micros(casts), ")");
+  }
+  return true;
+}
+
 absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, const Target& target,
                                                            const CompileOptions& options,
                                                            tune::TuningDb& tuning_db) {
@@ -76,6 +106,7 @@ absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, c
   // one when its strategy handles the dtype, else the f32 chain); otherwise the f32 chain's plan
   // picks it.
   std::string strategy_name, choice;
+  bool by_cost = false;  // the f32 plan was chosen by the cost models (nothing named or tuned)
   if (!options.tune_config.empty()) {
     absl::StatusOr<codegen::TuneConfig> given = codegen::TuneConfig::Parse(options.tune_config);
     if (!given.ok()) {
@@ -90,16 +121,23 @@ absl::StatusOr<std::optional<PlannedChain>> PlanInItsDType(const Chain& chain, c
     if (!f32.ok()) return f32.status();
     strategy_name = f32->plan.strategy;
     choice = absl::StrCat("the f32 chain's plan (", f32->plan.choice, ")");
+    by_cost = options.strategy.empty() && f32->stats.tune_origin == "default";
   }
-  if (!RunsNatively(strategy_name, chain.dtype)) return std::nullopt;
+  std::string cost_note;
+  if (by_cost ? !RunsNativelyByCost(chain, target.plan_target, strategy_name, &cost_note)
+              : !RunsNatively(strategy_name, chain.dtype)) {
+    return std::nullopt;
+  }
   // The configuration is the dtype chain's own (a tuned one for this chain, else the default for
   // its precision: tc-conv and igemm multiply bf16/f16 in one 16-bit product and tile for that),
   // unless the caller named one.
   CompileOptions effective = options;
   std::string native_choice, native_note;
   if (options.strategy.empty() && options.tune_config.empty()) {
-    native_note = absl::StrCat("; natively in ", DTypeName(chain.dtype), " (", choice, " is ",
-                               strategy_name, ")");
+    native_note = cost_note.empty() ? absl::StrCat("; natively in ", DTypeName(chain.dtype), " (",
+                                                   choice, " is ", strategy_name, ")")
+                                    : absl::StrCat("; natively in ", DTypeName(chain.dtype), " (",
+                                                   cost_note, ")");
   } else {
     effective.strategy = strategy_name;
     native_choice = absl::StrCat(choice, ", run natively in ", DTypeName(chain.dtype));

@@ -65,10 +65,25 @@ Chain AsF32(const Chain& chain);
 // reads and writes `dtype` itself (else the f32 chain runs between casts).
 bool RunsNatively(std::string_view f32_strategy, DType dtype);
 
+// Whether a bf16/f16 chain whose f32 chain's untuned plan for `target` is `f32_strategy` runs
+// natively: that strategy reads and writes the dtype itself (RunsNatively), or the lowest cost of
+// the strategies that do, for the dtype chain, is below the f32 plan's cost plus its casts'
+// (CastCost) -- an FFMA plan chosen for the f32 chain (conv-moments-mean) can lose to a native
+// tensor-core plan of 16-bit products once the casts are counted. `why`, when not null, gets the
+// two costs where they decided.
+bool RunsNativelyByCost(const Chain& chain, const codegen::PlanTarget& target,
+                        std::string_view f32_strategy, std::string* why = nullptr);
+
+// The casts' cost (the planner's units: 1e6 a modeled microsecond) of running a bf16/f16
+// `chain` through its f32 plan: 6 bytes an element of x, the parameters and y (read one width,
+// written the other) at ~3 TB/s, and ~2 us a cast kernel.
+double CastCost(const Chain& chain);
+
 // How fusejit::Compile plans `chain` (valid or not: errors name what is wrong). bf16, f16:
 // natively where the f32 chain's strategy (the plan of AsF32(chain) for the same target -- its
 // precision included -- with InnerOptions, or the strategy of options.tune_config) reads and
-// writes the dtype itself -- the dtype chain planned
+// writes the dtype itself, or (an untuned f32 plan, nothing named) where RunsNativelyByCost
+// says the dtype's own plan costs less than the f32 plan between casts -- the dtype chain planned
 // again among the strategies that run it, by their costs for it (16-bit tensor-core products run
 // at other rates than the f32 chain's), unless the caller named a strategy or configuration --
 // else nullopt: the f32 chain between casts (AdaptDType). Other dtypes: PlanChain's plan.

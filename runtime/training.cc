@@ -44,7 +44,7 @@ absl::StatusOr<codegen::Plan> NativeDTypePlan(const Chain& chain,
                                               const codegen::PlanTarget& target) {
   absl::StatusOr<codegen::Plan> f32 = codegen::MakePlan(AsF32(chain), target);
   if (!f32.ok()) return f32.status();
-  if (!RunsNatively(f32->strategy, chain.dtype)) {
+  if (!RunsNativelyByCost(chain, target, f32->strategy)) {
     return absl::FailedPreconditionError("runs through its f32 plan");
   }
   return codegen::MakePlan(chain, target);

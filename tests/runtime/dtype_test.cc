@@ -17,6 +17,7 @@
 #include "fusejit/fusejit.h"
 #include "fusejit/reference.h"
 #include "fusejit/workloads.h"
+#include "runtime/dtype_adapter.h"
 #include "tests/random_chains.h"
 
 namespace fusejit {
@@ -190,6 +191,55 @@ TEST(DTypeChains, NativeChainsArePlannedByTheirOwnCosts) {
   absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(w3, Arch("sm_90"));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->strategy(), "igemm-store-normalize");
+}
+
+// A bf16 chain whose f32 plan is a strategy without the dtype (an FFMA plan, run between casts)
+// runs natively where its own plan's cost is below the f32 plan's plus the casts'
+// (runtime::RunsNativelyByCost): R55 of seed 31 (conv-moments-mean in f32 TF32; tc-conv, 0.110 ms
+// -> 0.057 on the H200, session 29) and a one-tap convolution of 3 channels (mma-moments-mean,
+// 0.058 -> 0.045).
+// A strategy named by the caller keeps the f32 plan between casts. The casts' cost grows with
+// the tensors.
+TEST(DTypeChains, OwnPlansBeatTheF32PlanBetweenCastsByCost) {
+  const struct {
+    const char* spec;
+    const char* f32_strategy;
+    const char* strategy;
+  } cases[] = {
+      {"x:bf16[2,64,37,32,20] | conv3d(out=4,k=3) | sigmoid | group_norm(groups=4) | "
+       "mean(dims=[2,3,4])",
+       "conv-moments-mean", "tc-conv"},
+      {"x:bf16[128,3,16,32,32] | conv3d(out=16,k=1) | hardswish | group_norm(groups=4) | "
+       "mean(dims=[2,3,4])",
+       "conv-moments-mean", "mma-moments-mean"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.spec);
+    const Chain chain = ParseOrFail(c.spec);
+    Chain f32 = chain;
+    f32.dtype = DType::kF32;
+    CompileOptions tf32 = Arch("sm_90");
+    tf32.precision = Precision::kTf32;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, tf32);
+    ASSERT_TRUE(inner.ok()) << inner.status();
+    EXPECT_EQ((*inner)->strategy(), c.f32_strategy);
+    absl::StatusOr<std::shared_ptr<CompiledChain>> native = Compile(chain, Arch("sm_90"));
+    ASSERT_TRUE(native.ok()) << native.status();
+    EXPECT_EQ((*native)->strategy(), c.strategy);
+    const std::string explain = (*native)->Explain();
+    EXPECT_TRUE(absl::StrContains(explain, "natively in bf16 (its own plan, model us")) << explain;
+    EXPECT_FALSE(absl::StrContains(explain, "widen")) << explain;
+    ExpectDTypeSignature(**native, DType::kBF16);
+    CompileOptions named = Arch("sm_90");
+    named.strategy = c.f32_strategy;
+    absl::StatusOr<std::shared_ptr<CompiledChain>> casts = Compile(chain, named);
+    ASSERT_TRUE(casts.ok()) << casts.status();
+    EXPECT_TRUE(absl::StrContains((*casts)->Explain(), "widen")) << (*casts)->Explain();
+  }
+  const Chain small = ParseOrFail("x:bf16[2,4,8,8,8] | conv3d(out=8,k=3) | relu");
+  const Chain large = ParseOrFail("x:bf16[32,4,32,32,32] | conv3d(out=8,k=3) | relu");
+  EXPECT_GT(runtime::CastCost(small), 0);
+  EXPECT_GT(runtime::CastCost(large), runtime::CastCost(small));
 }
 
 // A chain whose f32 plan is a generic strategy runs natively: the same kernels reading and
