@@ -17,6 +17,11 @@
 // past one f16 rounding (8.7e-4 of its largest magnitude, from relu's kink: u near 0 changing
 // sign), where the fp32-accurate recompute stays within it.
 //
+// Where a strategy reads and writes the dtype itself the chain runs natively instead (no casts):
+// when the f32 chain's plan is such a strategy, or when the dtype chain's own plan costs less than
+// the f32 plan between casts (RunsNativelyByCost); and the backward of a chain without a
+// convolution always (codegen::BackwardRunsNatively).
+//
 // The composite's steps: casts in (one kernel per tensor), the f32 chain (forward or backward),
 // casts out. Its workspace holds an f32 copy of every tensor, then the f32 chain's workspace.
 // Bound as they are, without a copy: the training forward's saved tensors (kSaved: u, the
