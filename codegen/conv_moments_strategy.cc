@@ -272,6 +272,9 @@ bool ModelConvMomentsTune(const Chain& chain, const ChainInfo& info, const PlanT
   auto consider = [&](ConvMomentsTune t) {
     if (t.ph > info.producer_shape[3]) return;
     const ConvMomentsGeometry g = ConvMomentsGeom(chain, info, t);
+    // More than 255 registers a thread spill (the model charges no spills): R16's 224
+    // accumulators (ph 2, pw 7, 16 channels) used 255 registers and spilled 504 bytes.
+    if (ModelRegisters(g) > 255) return;
     t.min_blocks = ModelMinBlocks(chain, info, t, target);
     for (int64_t b : ModelBlockCounts(g.tiles, g.slots)) {
       t.blocks_per_sample = b;
