@@ -30,6 +30,15 @@ Chain ProducerChain(const Chain& chain) {
   return c;
 }
 
+Chain TailChain(const Chain& chain) {
+  const ChainInfo info = AnalyzeChain(chain);
+  Chain tail;
+  tail.input = info.producer_shape;
+  tail.dtype = chain.dtype;
+  tail.ops.assign(chain.ops.begin() + info.producer_index + 1, chain.ops.end());
+  return tail;
+}
+
 TensorSpec SavedProducerOutputSpec(const Chain& chain, ULayout layout) {
   const Shape& p = AnalyzeChain(chain).producer_shape;
   return {std::string(kProducerOutputName), TensorRole::kSaved, DType::kF32,

@@ -81,6 +81,11 @@ bool BackwardPlanWritesGradX(const Chain& chain, const Plan& plan);
 // Step 1: the chain up to and including its producer. REQUIRES: the chain has a producer.
 Chain ProducerChain(const Chain& chain);
 
+// The ops after the producer as a chain of their own on u, its output (their parameters
+// renumbered from 0: op i of the chain is op i - producer_index - 1 of the tail; ops empty when
+// the producer is the last op). REQUIRES: the chain has a producer.
+Chain TailChain(const Chain& chain);
+
 // The training forward's saved tensor u (runtime/training.cc, read by the backward in place of
 // step 1): the producer's output, f32, role kSaved, shaped as `layout` lays it out.
 // REQUIRES: the chain has a producer.

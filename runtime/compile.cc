@@ -9,6 +9,7 @@
 #include "fusejit/fusejit.h"
 #include "runtime/dtype_adapter.h"
 #include "runtime/stages.h"
+#include "runtime/tap_gemm.h"
 #include "tune/tuning_db.h"
 
 namespace fusejit {
@@ -81,19 +82,39 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> Compile(const Chain& chain,
     }
   }
 
+  const auto remember = [&](absl::StatusOr<std::shared_ptr<CompiledChain>> compiled)
+      -> absl::StatusOr<std::shared_ptr<CompiledChain>> {
+    if (!compiled.ok() || !options.use_cache) return compiled;
+    return Remember(std::move(memory_key), *std::move(compiled));
+  };
+  // tap-gemm by name: f32 chains as the composite; bf16, f16 through their f32 chain (below).
+  const bool tap_gemm_named = options.strategy == codegen::kTapGemmStrategy;
+  if (tap_gemm_named && chain.dtype == DType::kF32) {
+    absl::StatusOr<std::optional<std::string>> why =
+        runtime::ChooseTapGemm(chain, *target, options, nullptr);
+    if (!why.ok()) return why.status();
+    return remember(runtime::CompileTapGemm(chain, *target, options, **why));
+  }
+
   // bf16, f16: natively where the dtype's plan runs it (runtime::PlanInItsDType); else the f32
   // chain between casts.
   absl::StatusOr<std::optional<runtime::PlannedChain>> planned =
-      runtime::PlanInItsDType(chain, *target, options, tuning_db);
+      tap_gemm_named ? absl::StatusOr<std::optional<runtime::PlannedChain>>(std::nullopt)
+                     : runtime::PlanInItsDType(chain, *target, options, tuning_db);
   if (!planned.ok()) return planned.status();
   if (!planned->has_value()) {
     absl::StatusOr<std::shared_ptr<CompiledChain>> inner =
         Compile(runtime::AsF32(chain), runtime::InnerOptions(options));
     if (!inner.ok()) return inner.status();
-    absl::StatusOr<std::shared_ptr<CompiledChain>> adapted =
-        runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options);
-    if (!adapted.ok() || !options.use_cache) return adapted;
-    return Remember(std::move(memory_key), *std::move(adapted));
+    return remember(
+        runtime::AdaptDType(chain, *std::move(inner), /*forward=*/true, *target, options));
+  }
+  // An f32 chain with few output and many input channels: tap-gemm where it costs less.
+  absl::StatusOr<std::optional<std::string>> tap_gemm =
+      runtime::ChooseTapGemm(chain, *target, options, &**planned);
+  if (!tap_gemm.ok()) return tap_gemm.status();
+  if (tap_gemm->has_value()) {
+    return remember(runtime::CompileTapGemm(chain, *target, options, **tap_gemm));
   }
   runtime::EmittedChain emitted = runtime::EmitChain(&**planned, /*want_ptx=*/!dump_dir.empty());
   CompileStats& stats = (*planned)->stats;

@@ -26,15 +26,6 @@
 namespace fusejit {
 namespace runtime {
 
-Chain TailChain(const Chain& chain) {
-  const codegen::ChainInfo info = codegen::AnalyzeChain(chain);
-  Chain tail;
-  tail.input = info.producer_shape;
-  tail.dtype = chain.dtype;
-  tail.ops.assign(chain.ops.begin() + info.producer_index + 1, chain.ops.end());
-  return tail;
-}
-
 namespace {
 
 // The untuned plan Compile runs a bf16/f16 `chain` with natively (PlanInItsDType's choice by the
@@ -98,7 +89,7 @@ SaveDecision DecideSave(const Chain& chain, const codegen::PlanTarget& target) {
     return d;
   }
   const double fused = codegen::LowestCost(chain, target);
-  const double tail = codegen::LowestCost(TailChain(chain), target);
+  const double tail = codegen::LowestCost(codegen::TailChain(chain), target);
   d.saves = tail < fused;
   char costs[160];
   std::snprintf(costs, sizeof(costs),
@@ -190,7 +181,7 @@ absl::StatusOr<std::shared_ptr<CompiledChain>> BuildTrainingForward(const Chain&
                                                                     const CompileOptions& options,
                                                                     const std::string& why) {
   const Chain producer = codegen::ProducerChain(chain);
-  const Chain tail = TailChain(chain);
+  const Chain tail = codegen::TailChain(chain);
   absl::StatusOr<std::shared_ptr<CompiledChain>> first = Compile(producer, options);
   if (!first.ok())
     return WithContext(first.status(), absl::StrCat("the producer (", FormatChain(producer), ")"));

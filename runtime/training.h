@@ -51,10 +51,6 @@ struct SavedWithU {
 SavedWithU TrainingForwardSavedWithU(const Chain& chain, const Target& target,
                                      const CompileOptions& options);
 
-// The ops after the producer as a chain of their own on u (their parameters renumbered from 0).
-// REQUIRES: TrainingForwardSaves(chain).
-Chain TailChain(const Chain& chain);
-
 }  // namespace fusejit::runtime
 
 #endif  // FUSEJIT_RUNTIME_TRAINING_H_

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/planner.h"
+#include "codegen/tap_gemm_plan.h"
 #include "jit/driver.h"
 #include "jit/dump.h"
 #include "jit/nvrtc.h"
@@ -50,6 +51,8 @@ std::string StrategyNames() {
   for (const auto& s : codegen::AllStrategies()) {
     absl::StrAppend(&names, names.empty() ? "" : ", ", std::string(s->name()));
   }
+  // A composite of the runtime (runtime/tap_gemm.h), not a planner strategy.
+  absl::StrAppend(&names, ", ", std::string(codegen::kTapGemmStrategy));
   return names;
 }
 
@@ -84,6 +87,7 @@ absl::Status ValidateArch(const std::string& arch) {
 }
 
 absl::Status ValidateStrategy(const std::string& name) {
+  if (name == codegen::kTapGemmStrategy) return absl::OkStatus();
   for (const auto& s : codegen::AllStrategies()) {
     if (s->name() == name) return absl::OkStatus();
   }
@@ -152,11 +156,18 @@ absl::Status CheckPlannable(const Chain& chain, const std::string& arch,
                             const std::string& strategy) {
   if (absl::Status s = runtime::CheckDTypeCompiles(chain.dtype); !s.ok()) return s;
   if (strategy.empty() || arch.empty()) return absl::OkStatus();
+  const Chain& planned = runtime::RunsThroughF32(chain.dtype) ? runtime::AsF32(chain) : chain;
+  if (strategy == codegen::kTapGemmStrategy) {  // a runtime composite: its own reason
+    std::string why;
+    if (!codegen::SplitTapGemm(planned, &why).has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("strategy tap-gemm: ", why));
+    }
+    return absl::OkStatus();
+  }
   codegen::PlanTarget target;
   target.arch = arch;
   // A bf16/f16 chain runs its f32 chain's plan (runtime/dtype_adapter.h): the strategy plans that.
-  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(
-      runtime::RunsThroughF32(chain.dtype) ? runtime::AsF32(chain) : chain, target, strategy);
+  absl::StatusOr<codegen::Plan> plan = codegen::MakePlan(planned, target, strategy);
   if (!plan.ok()) return plan.status();
   return absl::OkStatus();
 }
