@@ -97,9 +97,16 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--out", default="")
+    ap.add_argument("--specs", default="",
+                    help="a file of f32 specs, one a line (ids R0, R1, ... in its order), "
+                         "measured instead of --count random ones")
     args = ap.parse_args()
-    rng = random.Random(args.seed)
-    specs = [random_spec(rng) for _ in range(args.count)]
+    if args.specs:
+        with open(args.specs) as f:
+            specs = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    else:
+        rng = random.Random(args.seed)
+        specs = [random_spec(rng) for _ in range(args.count)]
     rows = []
     for i, spec in enumerate(specs):
         for dname in args.dtypes.split(","):

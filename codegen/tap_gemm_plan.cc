@@ -42,8 +42,9 @@ std::optional<TapGemm> SplitTapGemm(const Chain& chain, std::string* why) {
   const int64_t z_elements = in[0] * conv.out_channels * taps * in[2] * in[3] * in[4];
   constexpr int64_t kMaxZBytes = int64_t{2} << 30;
   if (z_elements > ChainLimits::kMaxElements || z_elements * 4 > kMaxZBytes) {
-    return NotApplicable(why, absl::StrCat("Z (", z_elements, " floats: N x C x taps x input points)",
-                                           " is over 2^31 elements or 2 GiB"));
+    return NotApplicable(why,
+                         absl::StrCat("Z (", z_elements, " floats: N x C x taps x input points)",
+                                      " is over 2^31 elements or 2 GiB"));
   }
   TapGemm split;
   split.taps = taps;
@@ -67,7 +68,8 @@ double TapGemmCost(const Chain& chain, const TapGemm& split, const PlanTarget& t
   // Z entries the gather reads: every tap of every output (a transposed convolution's output
   // reads 1 / stride^3 of its taps on average), from L2 mostly; Z itself once from memory.
   double reads = static_cast<double>(info.elements) * static_cast<double>(split.taps);
-  if (Transposed(chain)) reads /= static_cast<double>(conv.stride[0] * conv.stride[1] * conv.stride[2]);
+  if (Transposed(chain))
+    reads /= static_cast<double>(conv.stride[0] * conv.stride[1] * conv.stride[2]);
   const double dram = std::min(static_cast<double>(split.z_bytes), reads * 4.0);
   constexpr double kDramBytesPerMicro = 3e6, kL2BytesPerMicro = 10e6, kMicrosPerKernel = 3.0;
   const double gather_us = dram / kDramBytesPerMicro + reads * 4.0 / kL2BytesPerMicro +
@@ -115,8 +117,8 @@ Plan PlanTapGather(const Chain& chain, const TapGemm& split, const std::string& 
   plan.strategy = std::string(kTapGemmStrategy);
   plan.description = "each output of the convolution: its taps' entries of Z summed, in tap order";
   plan.includes = {"tap_gemm.cuh"};
-  plan.signature.push_back({z, TensorRole::kInput, DType::kF32,
-                            {in[0], c * split.taps, in[2], in[3], in[4]}, 16});
+  plan.signature.push_back(
+      {z, TensorRole::kInput, DType::kF32, {in[0], c * split.taps, in[2], in[3], in[4]}, 16});
   if (conv.bias) plan.signature.push_back({bias, TensorRole::kInput, DType::kF32, {c}, 16});
   plan.signature.push_back({to, TensorRole::kOutput, DType::kF32, out, 16});
   KernelLaunch k;
@@ -125,11 +127,11 @@ Plan PlanTapGather(const Chain& chain, const TapGemm& split, const std::string& 
   const auto& p = conv.padding;
   const auto& l = conv.dilation;
   const auto& kk = conv.kernel;
-  k.body = absl::StrCat("fj::tap_gather_kernel<", Transposed(chain) ? "true" : "false", ", ",
-                        out[0] * out[1], "LL, ", c, ", ", in[2], ", ", in[3], ", ", in[4], ", ",
-                        out[2], ", ", out[3], ", ", out[4], ", ", kk[0], ", ", kk[1], ", ", kk[2],
-                        ", ", s[0], ", ", s[1], ", ", s[2], ", ", p[0], ", ", p[1], ", ", p[2], ", ",
-                        l[0], ", ", l[1], ", ", l[2], ", ", conv.bias ? "true" : "false", ">");
+  k.body = absl::StrCat(
+      "fj::tap_gather_kernel<", Transposed(chain) ? "true" : "false", ", ", out[0] * out[1], "LL, ",
+      c, ", ", in[2], ", ", in[3], ", ", in[4], ", ", out[2], ", ", out[3], ", ", out[4], ", ",
+      kk[0], ", ", kk[1], ", ", kk[2], ", ", s[0], ", ", s[1], ", ", s[2], ", ", p[0], ", ", p[1],
+      ", ", p[2], ", ", l[0], ", ", l[1], ", ", l[2], ", ", conv.bias ? "true" : "false", ">");
   k.purpose = absl::StrCat(to, " ", FormatShape(out), " from ", z, " (", split.taps,
                            " taps an output, summed in order)", conv.bias ? " + bias" : "");
   k.grid = {GridFor(NumElements(out), target), 1, 1};

@@ -24,9 +24,9 @@ inline constexpr std::string_view kTapGemmStrategy = "tap-gemm";
 
 // The parts of a chain run as tap GEMM + gather.
 struct TapGemm {
-  Chain gemm;          // x | conv3d(out=C*T, k=1, bias=False): Z, its output
-  Chain rest;          // the convolution's output | the chain's later ops (ops empty: none)
-  int64_t taps = 0;    // T
+  Chain gemm;               // x | conv3d(out=C*T, k=1, bias=False): Z, its output
+  Chain rest;               // the convolution's output | the chain's later ops (ops empty: none)
+  int64_t taps = 0;         // T
   size_t weight_bytes = 0;  // W' [C*T][Cin]
   size_t z_bytes = 0;       // Z [N][C*T][D][H][W]
   size_t conv_bytes = 0;    // the convolution's output (its own region when rest has ops)

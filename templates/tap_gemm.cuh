@@ -57,7 +57,8 @@ __device__ void tap_gather_kernel(const float* __restrict__ z, const float* __re
   };
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < kCount; e += stride) {
-    const int ow = (int)(e % kOW), oh = (int)(e / kOW % kOH), od = (int)(e / ((long long)kOW * kOH) % kOD);
+    const int ow = (int)(e % kOW), oh = (int)(e / kOW % kOH),
+              od = (int)(e / ((long long)kOW * kOH) % kOD);
     const long long row = e / ((long long)kOW * kOH * kOD);  // n * kC + c
     const int c = (int)(row % kC);
     const float* zrow = z + row * kT * kPlane;  // Z[n][c*T][...]

@@ -1,12 +1,10 @@
 #include "tools/common.h"
 
-#include "runtime/dtype_adapter.h"
-
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/planner.h"
@@ -14,6 +12,7 @@
 #include "jit/driver.h"
 #include "jit/dump.h"
 #include "jit/nvrtc.h"
+#include "runtime/dtype_adapter.h"
 
 namespace fusejit::tools {
 
