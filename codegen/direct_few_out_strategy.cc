@@ -1,4 +1,4 @@
-// Strategy direct-few-out: a register-tiled direct convolution for producers with at most 8
+// Strategy direct-few-out: a register-tiled direct convolution for producers with at most 8 (1x1x1: 32)
 // output channels and chains with no group_norm or mean (templates/direct_few_out.cuh). Made for
 // the data gradient of a convolution on few channels (the backward's step 3), which maps many
 // channels onto x's few: the generic one-thread-per-output plan loads every input value once per
@@ -24,7 +24,12 @@ constexpr TuneField<FewOutTune> kFields[] = {{"tw", "kTW", &FewOutTune::tw},
                                              {"th", "kTH", &FewOutTune::th},
                                              {"threads", "kThreads", &FewOutTune::threads}};
 
-constexpr int64_t kMaxChannels = 8;
+// Output channels: 8, or 32 for a 1x1x1 kernel (a pointwise convolution: the sums of fewer outputs
+// a thread fit; R37 of the random chains, [4,40,37,37,37] k1 -> 20, ran one thread an output
+// value at 0.62x of PyTorch's strict fp32, H200, session 30).
+int64_t MaxChannels(const ConvAttrs& c) {
+  return c.kernel == Dims3{1, 1, 1} ? 32 : 8;
+}
 constexpr int64_t kMaxWeights = 12 * 1024;  // floats in 48 KiB of static shared memory
 constexpr int64_t kMaxSpan = 64;            // registers of one row span
 constexpr int64_t kMaxAccumulators = 64;    // th * channels * tw registers of sums
@@ -55,7 +60,10 @@ class DirectFewOutStrategy final : public Strategy {
     const ConvAttrs& a = info.producer->conv;
     const bool strided = conv && a.stride[1] >= 2 && a.stride[2] >= 2;
     t.tw = std::min<int64_t>(strided ? 2 : 8, info.producer_shape[4]);
-    while (t.tw > 1 && Span(a, conv, t.tw) > kMaxSpan) t.tw /= 2;
+    while (t.tw > 1 && (Span(a, conv, t.tw) > kMaxSpan ||
+                        info.producer_shape[1] * t.tw > kMaxAccumulators)) {
+      t.tw /= 2;
+    }
     // Two rows a thread where they share input rows (each row span then serves both rows' kh
     // taps), the kernel is 4 or more rows tall and the sums fit: W2's data gradient
     // [1024,16,13,29,29] k4 took 2.47 ms at th 2 against 2.82 at th 1 (tw 4 / th 4 2.68, tw 4 / th
@@ -75,7 +83,7 @@ class DirectFewOutStrategy final : public Strategy {
     const bool conv = info.producer->kind == OpKind::kConv3d;
     if (!conv && c.stride != Dims3{1, 1, 1}) return false;
     const int64_t kv = c.kernel[0] * c.kernel[1] * c.kernel[2];
-    return info.producer_shape[1] <= kMaxChannels &&
+    return info.producer_shape[1] <= MaxChannels(c) &&
            info.producer_shape[1] * in.chain.input[1] * kv <= kMaxWeights &&
            Span(c, conv, 1) <= kMaxSpan;
   }

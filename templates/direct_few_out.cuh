@@ -1,4 +1,5 @@
-// templates/direct_few_out.cuh: a direct convolution for few output channels (kC <= 8), such as
+// templates/direct_few_out.cuh: a direct convolution for few output channels (kC <= 8; <= 32 for a
+// 1x1x1 kernel), such as
 // the data gradient of a convolution whose input has few channels (its dual convolution maps many
 // channels onto x's few). Chains: producer then elementwise ops (no group_norm, no mean).
 //
@@ -34,7 +35,8 @@ struct FewOut {
                        kTapW = kConv ? Cfg::kDilW : -Cfg::kDilW;
   static constexpr int kKV = Cfg::kKD * Cfg::kKH * Cfg::kKW;
   static constexpr int kWeights = Cfg::kC * Cfg::kCin * kKV;
-  static_assert(Cfg::kC <= 8, "direct_few_out: at most 8 output channels");
+  static_assert(Cfg::kC <= 8 || (kKV == 1 && Cfg::kC <= 32),
+                "direct_few_out: at most 8 output channels (32 for a 1x1x1 kernel)");
   static_assert(kWeights * 4 <= 48 * 1024, "direct_few_out: weights fit static shared memory");
 };
 

@@ -26,6 +26,10 @@ const char* const kSpecs[] = {
     "x:f32[2,16,11,13,13] | conv3d(out=3,k=3,stride=2,padding=1,bias=false)",
     "x:f32[3,5,6,7,19] | conv3d(out=8,k=[2,3,4],stride=[1,2,3],padding=[0,1,2],dilation=[2,1,1]) | swish",
     "x:f32[1,40,5,5,5] | conv3d(out=1,k=3,padding=1) | relu",
+    // 1x1x1 kernels: up to 32 output channels (fewer outputs a thread).
+    "x:f32[3,40,7,9,37] | conv3d(out=20,k=1) | gelu",
+    "x:f32[2,24,5,6,33] | conv_transpose3d(out=32,k=1,bias=false) | sigmoid",
+    "x:f32[2,12,9,9,9] | conv3d(out=17,k=1,stride=2)",
 };
 
 TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
@@ -34,6 +38,7 @@ TEST(DirectFewOut, AppliesToFewOutputChannelsWithoutNormOrMean) {
     EXPECT_TRUE(FewOut().Applies(codegen::PlanInput(Parse(spec), t))) << spec;
   for (const char* spec : {
            "x:f32[2,16,9,10,11] | conv3d(out=9,k=3)",  // 9 channels
+           "x:f32[2,16,9,10,11] | conv3d(out=33,k=1)",  // 1x1x1: 33 channels
            "x:f32[2,16,9,10,11] | conv_transpose3d(out=3,k=3,stride=2)",  // transposed, stride 2
            "x:f32[2,16,9,10,11] | conv3d(out=4,k=3) | group_norm(groups=2)",
            "x:f32[2,16,9,10,11] | conv3d(out=4,k=3) | mean(dims=[2,3,4])",
