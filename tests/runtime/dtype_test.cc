@@ -218,11 +218,11 @@ TEST(DTypeChains, OwnPlansBeatTheF32PlanBetweenCastsByCost) {
     const Chain chain = ParseOrFail(c.spec);
     Chain f32 = chain;
     f32.dtype = DType::kF32;
-    CompileOptions tf32 = Arch("sm_90");
-    tf32.precision = Precision::kTf32;
-    absl::StatusOr<std::shared_ptr<CompiledChain>> inner = Compile(f32, tf32);
+    // The f32 chain's plan (its compiled chain may be a composite around it: tap-gemm).
+    absl::StatusOr<codegen::Plan> inner =
+        codegen::MakePlan(f32, codegen::PlanTarget{"sm_90", 132, Precision::kTf32});
     ASSERT_TRUE(inner.ok()) << inner.status();
-    EXPECT_EQ((*inner)->strategy(), c.f32_strategy);
+    EXPECT_EQ(inner->strategy, c.f32_strategy);
     absl::StatusOr<std::shared_ptr<CompiledChain>> native = Compile(chain, Arch("sm_90"));
     ASSERT_TRUE(native.ok()) << native.status();
     EXPECT_EQ((*native)->strategy(), c.strategy);
