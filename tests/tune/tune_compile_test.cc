@@ -117,6 +117,33 @@ TEST_F(TunedCompileTest, ATunedEntryIsUsedOverTheDefault) {
   EXPECT_EQ(given->source(), plain->source());
 }
 
+// tap-gemm (runtime/tap_gemm.h) is not among the tuner's candidates: a tuned configuration of the
+// chain's own plan does not keep it from a chain it is chosen for; a given configuration does.
+TEST_F(TunedCompileTest, ATunedOwnPlanDoesNotKeepOutTapGemm) {
+  const Chain chain = *ParseChain(
+      "x:f32[2,128,28,29,36] | conv_transpose3d(out=4,k=4) | clamp(min=-0.5,max=0.5) | "
+      "group_norm(groups=4) | gelu");
+  const codegen::TuneConfig own = *codegen::DefaultTuneConfig(chain, target_);
+  TuningRecord r;
+  r.key = {FormatChain(chain), "sm_90", Precision::kFp32, device_};
+  r.fusejit_version = GeneratorBuild();
+  r.config = own.ToString();
+  r.default_config = own.ToString();
+  r.tuned_at = "2026-11-29T10:00:00Z";
+  ASSERT_TRUE(db_->Store(r).ok());
+  CompileOptions options;
+  options.arch = "sm_90";
+  options.use_cache = false;
+  options.tuning_device = device_;
+  absl::StatusOr<std::shared_ptr<CompiledChain>> c = Compile(chain, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->strategy(), "tap-gemm");
+  options.tune_config = own.ToString();
+  c = Compile(chain, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->strategy(), own.strategy);
+}
+
 TEST_F(TunedCompileTest, AStaleEntryFallsBackWithAWarning) {
   StoreTuned("fusejit-0.0.1");
   CompileOptions options;
