@@ -1,9 +1,8 @@
 #include "codegen/cast_plan.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "codegen/dtype_table.h"
+#include "codegen/strategy_util.h"
 
 namespace fusejit::codegen {
 
@@ -23,11 +22,8 @@ Plan PlanCasts(const std::vector<Cast>& casts, const PlanTarget& target, const s
     k.purpose = absl::StrCat(c.from, " (", DTypeName(c.from_dtype), ") -> ", c.to, " (",
                              DTypeName(c.to_dtype), "), ", c.elements, " elements");
     // 8 elements per thread and step; at most 8 blocks per SM (a grid-stride loop covers the rest).
-    const int64_t threads = 256, vectors = std::max<int64_t>(1, (c.elements + 7) / 8);
-    const int64_t blocks = std::min<int64_t>((vectors + threads - 1) / threads,
-                                             static_cast<int64_t>(target.sm_count) * 8);
-    k.grid = {static_cast<unsigned>(blocks), 1, 1};
-    k.block = {static_cast<unsigned>(threads), 1, 1};
+    k.grid = {GridStrideBlocks(CeilDiv(c.elements, 8), target), 1, 1};
+    k.block = {256, 1, 1};
     k.args = {KernelArg::Tensor("in", c.from, KernelArg::Access::kRead),
               KernelArg::Tensor("out", c.to, KernelArg::Access::kWrite)};
     plan.kernels.push_back(std::move(k));
@@ -52,11 +48,8 @@ Plan PlanCrop(const std::string& from, const Shape& from_shape, const std::strin
                         to_shape[4], ">");
   k.purpose = absl::StrCat(from, " ", FormatShape(from_shape), " -> its leading box ", to, " ",
                            FormatShape(to_shape));
-  const int64_t threads = 256, elements = NumElements(to_shape);
-  const int64_t blocks = std::min<int64_t>((elements + threads - 1) / threads,
-                                           static_cast<int64_t>(target.sm_count) * 8);
-  k.grid = {static_cast<unsigned>(std::max<int64_t>(1, blocks)), 1, 1};
-  k.block = {static_cast<unsigned>(threads), 1, 1};
+  k.grid = {GridStrideBlocks(NumElements(to_shape), target), 1, 1};
+  k.block = {256, 1, 1};
   k.args = {KernelArg::Tensor("in", from, KernelArg::Access::kRead),
             KernelArg::Tensor("out", to, KernelArg::Access::kWrite)};
   plan.kernels.push_back(std::move(k));

@@ -23,6 +23,14 @@ constexpr int64_t kStaticSharedLimit = 48 * 1024;
 // ceil(a / b) for a >= 0, b > 0.
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks of a grid-stride kernel over `work` items with `threads` threads a block: enough to
+// give every item a thread, at most 8 blocks an SM (the loop covers the rest), at least one.
+inline unsigned GridStrideBlocks(int64_t work, const PlanTarget& target, int64_t threads = 256) {
+  const int64_t blocks =
+      std::min<int64_t>(CeilDiv(work, threads), static_cast<int64_t>(target.sm_count) * 8);
+  return static_cast<unsigned>(std::max<int64_t>(1, blocks));
+}
+
 // An int field of a generated tuning struct (codegen/plan.h TuneStruct).
 inline TuneStruct::Field TuneInt(std::string name, int64_t value) {
   return {"int", std::move(name), absl::StrCat(value)};

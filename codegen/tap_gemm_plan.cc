@@ -1,11 +1,12 @@
 #include "codegen/tap_gemm_plan.h"
 
 #include <algorithm>
-#include <limits>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/backward_plan.h"
 #include "codegen/chain_info.h"
+#include "codegen/strategy_util.h"
 
 namespace fusejit::codegen {
 namespace {
@@ -19,10 +20,7 @@ int64_t Taps(const ConvAttrs& conv) { return conv.kernel[0] * conv.kernel[1] * c
 
 bool Transposed(const Chain& chain) { return chain.ops[0].kind == OpKind::kConvTranspose3d; }
 
-unsigned GridFor(int64_t count, const PlanTarget& target) {
-  const int64_t blocks = std::min<int64_t>((count + 255) / 256, int64_t{target.sm_count} * 8);
-  return static_cast<unsigned>(std::max<int64_t>(1, blocks));
-}
+int64_t Micros(double units) { return static_cast<int64_t>(std::lround(units / 1e6)); }
 
 }  // namespace
 
@@ -48,6 +46,8 @@ std::optional<TapGemm> SplitTapGemm(const Chain& chain, std::string* why) {
   }
   TapGemm split;
   split.taps = taps;
+  split.reuse = static_cast<double>(taps) /
+                static_cast<double>(conv.stride[0] * conv.stride[1] * conv.stride[2]);
   split.gemm.input = chain.input;
   split.gemm.dtype = DType::kF32;
   split.gemm.ops = {Conv3d(conv.out_channels * taps, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1},
@@ -63,13 +63,12 @@ std::optional<TapGemm> SplitTapGemm(const Chain& chain, std::string* why) {
 }
 
 double TapGemmCost(const Chain& chain, const TapGemm& split, const PlanTarget& target) {
-  const ConvAttrs& conv = chain.ops[0].conv;
-  const ChainInfo info = AnalyzeChain(chain);
   // Z entries the gather reads: every tap of every output (a transposed convolution's output
-  // reads 1 / stride^3 of its taps on average), from L2 mostly; Z itself once from memory.
-  double reads = static_cast<double>(info.elements) * static_cast<double>(split.taps);
-  if (Transposed(chain))
-    reads /= static_cast<double>(conv.stride[0] * conv.stride[1] * conv.stride[2]);
+  // reads 1 / stride^3 of its taps on average: `reuse` a point), from L2 mostly; Z itself once
+  // from memory. The convolution's output is f32: conv_bytes / 4 values.
+  const double outputs = static_cast<double>(split.conv_bytes / 4);
+  const double reads =
+      outputs * (Transposed(chain) ? split.reuse : static_cast<double>(split.taps));
   const double dram = std::min(static_cast<double>(split.z_bytes), reads * 4.0);
   constexpr double kDramBytesPerMicro = 3e6, kL2BytesPerMicro = 10e6, kMicrosPerKernel = 3.0;
   const double gather_us = dram / kDramBytesPerMicro + reads * 4.0 / kL2BytesPerMicro +
@@ -79,6 +78,26 @@ double TapGemmCost(const Chain& chain, const TapGemm& split, const PlanTarget& t
   double cost = LowestCost(split.gemm, target) + (gather_us + weight_us) * 1e6;
   if (!split.rest.ops.empty()) cost += LowestCost(split.rest, target);
   return cost;
+}
+
+std::optional<std::string> TapGemmBeatsOwnPlan(const Chain& chain, const TapGemm& split,
+                                               const PlanTarget& target,
+                                               std::string_view own_strategy, double own_cost) {
+  // Below 2 reads an input value, the split only adds Z's round trip (a conv_transpose3d with
+  // k=2, stride=2: 0.78-0.94x measured, H200, session 30).
+  if (split.reuse < 2) return std::nullopt;
+  const double tap = TapGemmCost(chain, split, target);
+  // With few output channels (<= 8) and 16+ input channels the models favor the chain's own plan
+  // (tc-conv's padded 8-wide tiles, direct-few-out, conv-moments-mean) by more than they should:
+  // of 17 such chains forced both ways in fp32 and TF32 (34 pairs, H200, session 30 run 5), every
+  // pair with own / tap-gemm modeled above 0.62 ran faster as tap-gemm (1.16-2.87x), every one
+  // slower (0.25-0.90x) was modeled below 0.61.
+  const bool few_out = chain.ops[0].conv.out_channels <= 8 && chain.input[1] >= 16;
+  constexpr double kFewOutDiscount = 1.6;
+  if (!(tap < own_cost * (few_out ? kFewOutDiscount : 1.0))) return std::nullopt;
+  return absl::StrCat("model us ", Micros(tap), ", below the chain's own plan's (",
+                      std::string(own_strategy), ", ", Micros(own_cost), ")",
+                      few_out ? " x 1.6 (few output channels)" : "");
 }
 
 Plan PlanTapWeight(const Chain& chain, const TapGemm& split, const std::string& from,
@@ -99,7 +118,7 @@ Plan PlanTapWeight(const Chain& chain, const TapGemm& split, const std::string& 
                         Transposed(chain) ? "true" : "false", ">");
   k.purpose = absl::StrCat(from, " ", FormatShape(w), " -> ", to, " [", c * split.taps, "][", cin,
                            "] (tap-major rows)");
-  k.grid = {GridFor(c * split.taps * cin, target), 1, 1};
+  k.grid = {GridStrideBlocks(c * split.taps * cin, target), 1, 1};
   k.block = {256, 1, 1};
   k.args = {KernelArg::Tensor("w", from, KernelArg::Access::kRead),
             KernelArg::Tensor("wt", to, KernelArg::Access::kWrite)};
@@ -134,7 +153,7 @@ Plan PlanTapGather(const Chain& chain, const TapGemm& split, const std::string& 
       ", ", p[2], ", ", l[0], ", ", l[1], ", ", l[2], ", ", conv.bias ? "true" : "false", ">");
   k.purpose = absl::StrCat(to, " ", FormatShape(out), " from ", z, " (", split.taps,
                            " taps an output, summed in order)", conv.bias ? " + bias" : "");
-  k.grid = {GridFor(NumElements(out), target), 1, 1};
+  k.grid = {GridStrideBlocks(NumElements(out), target), 1, 1};
   k.block = {256, 1, 1};
   k.args = {KernelArg::Tensor("z", z, KernelArg::Access::kRead),
             conv.bias ? KernelArg::Tensor("bias", bias, KernelArg::Access::kRead)

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "codegen/plan.h"
 #include "codegen/planner.h"
@@ -27,6 +28,7 @@ struct TapGemm {
   Chain gemm;               // x | conv3d(out=C*T, k=1, bias=False): Z, its output
   Chain rest;               // the convolution's output | the chain's later ops (ops empty: none)
   int64_t taps = 0;         // T
+  double reuse = 0;         // T / stride volume: how often an implicit GEMM reads each input value
   size_t weight_bytes = 0;  // W' [C*T][Cin]
   size_t z_bytes = 0;       // Z [N][C*T][D][H][W]
   size_t conv_bytes = 0;    // the convolution's output (its own region when rest has ops)
@@ -40,6 +42,14 @@ std::optional<TapGemm> SplitTapGemm(const Chain& chain, std::string* why = nullp
 // The planner's cost (units of LowestCost) of the whole composite: the GEMM's and the rest's
 // lowest costs, the gather's and the weight's modeled time.
 double TapGemmCost(const Chain& chain, const TapGemm& split, const PlanTarget& target);
+
+// Whether the composite should replace the chain's own plan, whose strategy `own_strategy` has
+// the cost `own_cost` (units of LowestCost); when it should, the reason (the modeled figures).
+// Not when reuse < 2 (an implicit GEMM reads x about once already: the split only adds Z's round
+// trip); else when TapGemmCost is below own_cost, x 1.6 with <= 8 output and >= 16 input channels.
+std::optional<std::string> TapGemmBeatsOwnPlan(const Chain& chain, const TapGemm& split,
+                                               const PlanTarget& target,
+                                               std::string_view own_strategy, double own_cost);
 
 // One kernel: W' (tensor `to`, [C*T][Cin]) from the chain's weight (tensor `from`, its shape).
 Plan PlanTapWeight(const Chain& chain, const TapGemm& split, const std::string& from,

@@ -52,29 +52,13 @@ absl::StatusOr<std::optional<std::string>> ChooseTapGemm(const Chain& chain, con
     if (named) return absl::InvalidArgumentError(absl::StrCat("strategy tap-gemm: ", why_not));
     return std::optional<std::string>();
   }
-  const double tap = codegen::TapGemmCost(chain, *split, target.plan_target);
-  if (named)
+  if (named) {
     return std::optional<std::string>(
-        absl::StrCat("asked for by name (model us ", Micros(tap), ")"));
-  // An implicit GEMM reads each input value once per output it feeds: taps / stride volume on
-  // average. Below 2 it reads x about once already, and the split only adds Z's round trip (a
-  // conv_transpose3d with k=2, stride=2: 0.78-0.94x measured, H200, session 30).
-  const ConvAttrs& conv = chain.ops[0].conv;
-  const double reuse = static_cast<double>(split->taps) /
-                       static_cast<double>(conv.stride[0] * conv.stride[1] * conv.stride[2]);
-  if (reuse < 2) return std::optional<std::string>();
-  const double own = codegen::LowestCost(chain, target.plan_target);
-  // With few output channels (<= 8) and 16+ input channels the models favor the chain's own plan
-  // (tc-conv's padded 8-wide tiles, direct-few-out, conv-moments-mean) by more than they should:
-  // of 17 such chains forced both ways in fp32 and TF32 (34 pairs, H200, session 30 run 5), every
-  // pair with own / tap-gemm modeled above 0.62 ran faster as tap-gemm (1.16-2.87x), every one
-  // slower (0.25-0.90x) was modeled below 0.61.
-  const bool few_out = conv.out_channels <= 8 && chain.input[1] >= 16;
-  constexpr double kFewOutDiscount = 1.6;
-  if (!(tap < own * (few_out ? kFewOutDiscount : 1.0))) return std::optional<std::string>();
-  return std::optional<std::string>(absl::StrCat(
-      "model us ", Micros(tap), ", below the chain's own plan's (", planned->plan.strategy, ", ",
-      Micros(own), ")", few_out ? " x 1.6 (few output channels)" : ""));
+        absl::StrCat("asked for by name (model us ",
+                     Micros(codegen::TapGemmCost(chain, *split, target.plan_target)), ")"));
+  }
+  return codegen::TapGemmBeatsOwnPlan(chain, *split, target.plan_target, planned->plan.strategy,
+                                      codegen::LowestCost(chain, target.plan_target));
 }
 
 absl::StatusOr<std::shared_ptr<CompiledChain>> CompileTapGemm(const Chain& chain,

@@ -24,8 +24,8 @@ namespace fusejit::runtime {
 // Why Compile runs `chain` as tap-gemm, or nullopt when it runs `planned` (the chain's own plan):
 // the caller asked for tap-gemm by name (an error, naming why, when it does not apply), or no
 // strategy or configuration was named (a tuned configuration of the chain's own plan does not
-// count: the tuner does not time tap-gemm) and its modeled cost is below the chain's lowest
-// (codegen::TapGemmCost; x1.6 with few output channels). REQUIRES: chain valid.
+// count: the tuner does not time tap-gemm) and codegen::TapGemmBeatsOwnPlan says it should.
+// REQUIRES: chain valid.
 absl::StatusOr<std::optional<std::string>> ChooseTapGemm(const Chain& chain, const Target& target,
                                                          const CompileOptions& options,
                                                          const PlannedChain* planned);
