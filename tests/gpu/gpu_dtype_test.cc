@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/chain_info.h"
 #include "codegen/planner.h"
 #include "codegen/strategy_util.h"  // HasAmpereFeatures
@@ -582,6 +583,25 @@ TEST(GpuF64, SeedsAndRandomChainsForward) {
   }
   Rng rng(81);
   for (int i = 0; i < 30; ++i) CheckF64Forward(AsDType(RandomChain(rng), DType::kF64), 400 + i);
+}
+
+// Chains without a producer run one 16-byte vector a thread (4 floats, 8 bf16/f16, 2 doubles)
+// and the remainder one element a thread: counts from 1 to past a million, none a multiple of 8
+// but one, in every dtype; each value checked (fully written, twice the same bits, and for
+// bf16/f16 the f32 plan's value rounded once).
+TEST(GpuElementwise, VectorsAndTheirTailsInEveryDType) {
+  SKIP_WITHOUT_GPU();
+  const char* shapes[] = {"[1,1,1,1,1]",  "[1,1,1,1,7]",    "[1,2,1,1,4]",
+                          "[2,3,5,7,11]", "[3,5,17,19,23]", "[2,7,33,37,43]"};
+  for (const char* shape : shapes) {
+    const Chain chain = ParseOrFail(
+        absl::StrCat("x:f32", shape,
+                     " | hardswish | clamp(min=-0.25,max=0.75) | leaky_relu(negative_slope=0.2)"));
+    testing::CheckChain(chain, 3, {});
+    CheckForward(AsDType(chain, DType::kBF16), 4);
+    CheckForward(AsDType(chain, DType::kF16), 5);
+    CheckF64Forward(AsDType(chain, DType::kF64), 6);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(LowPrecision, GpuDType, ::testing::Values(DType::kBF16, DType::kF16),
