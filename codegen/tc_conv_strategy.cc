@@ -242,16 +242,16 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 
 // The heuristic tuning, fitted to `fusejit autotune` on the lent H100 (2026-11-23, 8 sweep chains
 // x both precisions, bench/notes/tc_conv_tuning.md): 128-point tiles (64 only when the device
-// would not be half full); 32 or 64 channels a tile, whichever pads C less (64 on a tie when it
-// still gives a CTA an SM; 16 for C <= 16, 8 for C <= 8: one mma n8 tile, half the products,
-// 0.3-16% faster on 12 of 13 chains and 2% slower on one, H200 2026-11-29,
+// would not be half full even split); 32 or 64 channels a tile, whichever pads C less (64 on a tie
+// when it still gives a CTA an SM; 16 for C <= 16, 8 for C <= 8: one mma n8 tile, half the
+// products, 0.3-16% faster on 12 of 13 chains and 2% slower on one, H200 2026-11-29,
 // bench/notes/session28_run1_2026-11-29.txt);
-// split-K (2-8, at least 8 k-steps each, up to two CTAs an SM) while the tiles give fewer than one
-// CTA an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the least on
-// padding, where k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and 3xTF32's
-// 32-wide k-steps (twice the weight tiles in shared memory) ~15% more below 128 input channels; 3
-// stages for 3xTF32, 4 for TF32 (2 on large grids, with the input through L1, below). Falls back to
-// the valid configuration of least EstimateGemm().
+// split-K (2-16, at least 2 (3xTF32) or 4 k-steps each) while the tiles give fewer than 16 (3xTF32)
+// or 8 warps an SM; warp tiles of 32 rows (64: ~5% on S1, tunable); the k-step that wastes the
+// least on padding, where k-steps of 8 and 16 cost ~30% and ~10% more per product than 32, and
+// 3xTF32's 32-wide k-steps (twice the weight tiles in shared memory) ~15% more below 128 input
+// channels; 3 stages for 3xTF32, 4 for TF32 (2 on large grids, with the input through L1, below).
+// Falls back to the valid configuration of least EstimateGemm().
 TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
   const TcPrec prec = PrecOf(chain, target);
   const bool split = prec == kPrec3xTF32;
@@ -296,15 +296,36 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     wide_split = !split && ctas(narrow) < target.sm_count && 4 * pad64 <= 5 * pad32;
     if (wide_split) t.bn = 64;
   }
-  t.bm = 128;
-  if (!wide_split && ctas(t) * 2 < target.sm_count) t.bm = 64;
-  // Split-K when the tiles do not fill the device: up to two CTAs an SM, each split keeping at
-  // least 8 k-steps.
+  // Split-K while the tiles leave the SMs short of warps: a CTA's k-steps run one after another,
+  // each waiting on its loads, so a small grid runs at the latency of its k-step chain. Split
+  // (by powers of two, at most 16 ways; not below 8 k-steps) until 16 warps an SM with 3xTF32,
+  // whose k-steps cost three products and the splits (at least 2 k-steps a split), 8 with one
+  // product (at least 4). Fitted on 107
+  // chains' plans forced both ways (H200, 2026-11-30, bench/notes/session31_runs_2026-11-30.txt):
+  // 3xTF32 [1,20,16^3] conv_transpose3d k5 -> 8 | group_norm | clamp | mean 0.152 -> 0.046 ms
+  // (split 2 -> 16), [8,64,7^3] conv_transpose3d k4 -> 64 | relu | group_norm 0.158 -> 0.055
+  // (4 -> 16); one product: splitting past 8 warps an SM, or below 4 k-steps a split, measured
+  // 2-31% slower (partial tiles' round trip). bm = 128 was as fast or faster than 64 at the
+  // best split in every chain measured both ways. Not modeled: a split past one wave of resident
+  // CTAs (bf16 [1,128,39,16,23] conv3d k5 -> 16 | group_norm: split 3, 255 CTAs, 0.099 ms; split
+  // 4 0.125); capping the split at one wave measured slower on most other chains.
   const int64_t ksteps = CeilDiv(taps * CinPad(cin, prec), t.bk * epw);
-  const int64_t tiles = ctas(t);
-  if (tiles < target.sm_count) {
-    t.split = std::clamp<int64_t>(2 * target.sm_count / std::max<int64_t>(1, tiles), 1,
-                                  std::min<int64_t>(8, std::max<int64_t>(1, ksteps / 8)));
+  const int64_t warps_wanted = (split ? 16 : 8) * target.sm_count;
+  const auto split_for = [&](const TcTune& v) {
+    const TcGeometry g = Geometry(chain, info, v, prec);
+    const int64_t warps = ctas(v) * (g.threads / 32);
+    const int64_t max_split = ksteps < 8 ? 1 : std::min<int64_t>(16, ksteps / (split ? 2 : 4));
+    int64_t sp = 1;
+    while (sp * 2 <= max_split && warps * sp < warps_wanted) sp *= 2;
+    return sp;
+  };
+  t.bm = 128;
+  t.split = split_for(t);
+  // 64-row tiles where even split 128-row tiles give fewer than one CTA an SM (two a tile's
+  // worth: few k-steps to split).
+  if (!wide_split && ctas(t) * t.split * 2 < target.sm_count) {
+    t.bm = 64;
+    t.split = split_for(t);
   }
   // The input through L1 (later taps re-read it): TF32 on large grids with 2 stages (more L1
   // and more CTAs: S1 0.77 -> 0.70 ms, S2 1.26 -> 1.12), and every chain of <= 16 input channels
@@ -391,9 +412,12 @@ class TcConvStrategy : public Strategy {
     return ToConfig(name(), DefaultTune(in.chain, in.info, in.target), Fields());
   }
   std::vector<TuneParam> TuneSpace(const PlanInput& in) const override {
-    return {{"bm", {64, 128}},       {"bn", {8, 16, 32, 64, 128}},
-            {"bk", {8, 16, 32}},     {"stages", {2, 3, 4, 5}},
-            {"split", {1, 2, 4, 8}}, {"wm", {32, 64}},
+    return {{"bm", {64, 128}},
+            {"bn", {8, 16, 32, 64, 128}},
+            {"bk", {8, 16, 32}},
+            {"stages", {2, 3, 4, 5}},
+            {"split", {1, 2, 4, 8, 16}},
+            {"wm", {32, 64}},
             {"l1", {0, 1}}};
   }
   absl::Status Validate(const PlanInput& in, const TuneConfig& config) const override {

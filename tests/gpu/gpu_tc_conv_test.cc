@@ -181,7 +181,7 @@ TEST(GpuTcConv, SplitK) {
       "mean(dims=[1,2,3,4])",
   };
   for (const char* spec : specs) {
-    for (int split : {2, 3, 8}) {
+    for (int split : {2, 3, 8, 16}) {
       CompileOptions options;
       options.use_cache = false;
       options.tune_config = "tc-conv:bm=128,bn=32,bk=16,stages=3,split=" + std::to_string(split) + ",wm=32,l1=1";
