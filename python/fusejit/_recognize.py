@@ -23,11 +23,17 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling;
   with torch.clamp(x + 3, 0, 6) marked: its gradient at +-3 is not hardswish's).
-- at most one group_norm: nn.GroupNorm (affine), F.group_norm / torch.group_norm with Parameters.
+- at most one group_norm: nn.GroupNorm, F.group_norm / torch.group_norm with the model's
+  Parameters as weight and bias, or with neither; nn.InstanceNorm3d (track_running_stats=False)
+  as group_norm(groups=num_features). Without weight and bias (affine=False, InstanceNorm3d's
+  default) the chain's group_norm gets weight 1 and bias 0 (Recognized.norm_constants: tensors
+  the drop-in makes, not model parameters).
 - last, optional: mean over dims {2,3,4} or {1,2,3,4} (negative dims, tuple, list or int,
-  consecutive means combined, keepdim=False, dim= or axis=), as torch.mean or Tensor.mean; also
-  global average pooling, adaptive_avg_pool3d(x, 1) (module or function) then flatten(1) (nn.Flatten,
-  torch.flatten, Tensor.flatten), which is a mean over [2,3,4].
+  consecutive means combined, keepdim either, dim= or axis=), as torch.mean or Tensor.mean; also
+  global average pooling, adaptive_avg_pool3d(x, 1) (module or function), which is a mean over
+  [2,3,4] with keepdim=True ([N,C,1,1,1]), or [N,C] when flatten(1) follows it (nn.Flatten,
+  torch.flatten, Tensor.flatten). The chain's mean gives [N,C] or [N]; Recognized.out_dims says
+  how its result is viewed as the model's (size-1 dimensions kept).
 - skipped: nn.Identity, dropout with p=0 (modules and F.dropout), x.contiguous(), x.clone().
 - plain subclasses of the supported modules that override nothing of their behaviour
   (`class MyConv(nn.Conv3d): pass`) count as their base class.
@@ -59,7 +65,7 @@ __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 
 GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
            "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6) -> at most one group_norm "
-           "(affine), "
+           "(or instance norm without running statistics), "
            "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]")
 
 
@@ -133,9 +139,21 @@ class Recognized:
     # an op whose values fusejit has but whose gradient convention it does not (a clamp with only
     # min=0, run as relu; a hardswish written with torch.clamp).
     training_fallback: Optional[str] = None
+    # The group_norm's weight and bias where the model has none (affine=False, InstanceNorm3d):
+    # (weight name, bias name, channels), channels None where only the input tells them (a
+    # functional group_norm without a convolution before it). None: every chain parameter is in
+    # `params`.
+    norm_constants: Optional[Tuple[str, str, Optional[int]]] = None
+    # How the chain's output ([N,C] or [N] after a mean, else the input's rank) is viewed as the
+    # model's: for each dimension of the model's output, the chain output's dimension it is, or
+    # None for a kept size-1 dimension (mean with keepdim=True: (0, 1, None, None, None)). None:
+    # the chain's output is the model's.
+    out_dims: Optional[Tuple[Optional[int], ...]] = None
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
-    _gn: Optional[Tuple[int, Any]] = dataclasses.field(default=None, repr=False, compare=False)
+    # (groups, channels or None): the group_norm's, for checking an input's shape
+    _gn: Optional[Tuple[int, Optional[int]]] = dataclasses.field(default=None, repr=False,
+                                                                 compare=False)
 
     def spec(self, shape, dtype="f32") -> str:
         """The fusejit spec of this chain for an input of `shape` ([N,C,D,H,W]); raises Unsupported
@@ -157,11 +175,12 @@ class Recognized:
                                   "%d input channels" % (_shape_text(shape), cin))
             channels = int(w.shape[1] if self._transposed else w.shape[0])
         if self._gn is not None:
-            groups, weight = self._gn
-            if int(weight.numel()) != channels or channels % groups != 0:
-                raise Unsupported("fusejit cannot fuse an input of shape %s: group_norm expects %d "
+            groups, want = self._gn
+            if (want is not None and want != channels) or channels % groups != 0:
+                raise Unsupported("fusejit cannot fuse an input of shape %s: group_norm expects %s "
                                   "channels in %d groups, the chain gives it %d"
-                                  % (_shape_text(shape), int(weight.numel()), groups, channels))
+                                  % (_shape_text(shape), "a multiple of %d" % groups
+                                     if want is None else want, groups, channels))
         return "x:%s%s | %s" % (_dtype_text(dtype), _shape_text(shape), " | ".join(self.ops))
 
 
@@ -504,22 +523,24 @@ def _b_mean(b, where, layer, ctx):
     if dim is None or (b.get("axis") is not None and b["dim"] is not None):
         _refuse(where, "mean over all dimensions; fusejit's mean is over [2,3,4] (giving [N,C]) or "
                        "[1,2,3,4] (giving [N])", layer)
-    if b["keepdim"] is not False:
-        _refuse(where, "mean with keepdim=%r; fusejit's mean drops the reduced dimensions "
-                       "(keepdim=False)" % (b["keepdim"],), layer)
+    if not isinstance(b["keepdim"], bool):
+        _refuse(where, "mean with keepdim=%r; write True or False" % (b["keepdim"],), layer)
     if b.get("dtype") is not None:
         _refuse(where, "mean with dtype=%s" % b["dtype"], layer)
     dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
     dims = [_int(d, "dim", where, layer) for d in dims]
-    return "mean", {"dims": dims}, {}
+    return "mean", {"dims": dims, "keepdim": b["keepdim"]}, {}
 
 
 def _b_gn(b, where, layer, ctx):
     groups = _int(b["num_groups"], "num_groups", where, layer)
     eps = _positive(_number(b["eps"], "eps", where, layer), "eps", where, layer)
+    if b["weight"] is None and b["bias"] is None:  # weight 1, bias 0: norm_constants
+        return "group_norm", {"groups": groups, "eps": eps, "channels": None}, {}
     if b["weight"] is None or b["bias"] is None:
-        _refuse(where, "group_norm without %s (affine=False); fusejit's group_norm is affine, with "
-                       "weight and bias" % ("weight" if b["weight"] is None else "bias"), layer)
+        _refuse(where, "group_norm with a %s but no %s; give both (the model's Parameters) or "
+                       "neither" % (("bias", "weight") if b["weight"] is None else
+                                    ("weight", "bias")), layer)
     w = _param_from_node(b["weight"], "group_norm weight", ctx, where, layer)
     bias = _param_from_node(b["bias"], "group_norm bias", ctx, where, layer)
     _check_gn_params(w[0], bias[0], None, where, layer)
@@ -666,7 +687,7 @@ def _dropout_types():
     return tuple(t for t in (getattr(nn, n, None) for n in names) if t is not None)
 
 
-_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.ReLU, nn.LeakyReLU, nn.Sigmoid,
+_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNorm3d, nn.ReLU, nn.LeakyReLU, nn.Sigmoid,
                       nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.GELU, nn.ReLU6, nn.Hardtanh,
                       nn.Identity) + _dropout_types()
 # Methods a subclass must not override to count as its torch.nn base class.
@@ -711,16 +732,25 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
         if attrs["out"] != mod.out_channels:
             _refuse(where, "weight shape does not match out_channels=%d" % mod.out_channels, layer)
         return kind, attrs, params, False
-    if t is nn.GroupNorm:
-        if not mod.affine:
-            _refuse(where, "nn.GroupNorm with affine=False; fusejit's group_norm is affine "
-                           "(weight and bias)", layer)
+    if t in (nn.GroupNorm, nn.InstanceNorm3d):
+        if t is nn.GroupNorm:
+            groups = _int(mod.num_groups, "num_groups", where, layer)
+            channels = _int(mod.num_channels, "num_channels", where, layer)
+        else:  # instance norm: one group a channel
+            if mod.track_running_stats:
+                _refuse(where, "nn.InstanceNorm3d with track_running_stats=True (it normalizes "
+                               "with running statistics in eval mode and updates them in "
+                               "training); fusejit's group_norm uses each sample's own "
+                               "statistics, as track_running_stats=False does", layer)
+            groups = channels = _int(mod.num_features, "num_features", where, layer)
+        eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
+        attrs = {"groups": groups, "eps": eps, "channels": channels}
+        if not mod.affine:  # weight 1, bias 0: norm_constants
+            return "group_norm", attrs, {}, False
         w = _own_param(mod, "weight", _join(path, "weight"), where, layer)
         b = _own_param(mod, "bias", _join(path, "bias"), where, layer)
-        _check_gn_params(w[0], b[0], mod.num_channels, where, layer)
-        groups = _int(mod.num_groups, "num_groups", where, layer)
-        eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
-        return "group_norm", {"groups": groups, "eps": eps}, {"weight": w, "bias": b}, False
+        _check_gn_params(w[0], b[0], channels, where, layer)
+        return "group_norm", attrs, {"weight": w, "bias": b}, False
     if t is nn.ReLU:
         return "relu", {}, {}, inplace
     if t is nn.LeakyReLU:
@@ -930,9 +960,10 @@ def _match_global_pool(cur, first, ctx: _Ctx) -> Optional[_Step]:
             pass
     if start == 1 and end in (-1, 4):
         return _Step(_Op("mean", "%s and flatten(1) (a mean over [2,3,4])" % where,
-                         {"dims": [2, 3, 4]}, layer=layer), [first, f], f)
-    _refuse(where, "adaptive average pooling is accepted only when flatten(1) follows it (the two "
-                   "are a mean over [2,3,4]); its [N,C,1,1,1] result is not a chain output", layer)
+                         {"dims": [2, 3, 4], "keepdim": False}, layer=layer), [first, f], f)
+    # Alone (or before anything but flatten(1)): a mean over [2,3,4] keeping them, [N,C,1,1,1].
+    return _Step(_Op("mean", "%s (a mean over [2,3,4], keepdim=True)" % where,
+                     {"dims": [2, 3, 4], "keepdim": True}, layer=layer), [first], first)
 
 
 def _s_pool(input, output_size): pass
@@ -1085,6 +1116,7 @@ def recognize(model: nn.Module) -> Recognized:
 
 def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     ops: List[_Op] = []
+    out_dims = None
     i = 0
     found = [op for op in found if op.kind != "skip"]
     while i < len(found):
@@ -1093,12 +1125,14 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
             ops.append(op)
             i += 1
             continue
-        # Consecutive means combine into one over the union of the original axes.
-        remaining = [0, 1, 2, 3, 4]
+        # Consecutive means combine into one over the union of the original axes. `layout`
+        # follows the value's dimensions: each an original axis, reduced ones (kept by keepdim)
+        # marked negative as ~axis.
+        layout = [0, 1, 2, 3, 4]
         first = op
         while i < len(found) and found[i].kind == "mean":
             m = found[i]
-            rank = len(remaining)
+            rank = len(layout)
             picked = []
             for d in m.attrs["dims"]:
                 if not -rank <= d < rank:
@@ -1107,12 +1141,18 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 picked.append(d % rank)
             if len(set(picked)) != len(picked):
                 _refuse(m.where, "dims %s repeat a dimension" % m.attrs["dims"], m.layer)
-            remaining = [a for j, a in enumerate(remaining) if j not in picked]
+            keep = m.attrs.get("keepdim", False)
+            layout = [(~a if a >= 0 else a) if j in picked else a for j, a in enumerate(layout)
+                      if keep or j not in picked]
             i += 1
-        dims = sorted(set(range(5)) - set(remaining))
+        dims = sorted(set(range(5)) - set(a for a in layout if a >= 0))
         if dims not in ([2, 3, 4], [1, 2, 3, 4]):
             _refuse(first.where, "mean over dims %s; fusejit's mean is over [2,3,4] (giving [N,C]) "
                                  "or [1,2,3,4] (giving [N])" % dims, first.layer)
+        # The chain's output has the unreduced axes in order; kept ones are size 1.
+        kept = [a for a in layout if a >= 0]
+        if len(layout) != len(kept):
+            out_dims = tuple(kept.index(a) if a >= 0 else None for a in layout)
         ops.append(_Op("mean", first.where, {"dims": dims}, layer=first.layer))
     if not ops:
         raise Unsupported("fusejit cannot fuse model %s: its forward has no op to fuse; %s"
@@ -1134,6 +1174,8 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     paths: Dict[str, str] = {}
     conv = ops[0] if ops[0].kind in ("conv3d", "conv_transpose3d") else None
     gn = None
+    norm_constants = None
+    gn_channels = None
     for i, op in enumerate(ops):
         for role in ("weight", "bias"):
             if role in op.params:
@@ -1142,12 +1184,18 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 paths["%d.%s" % (i, role)] = path
         if op.kind == "group_norm":
             gn = op
+            if "weight" in op.params:
+                gn_channels = int(op.params["weight"][0].numel())
+            else:
+                gn_channels = op.attrs.get("channels")
+                if gn_channels is None and conv is not None:
+                    gn_channels = conv.attrs["out"]
+                norm_constants = ("%d.weight" % i, "%d.bias" % i, gn_channels)
     if conv is not None and gn is not None:
         c = conv.attrs["out"]
-        w = gn.params["weight"][0]
-        if int(w.numel()) != c or c % gn.attrs["groups"] != 0:
+        if gn_channels != c or c % gn.attrs["groups"] != 0:
             _refuse(gn.where, "group_norm of %d channels in %d groups follows a convolution with "
-                              "%d output channels" % (int(w.numel()), gn.attrs["groups"], c),
+                              "%d output channels" % (gn_channels, gn.attrs["groups"], c),
                     gn.layer)
     # Ops whose values are a grammar op's but whose gradient at a kink is not: calls that need
     # gradients run the original.
@@ -1167,7 +1215,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     return Recognized(
         training_fallback=training_fallback,
         ops=[op.text() for op in ops], params=params, param_paths=paths,
-        sources=[op.where for op in ops],
+        sources=[op.where for op in ops], norm_constants=norm_constants, out_dims=out_dims,
         _conv_weight=None if conv is None else conv.params["weight"][0],
         _transposed=conv is not None and conv.kind == "conv_transpose3d",
-        _gn=None if gn is None else (gn.attrs["groups"], gn.params["weight"][0]))
+        _gn=None if gn is None else (gn.attrs["groups"], gn_channels))

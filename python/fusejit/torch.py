@@ -57,6 +57,11 @@ How a call runs:
 - A call like an earlier checked one (same shape, dtype, device and parameter tensors; for a
   training call also the same gradient mask) skips the checks and the policy lookup: the
   inference fast path enqueues the chain, the training fast path the autograd op.
+- A group_norm without weight and bias (nn.GroupNorm(affine=False), nn.InstanceNorm3d) runs the
+  chain's group_norm with weight 1 and bias 0: tensors fusejit keeps per (channels, dtype,
+  device), not parameters of the model (its state_dict is unchanged). A mean with keepdim=True
+  (or adaptive average pooling to 1 without flatten) gives the chain's [N,C] or [N] result viewed
+  with the kept size-1 dimensions, as the original returns it.
 - Registered as the custom op torch.ops.fusejit.chain (torch >= 2.4) with a fake implementation,
   so torch.compile keeps it in its graph.
 """
@@ -545,6 +550,8 @@ class _State(object):
         self.param_paths = []  # type: List[Tuple[str, str]]  # (chain name, qualified name)
         self.unsupported = None  # type: Optional[str]
         self.training_fallback = None  # type: Optional[str]  # Recognized.training_fallback
+        self.norm_constants = None  # Recognized.norm_constants: group_norm's weight 1, bias 0
+        self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
         self.getters = []
         self.ready = {}
         self.ready_training = {}
@@ -559,6 +566,8 @@ class _State(object):
             return
         self.tail = "".join(" | " + op for op in r.ops)
         self.training_fallback = r.training_fallback
+        self.norm_constants = r.norm_constants
+        self.out_dims = r.out_dims
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
         # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
@@ -568,6 +577,48 @@ class _State(object):
         self.ready = {}  # type: Dict[tuple, _Ready]
         # (shape, dtype, device, x's requires_grad, each parameter's) -> _ReadyTraining
         self.ready_training = {}  # type: Dict[tuple, _ReadyTraining]
+
+
+# (value, channels, dtype, device) -> a [channels] tensor of `value`: group_norm's weight and bias
+# where the model has none. Made outside CUDA graph capture only (a fill captured into a graph
+# runs only when the graph does).
+_CONSTANTS = {}  # type: Dict[tuple, torch.Tensor]
+
+
+def _norm_constants(st: _State, x: torch.Tensor, dtype) -> List[torch.Tensor]:
+    """[weight 1, bias 0] for the chain's group_norm where the model has no weight and bias
+    (st.norm_constants; [] where it has them), of `dtype` on x's device: the last two chain
+    parameters (group_norm's are the last; only a mean, which has none, follows it)."""
+    if st.norm_constants is None:
+        return []
+    channels = st.norm_constants[2] or int(x.shape[1])
+    out = []
+    for value in (1.0, 0.0):
+        key = (value, channels, dtype, x.device)
+        t = _CONSTANTS.get(key)
+        if t is None:
+            t = torch.full((channels,), value, dtype=dtype, device=x.device)
+            if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+                _CONSTANTS[key] = t
+        out.append(t)
+    return out
+
+
+def _named_params(self, st: _State, x: torch.Tensor, dtype) -> List[Tuple[str, torch.Tensor]]:
+    """(chain name, tensor) of every chain parameter for a call on x: the model's Parameters, then
+    group_norm's constants (of `dtype`) where the model has none."""
+    named = [(name, _get(self, path)) for name, path in st.param_paths]
+    if st.norm_constants is not None:
+        named += list(zip(st.norm_constants[:2], _norm_constants(st, x, dtype)))
+    return named
+
+
+def _model_output(st: _State, y: torch.Tensor) -> torch.Tensor:
+    """The chain's output y as the original forward returns it (st.out_dims: kept size-1
+    dimensions of a mean with keepdim=True)."""
+    if st.out_dims is None:
+        return y
+    return y.view([1 if d is None else y.shape[d] for d in st.out_dims])
 
 
 def _param_getter(path: str):
@@ -720,7 +771,7 @@ def _max_diff(got: torch.Tensor, want: torch.Tensor):
 def _measure_inference(self, st: _State, spec: str, x, params):
     """(decision entry, why the two disagree or None): the fused forward against the original's."""
     with torch.no_grad():
-        y_fused = _run(spec, x, params)
+        y_fused = _model_output(st, _run(spec, x, params))
         y_eager = st.original_forward(self, x)
         fused_ms = _median_ms(lambda: _run(spec, x, params), 5)
         eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
@@ -760,7 +811,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
     def eager_step():
         with torch.enable_grad():
             y = st.original_forward(self, xs)
-            return y, torch.autograd.grad(y, wrt, g)
+            return y, torch.autograd.grad(y, wrt, g.view(y.shape))
 
     gx, gps = fused_step()
     fused_grads = [t for t, n in zip([gx] + gps, needs) if n]
@@ -776,7 +827,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
             y_eager, eager_grads = eager_step()
     fused_ms = _median_ms(fused_step, 5)
     eager_ms = _median_ms(eager_step, 5)  # with the caller's settings, TF32 included
-    err, agree = _max_diff(y_fused, y_eager.detach())
+    err, agree = _max_diff(_model_output(st, y_fused), y_eager.detach())
     why = None if agree else ("the fused %s differs from the original forward by %g (max abs)" %
                               (spec, err))
     names = [n for n, need in zip(["x"] + ["parameter %d" % i for i in range(len(params))], needs)
@@ -835,6 +886,8 @@ def _fused_forward(self, *args, **kwargs):
     if not _is_compiling() and len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor:
         x = args[0]
         params = [g(self) for g in st.getters]
+        if st.norm_constants is not None:
+            params += _norm_constants(st, x, x.dtype)
         if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
             if not self.training:
                 return _checked_forward(self, st, args, kwargs)
@@ -846,7 +899,7 @@ def _fused_forward(self, *args, **kwargs):
             if ready.eager:
                 return st.original_forward(self, x)
             _stats["fast_training"] += 1
-            return _ChainFunction.apply(ready.spec, x, *params)
+            return _model_output(st, _ChainFunction.apply(ready.spec, x, *params))
         ready = st.ready.get((x.shape, x.dtype, x.device))
         if ready is not None:
             ptrs = [p.data_ptr() for p in params]
@@ -854,7 +907,7 @@ def _fused_forward(self, *args, **kwargs):
                 if ready.eager:
                     return st.original_forward(self, x)
                 ptrs.insert(0, x.data_ptr())
-                return _launch(ready.chain, x, ptrs)
+                return _model_output(st, _launch(ready.chain, x, ptrs))
     return _checked_forward(self, st, args, kwargs)
 
 
@@ -921,8 +974,8 @@ def _autocast_forward(self, st, x, named, args, kwargs):
             return _fallback(self, st, reason, args, kwargs)
         _stats["autocast"] += 1
         if _is_grad_enabled() and (xr.requires_grad or any(p.requires_grad for p in params)):
-            return _call_op(spec, xr, params)
-        return _run(spec, xr, params)
+            return _model_output(st, _call_op(spec, xr, params))
+        return _model_output(st, _run(spec, xr, params))
 
 
 def _checked_forward(self, st, args, kwargs):
@@ -933,7 +986,9 @@ def _checked_forward(self, st, args, kwargs):
     if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
         return _fallback(self, st, "fusejit takes one tensor argument", args, kwargs)
     x = args[0]
-    named = [(name, _get(self, path)) for name, path in st.param_paths]
+    autocast = x.is_cuda and _is_autocast_enabled()
+    # (group_norm's constants in float32 under autocast, which runs group_norm in float32)
+    named = _named_params(self, st, x, torch.float32 if autocast else x.dtype)
     st.submodules = [m for m in self.modules() if m is not self]
     if _any_hook(st.submodules):  # (the named walk, for the message, only then)
         return _fallback(self, st, _hooked(self), args, kwargs)
@@ -941,8 +996,8 @@ def _checked_forward(self, st, args, kwargs):
             x.requires_grad or any(p.requires_grad for _, p in named)):
         return _fallback(self, st, st.training_fallback, args, kwargs)
     if _is_compiling():
-        return _call_op(_spec(st, x), x, [p for _, p in named])
-    if x.is_cuda and _is_autocast_enabled():
+        return _model_output(st, _call_op(_spec(st, x), x, [p for _, p in named]))
+    if autocast:
         return _autocast_forward(self, st, x, named, args, kwargs)
     reason = _why_not(x, named)
     if reason is not None:
@@ -992,8 +1047,8 @@ def _checked_forward(self, st, args, kwargs):
     if decision == "eager":
         return st.original_forward(self, x)
     if needs is not None:
-        return _call_op(spec, x, params)
-    return _run(spec, x, params)
+        return _model_output(st, _call_op(spec, x, params))
+    return _model_output(st, _run(spec, x, params))
 
 
 def _plain_copy(model: nn.Module, cls: type) -> nn.Module:

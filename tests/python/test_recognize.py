@@ -128,8 +128,14 @@ def evaluate(r, x):
             assert set(a) == {"min", "max"}
             x = F.hardtanh(x, a["min"], a["max"])
         elif name == "group_norm":
-            expected_names |= {"%d.weight" % i, "%d.bias" % i}
-            w, b = p("weight"), p("bias")
+            if r.norm_constants is not None:  # no weight and bias in the model: 1 and 0
+                assert r.norm_constants[:2] == ("%d.weight" % i, "%d.bias" % i)
+                assert r.norm_constants[2] in (None, x.shape[1])
+                w = torch.ones(x.shape[1], dtype=x.dtype)
+                b = torch.zeros(x.shape[1], dtype=x.dtype)
+            else:
+                expected_names |= {"%d.weight" % i, "%d.bias" % i}
+                w, b = p("weight"), p("bias")
             assert tuple(w.shape) == tuple(b.shape) == (x.shape[1],)
             x = F.group_norm(x, int(a["groups"]), w, b, a.get("eps", 1e-5))
         elif name == "mean":
@@ -140,6 +146,8 @@ def evaluate(r, x):
         else:
             raise AssertionError("unknown op %r" % text)
     assert set(r.params) == expected_names, (sorted(r.params), sorted(expected_names))
+    if r.out_dims is not None:  # the model's view of the chain's output
+        x = x.view([1 if d is None else x.shape[d] for d in r.out_dims])
     return x
 
 
@@ -461,6 +469,31 @@ CASES = [
     ("global-avg-pool-torch.flatten",
      lambda: Fn(lambda s, x: torch.flatten(F.adaptive_avg_pool3d(x, output_size=1), start_dim=1)),
      (2, 4, 3, 3, 3), ["mean(dims=[2,3,4])"]),
+    ("keepdim", lambda: Fn(lambda s, x: torch.mean(torch.relu(x), dim=[2, 3, 4], keepdim=True)),
+     (2, 4, 3, 3, 3), ["relu", "mean(dims=[2,3,4])"]),
+    ("keepdim-all-but-batch", lambda: Fn(lambda s, x: x.sigmoid().mean([-1, 1, 2, 3], True)),
+     (2, 4, 3, 3, 3), ["sigmoid", "mean(dims=[1,2,3,4])"]),
+    ("keepdim-then-drop", lambda: Fn(lambda s, x: x.mean([3, 4], keepdim=True).mean(2)),
+     (2, 4, 3, 3, 3), ["mean(dims=[2,3,4])"]),
+    ("pool-without-flatten", lambda: nn.Sequential(conv(), nn.ReLU(), nn.AdaptiveAvgPool3d(1)),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "relu", "mean(dims=[2,3,4])"]),
+    ("pool-functional-then-channel-mean",
+     lambda: Fn(lambda s, x: F.adaptive_avg_pool3d(x, 1).mean(1, keepdim=True)),
+     (2, 4, 3, 3, 3), ["mean(dims=[1,2,3,4])"]),
+    ("affine-false", lambda: nn.Sequential(conv(), nn.GroupNorm(2, 8, affine=False), nn.Tanh()),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "group_norm(groups=2,eps=1e-5)", "tanh"]),
+    ("affine-false-alone", lambda: nn.GroupNorm(3, 6, eps=1e-3, affine=False), (2, 6, 3, 4, 5),
+     ["group_norm(groups=3,eps=0.001)"]),
+    ("instance-norm", lambda: nn.Sequential(conv(), nn.InstanceNorm3d(8), nn.ReLU()),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "group_norm(groups=8,eps=1e-5)", "relu"]),
+    ("instance-norm-affine", lambda: nn.Sequential(nn.SiLU(), nn.InstanceNorm3d(4, affine=True)),
+     (2, 4, 3, 3, 3), ["swish", "group_norm(groups=4,eps=1e-5)"]),
+    ("F.group_norm-no-params", lambda: Fn(lambda s, x: F.group_norm(torch.relu(x), 2)),
+     (2, 4, 3, 3, 3), ["relu", "group_norm(groups=2,eps=1e-5)"]),
+    ("F.group_norm-no-params-after-conv",
+     lambda: Fn(lambda s, x: F.group_norm(s.conv(x), 4, eps=1e-4).mean([2, 3, 4], keepdim=True),
+                conv=conv()),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "group_norm(groups=4,eps=1e-4)", "mean(dims=[2,3,4])"]),
     ("mean-axis-alias", lambda: Fn(lambda s, x: x.tanh().mean(axis=(2, 3, 4))), (2, 4, 3, 3, 3),
      ["tanh", "mean(dims=[2,3,4])"]),
     ("functional-dropout-p0", lambda: Fn(lambda s, x: F.dropout(torch.tanh(x), p=0.0)),
@@ -627,14 +660,15 @@ REFUSALS = [
     ("residual-add", Residual, ["operator.add", "straight chain"]),
     ("groups-2", lambda: nn.Sequential(nn.Conv3d(4, 8, 3, groups=2)),
      ["layer '0'", "nn.Conv3d", "groups=2"]),
-    ("affine-false", lambda: Fn(lambda s, x: s.norm(x), norm=nn.GroupNorm(2, 8, affine=False)),
-     ["layer 'norm'", "nn.GroupNorm", "affine=False"]),
+    ("instance-norm-running-stats", lambda: nn.Sequential(nn.InstanceNorm3d(8,
+                                                                 track_running_stats=True)),
+     ["layer '0'", "nn.InstanceNorm3d", "track_running_stats=True"]),
     ("gelu-tanh", lambda: Fn(lambda s, x: s.act(x), act=nn.GELU(approximate="tanh")),
      ["layer 'act'", "nn.GELU", "approximate='tanh'"]),
     ("F.gelu-tanh", lambda: Fn(lambda s, x: F.gelu(x, approximate="tanh")),
      ["F.gelu", "approximate='tanh'"]),
-    ("keepdim", lambda: Fn(lambda s, x: torch.mean(x, dim=[2, 3, 4], keepdim=True)),
-     ["torch.mean", "keepdim=True"]),
+    ("op-after-kept-mean", lambda: Fn(lambda s, x: torch.relu(x.mean([2, 3, 4], keepdim=True))),
+     ["torch.relu", "mean must be the last op"]),
     ("two-group-norms", lambda: nn.Sequential(gn(), nn.ReLU(), gn()),
      ["layer '2'", "nn.GroupNorm", "at most one group_norm"]),
     ("op-after-mean", lambda: Fn(lambda s, x: s.act(x.mean(dim=[2, 3, 4])), act=nn.ReLU()),
@@ -659,7 +693,7 @@ REFUSALS = [
     ("control-flow", ControlFlow, ["torch.fx could not trace"]),
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),
     ("hardsigmoid-alone", lambda: Fn(lambda s, x: F.hardsigmoid(x)), ["F.hardsigmoid"]),
-    ("gn-weight-only", GnWeightOnly, ["F.group_norm", "without bias"]),
+    ("gn-weight-only", GnWeightOnly, ["F.group_norm", "a weight but no bias"]),
     ("buffer-weight", BufferWeight, ["conv3d", "'w' is not a registered nn.Parameter but a buffer"]),
     ("returns-tuple", lambda: Fn(lambda s, x: (torch.relu(x),)), ["returns"]),
     ("unused-branch", lambda: Fn(lambda s, x: (torch.sigmoid(x), torch.relu(x))[1]),
@@ -668,8 +702,6 @@ REFUSALS = [
         "forward": lambda self, x: nn.Conv3d.forward(self, x) * 2})(3, 4, 3),
      ["'*' (operator.mul)"]),
     ("identity-only", lambda: nn.Sequential(nn.Identity()), ["nn.Sequential", "no op"]),
-    ("pool-without-flatten", lambda: nn.Sequential(nn.AdaptiveAvgPool3d(1)),
-     ["layer '0'", "nn.AdaptiveAvgPool3d", "flatten(1)"]),
     ("pool-to-2", lambda: Fn(lambda s, x: F.adaptive_avg_pool3d(x, 2).flatten(1)),
      ["F.adaptive_avg_pool3d", "to 2"]),
     ("dead-code", lambda: Fn(lambda s, x: [torch.relu(x), x][1]),
@@ -872,10 +904,10 @@ def test_unsupported_names_the_layer():
     assert info.value.layer == "1"
     assert "not one of the ops" in info.value.reason
     with pytest.raises(Unsupported) as info:
-        recognize(Fn(lambda s, x: s.inner(x), inner=nn.Sequential(nn.ReLU(), nn.GroupNorm(2, 8,
-                                                                                        affine=False))))
-    assert info.value.layer == "inner.1"
-    assert "layer 'inner.1' (nn.GroupNorm)" in str(info.value)
+        recognize(Fn(lambda s, x: s.inner(x), inner=nn.Sequential(nn.ReLU(), nn.GroupNorm(2, 8),
+                                                                  nn.GroupNorm(2, 8))))
+    assert info.value.layer == "inner.2"
+    assert "layer 'inner.2' (nn.GroupNorm)" in str(info.value)
 
 
 def test_more_hardswish_spellings():

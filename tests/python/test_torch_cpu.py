@@ -385,6 +385,79 @@ def test_an_input_with_other_channels_runs_the_original(monkeypatch, policy):
     assert ran == ["x:f32[2,4,6,7,8]" + fast.__dict__["_fusejit"].tail]
 
 
+class _InstanceNormKeptMean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 6, 3)
+        self.norm = nn.InstanceNorm3d(6)
+
+    def forward(self, x):
+        return F.gelu(self.norm(self.conv(x))).mean(dim=(-3, -2, -1), keepdim=True)
+
+
+@pytest.mark.parametrize("make,shape", [
+    (_InstanceNormKeptMean, (2, 4, 5, 6, 7)),
+    (lambda: nn.Sequential(nn.ReLU(), nn.GroupNorm(3, 6, affine=False), nn.AdaptiveAvgPool3d(1)),
+     (2, 6, 4, 5, 3)),
+    (lambda: nn.Sequential(nn.Tanh(), nn.InstanceNorm3d(5, affine=True)), (2, 5, 3, 4, 5))])
+def test_norms_without_weights_and_kept_means_run_fused(monkeypatch, make, shape):
+    """A group_norm without weight and bias runs the chain's with weight 1 and bias 0 (tensors of
+    the call's dtype and device, not model parameters: the state_dict stays the original's); a
+    kept mean's output is viewed as the original returns it. The fused call (mocked: the chain's
+    eager evaluation on the compiled chain's parameters) gives the model's output, and the
+    gradients of that evaluation are the model's."""
+    monkeypatch.setattr(fj, "_why_not", lambda x, named: None)  # CPU tensors pass
+    monkeypatch.setattr(fj, "_compiled_chain",
+                        lambda spec, device: fusejit.Chain(spec, arch="sm_90"))
+    ran = []
+
+    def run(spec, x, params):
+        ran.append([tuple(p.shape) for p in params])
+        return _chain.eager(_chain.ops_of(spec), x, params)
+    monkeypatch.setattr(fj, "_run", run)
+    monkeypatch.setattr(fj, "_decide", lambda self, st, spec, x, params, *a: "fused")
+    model = randomized(make(), seed=2).double().eval().requires_grad_(False)
+    keys = list(model.state_dict())
+    fast = fj.fuse(model, strict=True)
+    assert fj.is_fused(fast) and list(fast.state_dict()) == keys
+    x = torch.randn(*shape, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = fast(x)
+    want = model(x)
+    assert len(ran) == 1 and y.shape == want.shape
+    assert torch.allclose(y, want, rtol=1e-12, atol=1e-12)
+    st = fast.__dict__["_fusejit"]
+    params = [p for _, p in fj._named_params(fast, st, x, x.dtype)]
+    assert len(params) == _chain.param_count(_chain.ops_of(fj._spec(st, x.float())))
+    xg = x.clone().requires_grad_(True)
+    y = model(xg)
+    g = torch.randn_like(y)
+    y.backward(g)
+    spec = fusejit.canonical_spec(fj._spec(st, x.float()))
+    y_chain = _chain.eager(_chain.ops_of(spec), x, params)
+    gx, _ = fj._eager_backward(spec, x, params, g.reshape(y_chain.shape),
+                               [True] + [False] * len(params))
+    assert torch.allclose(gx, xg.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_instance_norm_of_other_channels_runs_the_original(monkeypatch):
+    """nn.InstanceNorm3d(affine=False) normalizes the input's channels whatever num_features says
+    (PyTorch warns): the chain's constants are num_features long, so fusejit runs the original."""
+    monkeypatch.setattr(fj, "_why_not", lambda x, named: None)
+    monkeypatch.setattr(fj, "_compiled_chain",
+                        lambda spec, device: fusejit.Chain(spec, arch="sm_90"))
+    monkeypatch.setattr(fj, "_run", lambda *a: pytest.fail("ran fused"))
+    monkeypatch.setattr(fj, "_decide", lambda self, st, spec, x, params, *a: "fused")
+    fast = fj.fuse(nn.Sequential(nn.InstanceNorm3d(4)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = fast(torch.randn(2, 8, 3, 3, 3))  # (4 groups of 8 channels compile)
+    assert y.shape == (2, 8, 3, 3, 3)
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(ours) == 1 and "parameter 0.weight has shape [4]" in ours[0], ours
+
+
 class _Act(nn.Module):
     def __init__(self, act):
         super().__init__()

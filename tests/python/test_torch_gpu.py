@@ -174,6 +174,74 @@ def check_gradients(model, shape, needs_x=True, fused_backward=True, seed=0):
         assert torch.equal(a, b), "two backward runs differ"
 
 
+class ConvInstanceNormKeptMean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 3, padding=1)
+        self.norm = nn.InstanceNorm3d(8)  # affine=False, no running statistics
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x))).mean(dim=[2, 3, 4], keepdim=True)
+
+
+class ConvTInstanceNormAffine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1)
+        self.norm = nn.InstanceNorm3d(6, affine=True)
+
+    def forward(self, x):
+        return F.gelu(self.norm(self.up(x)))
+
+
+class FunctionalNormAllMeanKept(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 3)
+
+    def forward(self, x):
+        # (an op between the norm and the mean: the mean of normalized values alone is ~0)
+        return torch.sigmoid(F.group_norm(torch.tanh(self.conv(x)), 4)).mean([1, 2, 3, 4],
+                                                                             keepdim=True)
+
+
+# name -> (a new float32 module, input shape): group_norm without weight and bias, instance norm,
+# means keeping their dimensions (Recognized.norm_constants, Recognized.out_dims)
+NORM_CASES = {
+    "conv-instance-norm-kept-mean": (ConvInstanceNormKeptMean, (2, 4, 6, 7, 8)),
+    "convT-instance-norm-affine": (ConvTInstanceNormAffine, (2, 4, 4, 5, 6)),
+    "functional-norm-kept-mean": (FunctionalNormAllMeanKept, (3, 4, 7, 6, 5)),
+    "norm-affine-false-pool": (lambda: nn.Sequential(nn.SiLU(), nn.GroupNorm(2, 8, affine=False),
+                                                     nn.Hardswish(), nn.AdaptiveAvgPool3d(1)),
+                               (2, 8, 5, 6, 7)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NORM_CASES))
+def test_norms_without_affine_and_kept_means(case):
+    """Forward (fused, strict) and gradients against float64 with the original's output shape; the
+    state_dict is the original's (the constants are not parameters); bf16 runs fused too."""
+    make, shape = NORM_CASES[case]
+    torch.manual_seed(0)
+    model = randomized(make(), seed=5).cuda()
+    keys = list(model.state_dict())
+    x = torch.randn(*shape, device="cuda")
+    with torch.no_grad():
+        want_shape = model(x).shape
+    fast = check_forward(model, x)
+    with torch.no_grad():
+        assert fast(x).shape == want_shape
+    assert list(fast.state_dict()) == keys
+    check_gradients(model, shape)
+    m16 = copy.deepcopy(model).to(torch.bfloat16)
+    f16 = fj.fuse(m16, strict=True, policy="fused")
+    x16 = x.to(torch.bfloat16)
+    with torch.no_grad():
+        y = f16(x16)
+        assert y.shape == want_shape and y.dtype == torch.bfloat16
+        assert rel_err(y, f64(m16)(x16.double())) <= 1e-2
+
+
 def test_training_calls_save_the_convolution_output():
     """A training call of a chain with ops after its convolution runs the training forward (u
     saved) and the backward reading u (no recompute); one without a convolution recomputes

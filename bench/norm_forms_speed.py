@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Models written with the norm and pooling forms the drop-in newly fuses -- nn.InstanceNorm3d
+(affine or not), nn.GroupNorm(affine=False), F.group_norm without weights, a mean with
+keepdim=True, nn.AdaptiveAvgPool3d(1) without flatten -- through `fusejit.torch.fuse(model,
+policy="fused")` against the same model in PyTorch eager, same inputs, in one run on the GPU.
+Medians of CUDA-event timings with the L2 flushed (compare_pytorch.time_cuda); errors (relative
+L2) against the float64 model on the same values. f32 rows compare with strict-fp32 eager and
+default (TF32) eager; bf16 rows with eager in bf16. --train times the training step (x and every
+parameter require grad) instead of the forward.
+
+  PYTHONPATH=python FUSEJIT_LIBRARY=... python3 bench/norm_forms_speed.py [--dtypes f32,bf16]
+      [--train] [--reps 10] [--out rows.json]
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+import fusejit.torch as fj  # noqa: E402
+from dtype_sweep import forward_row, train_row  # noqa: E402
+
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+class Chain(nn.Module):
+    def __init__(self, *layers, tail=None):
+        super().__init__()
+        self.body = nn.Sequential(*layers)
+        self.tail = tail
+
+    def forward(self, x):
+        x = self.body(x)
+        return x if self.tail is None else self.tail(x)
+
+
+class FunctionalNorm(nn.Module):
+    def __init__(self, cin, c, groups):
+        super().__init__()
+        self.conv = nn.Conv3d(cin, c, 3, padding=1)
+        self.groups = groups
+
+    def forward(self, x):
+        return F.silu(F.group_norm(self.conv(x), self.groups)).mean(dim=[2, 3, 4], keepdim=True)
+
+
+def kept_mean(x):
+    return x.mean(dim=[2, 3, 4], keepdim=True)
+
+
+# id -> (model factory, input shape)
+ROWS = {
+    "N1": (lambda: Chain(nn.Conv3d(32, 64, 3, padding=1), nn.InstanceNorm3d(64), nn.LeakyReLU(0.2)),
+           (8, 32, 32, 32, 32)),
+    "N2": (lambda: Chain(nn.ConvTranspose3d(64, 32, 4, stride=2, padding=1),
+                         nn.InstanceNorm3d(32, affine=True), nn.ReLU()), (4, 64, 16, 16, 16)),
+    "N3": (lambda: Chain(nn.Conv3d(16, 32, 3), nn.GroupNorm(8, 32, affine=False), nn.SiLU(),
+                         nn.AdaptiveAvgPool3d(1)), (16, 16, 24, 24, 24)),
+    "N4": (lambda: Chain(nn.Conv3d(3, 16, 3), nn.ReLU(), tail=kept_mean), (32, 3, 32, 32, 32)),
+    "N5": (lambda: Chain(nn.InstanceNorm3d(32), nn.GELU()), (8, 32, 32, 32, 32)),
+    "N6": (lambda: Chain(nn.Conv3d(8, 8, 1), nn.InstanceNorm3d(8), nn.Hardswish()),
+           (16, 8, 32, 32, 32)),
+    "N7": (lambda: FunctionalNorm(24, 48, 6), (4, 24, 20, 20, 20)),
+    "N8": (lambda: Chain(nn.Conv3d(4, 16, 3, stride=2, padding=1), nn.InstanceNorm3d(16),
+                         nn.Tanh(), nn.AdaptiveAvgPool3d(1)), (32, 4, 48, 48, 48)),
+}
+
+
+def randomized(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (0.5 if p.dim() == 1 else 0.0))
+    return model
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    rows = []
+    for dname in args.dtypes.split(","):
+        dtype = DTYPES[dname]
+        for rid, (make, shape) in ROWS.items():
+            torch.manual_seed(0)
+            model = randomized(make(), 1).cuda().to(dtype)
+            if not args.train:
+                model.eval()
+            ref = copy.deepcopy(model).double()
+            fast = fj.fuse(copy.deepcopy(model), policy="fused", strict=True)
+            x = torch.randn(*shape, device="cuda").to(dtype)
+            row = {"id": rid, "dtype": dname, "model": repr(model).replace("\n", " ")}
+            fn = train_row if args.train else forward_row
+            row.update(fn(model, ref, fast, x, args.reps, strict_too=dtype == torch.float32))
+            best = row.get("eager_strict_ms", row["eager_ms"])
+            row["speedup"] = best / row["fused_ms"]
+            row["speedup_vs_default"] = row["eager_ms"] / row["fused_ms"]
+            row["spec"] = fj._spec(fast.__dict__["_fusejit"], x)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            del model, ref, fast, x
+            torch.cuda.empty_cache()
+    geo = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
+    summary = {"train": args.train, "device": torch.cuda.get_device_name(0),
+               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+               "geomean_speedup": geo, "below_1": [(r["id"], r["dtype"]) for r in rows
+                                                   if r["speedup"] < 1]}
+    print(json.dumps(summary), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
