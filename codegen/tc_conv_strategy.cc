@@ -149,8 +149,10 @@ TcGeometry Geometry(const Chain& chain, const ChainInfo& info, const TcTune& t, 
   }
   const int64_t sin = x[2] * x[3] * x[4];
   const int64_t weight_elems = g.taps * g.c_pad * g.cin_pad;
-  g.prep_blocks = x[0] * CeilDiv(sin, 32) * CeilDiv(g.cin_pad, 32) +
-                  std::min<int64_t>(CeilDiv(weight_elems, 256), 1024);
+  // x: 32 x 32 tiles, or 256 points a block below 32 channels (TcShape::kPrepXBlocks)
+  const int64_t x_blocks = g.cin_pad < 32 ? x[0] * CeilDiv(sin, 256)
+                                          : x[0] * CeilDiv(sin, 32) * CeilDiv(g.cin_pad, 32);
+  g.prep_blocks = x_blocks + std::min<int64_t>(CeilDiv(weight_elems, 256), 1024);
   return g;
 }
 

@@ -28,7 +28,8 @@
 // list what must hold (the strategy checks each before compiling).
 // Kernel bodies, in launch order:
 //   tc_prep_body: grid TcShape::kPrepBlocks, block 256, no dynamic smem.
-//       x [N][Cin][Sin] -> xcl [N][Sin][kCinPad] (TcOpT; channels-last, zero-padded channels);
+//       x [N][Cin][Sin] -> xcl [N][Sin][kCinPad] (TcOpT; channels-last, zero-padded channels;
+//       32 x 32 tiles through shared memory, or a point a thread below 32 channels);
 //       weight -> wt [kTaps][kCPad][kCinPad] (TcOpT, zero-padded; 3xTF32: big parts, wts the
 //       small);
 //       zeroes the kCounters split-K tile counters.
@@ -172,9 +173,12 @@ struct TcShape {
     return t;
   }
   static constexpr int kTiles = tiles_before(kPhases);  // per sample, over every phase
-  // Prep: x tiles of 32 points x 32 channels, then weight blocks (grid-stride).
+  // Prep: x tiles of 32 points x 32 channels -- or, with fewer than 32 padded channels (kNarrowPrep),
+  // 256 points a block, one a thread -- then weight blocks (grid-stride).
+  static constexpr bool kNarrowPrep = kCinPad < 32;
   static constexpr int kPrepXBlocks =
-      Cfg::kN * ((kSin + 31) / 32) * ((kCinPad + 31) / 32);
+      kNarrowPrep ? Cfg::kN * ((kSin + 255) / 256)
+                  : Cfg::kN * ((kSin + 31) / 32) * ((kCinPad + 31) / 32);
   static constexpr long long kWeightElems = (long long)kTaps * kCPad * kCinPad;
   static constexpr int kPrepWBlocks =
       (int)((kWeightElems + 255) / 256 < 1024 ? (kWeightElems + 255) / 256 : 1024);
@@ -281,6 +285,18 @@ __device__ __forceinline__ void tc_cp_wait() {
 // TF32 rounding (round to nearest, ties away) of v, as a float.
 __device__ __forceinline__ float tc_round_tf32(float v) { return __uint_as_float(tc_tf32(v)); }
 
+// x's value v as the GEMM's A operand holds it: TF32 rounded here once (the GEMM feeds the bits
+// as they are); 3xTF32: as it is (split in the GEMM); 16-bit: x's own value (exact back from
+// float).
+template <class Sh, class OpT>
+__device__ __forceinline__ OpT tc_prep_value(float v) {
+  if constexpr (Sh::kNative) {
+    return from_f32<OpT>(v);
+  } else {
+    return Sh::kSplit ? v : tc_round_tf32(v);
+  }
+}
+
 // REQUIRES (3xTF32): wts points at kWeightElems floats; null otherwise.
 template <class Cfg, class Fixed, class Tune>
 __device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
@@ -291,6 +307,27 @@ __device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
   using Sh = TcShape<Cfg, Fixed, Tune>;
   using OpT = TcOpT<Cfg, Fixed>;
   __shared__ float tile[32][33];
+  if (Sh::kNarrowPrep && blockIdx.x < Sh::kPrepXBlocks) {
+    // One point a thread: its channels read across the block (coalesced per channel), its row of
+    // kCinPad words written as 16-byte segments (consecutive threads, consecutive rows).
+    constexpr int kSBlocks = (Sh::kSin + 255) / 256;
+    const int n = blockIdx.x / kSBlocks;
+    const int s = blockIdx.x % kSBlocks * 256 + threadIdx.x;
+    if (s >= Sh::kSin) return;
+    const ElemT<Cfg>* src = x + (long long)n * Cfg::kCin * Sh::kSin + s;
+    uint4* dst = reinterpret_cast<uint4*>(xcl + ((long long)n * Sh::kSin + s) * Sh::kCinPad);
+#pragma unroll
+    for (int g = 0; g < Sh::kCinPad / Sh::kVec; ++g) {
+      alignas(16) OpT seg[Sh::kVec];
+#pragma unroll
+      for (int j = 0; j < Sh::kVec; ++j) {
+        const int c = g * Sh::kVec + j;
+        seg[j] = tc_prep_value<Sh, OpT>(c < Cfg::kCin ? to_f32(src[(long long)c * Sh::kSin]) : 0.f);
+      }
+      dst[g] = *reinterpret_cast<const uint4*>(seg);
+    }
+    return;
+  }
   if (blockIdx.x < Sh::kPrepXBlocks) {
     constexpr int kSBlocks = (Sh::kSin + 31) / 32, kCBlocks = (Sh::kCinPad + 31) / 32;
     const int b = blockIdx.x;
@@ -309,15 +346,8 @@ __device__ __forceinline__ void tc_prep_body(const ElemT<Cfg>* __restrict__ x,
     for (int j = 0; j < 4; ++j) {
       const int s = s0 + ty + 8 * j, c = c0 + tx;
       if (s < Sh::kSin && c < Sh::kCinPad) {
-        // TF32: rounded here once (the GEMM feeds the bits as they are); 3xTF32: split there;
-        // 16-bit: x's own value (exact back from float).
-        const float v = tile[tx][ty + 8 * j];
-        OpT& out = xcl[((long long)n * Sh::kSin + s) * Sh::kCinPad + c];
-        if constexpr (Sh::kNative) {
-          out = from_f32<OpT>(v);
-        } else {
-          out = Sh::kSplit ? v : tc_round_tf32(v);
-        }
+        xcl[((long long)n * Sh::kSin + s) * Sh::kCinPad + c] =
+            tc_prep_value<Sh, OpT>(tile[tx][ty + 8 * j]);
       }
     }
     return;

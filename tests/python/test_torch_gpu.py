@@ -150,7 +150,10 @@ def check_gradients(model, shape, needs_x=True, fused_backward=True, seed=0):
     x = torch.randn(*shape, device="cuda", generator=gen).requires_grad_(needs_x)
     before = dict(fj._stats)
     y = fast(x)
-    assert "ChainFunction" in type(y.grad_fn).__name__
+    fn = y.grad_fn  # (through the view of a mean with keepdim=True)
+    if type(fn).__name__ == "ViewBackward0":
+        fn = fn.next_functions[0][0]
+    assert "ChainFunction" in type(fn).__name__
     g = torch.randn(y.shape, device="cuda", generator=gen)
     (y * g).sum().backward()
     ran = "fused_backward" if fused_backward else "eager_backward"
@@ -165,7 +168,11 @@ def check_gradients(model, shape, needs_x=True, fused_backward=True, seed=0):
             assert a is None
             continue
         assert a is not None and not torch.isnan(a).any(), name + ": not written in full"
-        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+        # relative to the reference's norm, floored at 1e-3 of the upstream gradient's: a
+        # gradient that is zero in exact arithmetic (a convolution bias before a group_norm of
+        # one channel a group, e.g. InstanceNorm3d) holds only rounding noise in both
+        err = float((a.double() - b).norm()) / max(float(b.norm()), 1e-3 * float(g.norm()))
+        assert err <= 1e-5, (name, err)
     inputs = ([x] if needs_x else []) + list(model.parameters())
     y = fast(x)
     first = torch.autograd.grad(y, inputs, g, retain_graph=True)
