@@ -54,6 +54,10 @@ std::string OpText(const Op& op) {
     case OpKind::kHardtanh:
       absl::StrAppend(&s, "(min=", FormatDouble(op.min), ",max=", FormatDouble(op.max), ")");
       break;
+    case OpKind::kMul:
+    case OpKind::kAdd:
+      absl::StrAppend(&s, "(by=", FormatDouble(op.by), ")");
+      break;
     case OpKind::kGroupNorm:
       absl::StrAppend(&s, "(groups=", op.groups, ",eps=", FormatDouble(op.eps), ")");
       break;
@@ -309,6 +313,19 @@ Op Hardtanh(double min, double max) {
   return op;
 }
 
+Op Mul(double by) {
+  Op op;
+  op.kind = OpKind::kMul;
+  op.by = by;
+  return op;
+}
+
+Op Add(double by) {
+  Op op = Mul(by);
+  op.kind = OpKind::kAdd;
+  return op;
+}
+
 Op GroupNorm(int64_t groups, double eps) {
   Op op;
   op.kind = OpKind::kGroupNorm;
@@ -389,6 +406,10 @@ absl::Status ValidateChain(const Chain& chain) {
         if (absl::Status s = CheckReal(ctx, "slope", op.slope, chain.dtype, false); !s.ok()) {
           return s;
         }
+        break;
+      case OpKind::kMul:
+      case OpKind::kAdd:
+        if (absl::Status s = CheckReal(ctx, "by", op.by, chain.dtype, false); !s.ok()) return s;
         break;
       case OpKind::kClamp:
       case OpKind::kHardtanh:

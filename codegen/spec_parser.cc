@@ -428,6 +428,10 @@ class Parser {
         if (s = real("min", &op->min, true); !s.ok()) return s;
         if (s = real("max", &op->max, true); !s.ok()) return s;
         break;
+      case OpKind::kMul:
+      case OpKind::kAdd:
+        if (s = real("by", &op->by, true); !s.ok()) return s;
+        break;
       case OpKind::kHardtanh:  // PyTorch's defaults
         op->min = -1;
         op->max = 1;

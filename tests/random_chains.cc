@@ -1,5 +1,6 @@
 #include "tests/random_chains.h"
 
+#include <cmath>
 #include <vector>
 
 namespace fusejit {
@@ -18,7 +19,13 @@ Op RandomElementwise(Rng& rng) {
                                   OpKind::kTanh,  OpKind::kSwish,     OpKind::kHardswish,
                                   OpKind::kGelu,  OpKind::kClamp};
   const OpKind kind = kKinds[rng.Int(0, 7)];
-  if (kind == OpKind::kLeakyRelu) return LeakyRelu(rng.Uniform(0.001, 0.3));
+  if (kind == OpKind::kLeakyRelu) {
+    const double slope = rng.Uniform(0.001, 0.3);
+    // About a sixth of them a multiply by +-[0.5, 2) instead, chosen without drawing (as
+    // hardtanh below), so the chains after them stay the ones they were.
+    if (slope > 0.25) return Mul((slope < 0.275 ? -1 : 1) * (0.5 + std::fmod(slope, 0.025) * 60));
+    return LeakyRelu(slope);
+  }
   if (kind == OpKind::kClamp) {
     // Windows of at least 0.5: a narrow window before a group_norm leaves values whose
     // deviations from the group mean are a few ulp of the mean, which rstd then amplifies -- an
@@ -28,6 +35,8 @@ Op RandomElementwise(Rng& rng) {
     const double hi = lo + rng.Uniform(0.5, 1.5);
     // About a third of them hardtanh (the same values, the gradient without the bounds), chosen
     // without drawing, so the chains after them stay the ones they were.
+    // And an eighth an addition of hi instead.
+    if (lo >= -0.6 && lo < -0.45) return Add(hi);
     return lo < -0.6 ? Hardtanh(lo, hi) : Clamp(lo, hi);
   }
   return Elementwise(kind);

@@ -64,6 +64,8 @@ enum class OpKind {
   kGelu,
   kClamp,
   kHardtanh,
+  kMul,  // x * by (a Python scalar multiply or divide: x * 2, x / 4)
+  kAdd,  // x + by (x + 1, x - 0.5)
   kGroupNorm,
   kMean,
 };
@@ -92,14 +94,15 @@ struct Op {
   ConvAttrs conv;            // kConv3d, kConvTranspose3d
   double slope = 0.01;       // kLeakyRelu
   double min = 0, max = 0;   // kClamp, kHardtanh
+  double by = 0;             // kMul (the factor), kAdd (the addend)
   int64_t groups = 0;        // kGroupNorm
   double eps = 1e-5;         // kGroupNorm
   std::vector<int> dims;     // kMean: {2,3,4} or {1,2,3,4}
   bool operator==(const Op&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const Op& op) {
-    return H::combine(std::move(h), op.kind, op.conv, op.slope, op.min, op.max, op.groups, op.eps,
-                      op.dims);
+    return H::combine(std::move(h), op.kind, op.conv, op.slope, op.min, op.max, op.by, op.groups,
+                      op.eps, op.dims);
   }
 };
 
@@ -144,6 +147,10 @@ Op Clamp(double min, double max);
 // PyTorch's hardtanh (nn.Hardtanh; nn.ReLU6 is Hardtanh(0, 6)): clamp's values, gradient 1 only
 // strictly between min and max (0 at the bounds, where clamp's is 1).
 Op Hardtanh(double min = -1, double max = 1);
+// Multiplication by a constant, x * by (PyTorch: `x * 2.0`; `x / 4` is Mul(0.25)), and addition of
+// one, x + by (`x + 1`, `x - 0.5` is Add(-0.5)).
+Op Mul(double by);
+Op Add(double by);
 Op GroupNorm(int64_t groups, double eps = 1e-5);
 Op Mean(std::vector<int> dims);
 

@@ -109,6 +109,10 @@ def eager(ops, x, params: Sequence[Any]):
             x = torch.clamp(x, a["min"], a["max"])
         elif name == "hardtanh":
             x = F.hardtanh(x, a["min"], a["max"])
+        elif name == "mul":
+            x = x * a["by"]
+        elif name == "add":
+            x = x + a["by"]
         elif name == "group_norm":
             w = next(it)
             b = next(it)

@@ -22,7 +22,10 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   (Recognized.training_fallback)), swish written out
   (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling;
-  with torch.clamp(x + 3, 0, 6) marked: its gradient at +-3 is not hardswish's).
+  with torch.clamp(x + 3, 0, 6) marked: its gradient at +-3 is not hardswish's); a constant
+  multiply, divide, add or subtract (x * 2, 0.5 * x, x / 4, x + 1, 1 + x, x - 0.5, torch.mul /
+  div / add / sub, the methods and in-place forms, *= /= += -=, with a Python number) -> mul(by)
+  or add(by); x / c is mul(by=1/c), x - c is add(by=-c).
 - at most one group_norm: nn.GroupNorm, F.group_norm / torch.group_norm with the model's
   Parameters as weight and bias, or with neither; nn.InstanceNorm3d (track_running_stats=False)
   as group_norm(groups=num_features). Without weight and bias (affine=False, InstanceNorm3d's
@@ -64,7 +67,8 @@ import torch.nn.functional as F
 __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 
 GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
-           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6) -> at most one group_norm "
+           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6, * / + - by a constant) "
+           "-> at most one group_norm "
            "(or instance norm without running statistics), "
            "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]")
 
@@ -231,6 +235,8 @@ class _Op:
             return "leaky_relu(slope=%s)" % format_number(a["slope"])
         if k in ("clamp", "hardtanh"):
             return "%s(min=%s,max=%s)" % (k, format_number(a["min"]), format_number(a["max"]))
+        if k in ("mul", "add"):
+            return "%s(by=%s)" % (k, format_number(a["by"]))
         if k == "group_norm":
             return "group_norm(groups=%d,eps=%s)" % (a["groups"], format_number(a["eps"]))
         if k == "mean":
@@ -912,6 +918,10 @@ def _match_step(cur, first, ctx: _Ctx) -> Optional[_Step]:
     step = _match_hardswish(cur, first, ctx)
     if step is not None:
         return step
+    # x * c, x / c, x + c, x - c with a constant number c.
+    step = _match_scalar(cur, first, ctx)
+    if step is not None:
+        return step
     # global average pooling: adaptive_avg_pool3d(x, 1) then flatten(1) is a mean over [2,3,4].
     return _match_global_pool(cur, first, ctx)
 
@@ -964,6 +974,57 @@ def _match_global_pool(cur, first, ctx: _Ctx) -> Optional[_Step]:
     # Alone (or before anything but flatten(1)): a mean over [2,3,4] keeping them, [N,C,1,1,1].
     return _Step(_Op("mean", "%s (a mean over [2,3,4], keepdim=True)" % where,
                      {"dims": [2, 3, 4], "keepdim": True}, layer=layer), [first], first)
+
+
+# The scalar arithmetic forms: function objects and method names -> operation.
+_SCALAR_FUNCS = {operator.mul: "*", torch.mul: "*", operator.imul: "*",
+                 operator.truediv: "/", torch.div: "/", torch.true_divide: "/",
+                 operator.itruediv: "/",
+                 operator.add: "+", torch.add: "+", operator.iadd: "+",
+                 operator.sub: "-", torch.sub: "-", operator.isub: "-"}
+_SCALAR_METHODS = {"mul": "*", "mul_": "*", "multiply": "*", "multiply_": "*",
+                   "div": "/", "div_": "/", "divide": "/", "divide_": "/", "true_divide": "/",
+                   "true_divide_": "/", "add": "+", "add_": "+", "sub": "-", "sub_": "-",
+                   "subtract": "-", "subtract_": "-"}
+_IN_PLACE_OPERATORS = {operator.imul, operator.itruediv, operator.iadd, operator.isub}
+
+
+def _match_scalar(cur, first, ctx: _Ctx) -> Optional[_Step]:
+    """`first` as mul(by) / add(by) of `cur` and a Python number: x * c, c * x, x / c, x + c,
+    c + x, x - c in any spelling (no alpha= or rounding_mode=); None for anything else (c - x
+    and c / x too)."""
+    if first.op == "call_function":
+        try:
+            sym = _SCALAR_FUNCS.get(first.target)
+        except TypeError:
+            sym = None
+        inplace = first.target in _IN_PLACE_OPERATORS
+    elif first.op == "call_method":
+        sym = _SCALAR_METHODS.get(first.target)
+        inplace = first.target.endswith("_")
+    else:
+        return None
+    if sym is None or first.kwargs or len(first.args) != 2:
+        return None
+    a, b = first.args
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))  # noqa: E731
+    if a is cur and number(b):
+        c = b
+    elif b is cur and number(a) and sym in "*+" and first.op == "call_function":
+        c, inplace = a, False
+    else:
+        return None
+    where, layer = _describe(first, ctx)
+    c = _number(c, "the constant", where, layer)
+    if sym == "/":
+        if c == 0:
+            _refuse(where, "division by zero", layer)
+        kind, by = "mul", 1.0 / c
+    elif sym == "-":
+        kind, by = "add", -c
+    else:
+        kind, by = ("mul" if sym == "*" else "add"), c
+    return _Step(_Op(kind, where, {"by": by}, mutates_input=inplace, layer=layer), [first], first)
 
 
 def _s_pool(input, output_size): pass

@@ -14,8 +14,8 @@ namespace {
 constexpr OpKind kAllKinds[] = {OpKind::kConv3d,    OpKind::kConvTranspose3d, OpKind::kRelu,
                                 OpKind::kLeakyRelu, OpKind::kSigmoid,         OpKind::kTanh,
                                 OpKind::kSwish,     OpKind::kHardswish,       OpKind::kGelu,
-                                OpKind::kClamp,     OpKind::kHardtanh,        OpKind::kGroupNorm,
-                                OpKind::kMean};
+                                OpKind::kClamp,     OpKind::kHardtanh,        OpKind::kMul,
+                                OpKind::kAdd,       OpKind::kGroupNorm,       OpKind::kMean};
 
 TEST(OpTable, EveryKindHasOneRowFoundByNameAndAlias) {
   EXPECT_EQ(OpTable().size(), std::size(kAllKinds));
@@ -54,6 +54,29 @@ TEST(OpTable, HardtanhTakesPyTorchsDefaultsAndNames) {
   EXPECT_FALSE(ParseChain("x:f32[1,2,3,3,3] | hardtanh(max=-2)").ok());
 }
 
+TEST(OpTable, MulAndAddTakeOneConstant) {
+  absl::StatusOr<Chain> a =
+      ParseChain("x:f32[1,2,3,3,3] | mul(by=0.25) | add(other=-1.5) | mul(other=3)");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ops[0], Mul(0.25));
+  EXPECT_EQ(a->ops[1], Add(-1.5));
+  EXPECT_EQ(a->ops[2], Mul(3));
+  EXPECT_EQ(FormatChain(*a), "x:f32[1,2,3,3,3] | mul(by=0.25) | add(by=-1.5) | mul(by=3)");
+  const OpDesc& mul = Describe(OpKind::kMul);
+  EXPECT_EQ(mul.value(Mul(-2), 1.5), -3.0);
+  EXPECT_EQ(mul.derivative(Mul(-2), 7.0), -2.0);
+  EXPECT_EQ(Describe(OpKind::kAdd).value(Add(-2), 1.5), -0.5);
+  EXPECT_EQ(Describe(OpKind::kAdd).derivative(Add(-2), 1.5), 1.0);
+  EXPECT_EQ(mul.device(Mul(0.5), DType::kF32), "v = v * 0.5f;");
+  EXPECT_EQ(mul.device(Mul(0.5), DType::kF64), "v = v * 0.5;");
+  for (const char* bad : {"x:f32[1,2,3,3,3] | mul", "x:f32[1,2,3,3,3] | add(by=inf)",
+                          "x:f16[1,2,3,3,3] | mul(by=1e6)", "x:f32[1,2,3,3,3] | mul(by=true)"}) {
+    absl::StatusOr<Chain> c = ParseChain(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("by"), std::string::npos) << c.status();
+  }
+}
+
 TEST(OpTable, AliasesParseAndPrintAsTheName) {
   absl::StatusOr<Chain> a = ParseChain("x:f32[1,2,3,3,3] | silu | leaky_relu(negative_slope=0.2) | "
                                        "mean(dim=[2,3,4])");
@@ -66,6 +89,8 @@ Op Sample(OpKind kind) {
   if (kind == OpKind::kLeakyRelu) return LeakyRelu(0.2);
   if (kind == OpKind::kClamp) return Clamp(-0.75, 1.5);
   if (kind == OpKind::kHardtanh) return Hardtanh(-0.75, 1.5);
+  if (kind == OpKind::kMul) return Mul(-1.25);
+  if (kind == OpKind::kAdd) return Add(0.375);
   return Elementwise(kind);
 }
 

@@ -12,6 +12,7 @@
 // and the diff of the file says which chains and strategies it touched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -20,9 +21,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "cache/cache_key.h"
 #include "codegen/backward_plan.h"
 #include "codegen/emit.h"
+#include "codegen/op_table.h"
 #include "codegen/planner.h"
 #include "fusejit/chain.h"
 #include "fusejit/workloads.h"
@@ -181,6 +187,84 @@ TEST(SourceCorpus, GeneratedSourcesAreWhatTheHashFileRecords) {
   }
   EXPECT_EQ(lines, want) << "the generated sources changed; if that is meant, rewrite "
                          << kHashFile << " (FUSEJIT_UPDATE_SOURCE_HASHES=1) and say why";
+}
+
+// `chain` with every elementwise op replaced by `op`.
+Chain WithElementwiseOps(Chain chain, const Op& op) {
+  for (Op& o : chain.ops) {
+    if (IsElementwise(o.kind)) o = op;
+  }
+  return chain;
+}
+
+// `src` (of a chain whose elementwise ops are all `op`) with `op`'s statements written as `as`'s,
+// its name as `as`'s in the op lists of comments ("  // mul, mul"), and its chain's text as
+// `as_chain`'s.
+std::string Respelled(const std::string& src, const Chain& chain, const Op& op,
+                      const Chain& as_chain, const Op& as) {
+  const OpDesc &d = Describe(op.kind), &a = Describe(as.kind);
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(src, '\n')) {
+    std::string l(line);
+    if (absl::StartsWith(l, "  // ")) {
+      std::vector<std::string> names = absl::StrSplit(l.substr(5), ", ");
+      for (std::string& n : names) {
+        if (n == d.name) n = a.name;
+      }
+      l = absl::StrCat("  // ", absl::StrJoin(names, ", "));
+    }
+    absl::StrAppend(&out, l, "\n");
+  }
+  out.pop_back();  // the split's last piece had no newline
+  return absl::StrReplaceAll(out, {{FormatChain(chain), FormatChain(as_chain)},
+                                   {d.device(op, chain.dtype), a.device(as, chain.dtype)},
+                                   {d.device_derivative(op), a.device_derivative(as)}});
+}
+
+// mul and add reach the kernels only through their op-table statements (codegen/op_table.cc): for
+// every corpus chain with elementwise ops, each strategy's plan and source (forward, training
+// forward and backward) with every elementwise op mul(by=0.37) or add(by=0.37) is the plan and
+// source with leaky_relu(slope=0.37) in their place -- a GPU-tested op -- but for those statements.
+TEST(SourceCorpus, MulAndAddEmitAsAnyElementwiseOpButForTheirStatements) {
+  const Op leaky = LeakyRelu(0.37);
+  int compared = 0;
+  for (const std::string& spec : CorpusSpecs()) {
+    const Chain base = ParseOrFail(spec);
+    if (std::none_of(base.ops.begin(), base.ops.end(),
+                     [](const Op& o) { return IsElementwise(o.kind); })) {
+      continue;
+    }
+    const Chain a = WithElementwiseOps(base, leaky);
+    for (const Op& op : {Mul(0.37), Add(0.37)}) {
+      const Chain b = WithElementwiseOps(base, op);
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        const codegen::PlanTarget target{arch, 132, Precision::kFp32};
+        SCOPED_TRACE(absl::StrCat(FormatChain(b), " ", arch));
+        for (const auto& s : codegen::AllStrategies()) {
+          const bool applies = codegen::StrategyApplies(*s, b, target);
+          ASSERT_EQ(applies, codegen::StrategyApplies(*s, a, target)) << s->name();
+          if (!applies) continue;
+          absl::StatusOr<codegen::Plan> pa = codegen::MakePlan(a, target, s->name());
+          absl::StatusOr<codegen::Plan> pb = codegen::MakePlan(b, target, s->name());
+          ASSERT_TRUE(pa.ok() && pb.ok()) << s->name();
+          EXPECT_EQ(Respelled(codegen::EmitSource(b, *pb).main, b, op, a, leaky),
+                    codegen::EmitSource(a, *pa).main)
+              << s->name();
+          ++compared;
+        }
+        if (base.dtype != DType::kF32) continue;
+        absl::StatusOr<codegen::Plan> ba = codegen::PlanBackward(a, target);
+        absl::StatusOr<codegen::Plan> bb = codegen::PlanBackward(b, target);
+        ASSERT_EQ(ba.ok(), bb.ok());
+        if (!ba.ok()) continue;
+        EXPECT_EQ(Respelled(codegen::EmitSource(b, *bb).main, b, op, a, leaky),
+                  codegen::EmitSource(a, *ba).main)
+            << "backward";
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 200);
 }
 
 }  // namespace

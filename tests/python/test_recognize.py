@@ -127,6 +127,10 @@ def evaluate(r, x):
         elif name == "hardtanh":
             assert set(a) == {"min", "max"}
             x = F.hardtanh(x, a["min"], a["max"])
+        elif name == "mul":
+            x = x * a["by"]
+        elif name == "add":
+            x = x + a["by"]
         elif name == "group_norm":
             if r.norm_constants is not None:  # no weight and bias in the model: 1 and 0
                 assert r.norm_constants[:2] == ("%d.weight" % i, "%d.bias" % i)
@@ -380,6 +384,15 @@ HARDSWISH_FORMS = {
     "nn.Hardsigmoid()(x)*x": lambda s, x: s.hs(x) * x,
 }
 
+class _ScalarMethods(nn.Module):
+    def forward(self, x):
+        x = x.mul(2).sub(1).tanh()
+        x = x.div(2)
+        x += 3
+        x *= -1.5
+        return x
+
+
 CASES = [
     ("sequential", lambda: nn.Sequential(conv(), nn.ReLU(), gn()), (2, 3, 6, 6, 6),
      ["conv3d(out=8,k=3)", "relu", "group_norm(groups=2,eps=1e-5)"]),
@@ -494,6 +507,22 @@ CASES = [
      lambda: Fn(lambda s, x: F.group_norm(s.conv(x), 4, eps=1e-4).mean([2, 3, 4], keepdim=True),
                 conv=conv()),
      (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "group_norm(groups=4,eps=1e-4)", "mean(dims=[2,3,4])"]),
+    ("scalar-ops", lambda: Fn(lambda s, x: (torch.relu(s.conv(x) * 2.5) / 4 + 1 - 0.25) * -3,
+                              conv=conv()),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "mul(by=2.5)", "relu", "mul(by=0.25)", "add(by=1)",
+                       "add(by=-0.25)", "mul(by=-3)"]),
+    ("scalar-ops-reversed-and-functions",
+     lambda: Fn(lambda s, x: torch.sub(torch.div(0.5 * torch.add(2, torch.mul(x, 3)), 8), 1)),
+     (2, 4, 3, 3, 3), ["mul(by=3)", "add(by=2)", "mul(by=0.5)", "mul(by=0.125)", "add(by=-1)"]),
+    ("scalar-methods-and-in-place", _ScalarMethods, (2, 4, 3, 3, 3),
+     ["mul(by=2)", "add(by=-1)", "tanh", "mul(by=0.5)", "add(by=3)", "mul(by=-1.5)"]),
+    ("scalar-around-group-norm",
+     lambda: Fn(lambda s, x: (s.n(x * 0.1) + 0.5).mean([2, 3, 4]), n=gn(2, 4)),
+     (2, 4, 3, 3, 3), ["mul(by=0.1)", "group_norm(groups=2,eps=1e-5)", "add(by=0.5)",
+                       "mean(dims=[2,3,4])"]),
+    ("subclass-of-conv-scaled", lambda: type("MyConv", (nn.Conv3d,), {
+        "forward": lambda self, x: nn.Conv3d.forward(self, x) * 2})(3, 4, 3),
+     (2, 3, 5, 5, 5), ["conv3d(out=4,k=3)", "mul(by=2)"]),
     ("mean-axis-alias", lambda: Fn(lambda s, x: x.tanh().mean(axis=(2, 3, 4))), (2, 4, 3, 3, 3),
      ["tanh", "mean(dims=[2,3,4])"]),
     ("functional-dropout-p0", lambda: Fn(lambda s, x: F.dropout(torch.tanh(x), p=0.0)),
@@ -667,6 +696,11 @@ REFUSALS = [
      ["layer 'act'", "nn.GELU", "approximate='tanh'"]),
     ("F.gelu-tanh", lambda: Fn(lambda s, x: F.gelu(x, approximate="tanh")),
      ["F.gelu", "approximate='tanh'"]),
+    ("number-minus-x", lambda: Fn(lambda s, x: 1 - torch.relu(x)), ["'-' (operator.sub)"]),
+    ("number-over-x", lambda: Fn(lambda s, x: 2 / torch.relu(x)), ["'/' (operator.truediv)"]),
+    ("divide-by-zero", lambda: Fn(lambda s, x: torch.relu(x) / 0), ["division by zero"]),
+    ("add-alpha", lambda: Fn(lambda s, x: torch.add(x, 2, alpha=3)), ["torch.add"]),
+    ("scalar-nan", lambda: Fn(lambda s, x: x * float("nan")), ["finite number"]),
     ("op-after-kept-mean", lambda: Fn(lambda s, x: torch.relu(x.mean([2, 3, 4], keepdim=True))),
      ["torch.relu", "mean must be the last op"]),
     ("two-group-norms", lambda: nn.Sequential(gn(), nn.ReLU(), gn()),
@@ -699,8 +733,8 @@ REFUSALS = [
     ("unused-branch", lambda: Fn(lambda s, x: (torch.sigmoid(x), torch.relu(x))[1]),
      ["straight chain"]),
     ("subclass-of-conv", lambda: type("MyConv", (nn.Conv3d,), {
-        "forward": lambda self, x: nn.Conv3d.forward(self, x) * 2})(3, 4, 3),
-     ["'*' (operator.mul)"]),
+        "forward": lambda self, x: nn.Conv3d.forward(self, x) ** 2})(3, 4, 3),
+     ["'**' (operator.pow)"]),
     ("identity-only", lambda: nn.Sequential(nn.Identity()), ["nn.Sequential", "no op"]),
     ("pool-to-2", lambda: Fn(lambda s, x: F.adaptive_avg_pool3d(x, 2).flatten(1)),
      ["F.adaptive_avg_pool3d", "to 2"]),
@@ -733,7 +767,8 @@ def test_refusal_message_reads_well():
     msg = str(info.value)
     assert msg.startswith("fusejit cannot fuse layer 'bn' (nn.BatchNorm3d)")
     assert "[conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, sigmoid, tanh, " \
-           "swish/silu, hardswish, gelu, clamp, hardtanh/relu6) -> at most one group_norm" in msg
+           "swish/silu, hardswish, gelu, clamp, hardtanh/relu6, * / + - by a constant) -> at most " \
+           "one group_norm" in msg
     assert info.value.layer == "bn"
 
 
@@ -792,6 +827,11 @@ def _elementwise(rng, i):
         ({n: nn.Hardtanh(a, b)}, lambda s, x: getattr(s, n)(x), "hardtanh(min=%s,max=%s)" % (a, b)),
         ({n: nn.ReLU6()}, lambda s, x: getattr(s, n)(x), "hardtanh(min=0,max=6)"),
         ({}, lambda s, x: F.relu6(x), "hardtanh(min=0,max=6)"),
+        ({}, lambda s, x: x * a, "mul(by=%s)" % format_number(a)),
+        ({}, lambda s, x: b * x, "mul(by=%s)" % format_number(b)),
+        ({}, lambda s, x: x / b, "mul(by=%s)" % format_number(1.0 / b)),
+        ({}, lambda s, x: x + a, "add(by=%s)" % format_number(a)),
+        ({}, lambda s, x: x.sub(b), "add(by=%s)" % format_number(-b)),
     ]
     return forms[rng.randrange(len(forms))]
 

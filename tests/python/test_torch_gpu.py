@@ -249,6 +249,61 @@ def test_norms_without_affine_and_kept_means(case):
         assert rel_err(y, f64(m16)(x16.double())) <= 1e-2
 
 
+class ScaledConvNormMean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.scale = 2.0
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x) * self.scale)
+        return (self.gn(x) + 0.5).mean(dim=[2, 3, 4])
+
+
+class Scaled(nn.Module):
+    def __init__(self, inner, c):
+        super().__init__()
+        self.inner, self.c = inner, c
+
+    def forward(self, x):
+        return self.inner(x) * self.c
+
+
+class ConvTDividedNormScaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose3d(4, 6, 3, stride=2)
+
+    def forward(self, x):
+        x = F.gelu(self.up(x) / 3)
+        x = F.group_norm(x, 3)
+        x *= -1.5
+        return x - 0.25
+
+
+# name -> (a new float32 module, input shape): constant multiplies, divides, adds and subtracts
+SCALAR_CASES = {
+    "scaled-conv-norm-mean": (ScaledConvNormMean, (2, 4, 6, 7, 8)),
+    "convT-divided-norm-scaled": (ConvTDividedNormScaled, (2, 4, 4, 5, 6)),
+    "few-in-convT-scaled": (lambda: Scaled(nn.Sequential(
+        nn.ConvTranspose3d(3, 16, 3, stride=2, padding=1), nn.SiLU(), nn.GroupNorm(4, 16),
+        nn.Hardswish()), 0.7), (2, 3, 5, 6, 7)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCALAR_CASES))
+def test_constant_arithmetic_runs_fused(case):
+    """x * c, x / c, x + c, x - c as mul / add ops: forward (fused, strict) and gradients against
+    float64."""
+    make, shape = SCALAR_CASES[case]
+    torch.manual_seed(0)
+    model = randomized(make(), seed=6).cuda()
+    fast = check_forward(model, torch.randn(*shape, device="cuda"))
+    assert any(op.startswith(("mul(", "add(")) for op in fast.__dict__["_fusejit"].tail.split(" | "))
+    check_gradients(model, shape)
+
+
 def test_training_calls_save_the_convolution_output():
     """A training call of a chain with ops after its convolution runs the training forward (u
     saved) and the backward reading u (no recompute); one without a convolution recomputes

@@ -322,7 +322,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ElementwiseCase{"hardswish", "hardswish", 8},
                       ElementwiseCase{"gelu", "gelu", 2},
                       ElementwiseCase{"clamp", "clamp(min=-0.3,max=0.4)", 2},
-                      ElementwiseCase{"hardtanh", "hardtanh(min=-0.3,max=0.4)", 2}),
+                      ElementwiseCase{"hardtanh", "hardtanh(min=-0.3,max=0.4)", 2},
+                      ElementwiseCase{"mul", "mul(by=-1.75)", 2},
+                      ElementwiseCase{"add", "add(by=0.625)", 2}),
     [](const ::testing::TestParamInfo<ElementwiseCase>& info) {
       return std::string(info.param.name);
     });

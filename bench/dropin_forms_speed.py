@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Models written with the norm and pooling forms the drop-in newly fuses -- nn.InstanceNorm3d
-(affine or not), nn.GroupNorm(affine=False), F.group_norm without weights, a mean with
-keepdim=True, nn.AdaptiveAvgPool3d(1) without flatten -- through `fusejit.torch.fuse(model,
+"""Models written with the forms the drop-in fuses since the thirty-second session --
+nn.InstanceNorm3d (affine or not), nn.GroupNorm(affine=False), F.group_norm without weights, a
+mean with keepdim=True, nn.AdaptiveAvgPool3d(1) without flatten (rows N*), and arithmetic with
+constants, x * c, x / c, x + c, x - c (rows S*) -- through `fusejit.torch.fuse(model,
 policy="fused")` against the same model in PyTorch eager, same inputs, in one run on the GPU.
 Medians of CUDA-event timings with the L2 flushed (compare_pytorch.time_cuda); errors (relative
 L2) against the float64 model on the same values. f32 rows compare with strict-fp32 eager and
 default (TF32) eager; bf16 rows with eager in bf16. --train times the training step (x and every
 parameter require grad) instead of the forward.
 
-  PYTHONPATH=python FUSEJIT_LIBRARY=... python3 bench/norm_forms_speed.py [--dtypes f32,bf16]
-      [--train] [--reps 10] [--out rows.json]
+  PYTHONPATH=python FUSEJIT_LIBRARY=... python3 bench/dropin_forms_speed.py [--dtypes f32,bf16]
+      [--train] [--reps 10] [--only N1,S2] [--out rows.json]
 """
 import argparse
 import copy
@@ -53,6 +54,35 @@ class FunctionalNorm(nn.Module):
         return F.silu(F.group_norm(self.conv(x), self.groups)).mean(dim=[2, 3, 4], keepdim=True)
 
 
+class Scaled(nn.Module):
+    """conv -> * a -> norm -> clamp -> * b, as users scale between layers."""
+
+    def __init__(self, conv, norm, a, b):
+        super().__init__()
+        self.conv, self.norm, self.a, self.b = conv, norm, a, b
+
+    def forward(self, x):
+        return torch.clamp(self.norm(self.conv(x) * self.a), -1.0, 1.0) * self.b
+
+
+class Shifted(nn.Module):
+    def __init__(self, up, norm):
+        super().__init__()
+        self.up, self.norm = up, norm
+
+    def forward(self, x):
+        return self.norm(F.silu(self.up(x) / 2)) - 0.5
+
+
+class NormScaledTanh(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x):
+        return torch.tanh(self.norm(x) * 1.5)
+
+
 def kept_mean(x):
     return x.mean(dim=[2, 3, 4], keepdim=True)
 
@@ -72,6 +102,11 @@ ROWS = {
     "N7": (lambda: FunctionalNorm(24, 48, 6), (4, 24, 20, 20, 20)),
     "N8": (lambda: Chain(nn.Conv3d(4, 16, 3, stride=2, padding=1), nn.InstanceNorm3d(16),
                          nn.Tanh(), nn.AdaptiveAvgPool3d(1)), (32, 4, 48, 48, 48)),
+    "S1": (lambda: Scaled(nn.Conv3d(3, 16, 3), nn.InstanceNorm3d(16), 0.5, 2.0),
+           (128, 3, 16, 32, 32)),
+    "S2": (lambda: Shifted(nn.ConvTranspose3d(32, 64, 3, stride=2, padding=1), nn.GroupNorm(8, 64)),
+           (4, 32, 16, 16, 16)),
+    "S3": (lambda: NormScaledTanh(nn.GroupNorm(4, 32)), (16, 32, 16, 32, 32)),
 }
 
 
@@ -88,12 +123,16 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--train", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated row ids")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
     rows = []
     for dname in args.dtypes.split(","):
         dtype = DTYPES[dname]
         for rid, (make, shape) in ROWS.items():
+            if only and rid not in only:
+                continue
             torch.manual_seed(0)
             model = randomized(make(), 1).cuda().to(dtype)
             if not args.train:
