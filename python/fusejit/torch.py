@@ -580,8 +580,8 @@ class _State(object):
 
 
 # (value, channels, dtype, device) -> a [channels] tensor of `value`: group_norm's weight and bias
-# where the model has none. Made outside CUDA graph capture only (a fill captured into a graph
-# runs only when the graph does).
+# where the model has none. Kept only when made outside CUDA graph capture (a fill captured into a
+# graph runs only when the graph does) and outside torch.compile's tracing (a traced tensor).
 _CONSTANTS = {}  # type: Dict[tuple, torch.Tensor]
 
 
@@ -598,7 +598,8 @@ def _norm_constants(st: _State, x: torch.Tensor, dtype) -> List[torch.Tensor]:
         t = _CONSTANTS.get(key)
         if t is None:
             t = torch.full((channels,), value, dtype=dtype, device=x.device)
-            if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+            if not _is_compiling() and not (x.is_cuda and
+                                             torch.cuda.is_current_stream_capturing()):
                 _CONSTANTS[key] = t
         out.append(t)
     return out
