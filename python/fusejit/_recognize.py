@@ -37,7 +37,10 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   [2,3,4] with keepdim=True ([N,C,1,1,1]), or [N,C] when flatten(1) follows it (nn.Flatten,
   torch.flatten, Tensor.flatten). The chain's mean gives [N,C] or [N]; Recognized.out_dims says
   how its result is viewed as the model's (size-1 dimensions kept).
-- skipped: nn.Identity, dropout with p=0 (modules and F.dropout), x.contiguous(), x.clone().
+- skipped: nn.Identity, dropout with p=0 (modules and F.dropout) or training=False (F.dropout),
+  x.contiguous(), x.clone(); dropout modules with p > 0 (nn.Dropout, nn.Dropout3d, ...), which are
+  the identity in eval mode: Recognized.dropout_modules names them, and the drop-in runs the
+  original forward while any of them is in training mode.
 - plain subclasses of the supported modules that override nothing of their behaviour
   (`class MyConv(nn.Conv3d): pass`) count as their base class.
 The traced graph must be a straight line from the one input to the returned tensor: every value is
@@ -143,6 +146,9 @@ class Recognized:
     # an op whose values fusejit has but whose gradient convention it does not (a clamp with only
     # min=0, run as relu; a hardswish written with torch.clamp).
     training_fallback: Optional[str] = None
+    # Qualified names of the dropout modules with p > 0 ("" for the model itself): the chain is
+    # the model's forward only while every one of them is in eval mode.
+    dropout_modules: list = dataclasses.field(default_factory=list)
     # The group_norm's weight and bias where the model has none (affine=False, InstanceNorm3d):
     # (weight name, bias name, channels), channels None where only the input tells them (a
     # functional group_norm without a convolution before it). None: every chain parameter is in
@@ -610,8 +616,12 @@ def _b_conv(kind):
 
 def _b_dropout(b, where, layer, ctx):
     p = _number(b["p"], "p", where, layer)
+    if b["training"] is False:  # the identity
+        return "skip", {}, {}
     if p != 0:
-        _refuse(where, "dropout with p=%r (only p=0, which does nothing, is skipped)" % p, layer)
+        _refuse(where, "dropout with p=%r and training=%r (it draws a random mask; p=0 or "
+                       "training=False is skipped, and a dropout module, nn.Dropout, runs fused "
+                       "in eval mode)" % (p, b["training"]), layer)
     return "skip", {}, {}
 
 
@@ -787,10 +797,9 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
     if t is nn.Identity:
         return "skip", {}, {}, False
     if t in _dropout_types():
-        if float(mod.p) != 0:
-            _refuse(where, "dropout with p=%r (only p=0, which does nothing, is skipped)" % mod.p,
-                    layer)
-        return "skip", {}, {}, False
+        p = _number(mod.p, "p", where, layer)
+        # p > 0: the identity in eval mode only (Recognized.dropout_modules)
+        return ("dropout" if p != 0 else "skip"), {}, {}, False
     return None
 
 
@@ -1179,7 +1188,8 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     ops: List[_Op] = []
     out_dims = None
     i = 0
-    found = [op for op in found if op.kind != "skip"]
+    dropouts = [op.layer or "" for op in found if op.kind == "dropout"]
+    found = [op for op in found if op.kind not in ("skip", "dropout")]
     while i < len(found):
         op = found[i]
         if op.kind != "mean":
@@ -1277,6 +1287,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         training_fallback=training_fallback,
         ops=[op.text() for op in ops], params=params, param_paths=paths,
         sources=[op.where for op in ops], norm_constants=norm_constants, out_dims=out_dims,
+        dropout_modules=dropouts,
         _conv_weight=None if conv is None else conv.params["weight"][0],
         _transposed=conv is not None and conv.kind == "conv_transpose3d",
         _gn=None if gn is None else (gn.attrs["groups"], gn_channels))

@@ -57,6 +57,8 @@ How a call runs:
 - A call like an earlier checked one (same shape, dtype, device and parameter tensors; for a
   training call also the same gradient mask) skips the checks and the policy lookup: the
   inference fast path enqueues the chain, the training fast path the autograd op.
+- A model with dropout modules (p > 0) runs fused in eval mode, where they are the identity; in
+  training mode the original forward runs (with a warning, once), as it draws a random mask.
 - A group_norm without weight and bias (nn.GroupNorm(affine=False), nn.InstanceNorm3d) runs the
   chain's group_norm with weight 1 and bias 0: tensors fusejit keeps per (channels, dtype,
   device), not parameters of the model (its state_dict is unchanged). A mean with keepdim=True
@@ -552,6 +554,7 @@ class _State(object):
         self.training_fallback = None  # type: Optional[str]  # Recognized.training_fallback
         self.norm_constants = None  # Recognized.norm_constants: group_norm's weight 1, bias 0
         self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
+        self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
         self.getters = []
         self.ready = {}
         self.ready_training = {}
@@ -568,6 +571,7 @@ class _State(object):
         self.training_fallback = r.training_fallback
         self.norm_constants = r.norm_constants
         self.out_dims = r.out_dims
+        self.dropout_modules = r.dropout_modules
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
         # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
@@ -879,8 +883,24 @@ class _ReadyTraining(object):
         self.spec, self.eager, self.param_ptrs = spec, eager, param_ptrs
 
 
+def _active_dropout(self, st: _State) -> Optional[str]:
+    """Why the call must run the original forward (None when it need not): a dropout module with
+    p > 0 in training mode draws a random mask; in eval mode it is the identity, which the chain
+    skips."""
+    for path in st.dropout_modules:
+        if (self.get_submodule(path) if path else self).training:
+            return ("dropout module '%s' is in training mode (it draws a random mask, which the "
+                    "fused chain does not); calls in eval mode (model.eval()) run fused" %
+                    (path or type(self).__name__))
+    return None
+
+
 def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
+    if st.dropout_modules:
+        reason = _active_dropout(self, st)
+        if reason is not None:
+            return _fallback(self, st, reason, args, kwargs)
     # The fast paths: a call like an earlier checked one (same shape, dtype, device, parameters;
     # for a call needing gradients also the same gradient mask, in training mode), not tracing,
     # no autocast, no submodule hooks. Other calls take the checked path.

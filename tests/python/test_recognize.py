@@ -523,6 +523,11 @@ CASES = [
     ("subclass-of-conv-scaled", lambda: type("MyConv", (nn.Conv3d,), {
         "forward": lambda self, x: nn.Conv3d.forward(self, x) * 2})(3, 4, 3),
      (2, 3, 5, 5, 5), ["conv3d(out=4,k=3)", "mul(by=2)"]),
+    ("dropout-modules", lambda: nn.Sequential(conv(), nn.Dropout(0.5), nn.ReLU(), nn.Dropout3d(0.1),
+                                              gn()).eval(),
+     (2, 3, 5, 5, 5), ["conv3d(out=8,k=3)", "relu", "group_norm(groups=2,eps=1e-5)"]),
+    ("F.dropout-not-training", lambda: Fn(lambda s, x: F.dropout(torch.tanh(x), 0.3, training=False)),
+     (2, 4, 3, 3, 3), ["tanh"]),
     ("mean-axis-alias", lambda: Fn(lambda s, x: x.tanh().mean(axis=(2, 3, 4))), (2, 4, 3, 3, 3),
      ["tanh", "mean(dims=[2,3,4])"]),
     ("functional-dropout-p0", lambda: Fn(lambda s, x: F.dropout(torch.tanh(x), p=0.0)),
@@ -540,6 +545,13 @@ CASES += [("hardswish:" + k, _sw(f), (2, 3, 5, 5, 5),
 def test_recognized(factory, shape, ops):
     r = check_semantics(factory(), shape)
     assert r.ops == ops
+
+
+def test_dropout_modules_are_named():
+    r = recognize(nn.Sequential(conv(), nn.Dropout(0.5), nn.ReLU(), nn.Dropout3d(0.1),
+                                nn.Dropout(0.0)))
+    assert r.ops == ["conv3d(out=8,k=3)", "relu"]
+    assert r.dropout_modules == ["1", "3"]  # p=0 is the identity in either mode
 
 
 def test_params_are_the_models_own_objects():
@@ -718,8 +730,8 @@ REFUSALS = [
      ["layer '1'", "nn.Conv3d", "first op"]),
     ("padding-mode", lambda: nn.Sequential(nn.Conv3d(3, 8, 3, padding=1, padding_mode="reflect")),
      ["nn.Conv3d", "padding_mode='reflect'"]),
-    ("dropout-p", lambda: nn.Sequential(conv(), nn.Dropout(0.5)),
-     ["layer '1'", "nn.Dropout", "p=0.5"]),
+    ("F.dropout-p", lambda: Fn(lambda s, x: F.dropout(torch.relu(x), 0.5)),
+     ["F.dropout", "p=0.5", "nn.Dropout"]),
     ("clamp-max-only", lambda: Fn(lambda s, x: x.clamp(max=1.0)), [".clamp()", "only max"]),
     ("clamp-min-only-nonzero", lambda: Fn(lambda s, x: torch.clamp(x, min=0.5)),
      ["torch.clamp", "only min"]),

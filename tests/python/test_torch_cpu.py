@@ -441,6 +441,40 @@ def test_norms_without_weights_and_kept_means_run_fused(monkeypatch, make, shape
     assert torch.allclose(gx, xg.grad, rtol=1e-10, atol=1e-12)
 
 
+def test_dropout_runs_fused_in_eval_mode_only(monkeypatch):
+    """Dropout modules with p > 0 are the identity in eval mode: the chain runs there; in training
+    mode (the default, and after .train()) the original forward runs, with one warning."""
+    monkeypatch.setattr(fj, "_why_not", lambda x, named: None)
+    monkeypatch.setattr(fj, "_compiled_chain",
+                        lambda spec, device: fusejit.Chain(spec, arch="sm_90"))
+    ran = []
+    monkeypatch.setattr(fj, "_run", lambda spec, x, params: ran.append(spec) or
+                        _chain.eager(_chain.ops_of(spec), x, params))
+    monkeypatch.setattr(fj, "_decide", lambda self, st, spec, x, params, *a: "fused")
+    model = randomized(nn.Sequential(nn.Conv3d(3, 4, 3), nn.Dropout(0.5), nn.ReLU()))
+    model.requires_grad_(False)
+    fast = fj.fuse(model)
+    x = torch.randn(2, 3, 5, 5, 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y1, y2 = fast(x), fast(x)  # training mode: the original, a random mask each call
+    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert not ran and len(ours) == 1 and "dropout module '1' is in training mode" in ours[0]
+    assert not torch.equal(y1, y2)
+    fast.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = fast(x)
+    assert len(ran) == 1 and torch.allclose(y, model(x), rtol=1e-6, atol=1e-6)
+    fast[1].train()  # one submodule back in training mode
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        fast(x)
+    assert len(ran) == 1
+    with pytest.raises(fj.Unsupported, match="dropout module '1'"):
+        fj.fuse(model, strict=True).train()(x)
+
+
 def test_instance_norm_of_other_channels_runs_the_original(monkeypatch):
     """nn.InstanceNorm3d(affine=False) normalizes the input's channels whatever num_features says
     (PyTorch warns): the chain's constants are num_features long, so fusejit runs the original."""
