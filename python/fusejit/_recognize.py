@@ -159,6 +159,9 @@ class Recognized:
     # None for a kept size-1 dimension (mean with keepdim=True: (0, 1, None, None, None)). None:
     # the chain's output is the model's.
     out_dims: Optional[Tuple[Optional[int], ...]] = None
+    # The group_norm is an nn.InstanceNorm3d: torch.autocast does not run it in float32 (as it does
+    # group_norm), so under autocast it stays in the convolution's dtype.
+    norm_is_instance: bool = False
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     # (groups, channels or None): the group_norm's, for checking an input's shape
@@ -760,7 +763,8 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
                                "statistics, as track_running_stats=False does", layer)
             groups = channels = _int(mod.num_features, "num_features", where, layer)
         eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
-        attrs = {"groups": groups, "eps": eps, "channels": channels}
+        attrs = {"groups": groups, "eps": eps, "channels": channels,
+                 "instance": t is nn.InstanceNorm3d}
         if not mod.affine:  # weight 1, bias 0: norm_constants
             return "group_norm", attrs, {}, False
         w = _own_param(mod, "weight", _join(path, "weight"), where, layer)
@@ -1288,6 +1292,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         ops=[op.text() for op in ops], params=params, param_paths=paths,
         sources=[op.where for op in ops], norm_constants=norm_constants, out_dims=out_dims,
         dropout_modules=dropouts,
+        norm_is_instance=gn is not None and bool(gn.attrs.get("instance")),
         _conv_weight=None if conv is None else conv.params["weight"][0],
         _transposed=conv is not None and conv.kind == "conv_transpose3d",
         _gn=None if gn is None else (gn.attrs["groups"], gn_channels))

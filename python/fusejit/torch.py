@@ -555,6 +555,7 @@ class _State(object):
         self.norm_constants = None  # Recognized.norm_constants: group_norm's weight 1, bias 0
         self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
+        self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
         self.getters = []
         self.ready = {}
         self.ready_training = {}
@@ -572,6 +573,7 @@ class _State(object):
         self.norm_constants = r.norm_constants
         self.out_dims = r.out_dims
         self.dropout_modules = r.dropout_modules
+        self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
         # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
@@ -955,7 +957,9 @@ def _autocast_forward(self, st, x, named, args, kwargs):
     (a chain without a convolution stays float32).
     fusejit computes in fp32 throughout (it skips autocast's roundings between ops: its error is at
     most autocast's): with a group_norm it runs the f32 chain on x and the convolution's
-    parameters rounded to D; without one, the D chain. The casts are differentiable (gradients
+    parameters rounded to D; without one, the D chain. An nn.InstanceNorm3d (a group_norm here) is
+    not on autocast's float32 list: it and what follows run in D, so its chain is the D chain (its
+    affine weight and bias rounded to D). The casts are differentiable (gradients
     reach float32 x and parameters as under autocast). Policy "eager" runs the original; otherwise
     the fused chain runs (no timing under autocast)."""
     dtype = _autocast_dtype()
@@ -970,7 +974,8 @@ def _autocast_forward(self, st, x, named, args, kwargs):
                          (x.dtype, sorted({str(p.dtype) for _, p in named}), dtype), args, kwargs)
     ops = [name for name, _ in _ops("x:f32[1,1,1,1,1]" + st.tail)]
     has_conv = ops[0] in ("conv3d", "conv_transpose3d")
-    has_norm = "group_norm" in ops
+    # (an instance norm is not on autocast's float32 list: it runs in D, as the ops after it)
+    has_norm = "group_norm" in ops and not st.norm_is_instance
     n_norm = 2 if has_norm else 0  # group_norm's weight and bias: the last two parameters
     with torch.autocast("cuda", enabled=False):
         if not has_conv:  # no op autocast changes: the float32 chain

@@ -110,7 +110,8 @@ def test_float64_models_run_fused_in_double(wid):
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-@pytest.mark.parametrize("case", ["W1", "W2", "W3", "W4", "conv-relu", "gn-only"])
+@pytest.mark.parametrize("case", ["W1", "W2", "W3", "W4", "conv-relu", "gn-only",
+                                  "conv-instance-norm", "conv-instance-norm-affine"])
 def test_autocast(case, dtype):
     """Under torch.autocast: the output dtype autocast gives, fully written, bitwise stable, and
     an error against float64 (of the float32 model on the float32 input) no larger than 1.1x
@@ -123,6 +124,10 @@ def test_autocast(case, dtype):
     elif case == "conv-relu":
         model = randomized(nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.ReLU())).cuda()
         shape = (2, 4, 8, 8, 8)
+    elif case.startswith("conv-instance-norm"):  # (not on autocast's float32 list: output D)
+        model = randomized(nn.Sequential(nn.Conv3d(4, 8, 3), nn.InstanceNorm3d(
+            8, affine=case.endswith("affine")), nn.GELU())).cuda()
+        shape = (2, 4, 7, 8, 6)
     else:
         model = randomized(nn.Sequential(nn.GroupNorm(2, 6), nn.SiLU())).cuda()
         shape = (2, 6, 5, 6, 7)
