@@ -693,9 +693,30 @@ def _function_table():
 
 _FUNCTIONS = _function_table()
 
-_MUL_FUNCS = {operator.mul, torch.mul}
-_DIV_FUNCS = {operator.truediv, torch.div, torch.true_divide}
-_ADD_FUNCS = {operator.add, torch.add}
+# The arithmetic forms: function objects and method names -> operation; augmented assignment
+# (x *= c) traces as the in-place operators.
+_ARITH_FUNCS = {operator.mul: "*", torch.mul: "*", operator.imul: "*",
+                operator.truediv: "/", torch.div: "/", torch.true_divide: "/",
+                operator.itruediv: "/",
+                operator.add: "+", torch.add: "+", operator.iadd: "+",
+                operator.sub: "-", torch.sub: "-", operator.isub: "-"}
+_ARITH_METHODS = {"mul": "*", "mul_": "*", "multiply": "*", "multiply_": "*",
+                  "div": "/", "div_": "/", "divide": "/", "divide_": "/", "true_divide": "/",
+                  "true_divide_": "/", "add": "+", "add_": "+", "sub": "-", "sub_": "-",
+                  "subtract": "-", "subtract_": "-"}
+_IN_PLACE_OPERATORS = {operator.imul, operator.itruediv, operator.iadd, operator.isub}
+
+
+def _arith(node) -> Optional[str]:
+    """"*", "/", "+" or "-" for an arithmetic node in any spelling, else None."""
+    if node.op == "call_function":
+        try:
+            return _ARITH_FUNCS.get(node.target)
+        except TypeError:  # unhashable target: never expected
+            return None
+    if node.op == "call_method":
+        return _ARITH_METHODS.get(node.target)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -706,9 +727,9 @@ def _dropout_types():
     return tuple(t for t in (getattr(nn, n, None) for n in names) if t is not None)
 
 
-_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNorm3d, nn.ReLU, nn.LeakyReLU, nn.Sigmoid,
-                      nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.GELU, nn.ReLU6, nn.Hardtanh,
-                      nn.Identity) + _dropout_types()
+_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNorm3d, nn.ReLU,
+                      nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid,
+                      nn.GELU, nn.ReLU6, nn.Hardtanh, nn.Identity) + _dropout_types()
 # Methods a subclass must not override to count as its torch.nn base class.
 _BEHAVIOUR = ("forward", "_conv_forward", "_output_padding")
 
@@ -867,18 +888,15 @@ def _binary_operands(node):
 
 
 def _is_mul(node) -> bool:
-    return (node.op == "call_function" and node.target in _MUL_FUNCS) or \
-        (node.op == "call_method" and node.target in ("mul", "mul_", "multiply", "multiply_"))
+    return _arith(node) == "*"
 
 
 def _is_div(node) -> bool:
-    return (node.op == "call_function" and node.target in _DIV_FUNCS) or \
-        (node.op == "call_method" and node.target in ("div", "div_", "true_divide", "divide"))
+    return _arith(node) == "/"
 
 
 def _is_add(node) -> bool:
-    return (node.op == "call_function" and node.target in _ADD_FUNCS) or \
-        (node.op == "call_method" and node.target in ("add", "add_"))
+    return _arith(node) == "+"
 
 
 def _const_equal(v, c) -> bool:
@@ -989,36 +1007,17 @@ def _match_global_pool(cur, first, ctx: _Ctx) -> Optional[_Step]:
                      {"dims": [2, 3, 4], "keepdim": True}, layer=layer), [first], first)
 
 
-# The scalar arithmetic forms: function objects and method names -> operation.
-_SCALAR_FUNCS = {operator.mul: "*", torch.mul: "*", operator.imul: "*",
-                 operator.truediv: "/", torch.div: "/", torch.true_divide: "/",
-                 operator.itruediv: "/",
-                 operator.add: "+", torch.add: "+", operator.iadd: "+",
-                 operator.sub: "-", torch.sub: "-", operator.isub: "-"}
-_SCALAR_METHODS = {"mul": "*", "mul_": "*", "multiply": "*", "multiply_": "*",
-                   "div": "/", "div_": "/", "divide": "/", "divide_": "/", "true_divide": "/",
-                   "true_divide_": "/", "add": "+", "add_": "+", "sub": "-", "sub_": "-",
-                   "subtract": "-", "subtract_": "-"}
-_IN_PLACE_OPERATORS = {operator.imul, operator.itruediv, operator.iadd, operator.isub}
-
-
 def _match_scalar(cur, first, ctx: _Ctx) -> Optional[_Step]:
     """`first` as mul(by) / add(by) of `cur` and a Python number: x * c, c * x, x / c, x + c,
     c + x, x - c in any spelling (no alpha= or rounding_mode=); None for anything else (c - x
     and c / x too)."""
-    if first.op == "call_function":
-        try:
-            sym = _SCALAR_FUNCS.get(first.target)
-        except TypeError:
-            sym = None
-        inplace = first.target in _IN_PLACE_OPERATORS
-    elif first.op == "call_method":
-        sym = _SCALAR_METHODS.get(first.target)
-        inplace = first.target.endswith("_")
-    else:
-        return None
+    sym = _arith(first)
     if sym is None or first.kwargs or len(first.args) != 2:
         return None
+    if first.op == "call_function":
+        inplace = first.target in _IN_PLACE_OPERATORS
+    else:
+        inplace = first.target.endswith("_")
     a, b = first.args
     number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))  # noqa: E731
     if a is cur and number(b):
