@@ -1,6 +1,7 @@
 #include "codegen/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -107,6 +108,8 @@ std::string CostRanking(const Chain& chain, const PlanTarget& target) {
   return absl::StrCat("lowest estimated cost of the applicable strategies (model us): ",
                       absl::StrJoin(parts, ", "));
 }
+
+int64_t CostMicros(double cost) { return static_cast<int64_t>(std::lround(cost / 1e6)); }
 
 double LowestCost(const Chain& chain, const PlanTarget& target) {
   const PlanInput in(chain, target);

@@ -111,6 +111,9 @@ absl::StatusOr<Plan> MakePlan(const Chain& chain, const PlanTarget& target,
 // REQUIRES: chain is valid.
 double LowestCost(const Chain& chain, const PlanTarget& target);
 
+// A cost in those units as whole microseconds (explain's "model us").
+int64_t CostMicros(double cost);
+
 // The strategy named `name`, or nullptr.
 const Strategy* FindStrategy(std::string_view name);
 

@@ -1,7 +1,6 @@
 #include "codegen/tap_gemm_plan.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/backward_plan.h"
@@ -19,8 +18,6 @@ std::optional<TapGemm> NotApplicable(std::string* why, std::string reason) {
 int64_t Taps(const ConvAttrs& conv) { return conv.kernel[0] * conv.kernel[1] * conv.kernel[2]; }
 
 bool Transposed(const Chain& chain) { return chain.ops[0].kind == OpKind::kConvTranspose3d; }
-
-int64_t Micros(double units) { return static_cast<int64_t>(std::lround(units / 1e6)); }
 
 }  // namespace
 
@@ -95,8 +92,8 @@ std::optional<std::string> TapGemmBeatsOwnPlan(const Chain& chain, const TapGemm
   const bool few_out = chain.ops[0].conv.out_channels <= 8 && chain.input[1] >= 16;
   constexpr double kFewOutDiscount = 1.6;
   if (!(tap < own_cost * (few_out ? kFewOutDiscount : 1.0))) return std::nullopt;
-  return absl::StrCat("model us ", Micros(tap), ", below the chain's own plan's (",
-                      std::string(own_strategy), ", ", Micros(own_cost), ")",
+  return absl::StrCat("model us ", CostMicros(tap), ", below the chain's own plan's (",
+                      std::string(own_strategy), ", ", CostMicros(own_cost), ")",
                       few_out ? " x 1.6 (few output channels)" : "");
 }
 

@@ -256,11 +256,11 @@ double EstimateGemm(const TcGeometry& g, const TcTune& t, const Chain& chain, co
 // Falls back to the valid configuration of least EstimateGemm().
 TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& target) {
   const TcPrec prec = PrecOf(chain, target);
-  const bool split = prec == kPrec3xTF32;
+  const bool three_products = prec == kPrec3xTF32;
   const int64_t epw = ElemsPerWord(prec);
   const int64_t cin = chain.input[1], c = info.producer_shape[1], n = chain.input[0];
   TcTune t;
-  t.stages = split ? 3 : 4;
+  t.stages = three_products ? 3 : 4;
   double best_bk = 0;
   const ConvAttrs& conv = info.producer->conv;
   const bool tr = info.producer->kind == OpKind::kConvTranspose3d;
@@ -268,7 +268,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   const int64_t taps = std::max<int64_t>(
       1, conv.kernel[0] * conv.kernel[1] * conv.kernel[2] / phases);  // a phase's, about
   for (int64_t bk : {32, 16, 8}) {
-    const double eff = bk == 8 ? 0.7 : bk == 16 ? 0.9 : (split && cin < 128 ? 0.85 : 1.0);
+    const double eff = bk == 8 ? 0.7 : bk == 16 ? 0.9 : (three_products && cin < 128 ? 0.85 : 1.0);
     const double useful =
         static_cast<double>(taps * cin) /
         static_cast<double>(CeilDiv(taps * CinPad(cin, prec), bk * epw) * bk * epw);
@@ -295,7 +295,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
     // it pads the channels by more than a quarter more (`fusejit autotune`, H100 2026-11-26,
     // TF32: x:f32[4,256,8,8,8] | conv3d(out=256,k=3,padding=1) 0.120 -> 0.100 ms with bm 128,
     // bn 64, split 4; [4,200,8^3] conv 200->200 | group_norm 0.139 -> 0.103 with bn 128, split 4).
-    wide_split = !split && ctas(narrow) < target.sm_count && 4 * pad64 <= 5 * pad32;
+    wide_split = !three_products && ctas(narrow) < target.sm_count && 4 * pad64 <= 5 * pad32;
     if (wide_split) t.bn = 64;
   }
   // Split-K while the tiles leave the SMs short of warps: a CTA's k-steps run one after another,
@@ -312,11 +312,12 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   // CTAs (bf16 [1,128,39,16,23] conv3d k5 -> 16 | group_norm: split 3, 255 CTAs, 0.099 ms; split
   // 4 0.125); capping the split at one wave measured slower on most other chains.
   const int64_t ksteps = CeilDiv(taps * CinPad(cin, prec), t.bk * epw);
-  const int64_t warps_wanted = (split ? 16 : 8) * target.sm_count;
+  const int64_t warps_wanted = (three_products ? 16 : 8) * target.sm_count;
   const auto split_for = [&](const TcTune& v) {
     const TcGeometry g = Geometry(chain, info, v, prec);
     const int64_t warps = ctas(v) * (g.threads / 32);
-    const int64_t max_split = ksteps < 8 ? 1 : std::min<int64_t>(16, ksteps / (split ? 2 : 4));
+    const int64_t max_split =
+        ksteps < 8 ? 1 : std::min<int64_t>(16, ksteps / (three_products ? 2 : 4));
     int64_t sp = 1;
     while (sp * 2 <= max_split && warps * sp < warps_wanted) sp *= 2;
     return sp;
@@ -332,7 +333,7 @@ TcTune DefaultTune(const Chain& chain, const ChainInfo& info, const PlanTarget& 
   // The input through L1 (later taps re-read it): TF32 on large grids with 2 stages (more L1
   // and more CTAs: S1 0.77 -> 0.70 ms, S2 1.26 -> 1.12), and every chain of <= 16 input channels
   // (B4: 0.102 -> 0.070 ms TF32, 0.120 -> 0.087 fp32); neutral elsewhere.
-  if (!split) {
+  if (!three_products) {
     t.l1 = 1;
     if (ctas(t) >= 2 * target.sm_count) t.stages = 2;
   } else if (cin <= 16) {
@@ -511,15 +512,15 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                    prec == kPrec16 ? absl::StrCat(", ", DTypeName(in.chain.dtype)) : ""),
       static_cast<size_t>(n * sin * g.cin_pad * op_bytes));
   const size_t weight_bytes = static_cast<size_t>(g.taps * g.c_pad * g.cin_pad * op_bytes);
-  const bool split = prec == kPrec3xTF32;
+  const bool three_products = prec == kPrec3xTF32;
   const size_t wt = plan.AddWorkspace(
-      split ? "weights [tap][co padded][ci padded], TF32 big parts"
+      three_products ? "weights [tap][co padded][ci padded], TF32 big parts"
       : prec == kPrec16
           ? absl::StrCat("weights [tap][co padded][ci padded], ", DTypeName(in.chain.dtype))
           : "weights [tap][co padded][ci padded], TF32-rounded",
       weight_bytes);
   const size_t wts =
-      split ? plan.AddWorkspace("weights, TF32 small parts (w - big)", weight_bytes) : 0;
+      three_products ? plan.AddWorkspace("weights, TF32 small parts (w - big)", weight_bytes) : 0;
   size_t cpart = 0, chm = 0, stats = 0, z = 0, rows = 0;
   if (pipe.out != kStoreFinal) {
     cpart = plan.AddWorkspace("per-tile channel moments (count, mean, M2 as doubles) x N*tiles*C",
@@ -561,7 +562,7 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
                KernelArg::Param("weight", info.weight_param),
                KernelArg::Workspace(op_type, "xcl", xcl, kWrite),
                KernelArg::Workspace(op_type, "wt", wt, kWrite),
-               split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kWrite)
+               three_products ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kWrite)
                      : KernelArg::Null(ArgType::kFloat, "wts", kWrite),
                counters_arg};
   prep.restrict_pointers = true;
@@ -581,7 +582,7 @@ absl::StatusOr<Plan> TcConvStrategy::Build(const PlanInput& in, const TuneConfig
   gemm.shared_bytes = static_cast<unsigned>(g.smem);
   gemm.args = {KernelArg::Workspace(op_type, "xcl", xcl, kRead),
                KernelArg::Workspace(op_type, "wt", wt, kRead),
-               split ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kRead)
+               three_products ? KernelArg::Workspace(ArgType::kFloat, "wts", wts, kRead)
                      : KernelArg::Null(ArgType::kFloat, "wts", kRead),
                KernelArg::Param("bias", info.bias_param)};
   if (pipe.row_mean || pre_in_workspace) {

@@ -1,6 +1,5 @@
 #include "runtime/tap_gemm.h"
 
-#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -15,8 +14,6 @@ namespace fusejit::runtime {
 namespace {
 
 size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-int64_t Micros(double units) { return static_cast<int64_t>(std::lround(units / 1e6)); }
 
 // The options of the composite's inner chains: the caller's, without the strategy or
 // configuration that named tap-gemm.
@@ -55,7 +52,8 @@ absl::StatusOr<std::optional<std::string>> ChooseTapGemm(const Chain& chain, con
   if (named) {
     return std::optional<std::string>(
         absl::StrCat("asked for by name (model us ",
-                     Micros(codegen::TapGemmCost(chain, *split, target.plan_target)), ")"));
+                     codegen::CostMicros(codegen::TapGemmCost(chain, *split, target.plan_target)),
+                     ")"));
   }
   return codegen::TapGemmBeatsOwnPlan(chain, *split, target.plan_target, planned->plan.strategy,
                                       codegen::LowestCost(chain, target.plan_target));
