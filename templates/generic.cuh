@@ -92,10 +92,10 @@ __device__ __forceinline__ void strided_ahead(long long first, long long end, lo
 // Every kernel's x, weight, bias, gamma, beta and y are of the chain's element type ElemT<Cfg>
 // (float, or bf16_t / f16_t): converted to float when loaded, rounded once when y is stored.
 //
-// Without a producer each thread moves 16-byte vectors (4
-// floats, 8 bf16/f16, 2 doubles; the same ops on each element: the same bits as one at a time);
-// one element a thread reached 3.2 TB/s on a lone clamp over 155 MB where PyTorch's vectorized
-// kernel reaches 4.0 (H200, session 30).
+// Without a producer each thread moves 16-byte vectors (4 floats, 8 bf16/f16, 2 doubles; the
+// same ops on each element: the same bits as one at a time); one element a thread reached
+// 3.2 TB/s on a lone clamp over 155 MB where PyTorch's vectorized kernel reaches 4.0 (H200,
+// session 30).
 template <class Cfg>
 __device__ void elementwise_vectors(const ElemT<Cfg>* __restrict__ x, ElemT<Cfg>* __restrict__ y) {
   using T = ElemT<Cfg>;
@@ -104,19 +104,16 @@ __device__ void elementwise_vectors(const ElemT<Cfg>* __restrict__ x, ElemT<Cfg>
   constexpr long long kVectors = Generic<Cfg>::kTotal / kV;
   const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
+  const auto op = [](T v) { return store_as<T>(Cfg::post(Cfg::pre(load_as<AccT<Cfg>>(v)))); };
   strided_ahead<4>(
       first, kVectors, stride, [&](long long i) { return reinterpret_cast<const Vec*>(x)[i]; },
       [&](long long i, const Vec& in) {
         Vec out;
 #pragma unroll
-        for (int j = 0; j < kV; ++j) {
-          out.v[j] = store_as<T>(Cfg::post(Cfg::pre(load_as<AccT<Cfg>>(in.v[j]))));
-        }
+        for (int j = 0; j < kV; ++j) out.v[j] = op(in.v[j]);
         reinterpret_cast<Vec*>(y)[i] = out;
       });
-  for (long long i = kVectors * kV + first; i < Generic<Cfg>::kTotal; i += stride) {
-    y[i] = store_as<T>(Cfg::post(Cfg::pre(load_as<AccT<Cfg>>(x[i]))));
-  }
+  for (long long i = kVectors * kV + first; i < Generic<Cfg>::kTotal; i += stride) y[i] = op(x[i]);
 }
 
 template <class Cfg>
