@@ -896,9 +896,20 @@ class RandomChain(nn.Module):
                     groups = rng.choice([g for g in (1, 2, 3, 4) if c % g == 0])
                     eps = rng.choice([1e-5, 1e-3, 0.01])
                     self.expected.append("group_norm(groups=%d,eps=%s)" % (groups, format_number(eps)))
-                    if rng.random() < 0.6:
+                    form = rng.random()
+                    if form < 0.1 and kind == "none":  # (PyTorch's instance norm in training
+                        # mode refuses 1x1x1 volumes, which a convolution can give)
+                        self.expected[-1] = "group_norm(groups=%d,eps=%s)" % (c, format_number(eps))
+                        self.gn = nn.InstanceNorm3d(c, eps=eps, affine=rng.random() < 0.5)
+                        self.steps.append(lambda s, x: s.gn(x))
+                    elif form < 0.45:
                         self.gn = nn.GroupNorm(groups, c, eps=eps)
                         self.steps.append(lambda s, x: s.gn(x))
+                    elif form < 0.6:
+                        self.gn = nn.GroupNorm(groups, c, eps=eps, affine=False)
+                        self.steps.append(lambda s, x: s.gn(x))
+                    elif form < 0.7:
+                        self.steps.append(lambda s, x: F.group_norm(x, groups, eps=eps))
                     else:
                         self.gn_w = nn.Parameter(torch.ones(c))
                         self.gn_b = nn.Parameter(torch.zeros(c))
@@ -918,6 +929,9 @@ class RandomChain(nn.Module):
                 (lambda s, x: x.mean(-1).mean(-1).mean(-1), [2, 3, 4]),
                 (lambda s, x: x.mean(dim=[1, 2, 3, 4]), [1, 2, 3, 4]),
                 (lambda s, x: torch.mean(x, (4, 3, 2, 1)), [1, 2, 3, 4]),
+                (lambda s, x: x.mean([2, 3, 4], keepdim=True), [2, 3, 4]),
+                (lambda s, x: x.mean(dim=(1, 2, 3, 4), keepdim=True), [1, 2, 3, 4]),
+                (lambda s, x: F.adaptive_avg_pool3d(x, 1), [2, 3, 4]),
             ]
             apply, dims = forms[rng.randrange(len(forms))]
             self.steps.append(apply)
