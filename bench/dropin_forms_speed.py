@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import fusejit.torch as fj  # noqa: E402
-from dtype_sweep import forward_row, train_row  # noqa: E402
+from dtype_sweep import forward_row, report, train_row  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -156,10 +156,7 @@ def main():
                "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
                "geomean_speedup": geo, "below_1": [(r["id"], r["dtype"]) for r in rows
                                                    if r["speedup"] < 1]}
-    print(json.dumps(summary), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    report(summary, rows, args.out)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,14 @@ def forward_row(model, ref, fast, x, reps, strict_too=False):
     return row
 
 
+def report(summary, rows, out):
+    """Prints the summary line; writes {"summary", "rows"} as JSON to `out` (when given)."""
+    print(json.dumps(summary), flush=True)
+    if out:
+        with open(out, "w") as f:
+            json.dump({"summary": summary, "rows": rows}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -140,10 +148,7 @@ def main():
                "below_1": [r["id"] for r in rows if r["speedup"] < 1],
                "err_not_above_torch": all(r["fused_err"] <= max(1.1 * r["eager_err"], 2.0 ** -8)
                                           for r in rows)}
-    print(json.dumps(summary), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    report(summary, rows, args.out)
 
 
 if __name__ == "__main__":
