@@ -83,7 +83,9 @@ def test_random_modules_in_low_precision(seed, dtype):
         warnings.simplefilter("ignore", fj.FusejitWarning)
         st = fj.fuse(model).__dict__["_fusejit"]
         spec = fj._spec(st, torch.empty(model.shape, device="cuda"))
-    grads = fj._backward_or_why(spec, 0)[0] is not None
+    # A chain whose gradients run the original forward (training_fallback: clamp(min=0) as
+    # relu, hardtanh) is checked forward only: check_dtype's strict fuse would refuse it.
+    grads = st.training_fallback is None and fj._backward_or_why(spec, 0)[0] is not None
     check_dtype(model, model.shape, DTYPES[dtype], seed=seed, grads=grads)
 
 
