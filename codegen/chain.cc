@@ -58,6 +58,13 @@ std::string OpText(const Op& op) {
     case OpKind::kAdd:
       absl::StrAppend(&s, "(by=", FormatDouble(op.by), ")");
       break;
+    case OpKind::kSoftplus:
+      absl::StrAppend(&s, "(beta=", FormatDouble(op.beta), ",threshold=",
+                      FormatDouble(op.threshold), ")");
+      break;
+    case OpKind::kElu:
+      absl::StrAppend(&s, "(alpha=", FormatDouble(op.alpha), ")");
+      break;
     case OpKind::kGroupNorm:
       absl::StrAppend(&s, "(groups=", op.groups, ",eps=", FormatDouble(op.eps), ")");
       break;
@@ -326,6 +333,21 @@ Op Add(double by) {
   return op;
 }
 
+Op Softplus(double beta, double threshold) {
+  Op op;
+  op.kind = OpKind::kSoftplus;
+  op.beta = beta;
+  op.threshold = threshold;
+  return op;
+}
+
+Op Elu(double alpha) {
+  Op op;
+  op.kind = OpKind::kElu;
+  op.alpha = alpha;
+  return op;
+}
+
 Op GroupNorm(int64_t groups, double eps) {
   Op op;
   op.kind = OpKind::kGroupNorm;
@@ -410,6 +432,20 @@ absl::Status ValidateChain(const Chain& chain) {
       case OpKind::kMul:
       case OpKind::kAdd:
         if (absl::Status s = CheckReal(ctx, "by", op.by, chain.dtype, false); !s.ok()) return s;
+        break;
+      case OpKind::kSoftplus:
+        if (absl::Status s = CheckReal(ctx, "beta", op.beta, chain.dtype, true); !s.ok()) {
+          return s;
+        }
+        if (absl::Status s = CheckReal(ctx, "threshold", op.threshold, chain.dtype, false);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case OpKind::kElu:
+        if (absl::Status s = CheckReal(ctx, "alpha", op.alpha, chain.dtype, false); !s.ok()) {
+          return s;
+        }
         break;
       case OpKind::kClamp:
       case OpKind::kHardtanh:

@@ -11,6 +11,15 @@ namespace {
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// SELU's constants (torch.nn.SELU, from Klambauer et al.).
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+
+// PyTorch's softplus: x where beta x > threshold, else log(1 + e^(beta x)) / beta.
+double SoftplusValue(double x, double beta, double threshold) {
+  return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
+}
+
 // clamp's and hardtanh's values (they differ only in the derivative): the device statement, and
 // min first, then max (PyTorch's result when min > max is max everywhere).
 std::string ClampSource(const Op& op, DType t) {
@@ -102,6 +111,61 @@ const std::vector<OpDesc>& Rows() {
        [](const Op& op, double x) { return x + op.by; },
        [](const Op&, double) { return 1.0; },
        [](const Op&) -> std::string { return "g = 1.f;"; }},
+      // mish, softplus, elu, selu, hardsigmoid: PyTorch's CUDA formulas (ATen's
+      // ActivationMishKernel, ActivationSoftplusKernel, ActivationEluKernel,
+      // ActivationHardsigmoidKernel): elu's e^x - 1 as expm1; elu'(0) = alpha (x <= 0 takes
+      // alpha e^x); softplus' = 1 where beta x > threshold, else sigmoid(beta x); hardsigmoid'
+      // = 1/6 only strictly inside (-3, 3).
+      {OpKind::kMish, "mish", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType) -> std::string { return "v = fj::mish(v);"; },
+       [](const Op&, double x) { return x * std::tanh(std::log1p(std::exp(x))); },
+       [](const Op&, double x) {
+         const double t = std::tanh(std::log1p(std::exp(x)));
+         return t + x * Sigmoid(x) * (1.0 - t * t);
+       },
+       [](const Op&) -> std::string { return "g = fj::mish_d(v);"; }},
+      {OpKind::kSoftplus, "softplus", nullptr, OpRole::kElementwise,
+       {{"beta", nullptr}, {"threshold", nullptr}},
+       [](const Op& op, DType t) {
+         return absl::StrCat("v = fj::softplus(v, ", RealLiteral(op.beta, t), ", ",
+                             RealLiteral(op.threshold, t), ");");
+       },
+       [](const Op& op, double x) { return SoftplusValue(x, op.beta, op.threshold); },
+       [](const Op& op, double x) {
+         return x * op.beta > op.threshold ? 1.0 : Sigmoid(x * op.beta);
+       },
+       [](const Op& op) {
+         return absl::StrCat("g = fj::softplus_d(v, ", FloatLiteral(op.beta), ", ",
+                             FloatLiteral(op.threshold), ");");
+       }},
+      {OpKind::kElu, "elu", nullptr, OpRole::kElementwise, {{"alpha", nullptr}},
+       [](const Op& op, DType t) {
+         return absl::StrCat("v = fj::elu(v, ", RealLiteral(op.alpha, t), ", ",
+                             RealLiteral(1.0, t), ");");
+       },
+       [](const Op& op, double x) { return x > 0 ? x : op.alpha * std::expm1(x); },
+       [](const Op& op, double x) { return x > 0 ? 1.0 : op.alpha * std::exp(x); },
+       [](const Op& op) {
+         return absl::StrCat("g = fj::elu_d(v, ", FloatLiteral(op.alpha), ", 1.f);");
+       }},
+      {OpKind::kSelu, "selu", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType t) {
+         return absl::StrCat("v = fj::elu(v, ", RealLiteral(kSeluAlpha * kSeluScale, t), ", ",
+                             RealLiteral(kSeluScale, t), ");");
+       },
+       [](const Op&, double x) {
+         return kSeluScale * (x > 0 ? x : kSeluAlpha * std::expm1(x));
+       },
+       [](const Op&, double x) { return kSeluScale * (x > 0 ? 1.0 : kSeluAlpha * std::exp(x)); },
+       [](const Op&) {
+         return absl::StrCat("g = fj::elu_d(v, ", FloatLiteral(kSeluAlpha * kSeluScale), ", ",
+                             FloatLiteral(kSeluScale), ");");
+       }},
+      {OpKind::kHardsigmoid, "hardsigmoid", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType) -> std::string { return "v = fj::hardsigmoid(v);"; },
+       [](const Op&, double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; },
+       [](const Op&, double x) { return x > -3.0 && x < 3.0 ? 1.0 / 6.0 : 0.0; },
+       [](const Op&) -> std::string { return "g = fj::hardsigmoid_d(v);"; }},
       {OpKind::kGroupNorm, "group_norm", nullptr, OpRole::kGroupNorm,
        {{"groups", "num_groups"}, {"eps", nullptr}}, nullptr, nullptr, nullptr},
       {OpKind::kMean, "mean", nullptr, OpRole::kMean, {{"dims", "dim"}}, nullptr, nullptr, nullptr},

@@ -432,6 +432,13 @@ class Parser {
       case OpKind::kAdd:
         if (s = real("by", &op->by, true); !s.ok()) return s;
         break;
+      case OpKind::kSoftplus:  // PyTorch's defaults (the Op's)
+        if (s = real("beta", &op->beta, false); !s.ok()) return s;
+        if (s = real("threshold", &op->threshold, false); !s.ok()) return s;
+        break;
+      case OpKind::kElu:
+        if (s = real("alpha", &op->alpha, false); !s.ok()) return s;
+        break;
       case OpKind::kHardtanh:  // PyTorch's defaults
         op->min = -1;
         op->max = 1;

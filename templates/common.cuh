@@ -45,6 +45,18 @@ __device__ __forceinline__ float hardswish(float x) {
 }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+// mish, softplus, elu (selu is elu with neg = alpha * scale, pos = scale), hardsigmoid: PyTorch's
+// CUDA formulas with accurate expf / log1pf / tanhf / expm1f.
+__device__ __forceinline__ float mish(float x) { return x * tanhf(log1pf(expf(x))); }
+__device__ __forceinline__ float softplus(float x, float beta, float threshold) {
+  return x * beta > threshold ? x : log1pf(expf(x * beta)) / beta;
+}
+__device__ __forceinline__ float elu(float x, float neg, float pos) {
+  return x > 0.f ? x * pos : expm1f(x) * neg;
+}
+__device__ __forceinline__ float hardsigmoid(float x) {
+  return fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f);
+}
 
 // The same ops in double, for f64 chains (the generic kernels): accurate libm functions, PyTorch's
 // double formulas.
@@ -56,6 +68,14 @@ __device__ __forceinline__ double swish(double x) { return x / (1.0 + exp(-x)); 
 __device__ __forceinline__ double hardswish(double x) { return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0; }
 __device__ __forceinline__ double gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
 __device__ __forceinline__ double clamp(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
+__device__ __forceinline__ double mish(double x) { return x * tanh(log1p(exp(x))); }
+__device__ __forceinline__ double softplus(double x, double beta, double threshold) {
+  return x * beta > threshold ? x : log1p(exp(x * beta)) / beta;
+}
+__device__ __forceinline__ double elu(double x, double neg, double pos) {
+  return x > 0.0 ? x * pos : expm1(x) * neg;
+}
+__device__ __forceinline__ double hardsigmoid(double x) { return fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0; }
 
 // ---- their derivatives (the backward pass), PyTorch's values at the kinks -------------------
 // relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included, hardtanh' only
@@ -91,6 +111,22 @@ __device__ __forceinline__ float clamp_d(float x, float lo, float hi) {
 }
 __device__ __forceinline__ float hardtanh_d(float x, float lo, float hi) {
   return x > lo && x < hi ? 1.f : 0.f;
+}
+__device__ __forceinline__ float mish_d(float x) {
+  const float t = tanhf(log1pf(expf(x)));
+  return t + x * (1.f / (1.f + expf(-x))) * (1.f - t * t);
+}
+__device__ __forceinline__ float softplus_d(float x, float beta, float threshold) {
+  if (x * beta > threshold) return 1.f;
+  const float z = expf(x * beta);
+  return z / (z + 1.f);
+}
+// elu'(0) = neg (PyTorch: x <= 0 takes neg * e^x); selu passes neg = alpha * scale, pos = scale.
+__device__ __forceinline__ float elu_d(float x, float neg, float pos) {
+  return x > 0.f ? pos : neg * expf(x);
+}
+__device__ __forceinline__ float hardsigmoid_d(float x) {
+  return x > -3.f && x < 3.f ? 1.f / 6.f : 0.f;
 }
 
 // ---- programmatic dependent launch ----------------------------------------------------------

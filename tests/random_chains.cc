@@ -24,6 +24,15 @@ Op RandomElementwise(Rng& rng) {
     // About a sixth of them a multiply by +-[0.5, 2) instead, chosen without drawing (as
     // hardtanh below), so the chains after them stay the ones they were.
     if (slope > 0.25) return Mul((slope < 0.275 ? -1 : 1) * (0.5 + std::fmod(slope, 0.025) * 60));
+    // And another sixth one of the smooth activations, from the slope's digits likewise.
+    if (slope > 0.2) {
+      const double f = std::fmod(slope, 0.01) * 100;  // in [0, 1)
+      if (slope <= 0.21) return Elu(0.5 + f);
+      if (slope <= 0.22) return Softplus(0.5 + 1.5 * f, 0.5 + 2 * f);  // threshold hit often
+      if (slope <= 0.23) return Elementwise(OpKind::kMish);
+      if (slope <= 0.24) return Elementwise(OpKind::kSelu);
+      return Elementwise(OpKind::kHardsigmoid);
+    }
     return LeakyRelu(slope);
   }
   if (kind == OpKind::kClamp) {

@@ -66,6 +66,11 @@ enum class OpKind {
   kHardtanh,
   kMul,  // x * by (a Python scalar multiply or divide: x * 2, x / 4)
   kAdd,  // x + by (x + 1, x - 0.5)
+  kMish,         // x * tanh(softplus(x))
+  kSoftplus,     // log(1 + e^(beta x)) / beta, x where beta x > threshold
+  kElu,          // x > 0 ? x : alpha (e^x - 1)
+  kSelu,         // scale * elu(x, alpha) with PyTorch's fixed scale and alpha
+  kHardsigmoid,  // clamp(x / 6 + 1/2, 0, 1)
   kGroupNorm,
   kMean,
 };
@@ -95,14 +100,16 @@ struct Op {
   double slope = 0.01;       // kLeakyRelu
   double min = 0, max = 0;   // kClamp, kHardtanh
   double by = 0;             // kMul (the factor), kAdd (the addend)
+  double alpha = 1;          // kElu
+  double beta = 1, threshold = 20;  // kSoftplus (PyTorch's defaults)
   int64_t groups = 0;        // kGroupNorm
   double eps = 1e-5;         // kGroupNorm
   std::vector<int> dims;     // kMean: {2,3,4} or {1,2,3,4}
   bool operator==(const Op&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const Op& op) {
-    return H::combine(std::move(h), op.kind, op.conv, op.slope, op.min, op.max, op.by, op.groups,
-                      op.eps, op.dims);
+    return H::combine(std::move(h), op.kind, op.conv, op.slope, op.min, op.max, op.by, op.alpha,
+                      op.beta, op.threshold, op.groups, op.eps, op.dims);
   }
 };
 
@@ -141,7 +148,9 @@ Op Conv3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1}, Dims3 pa
 Op ConvTranspose3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1},
                    Dims3 padding = {0, 0, 0}, Dims3 output_padding = {0, 0, 0},
                    Dims3 dilation = {1, 1, 1}, bool bias = true);
-Op Elementwise(OpKind kind);  // relu, sigmoid, tanh, swish, hardswish, gelu
+// An op without arguments (relu, sigmoid, tanh, swish, hardswish, gelu, mish, selu, hardsigmoid),
+// or softplus / elu at PyTorch's defaults.
+Op Elementwise(OpKind kind);
 Op LeakyRelu(double slope = 0.01);
 Op Clamp(double min, double max);
 // PyTorch's hardtanh (nn.Hardtanh; nn.ReLU6 is Hardtanh(0, 6)): clamp's values, gradient 1 only
@@ -151,6 +160,9 @@ Op Hardtanh(double min = -1, double max = 1);
 // one, x + by (`x + 1`, `x - 0.5` is Add(-0.5)).
 Op Mul(double by);
 Op Add(double by);
+// PyTorch's softplus (nn.Softplus(beta, threshold)) and elu (nn.ELU(alpha)).
+Op Softplus(double beta = 1, double threshold = 20);
+Op Elu(double alpha = 1);
 Op GroupNorm(int64_t groups, double eps = 1e-5);
 Op Mean(std::vector<int> dims);
 

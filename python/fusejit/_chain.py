@@ -61,6 +61,11 @@ def ops_of(spec: str) -> List[Tuple[str, Dict[str, Any]]]:
             args.setdefault("max", 1.0)
         elif name == "group_norm":
             args.setdefault("eps", 1e-5)
+        elif name == "softplus":
+            args.setdefault("beta", 1.0)
+            args.setdefault("threshold", 20.0)
+        elif name == "elu":
+            args.setdefault("alpha", 1.0)
         ops.append((name, args))
     return ops
 
@@ -113,6 +118,16 @@ def eager(ops, x, params: Sequence[Any]):
             x = x * a["by"]
         elif name == "add":
             x = x + a["by"]
+        elif name == "mish":
+            x = F.mish(x)
+        elif name == "softplus":
+            x = F.softplus(x, a["beta"], a["threshold"])
+        elif name == "elu":
+            x = F.elu(x, a["alpha"])
+        elif name == "selu":
+            x = F.selu(x)
+        elif name == "hardsigmoid":
+            x = F.hardsigmoid(x)
         elif name == "group_norm":
             w = next(it)
             b = next(it)

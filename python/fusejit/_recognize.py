@@ -16,6 +16,8 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   torch.conv_transpose3d with the model's own Parameters (get_attr) as weight and bias.
 - elementwise, as modules, functions, methods and in-place forms: relu, leaky_relu, sigmoid, tanh,
   silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip),
+  mish, softplus (beta, threshold), elu (alpha), selu, hardsigmoid (modules nn.Mish, nn.Softplus,
+  nn.ELU, nn.SELU, nn.Hardsigmoid and their F. / torch. functions),
   hardtanh (nn.Hardtanh, F.hardtanh, nn.ReLU6 and F.relu6 -> hardtanh(min=0,max=6): clamp's values,
   gradient 0 at the bounds where clamp's is 1); a clamp with only min=0 is relu, marked: its
   gradient at 0 is 1, relu's 0, so calls needing gradients run the original
@@ -37,6 +39,11 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   [2,3,4] with keepdim=True ([N,C,1,1,1]), or [N,C] when flatten(1) follows it (nn.Flatten,
   torch.flatten, Tensor.flatten). The chain's mean gives [N,C] or [N]; Recognized.out_dims says
   how its result is viewed as the model's (size-1 dimensions kept).
+- a multiply, divide, add or subtract by one of the model's nn.Parameters shaped per channel
+  ([C,1,1,1], [1,C,1,1,1] or one value: x * self.scale, x + self.bias, self.bias - x, ...) right
+  after the convolution or the group_norm (several in a row too): folded into that op's weight and
+  bias (Recognized.folds: (conv(x) + b) * s = conv(x, w s) + b s); a convolution without a bias
+  gets one when an add is folded into it. Elsewhere (after a nonlinearity) it is refused.
 - skipped: nn.Identity, dropout with p=0 (modules and F.dropout) or training=False (F.dropout),
   x.contiguous(), x.clone(); dropout modules with p > 0 (nn.Dropout, nn.Dropout3d, ...), which are
   the identity in eval mode: Recognized.dropout_modules names them, and the drop-in runs the
@@ -70,7 +77,8 @@ import torch.nn.functional as F
 __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 
 GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
-           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6, * / + - by a constant) "
+           "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, "
+           "selu, hardsigmoid, * / + - by a constant) "
            "-> at most one group_norm "
            "(or instance norm without running statistics), "
            "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]")
@@ -135,6 +143,54 @@ def _dims3_text(d) -> str:
 # ----------------------------------------------------------------------------------------------
 # The result.
 
+@dataclasses.dataclass(eq=False)  # compared by identity: factors hold tensors
+class Fold:
+    """A chain parameter computed from the model's: a convolution's or group_norm's weight
+    (role "scale") or bias ("shift") with the per-channel multiplies and adds after it folded in.
+    (x @ w + b) * s + t is x @ (w s) + (b s + t): along the steps, "mul" / "div" by the factor
+    scale both, "add" / "sub" shift the bias, "rsub" (P - x) negates the weight and gives the
+    bias P - b. `base` is the model path of the parameter folded into (None: 1 for a group_norm
+    without weight, 0 for a missing bias); `axis` the weight's output-channel axis (0 conv3d, 1
+    conv_transpose3d; None for a [C] vector); `factors` path -> Parameter for the base and steps."""
+    base: Optional[str]
+    role: str
+    steps: list
+    axis: Optional[int]
+    channels: Optional[int]
+    factors: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def paths(self) -> list:
+        """The model paths this parameter is computed from: the base, then the factors."""
+        return ([self.base] if self.base else []) + [path for _, path in self.steps]
+
+    def value(self, get, channels: int):
+        """The chain parameter from the model's tensors (get(path) -> tensor), contiguous, in their
+        dtype: computed in float32 for 16-bit ones and rounded once. Differentiable (torch ops), so
+        gradients reach the model's parameters through it. `channels`: the group_norm's or
+        convolution's channel count (for the 1 or 0 that stands for a missing base)."""
+        first = get(self.base if self.base else self.steps[0][1])
+        dtype, device = first.dtype, first.device
+        work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        if self.base is not None:
+            t = get(self.base).to(work)
+        else:
+            t = torch.full((channels,), 1.0 if self.role == "scale" else 0.0, dtype=work,
+                           device=device)
+        for op, path in self.steps:
+            s = get(path).to(work).reshape(-1)
+            if self.axis is not None:  # along the weight's output channels
+                s = s.reshape([-1 if a == self.axis else 1 for a in range(t.dim())])
+            if op == "mul":
+                t = t * s
+            elif op == "div":
+                t = t / s
+            elif op == "rsub":  # P - (x w + b) = x (-w) + (P - b)
+                t = -t if self.role == "scale" else s - t
+            elif self.role == "shift":
+                t = t + s if op == "add" else t - s
+        return t.to(dtype).contiguous()
+
+
 @dataclasses.dataclass(eq=False)  # compared by identity: params hold tensors
 class Recognized:
     ops: list
@@ -162,6 +218,10 @@ class Recognized:
     # The group_norm is an nn.InstanceNorm3d: torch.autocast does not run it in float32 (as it does
     # group_norm), so under autocast it stays in the convolution's dtype.
     norm_is_instance: bool = False
+    # Chain parameters computed from model parameters (per-channel multiplies and adds folded into
+    # the convolution's or group_norm's weight and bias): chain name -> Fold. These names are not
+    # in `params`.
+    folds: dict = dataclasses.field(default_factory=dict)
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     # (groups, channels or None): the group_norm's, for checking an input's shape
@@ -246,6 +306,11 @@ class _Op:
             return "%s(min=%s,max=%s)" % (k, format_number(a["min"]), format_number(a["max"]))
         if k in ("mul", "add"):
             return "%s(by=%s)" % (k, format_number(a["by"]))
+        if k == "softplus":
+            return "softplus(beta=%s,threshold=%s)" % (format_number(a["beta"]),
+                                                       format_number(a["threshold"]))
+        if k == "elu":
+            return "elu(alpha=%s)" % format_number(a["alpha"])
         if k == "group_norm":
             return "group_norm(groups=%d,eps=%s)" % (a["groups"], format_number(a["eps"]))
         if k == "mean":
@@ -453,6 +518,9 @@ def _s_leaky_(input, negative_slope=0.01): pass
 def _s_hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False): pass
 def _s_hardtanh_(input, min_val=-1.0, max_val=1.0): pass
 def _s_gelu(input, approximate="none"): pass
+def _s_softplus(input, beta=1.0, threshold=20.0): pass
+def _s_elu(input, alpha=1.0, inplace=False): pass
+def _s_elu_(input, alpha=1.0): pass
 def _s_clamp(input, min=None, max=None): pass
 def _s_mean(input, dim=None, keepdim=False, *, dtype=None, axis=None): pass
 def _s_gn(input, num_groups, weight=None, bias=None, eps=1e-5): pass
@@ -510,6 +578,21 @@ def _b_gelu(b, where, layer, ctx):
         _refuse(where, "gelu with approximate=%r; fusejit's gelu is the exact erf form "
                        "(approximate='none')" % (b["approximate"],), layer)
     return "gelu", {}, {}
+
+
+def _softplus_op(beta, threshold, where, layer):
+    beta = _number(beta, "beta", where, layer)
+    if beta == 0:
+        _refuse(where, "softplus with beta=0 (it divides by beta)", layer)
+    return "softplus", {"beta": beta, "threshold": _number(threshold, "threshold", where, layer)}, {}
+
+
+def _b_softplus(b, where, layer, ctx):
+    return _softplus_op(b["beta"], b["threshold"], where, layer)
+
+
+def _b_elu(b, where, layer, ctx):
+    return "elu", {"alpha": _number(b["alpha"], "alpha", where, layer)}, {}
 
 
 def _b_clamp(b, where, layer, ctx):
@@ -641,6 +724,12 @@ _FUNCTION_FORMS = [
     (["F.silu"], _s_unary_inplace, _b_plain("swish"), "inplace"),
     (["F.hardswish"], _s_unary_inplace, _b_plain("hardswish"), "inplace"),
     (["F.hardsigmoid"], _s_unary_inplace, _b_plain("hardsigmoid"), "inplace"),
+    (["F.mish"], _s_unary_inplace, _b_plain("mish"), "inplace"),
+    (["F.softplus", "torch._C._nn.softplus"], _s_softplus, _b_softplus, False),
+    (["F.elu"], _s_elu, _b_elu, "inplace"),
+    (["F.elu_", "torch._C._nn.elu_"], _s_elu_, _b_elu, True),
+    (["F.selu", "torch.selu"], _s_unary_inplace, _b_plain("selu"), "inplace"),
+    (["F.selu_", "torch.selu_"], _s_unary, _b_plain("selu"), True),
     (["F.gelu"], _s_gelu, _b_gelu, False),
     (["torch.clamp", "torch.clip"], _s_clamp, _b_clamp, False),
     (["torch.clamp_", "torch.clip_"], _s_clamp, _b_clamp, True),
@@ -729,7 +818,8 @@ def _dropout_types():
 
 _SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNorm3d, nn.ReLU,
                       nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid,
-                      nn.GELU, nn.ReLU6, nn.Hardtanh, nn.Identity) + _dropout_types()
+                      nn.GELU, nn.ReLU6, nn.Hardtanh, nn.Mish, nn.Softplus, nn.ELU, nn.SELU,
+                      nn.Identity) + _dropout_types()
 # Methods a subclass must not override to count as its torch.nn base class.
 _BEHAVIOUR = ("forward", "_conv_forward", "_output_padding")
 
@@ -807,6 +897,15 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
         return "hardswish", {}, {}, inplace
     if t is nn.Hardsigmoid:
         return "hardsigmoid", {}, {}, inplace
+    if t is nn.Mish:
+        return "mish", {}, {}, inplace
+    if t is nn.Softplus:
+        kind, attrs, params = _softplus_op(mod.beta, mod.threshold, where, layer)
+        return kind, attrs, params, False
+    if t is nn.ELU:
+        return "elu", {"alpha": _number(mod.alpha, "alpha", where, layer)}, {}, inplace
+    if t is nn.SELU:
+        return "selu", {}, {}, inplace
     if t is nn.GELU:
         approximate = getattr(mod, "approximate", "none")
         if approximate != "none":
@@ -940,9 +1039,6 @@ def _match_step(cur, first, ctx: _Ctx) -> Optional[_Step]:
                 kind = "swish" if gate.kind == "sigmoid" else "hardswish"
                 where = "%s written as x * %s(x) (%s)" % (kind, gate.kind, gate.where)
                 return _Step(_Op(kind, where, mutates_input=inpl, layer=gate.layer), [first, m], m)
-    if gate is not None and gate.kind == "hardsigmoid":
-        _refuse(gate.where, "hardsigmoid is accepted only as x * hardsigmoid(x) (hardswish)",
-                gate.layer)
     if gate is not None:
         return _Step(gate, [first], first)
     # hardswish written out: x * relu6(x + 3) / 6 or x * (relu6(x + 3) / 6).
@@ -951,6 +1047,10 @@ def _match_step(cur, first, ctx: _Ctx) -> Optional[_Step]:
         return step
     # x * c, x / c, x + c, x - c with a constant number c.
     step = _match_scalar(cur, first, ctx)
+    if step is not None:
+        return step
+    # x * P, x + P, ... with a per-channel Parameter P.
+    step = _match_channel(cur, first, ctx)
     if step is not None:
         return step
     # global average pooling: adaptive_avg_pool3d(x, 1) then flatten(1) is a mean over [2,3,4].
@@ -1037,6 +1137,40 @@ def _match_scalar(cur, first, ctx: _Ctx) -> Optional[_Step]:
     else:
         kind, by = ("mul" if sym == "*" else "add"), c
     return _Step(_Op(kind, where, {"by": by}, mutates_input=inplace, layer=layer), [first], first)
+
+
+_CHANNEL_OPS = {"*": "mul", "/": "div", "+": "add", "-": "sub"}
+
+
+def _match_channel(cur, first, ctx: _Ctx) -> Optional[_Step]:
+    """`first` as a per-channel parameter op: x * P, P * x, x / P, x + P, P + x, x - P, P - x with
+    P one of the model's nn.Parameters shaped to broadcast per channel against [N,C,D,H,W]
+    ([C,1,1,1], [1,C,1,1,1], or a single value); None where `first` is no such arithmetic.
+    It is folded into the convolution's or the group_norm's parameters (_fold_channel_ops)."""
+    sym = _arith(first)
+    if sym is None or first.kwargs or len(first.args) != 2:
+        return None
+    a, b = first.args
+    is_attr = lambda v: _is_node(v) and v.op == "get_attr"  # noqa: E731
+    if a is cur and is_attr(b):
+        op, pnode = _CHANNEL_OPS[sym], b
+        inplace = (first.target in _IN_PLACE_OPERATORS if first.op == "call_function"
+                   else first.target.endswith("_"))
+    elif b is cur and is_attr(a) and first.op == "call_function" and sym != "/":
+        op, pnode, inplace = {"*": "mul", "+": "add", "-": "rsub"}[sym], a, False
+    else:
+        return None
+    where, layer = _describe(first, ctx)
+    param = _param_from_node(pnode, "the tensor it %s" % ("multiplies by" if sym in "*/" else "adds"),
+                             ctx, where, layer)
+    shape = tuple(param[0].shape)
+    padded = (1,) * (5 - len(shape)) + shape if len(shape) <= 5 else shape
+    if len(shape) > 5 or any(d != 1 for i, d in enumerate(padded) if i != 1):
+        _refuse(where, "parameter '%s' of shape %s does not broadcast per channel against the "
+                       "[N,C,D,H,W] value (fusejit takes [C,1,1,1], [1,C,1,1,1] or a single "
+                       "value)" % (param[1], list(shape)), layer)
+    return _Step(_Op("channel_" + op, where, {"numel": int(param[0].numel())},
+                     {"factor": param}, mutates_input=inplace, layer=layer), [first], first)
 
 
 def _s_pool(input, output_size): pass
@@ -1187,6 +1321,28 @@ def recognize(model: nn.Module) -> Recognized:
     return _assemble(found, model)
 
 
+def _fold_targets(ops: List[_Op]) -> Tuple[List[_Op], Dict[int, List[_Op]]]:
+    """(the ops without the per-channel parameter ops, {index in that list of the convolution or
+    group_norm: the per-channel ops right after it, in order}): a run of them right after the
+    convolution or the group_norm folds into its weight and bias; anywhere else it is refused."""
+    kept: List[_Op] = []
+    folds: Dict[int, List[_Op]] = {}
+    target = None
+    for op in ops:
+        if not op.kind.startswith("channel_"):
+            kept.append(op)
+            target = len(kept) - 1 if op.kind in ("conv3d", "conv_transpose3d",
+                                                  "group_norm") else None
+            continue
+        if target is None:
+            _refuse(op.where, "a multiply or add by a per-channel parameter is fused only right "
+                              "after the convolution or the group_norm (it folds into their "
+                              "weight and bias); here it %s" %
+                    ("follows %s" % kept[-1].where if kept else "comes first"), op.layer)
+        folds.setdefault(target, []).append(op)
+    return kept, folds
+
+
 def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     ops: List[_Op] = []
     out_dims = None
@@ -1228,6 +1384,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         if len(layout) != len(kept):
             out_dims = tuple(kept.index(a) if a >= 0 else None for a in layout)
         ops.append(_Op("mean", first.where, {"dims": dims}, layer=first.layer))
+    ops, channel_ops = _fold_targets(ops)
     if not ops:
         raise Unsupported("fusejit cannot fuse model %s: its forward has no op to fuse; %s"
                           % (_class_name(model), GRAMMAR), reason="no ops")
@@ -1246,16 +1403,12 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                     nxt.layer)
     params: Dict[str, Any] = {}
     paths: Dict[str, str] = {}
+    folds: Dict[str, Fold] = {}
     conv = ops[0] if ops[0].kind in ("conv3d", "conv_transpose3d") else None
     gn = None
     norm_constants = None
     gn_channels = None
     for i, op in enumerate(ops):
-        for role in ("weight", "bias"):
-            if role in op.params:
-                p, path = op.params[role]
-                params["%d.%s" % (i, role)] = p
-                paths["%d.%s" % (i, role)] = path
         if op.kind == "group_norm":
             gn = op
             if "weight" in op.params:
@@ -1264,7 +1417,39 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 gn_channels = op.attrs.get("channels")
                 if gn_channels is None and conv is not None:
                     gn_channels = conv.attrs["out"]
-                norm_constants = ("%d.weight" % i, "%d.bias" % i, gn_channels)
+        chops = channel_ops.get(i)
+        if chops:
+            channels = conv.attrs["out"] if op is conv else gn_channels
+            for c in chops:
+                n = c.attrs["numel"]
+                if channels is None and n > 1:
+                    channels = gn_channels = n  # the input's channels must be n (spec() checks)
+                if n not in (1, channels):
+                    _refuse(c.where, "parameter '%s' has %d values for the %d channels of %s"
+                            % (c.params["factor"][1], n, channels, op.where), c.layer)
+            steps = [(c.kind[len("channel_"):], c.params["factor"][1]) for c in chops]
+            if op is conv and not op.attrs["bias"] and any(s[0] != "mul" and s[0] != "div"
+                                                           for s in steps):
+                op.attrs["bias"] = True  # the added values are the bias
+            axis = None if op is not conv else (1 if conv.kind == "conv_transpose3d" else 0)
+            for role, kind in (("weight", "scale"), ("bias", "shift")):
+                if op is conv and role == "bias" and not op.attrs["bias"]:
+                    continue
+                base = op.params.get(role)
+                folds["%d.%s" % (i, role)] = Fold(
+                    base=None if base is None else base[1], role=kind, steps=steps,
+                    axis=axis if role == "weight" else None, channels=channels,
+                    factors={c.params["factor"][1]: c.params["factor"][0] for c in chops})
+                if base is not None:
+                    folds["%d.%s" % (i, role)].factors[base[1]] = base[0]
+            continue
+        for role in ("weight", "bias"):
+            if role in op.params:
+                p, path = op.params[role]
+                params["%d.%s" % (i, role)] = p
+                paths["%d.%s" % (i, role)] = path
+        if op.kind == "group_norm" and "weight" not in op.params:
+            norm_constants = ("%d.weight" % i, "%d.bias" % i, gn_channels)
     if conv is not None and gn is not None:
         c = conv.attrs["out"]
         if gn_channels != c or c % gn.attrs["groups"] != 0:
@@ -1287,7 +1472,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         training_fallback = "%s: calls that need gradients run the original forward (calls " \
                             "without gradients run fused)" % "; ".join(why)
     return Recognized(
-        training_fallback=training_fallback,
+        training_fallback=training_fallback, folds=folds,
         ops=[op.text() for op in ops], params=params, param_paths=paths,
         sources=[op.where for op in ops], norm_constants=norm_constants, out_dims=out_dims,
         dropout_modules=dropouts,

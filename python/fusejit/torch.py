@@ -556,6 +556,9 @@ class _State(object):
         self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
+        self.folds = {}  # Recognized.folds: chain parameters computed from the model's
+        self.raw_paths = []  # the model parameters a call reads, in the order of `getters`
+        self.chain_names = []  # the chain's parameter names but group_norm's constants, in order
         self.getters = []
         self.ready = {}
         self.ready_training = {}
@@ -575,10 +578,19 @@ class _State(object):
         self.dropout_modules = r.dropout_modules
         self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
+        self.folds = r.folds
+        self.chain_names = sorted(set(r.param_paths) | set(r.folds), key=_param_order)
+        # The model parameters read: the chain's own, then those the folded ones are computed
+        # from. Without folds they are the chain's parameters (but group_norm's constants).
+        self.raw_paths = [path for _, path in self.param_paths]
+        for name in self.chain_names:
+            for path in r.folds[name].paths() if name in r.folds else []:
+                if path not in self.raw_paths:
+                    self.raw_paths.append(path)
         # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
         # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
         # on the module is seen by the next call.
-        self.getters = [_param_getter(path) for _, path in self.param_paths]
+        self.getters = [_param_getter(path) for path in self.raw_paths]
         # (shape, dtype, device) -> _Ready: calls already checked and decided, for the fast path
         self.ready = {}  # type: Dict[tuple, _Ready]
         # (shape, dtype, device, x's requires_grad, each parameter's) -> _ReadyTraining
@@ -611,13 +623,42 @@ def _norm_constants(st: _State, x: torch.Tensor, dtype) -> List[torch.Tensor]:
     return out
 
 
-def _named_params(self, st: _State, x: torch.Tensor, dtype) -> List[Tuple[str, torch.Tensor]]:
-    """(chain name, tensor) of every chain parameter for a call on x: the model's Parameters, then
-    group_norm's constants (of `dtype`) where the model has none."""
-    named = [(name, _get(self, path)) for name, path in st.param_paths]
+def _chain_params(st: _State, raw: List[torch.Tensor], x: torch.Tensor, dtype
+                  ) -> List[torch.Tensor]:
+    """The chain's parameters, in signature order, from `raw` (the model's tensors at
+    st.raw_paths): the model's Parameters themselves, or computed from them where per-channel
+    ops are folded in (st.folds; differentiable torch ops), then group_norm's constants (of
+    `dtype`) where the model has none."""
+    if st.folds:
+        by_path = dict(zip(st.raw_paths, raw))
+        direct = dict(st.param_paths)
+        params = []
+        for name in st.chain_names:
+            f = st.folds.get(name)
+            params.append(by_path[direct[name]] if f is None else
+                          f.value(by_path.__getitem__, f.channels or int(x.shape[1])))
+    else:
+        params = raw
     if st.norm_constants is not None:
-        named += list(zip(st.norm_constants[:2], _norm_constants(st, x, dtype)))
-    return named
+        params = params + _norm_constants(st, x, dtype)
+    return params
+
+
+def _chain_names(st: _State) -> List[str]:
+    return st.chain_names + (list(st.norm_constants[:2]) if st.norm_constants is not None else [])
+
+
+def _raw_params(self, st: _State) -> List[Tuple[str, torch.Tensor]]:
+    """(model path, tensor) of every model parameter a call reads (st.raw_paths)."""
+    return [(path, _get(self, path)) for path in st.raw_paths]
+
+
+def _named_params(self, st: _State, x: torch.Tensor, dtype, raw=None
+                  ) -> List[Tuple[str, torch.Tensor]]:
+    """(chain name, tensor) of every chain parameter for a call on x (_chain_params)."""
+    if raw is None:
+        raw = _raw_params(self, st)
+    return list(zip(_chain_names(st), _chain_params(st, [p for _, p in raw], x, dtype)))
 
 
 def _model_output(st: _State, y: torch.Tensor) -> torch.Tensor:
@@ -908,27 +949,32 @@ def _fused_forward(self, *args, **kwargs):
     # no autocast, no submodule hooks. Other calls take the checked path.
     if not _is_compiling() and len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor:
         x = args[0]
-        params = [g(self) for g in st.getters]
-        if st.norm_constants is not None:
-            params += _norm_constants(st, x, x.dtype)
-        if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        # `raw`: the model parameters read (the chain's, or those its folded ones come from); the
+        # fast paths hold while they are the tensors the call was checked with.
+        raw = [g(self) for g in st.getters]
+        if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in raw)):
             if not self.training:
                 return _checked_forward(self, st, args, kwargs)
             ready = st.ready_training.get(
                 (x.shape, x.dtype, x.device, x.requires_grad) +
-                tuple(p.requires_grad for p in params))
-            if ready is None or not _fast_call_ok(st, x, params, ready.param_ptrs):
+                tuple(p.requires_grad for p in raw))
+            if ready is None or not _fast_call_ok(st, x, raw, ready.param_ptrs):
                 return _checked_forward(self, st, args, kwargs)
             if ready.eager:
                 return st.original_forward(self, x)
             _stats["fast_training"] += 1
+            params = _chain_params(st, raw, x, x.dtype)
             return _model_output(st, _ChainFunction.apply(ready.spec, x, *params))
         ready = st.ready.get((x.shape, x.dtype, x.device))
         if ready is not None:
-            ptrs = [p.data_ptr() for p in params]
-            if _fast_call_ok(st, x, params, ready.param_ptrs, ptrs):
+            ptrs = [p.data_ptr() for p in raw]
+            if _fast_call_ok(st, x, raw, ready.param_ptrs, ptrs):
                 if ready.eager:
                     return st.original_forward(self, x)
+                if st.folds or st.norm_constants is not None:
+                    # (`params` holds the computed tensors until the chain is enqueued)
+                    params = _chain_params(st, raw, x, x.dtype)
+                    ptrs = [p.data_ptr() for p in params]
                 ptrs.insert(0, x.data_ptr())
                 return _model_output(st, _launch(ready.chain, x, ptrs))
     return _checked_forward(self, st, args, kwargs)
@@ -1013,22 +1059,37 @@ def _checked_forward(self, st, args, kwargs):
         return _fallback(self, st, "fusejit takes one tensor argument", args, kwargs)
     x = args[0]
     autocast = x.is_cuda and _is_autocast_enabled()
-    # (group_norm's constants in float32 under autocast, which runs group_norm in float32)
-    named = _named_params(self, st, x, torch.float32 if autocast else x.dtype)
+    raw = _raw_params(self, st)
     st.submodules = [m for m in self.modules() if m is not self]
     if _any_hook(st.submodules):  # (the named walk, for the message, only then)
         return _fallback(self, st, _hooked(self), args, kwargs)
     if st.training_fallback is not None and _is_grad_enabled() and (
-            x.requires_grad or any(p.requires_grad for _, p in named)):
+            x.requires_grad or any(p.requires_grad for _, p in raw)):
         return _fallback(self, st, st.training_fallback, args, kwargs)
     if _is_compiling():
+        named = _named_params(self, st, x, x.dtype, raw)
         return _model_output(st, _call_op(_spec(st, x), x, [p for _, p in named]))
     if autocast:
+        if st.folds:
+            return _fallback(self, st, "autocast with per-channel parameters folded into the "
+                             "convolution or group_norm (autocast rounds the convolution's "
+                             "output before they apply): the original forward runs", args, kwargs)
+        # (group_norm's constants in float32 under autocast, which runs group_norm in float32)
+        named = _named_params(self, st, x, torch.float32, raw)
         return _autocast_forward(self, st, x, named, args, kwargs)
+    # The model's parameters first (the folded ones are computed from them), then the chain's.
+    reason = _why_not(x, raw)
+    if reason is not None:
+        return _fallback(self, st, reason, args, kwargs)
+    try:
+        named = _named_params(self, st, x, x.dtype, raw)
+    except RuntimeError as e:  # a folded factor replaced by one of another shape
+        return _fallback(self, st, "computing the folded parameters failed: %s" % e, args, kwargs)
     reason = _why_not(x, named)
     if reason is not None:
         return _fallback(self, st, reason, args, kwargs)
     params = [p for _, p in named]
+    raw_ptrs = [p.data_ptr() for _, p in raw]
     # The gradients this call needs, x's then each parameter's; None: an inference call.
     needs = None
     if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
@@ -1062,14 +1123,14 @@ def _checked_forward(self, st, args, kwargs):
     # The fast path serves inference calls with the inference decision, once it is final.
     inference = st.policy if st.policy != "auto" else st.decided.get((spec, device, None))
     if inference is not None:
-        st.ready[(x.shape, x.dtype, x.device)] = _Ready(chain, inference == "eager",
-                                                       [p.data_ptr() for p in params])
+        st.ready[(x.shape, x.dtype, x.device)] = _Ready(chain, inference == "eager", raw_ptrs)
     # ... and training calls with this gradient mask, once their decision is final (a decision
     # taken inside a graph capture is not: it is timed on a later call).
     if step and (st.policy != "auto" or
                  (spec, device, "".join("1" if n else "0" for n in needs)) in st.decided):
-        st.ready_training[(x.shape, x.dtype, x.device) + tuple(needs)] = _ReadyTraining(
-            spec, decision == "eager", [p.data_ptr() for p in params])
+        st.ready_training[(x.shape, x.dtype, x.device) + tuple(
+            [x.requires_grad] + [p.requires_grad for _, p in raw])] = _ReadyTraining(
+            spec, decision == "eager", raw_ptrs)
     if decision == "eager":
         return st.original_forward(self, x)
     if needs is not None:

@@ -15,7 +15,9 @@ constexpr OpKind kAllKinds[] = {OpKind::kConv3d,    OpKind::kConvTranspose3d, Op
                                 OpKind::kLeakyRelu, OpKind::kSigmoid,         OpKind::kTanh,
                                 OpKind::kSwish,     OpKind::kHardswish,       OpKind::kGelu,
                                 OpKind::kClamp,     OpKind::kHardtanh,        OpKind::kMul,
-                                OpKind::kAdd,       OpKind::kGroupNorm,       OpKind::kMean};
+                                OpKind::kAdd,       OpKind::kMish,            OpKind::kSoftplus,
+                                OpKind::kElu,       OpKind::kSelu,            OpKind::kHardsigmoid,
+                                OpKind::kGroupNorm, OpKind::kMean};
 
 TEST(OpTable, EveryKindHasOneRowFoundByNameAndAlias) {
   EXPECT_EQ(OpTable().size(), std::size(kAllKinds));
@@ -77,6 +79,41 @@ TEST(OpTable, MulAndAddTakeOneConstant) {
   }
 }
 
+TEST(OpTable, SmoothActivationsTakePyTorchsDefaultsAndValues) {
+  absl::StatusOr<Chain> a = ParseChain(
+      "x:f32[1,2,3,3,3] | mish | softplus | softplus(beta=2,threshold=5) | elu | elu(alpha=0.5) | "
+      "selu | hardsigmoid");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ops[1], Softplus(1, 20));
+  EXPECT_EQ(a->ops[2], Softplus(2, 5));
+  EXPECT_EQ(a->ops[3], Elu(1));
+  EXPECT_EQ(a->ops[4], Elu(0.5));
+  EXPECT_EQ(FormatChain(*a),
+            "x:f32[1,2,3,3,3] | mish | softplus(beta=1,threshold=20) | "
+            "softplus(beta=2,threshold=5) | elu(alpha=1) | elu(alpha=0.5) | selu | hardsigmoid");
+  // Values PyTorch 2.11 gives (float64): F.mish(1) = 0.8650983882673103, F.softplus(-1) =
+  // 0.31326168751822286, F.elu(-1, 0.5) = -0.31606027941427883, F.selu(-1) = -1.1113307378125625,
+  // F.hardsigmoid(1) = 0.6666666666666666; softplus(2, beta=1, threshold=1) = 2 (linear above).
+  EXPECT_NEAR(Describe(OpKind::kMish).value(Elementwise(OpKind::kMish), 1), 0.8650983882673103,
+              1e-15);
+  EXPECT_NEAR(Describe(OpKind::kSoftplus).value(Softplus(), -1), 0.31326168751822286, 1e-15);
+  EXPECT_EQ(Describe(OpKind::kSoftplus).value(Softplus(1, 1), 2), 2.0);
+  EXPECT_EQ(Describe(OpKind::kSoftplus).derivative(Softplus(1, 1), 2), 1.0);
+  EXPECT_NEAR(Describe(OpKind::kElu).value(Elu(0.5), -1), -0.31606027941427883, 1e-15);
+  EXPECT_EQ(Describe(OpKind::kElu).derivative(Elu(0.5), 0), 0.5);  // x <= 0 takes alpha e^x
+  EXPECT_NEAR(Describe(OpKind::kSelu).value(Elementwise(OpKind::kSelu), -1), -1.1113307378125625,
+              1e-15);
+  EXPECT_NEAR(Describe(OpKind::kHardsigmoid).value(Elementwise(OpKind::kHardsigmoid), 1),
+              2.0 / 3.0, 1e-15);
+  EXPECT_EQ(Describe(OpKind::kHardsigmoid).derivative(Elementwise(OpKind::kHardsigmoid), 3), 0.0);
+  EXPECT_EQ(Describe(OpKind::kSoftplus).device(Softplus(2, 5), DType::kF32),
+            "v = fj::softplus(v, 2.0f, 5.0f);");
+  for (const char* bad : {"x:f32[1,2,3,3,3] | softplus(beta=0)", "x:f32[1,2,3,3,3] | elu(alpha=inf)",
+                          "x:f32[1,2,3,3,3] | mish(alpha=1)", "x:f32[1,2,3,3,3] | elu(beta=1)"}) {
+    EXPECT_FALSE(ParseChain(bad).ok()) << bad;
+  }
+}
+
 TEST(OpTable, AliasesParseAndPrintAsTheName) {
   absl::StatusOr<Chain> a = ParseChain("x:f32[1,2,3,3,3] | silu | leaky_relu(negative_slope=0.2) | "
                                        "mean(dim=[2,3,4])");
@@ -91,6 +128,8 @@ Op Sample(OpKind kind) {
   if (kind == OpKind::kHardtanh) return Hardtanh(-0.75, 1.5);
   if (kind == OpKind::kMul) return Mul(-1.25);
   if (kind == OpKind::kAdd) return Add(0.375);
+  if (kind == OpKind::kSoftplus) return Softplus(1.5, 2);  // the threshold inside the range
+  if (kind == OpKind::kElu) return Elu(0.75);
   return Elementwise(kind);
 }
 

@@ -79,13 +79,24 @@ def _triple(v, default):
     return tuple(int(x) for x in v)
 
 
+def param(r, name, channels):
+    """Chain parameter `name` of Recognized `r` in float64: the model's Parameter, or computed from
+    the model's by its Fold (per-channel ops folded into it)."""
+    assert not (name in r.params and name in r.folds), name
+    if name in r.folds:
+        f = r.folds[name]
+        assert set(f.factors) == set(f.paths())
+        return f.value(lambda path: f.factors[path].detach().double(), f.channels or channels)
+    return r.params[name].detach().double()
+
+
 def evaluate(r, x):
     """Runs Recognized `r` on float64 `x` with r.params; checks the parameter names and shapes
     against codegen/chain.cc's ChainParams rule on the way."""
     expected_names = set()
     for i, text in enumerate(r.ops):
         name, a = parse_op(text)
-        p = lambda role: r.params["%d.%s" % (i, role)].detach().double()  # noqa: E731
+        p = lambda role: param(r, "%d.%s" % (i, role), x.shape[1])  # noqa: E731
         if name in ("conv3d", "conv_transpose3d"):
             assert i == 0
             k = _triple(a["k"], None)
@@ -131,6 +142,18 @@ def evaluate(r, x):
             x = x * a["by"]
         elif name == "add":
             x = x + a["by"]
+        elif name == "mish":
+            x = F.mish(x)
+        elif name == "softplus":
+            assert set(a) == {"beta", "threshold"}
+            x = F.softplus(x, a["beta"], a["threshold"])
+        elif name == "elu":
+            assert set(a) == {"alpha"}
+            x = F.elu(x, a["alpha"])
+        elif name == "selu":
+            x = F.selu(x)
+        elif name == "hardsigmoid":
+            x = F.hardsigmoid(x)
         elif name == "group_norm":
             if r.norm_constants is not None:  # no weight and bias in the model: 1 and 0
                 assert r.norm_constants[:2] == ("%d.weight" % i, "%d.bias" % i)
@@ -149,7 +172,7 @@ def evaluate(r, x):
             x = x.mean(dim=dims)
         else:
             raise AssertionError("unknown op %r" % text)
-    assert set(r.params) == expected_names, (sorted(r.params), sorted(expected_names))
+    assert set(r.params) | set(r.folds) == expected_names, (sorted(r.params), sorted(expected_names))
     if r.out_dims is not None:  # the model's view of the chain's output
         x = x.view([1 if d is None else x.shape[d] for d in r.out_dims])
     return x
@@ -738,7 +761,8 @@ REFUSALS = [
     ("hook", Hooked, ["layer 'conv'", "forward hooks"]),
     ("control-flow", ControlFlow, ["torch.fx could not trace"]),
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),
-    ("hardsigmoid-alone", lambda: Fn(lambda s, x: F.hardsigmoid(x)), ["F.hardsigmoid"]),
+    ("softplus-beta-zero", lambda: nn.Softplus(beta=0), ["nn.Softplus", "beta=0"]),
+    ("celu", lambda: nn.Sequential(nn.CELU()), ["layer '0'", "nn.CELU"]),
     ("gn-weight-only", GnWeightOnly, ["F.group_norm", "a weight but no bias"]),
     ("buffer-weight", BufferWeight, ["conv3d", "'w' is not a registered nn.Parameter but a buffer"]),
     ("returns-tuple", lambda: Fn(lambda s, x: (torch.relu(x),)), ["returns"]),
@@ -779,8 +803,8 @@ def test_refusal_message_reads_well():
     msg = str(info.value)
     assert msg.startswith("fusejit cannot fuse layer 'bn' (nn.BatchNorm3d)")
     assert "[conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, sigmoid, tanh, " \
-           "swish/silu, hardswish, gelu, clamp, hardtanh/relu6, * / + - by a constant) -> at most " \
-           "one group_norm" in msg
+           "swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, selu, " \
+           "hardsigmoid, * / + - by a constant) -> at most one group_norm" in msg
     assert info.value.layer == "bn"
 
 
@@ -844,8 +868,44 @@ def _elementwise(rng, i):
         ({}, lambda s, x: x / b, "mul(by=%s)" % format_number(1.0 / b)),
         ({}, lambda s, x: x + a, "add(by=%s)" % format_number(a)),
         ({}, lambda s, x: x.sub(b), "add(by=%s)" % format_number(-b)),
+        ({n: nn.Mish()}, lambda s, x: getattr(s, n)(x), "mish"),
+        ({}, lambda s, x: F.mish(x), "mish"),
+        ({n: nn.Softplus()}, lambda s, x: getattr(s, n)(x), "softplus(beta=1,threshold=20)"),
+        ({n: nn.Softplus(b, 1.0)}, lambda s, x: getattr(s, n)(x),
+         "softplus(beta=%s,threshold=1)" % format_number(b)),
+        ({}, lambda s, x: F.softplus(x, beta=b, threshold=2 * b),
+         "softplus(beta=%s,threshold=%s)" % (format_number(b), format_number(2 * b))),
+        ({n: nn.ELU()}, lambda s, x: getattr(s, n)(x), "elu(alpha=1)"),
+        ({n: nn.ELU(b, inplace=True)}, lambda s, x: getattr(s, n)(x), "elu(alpha=%s)" % b),
+        ({}, lambda s, x: F.elu(x, b), "elu(alpha=%s)" % b),
+        ({n: nn.SELU()}, lambda s, x: getattr(s, n)(x), "selu"),
+        ({}, lambda s, x: torch.selu(x), "selu"),
+        ({n: nn.Hardsigmoid()}, lambda s, x: getattr(s, n)(x), "hardsigmoid"),
+        ({}, lambda s, x: F.hardsigmoid(x), "hardsigmoid"),
     ]
     return forms[rng.randrange(len(forms))]
+
+
+def _channel_ops(rng, module, name, c):
+    """1-2 random per-channel parameter ops (x * P, P - x, x / P, ...) as steps on `module`,
+    with their Parameters registered as `name`0, `name`1; they fold into the op before them.
+    Returns (steps, whether one adds or subtracts: a convolution then gets a bias)."""
+    steps, shifts = [], False
+    for j in range(rng.randint(1, 2)):
+        shape = rng.choice([(c, 1, 1, 1), (1, c, 1, 1, 1), (), (1,)])
+        pname = "%s%d" % (name, j)
+        setattr(module, pname, nn.Parameter(torch.rand(shape) + 0.5))
+        form = rng.randrange(6)
+        shifts = shifts or form >= 3
+        steps.append([
+            lambda s, x, n=pname: x * getattr(s, n),
+            lambda s, x, n=pname: torch.mul(getattr(s, n), x),
+            lambda s, x, n=pname: x / getattr(s, n),
+            lambda s, x, n=pname: x + getattr(s, n),
+            lambda s, x, n=pname: getattr(s, n) - x,
+            lambda s, x, n=pname: x.sub(getattr(s, n)),
+        ][form])
+    return steps, shifts
 
 
 class RandomChain(nn.Module):
@@ -889,6 +949,11 @@ class RandomChain(nn.Module):
                 if kind == "conv_transpose3d":
                     kw["output_padding"] = module.output_padding
                 self.steps.append(lambda s, x: f(x, s.cw, s.cb, **kw))
+            if rng.random() < 0.3:  # folded into the convolution's weight and bias
+                steps, shifts = _channel_ops(rng, self, "conv_scale", c)
+                self.steps += steps
+                if shifts:
+                    self.expected[-1] = self.expected[-1].replace(",bias=false", "")
         i = 0
         for phase in ("before", "norm", "after"):
             if phase == "norm":
@@ -914,6 +979,8 @@ class RandomChain(nn.Module):
                         self.gn_w = nn.Parameter(torch.ones(c))
                         self.gn_b = nn.Parameter(torch.zeros(c))
                         self.steps.append(lambda s, x: F.group_norm(x, groups, s.gn_w, s.gn_b, eps))
+                    if rng.random() < 0.25:  # folded into the group_norm's weight and bias
+                        self.steps += _channel_ops(rng, self, "norm_scale", c)[0]
                 continue
             for _ in range(rng.randint(0, 2)):
                 children, apply, text = _elementwise(rng, i)
