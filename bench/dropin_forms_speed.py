@@ -83,6 +83,32 @@ class NormScaledTanh(nn.Module):
         return torch.tanh(self.norm(x) * 1.5)
 
 
+class ChannelScaled(nn.Module):
+    """conv -> * a per-channel Parameter -> instance norm -> clamp -> * 2 (KernelBench style)."""
+
+    def __init__(self, cin, c):
+        super().__init__()
+        self.conv = nn.Conv3d(cin, c, 3)
+        self.scale = nn.Parameter(torch.rand(c, 1, 1, 1) + 0.5)
+        self.norm = nn.InstanceNorm3d(c)
+
+    def forward(self, x):
+        return torch.clamp(self.norm(self.conv(x) * self.scale), -1.0, 1.0) * 2.0
+
+
+class BiasNormSoftplus(nn.Module):
+    """conv_transpose -> + a per-channel bias Parameter -> group norm -> softplus."""
+
+    def __init__(self, cin, c):
+        super().__init__()
+        self.up = nn.ConvTranspose3d(cin, c, 3, stride=2, padding=1)
+        self.bias = nn.Parameter(torch.randn(1, c, 1, 1, 1) * 0.1)
+        self.norm = nn.GroupNorm(8, c)
+
+    def forward(self, x):
+        return F.softplus(self.norm(self.up(x) + self.bias))
+
+
 def kept_mean(x):
     return x.mean(dim=[2, 3, 4], keepdim=True)
 
@@ -107,6 +133,12 @@ ROWS = {
     "S2": (lambda: Shifted(nn.ConvTranspose3d(32, 64, 3, stride=2, padding=1), nn.GroupNorm(8, 64)),
            (4, 32, 16, 16, 16)),
     "S3": (lambda: NormScaledTanh(nn.GroupNorm(4, 32)), (16, 32, 16, 32, 32)),
+    # per-channel parameters folded, smooth activations (session 33)
+    "K1": (lambda: ChannelScaled(3, 16), (128, 3, 16, 32, 32)),
+    "K2": (lambda: Chain(nn.Conv3d(3, 16, 3), nn.Mish(), nn.Tanh()), (16, 3, 16, 32, 32)),
+    "K3": (lambda: BiasNormSoftplus(32, 64), (4, 32, 16, 16, 16)),
+    "K4": (lambda: Chain(nn.Conv3d(8, 32, 3), nn.GroupNorm(4, 32), nn.ELU(), tail=kept_mean),
+           (32, 8, 16, 16, 16)),
 }
 
 

@@ -107,6 +107,11 @@ TEST(GpuBackward, EveryOpAndMeanMode) {
       // output_padding >= stride (dilation allows it): the data gradient cropped.
       "x:f32[2,4,5,5,5] | conv_transpose3d(out=4,k=3,output_padding=1,dilation=2) | relu | group_norm(groups=2)",
       "x:f32[1,3,4,5,6] | conv_transpose3d(out=5,k=[3,2,3],stride=[1,2,1],padding=[1,0,0],output_padding=[1,1,2],dilation=[2,2,3]) | tanh",
+      // the smooth activations (softplus's threshold inside the data's range)
+      "x:f32[2,5,6,7,8] | conv3d(out=6,k=3,padding=1) | mish | group_norm(groups=3) | softplus(beta=1.5,threshold=1)",
+      "x:f32[2,4,5,6,5] | conv_transpose3d(out=6,k=3,stride=2,padding=1) | elu(alpha=0.7) | group_norm(groups=2) | selu | mean(dims=[2,3,4])",
+      "x:f32[2,6,5,6,7] | hardsigmoid | group_norm(groups=3) | mish",
+      "x:f32[2,3,5,6,7] | selu | softplus | elu",
   };
   uint64_t seed = 11;
   for (const char* spec : specs) {

@@ -76,6 +76,41 @@ TEST(GpuChains, FastStrategiesOnRandomChains) {
   }
 }
 
+// The smooth activations (mish, softplus with its threshold inside the data's range, elu, selu,
+// hardsigmoid) before and after a group_norm, after a convolution and a transposed one, with and
+// without a mean, alone: on every strategy that applies to each chain (the older ops are drawn by
+// the random chains of every strategy above).
+TEST(GpuChains, SmoothActivationsOnEveryApplicableStrategy) {
+  SKIP_WITHOUT_GPU();
+  const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
+  const char* const ops[] = {"mish", "softplus(beta=1.5,threshold=1)", "elu(alpha=0.7)", "selu",
+                             "hardsigmoid"};
+  const char* const shapes[] = {
+      "x:f32[2,4,9,10,11] | conv3d(out=8,k=3,padding=1) | OP | group_norm(groups=2) | OP",
+      "x:f32[2,4,6,7,5] | conv_transpose3d(out=6,k=3,stride=2) | OP | group_norm(groups=3) | OP | "
+      "mean(dims=[2,3,4])",
+      "x:f32[2,6,12,12,12] | conv3d(out=16,k=3) | OP | mean(dims=[1,2,3,4])",
+      "x:f32[3,8,7,9,10] | OP | group_norm(groups=4) | OP",
+      "x:f32[2,5,6,7,8] | OP",
+  };
+  uint64_t seed = 500;
+  for (const char* op : ops) {
+    for (const char* shape : shapes) {
+      std::string spec = shape;
+      for (size_t at; (at = spec.find("OP")) != std::string::npos;) spec.replace(at, 2, op);
+      absl::StatusOr<Chain> chain = ParseChain(spec);
+      ASSERT_TRUE(chain.ok()) << spec << ": " << chain.status();
+      int applied = 0;
+      for (const auto& strategy : codegen::AllStrategies()) {
+        if (!strategy->Applies(codegen::PlanInput(*chain, target))) continue;
+        CheckChain(*chain, seed++, {}, std::string(strategy->name()));
+        ++applied;
+      }
+      EXPECT_GT(applied, 0) << spec;
+    }
+  }
+}
+
 TEST(GpuChains, LargerRandomChains) {
   SKIP_WITHOUT_GPU();
   Rng rng(99);

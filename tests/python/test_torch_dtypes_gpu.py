@@ -10,7 +10,7 @@ import torch
 
 import fusejit.torch as fj
 from seed_models import SEEDS
-from test_recognize import RandomChain
+from test_recognize import RandomChain, eager_backward_refusal
 from test_torch_gpu import randomized, rel_err
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -62,10 +62,16 @@ def check_dtype(model32, shape, dtype, seed=0, grads=True):
     (plain(xp).float() * g.float()).sum().backward()
     theirs_g = [xp.grad] + [p.grad for p in plain.parameters()]
     names = ["x"] + [n for n, _ in model.named_parameters()]
+    # A per-channel factor folded into a weight (x * P after the convolution or group_norm) gets
+    # its gradient from the chain's gradient of that weight, itself rounded to the dtype: two
+    # roundings where PyTorch's has one, so up to two units.
+    st = fast.__dict__["_fusejit"]
+    factors = {path for f in st.folds.values() for _, path in f.steps}
     for name, a, b, t in zip(names, got, want_g, theirs_g):
         assert a.dtype == dtype and not torch.isnan(a).any(), name + ": not written in full"
         ours, theirs = rel_err(a, b), rel_err(t, b)
-        assert ours <= max(1.1 * theirs, UNIT[dtype]), (name, ours, theirs)
+        unit = UNIT[dtype] * (2 if name in factors else 1)
+        assert ours <= max(1.1 * theirs, unit), (name, ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
@@ -85,7 +91,9 @@ def test_random_modules_in_low_precision(seed, dtype):
         spec = fj._spec(st, torch.empty(model.shape, device="cuda"))
     # A chain whose gradients run the original forward (training_fallback: clamp(min=0) as
     # relu, hardtanh) is checked forward only: check_dtype's strict fuse would refuse it.
-    grads = st.training_fallback is None and fj._backward_or_why(spec, 0)[0] is not None
+    # ... and so is one whose PyTorch backward refuses an in-place op (no reference gradient).
+    grads = st.training_fallback is None and fj._backward_or_why(spec, 0)[0] is not None and \
+        eager_backward_refusal(model, model.shape) is None
     check_dtype(model, model.shape, DTYPES[dtype], seed=seed, grads=grads)
 
 
