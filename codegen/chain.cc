@@ -50,7 +50,15 @@ std::string OpText(const Op& op) {
     case OpKind::kLeakyRelu:
       absl::StrAppend(&s, "(slope=", FormatDouble(op.slope), ")");
       break;
-    case OpKind::kClamp:
+    case OpKind::kClamp:  // a bound at infinity is one left out
+      if (std::isinf(op.min)) {
+        absl::StrAppend(&s, "(max=", FormatDouble(op.max), ")");
+      } else if (std::isinf(op.max)) {
+        absl::StrAppend(&s, "(min=", FormatDouble(op.min), ")");
+      } else {
+        absl::StrAppend(&s, "(min=", FormatDouble(op.min), ",max=", FormatDouble(op.max), ")");
+      }
+      break;
     case OpKind::kHardtanh:
       absl::StrAppend(&s, "(min=", FormatDouble(op.min), ",max=", FormatDouble(op.max), ")");
       break;
@@ -449,7 +457,13 @@ absl::Status ValidateChain(const Chain& chain) {
         break;
       case OpKind::kClamp:
       case OpKind::kHardtanh:
+        // clamp's left-out bound is min = -inf or max = +inf (not both); the others are finite
+        if (op.kind == OpKind::kClamp && op.min == -HUGE_VAL && op.max == HUGE_VAL) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ctx, "clamp needs a finite min, max or both"));
+        }
         for (auto [name, v] : {std::pair{"min", op.min}, std::pair{"max", op.max}}) {
+          if (op.kind == OpKind::kClamp && v == (name[1] == 'i' ? -HUGE_VAL : HUGE_VAL)) continue;
           if (absl::Status s = CheckReal(ctx, name, v, chain.dtype, false); !s.ok()) return s;
         }
         if (op.min > op.max) {

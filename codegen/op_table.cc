@@ -21,8 +21,11 @@ double SoftplusValue(double x, double beta, double threshold) {
 }
 
 // clamp's and hardtanh's values (they differ only in the derivative): the device statement, and
-// min first, then max (PyTorch's result when min > max is max everywhere).
+// min first, then max (PyTorch's result when min > max is max everywhere). A clamp's bound at
+// infinity is one left out (clamp(min=0): only the lower one).
 std::string ClampSource(const Op& op, DType t) {
+  if (std::isinf(op.min)) return absl::StrCat("v = fj::clamp_max(v, ", RealLiteral(op.max, t), ");");
+  if (std::isinf(op.max)) return absl::StrCat("v = fj::clamp_min(v, ", RealLiteral(op.min, t), ");");
   return absl::StrCat("v = fj::clamp(v, ", RealLiteral(op.min, t), ", ", RealLiteral(op.max, t),
                       ");");
 }
@@ -89,6 +92,8 @@ const std::vector<OpDesc>& Rows() {
        ClampValue,
        [](const Op& op, double x) { return x >= op.min && x <= op.max ? 1.0 : 0.0; },
        [](const Op& op) {
+         if (std::isinf(op.min)) return absl::StrCat("g = fj::clamp_max_d(v, ", FloatLiteral(op.max), ");");
+         if (std::isinf(op.max)) return absl::StrCat("g = fj::clamp_min_d(v, ", FloatLiteral(op.min), ");");
          return absl::StrCat("g = fj::clamp_d(v, ", FloatLiteral(op.min), ", ", FloatLiteral(op.max),
                              ");");
        }},

@@ -424,10 +424,19 @@ class Parser {
       case OpKind::kLeakyRelu:
         if (s = real("slope", &op->slope, false); !s.ok()) return s;
         break;
-      case OpKind::kClamp:
-        if (s = real("min", &op->min, true); !s.ok()) return s;
-        if (s = real("max", &op->max, true); !s.ok()) return s;
+      case OpKind::kClamp: {  // either bound may be left out (PyTorch's min=None / max=None)
+        op->min = -std::numeric_limits<double>::infinity();
+        op->max = std::numeric_limits<double>::infinity();
+        const bool given = args.count("min") > 0 || args.count("max") > 0;
+        if (s = real("min", &op->min, false); !s.ok()) return s;
+        if (s = real("max", &op->max, false); !s.ok()) return s;
+        if (!given) {
+          return ErrorAt(name_pos, absl::StrCat(ctx, "clamp needs min, max or both "
+                                                     "(clamp(min=0), clamp(max=6), "
+                                                     "clamp(min=-1,max=1))"));
+        }
         break;
+      }
       case OpKind::kMul:
       case OpKind::kAdd:
         if (s = real("by", &op->by, true); !s.ok()) return s;

@@ -45,6 +45,8 @@ __device__ __forceinline__ float hardswish(float x) {
 }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+__device__ __forceinline__ float clamp_min(float x, float lo) { return fmaxf(x, lo); }
+__device__ __forceinline__ float clamp_max(float x, float hi) { return fminf(x, hi); }
 // mish, softplus, elu (selu is elu with neg = alpha * scale, pos = scale), hardsigmoid: PyTorch's
 // CUDA formulas with accurate expf / log1pf / tanhf / expm1f.
 __device__ __forceinline__ float mish(float x) { return x * tanhf(log1pf(expf(x))); }
@@ -68,6 +70,8 @@ __device__ __forceinline__ double swish(double x) { return x / (1.0 + exp(-x)); 
 __device__ __forceinline__ double hardswish(double x) { return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0; }
 __device__ __forceinline__ double gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
 __device__ __forceinline__ double clamp(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
+__device__ __forceinline__ double clamp_min(double x, double lo) { return fmax(x, lo); }
+__device__ __forceinline__ double clamp_max(double x, double hi) { return fmin(x, hi); }
 __device__ __forceinline__ double mish(double x) { return x * tanh(log1p(exp(x))); }
 __device__ __forceinline__ double softplus(double x, double beta, double threshold) {
   return x * beta > threshold ? x : log1p(exp(x * beta)) / beta;
@@ -109,6 +113,8 @@ __device__ __forceinline__ float gelu_d(float x) {
 __device__ __forceinline__ float clamp_d(float x, float lo, float hi) {
   return x >= lo && x <= hi ? 1.f : 0.f;
 }
+__device__ __forceinline__ float clamp_min_d(float x, float lo) { return x >= lo ? 1.f : 0.f; }
+__device__ __forceinline__ float clamp_max_d(float x, float hi) { return x <= hi ? 1.f : 0.f; }
 __device__ __forceinline__ float hardtanh_d(float x, float lo, float hi) {
   return x > lo && x < hi ? 1.f : 0.f;
 }

@@ -46,6 +46,10 @@ Op RandomElementwise(Rng& rng) {
     // without drawing, so the chains after them stay the ones they were.
     // And an eighth an addition of hi instead.
     if (lo >= -0.6 && lo < -0.45) return Add(hi);
+    // And of the rest, by the window's width, about a tenth each a clamp with only min or only
+    // max (the other bound at infinity).
+    if (lo >= -0.6 && hi - lo > 1.4) return Clamp(lo, HUGE_VAL);
+    if (lo >= -0.6 && hi - lo > 1.3) return Clamp(-HUGE_VAL, hi);
     return lo < -0.6 ? Hardtanh(lo, hi) : Clamp(lo, hi);
   }
   return Elementwise(kind);

@@ -111,7 +111,7 @@ def eager(ops, x, params: Sequence[Any]):
         elif name == "gelu":
             x = F.gelu(x)
         elif name == "clamp":
-            x = torch.clamp(x, a["min"], a["max"])
+            x = torch.clamp(x, a.get("min"), a.get("max"))
         elif name == "hardtanh":
             x = F.hardtanh(x, a["min"], a["max"])
         elif name == "mul":

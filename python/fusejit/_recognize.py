@@ -19,9 +19,8 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   mish, softplus (beta, threshold), elu (alpha), selu, hardsigmoid (modules nn.Mish, nn.Softplus,
   nn.ELU, nn.SELU, nn.Hardsigmoid and their F. / torch. functions),
   hardtanh (nn.Hardtanh, F.hardtanh, nn.ReLU6 and F.relu6 -> hardtanh(min=0,max=6): clamp's values,
-  gradient 0 at the bounds where clamp's is 1); a clamp with only min=0 is relu, marked: its
-  gradient at 0 is 1, relu's 0, so calls needing gradients run the original
-  (Recognized.training_fallback)), swish written out
+  gradient 0 at the bounds where clamp's is 1); a clamp with only min or only max is the
+  grammar's one-sided clamp (clamp(min=0) too: its gradient at 0 is 1, relu's 0), swish written out
   (x * sigmoid(x) in either order, any sigmoid spelling, also x * hardsigmoid(x) -> hardswish),
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling;
   with torch.clamp(x + 3, 0, 6) marked: its gradient at +-3 is not hardswish's); a constant
@@ -303,7 +302,8 @@ class _Op:
         if k == "leaky_relu":
             return "leaky_relu(slope=%s)" % format_number(a["slope"])
         if k in ("clamp", "hardtanh"):
-            return "%s(min=%s,max=%s)" % (k, format_number(a["min"]), format_number(a["max"]))
+            bounds = [(n, a[n]) for n in ("min", "max") if a[n] is not None]
+            return "%s(%s)" % (k, ",".join("%s=%s" % (n, format_number(v)) for n, v in bounds))
         if k in ("mul", "add"):
             return "%s(by=%s)" % (k, format_number(a["by"]))
         if k == "softplus":
@@ -600,18 +600,13 @@ def _b_clamp(b, where, layer, ctx):
 
 
 def _clamp_op(lo, hi, where, layer):
-    if lo is not None and hi is None and not _is_node(lo) and not isinstance(lo, bool) and \
-            isinstance(lo, (int, float)) and float(lo) == 0:
-        # clamp(min=0) has relu's values; its gradient at exactly 0 is 1 (clamp's bounds are
-        # inclusive), relu's 0: marked "_exclusive" (not part of the spec): calls needing
-        # gradients run the original (Recognized.training_fallback).
-        return "relu", {"_exclusive": "clamp(min=0)"}, {}
-    if lo is None or hi is None:
-        _refuse(where, "clamp with only %s; fusejit's clamp takes both min and max (a clamp with "
-                       "only min=0 is taken as relu)" % ("min" if hi is None else "max"), layer)
-    lo = _number(lo, "min", where, layer)
-    hi = _number(hi, "max", where, layer)
-    if lo > hi:
+    """clamp with min, max or both (a bound left out is None in attrs; clamp(min=0) is not relu:
+    its gradient at exactly 0 is 1, relu's 0, and the grammar's clamp has PyTorch's)."""
+    if lo is None and hi is None:
+        _refuse(where, "clamp with neither min nor max", layer)
+    lo = None if lo is None else _number(lo, "min", where, layer)
+    hi = None if hi is None else _number(hi, "max", where, layer)
+    if lo is not None and hi is not None and lo > hi:
         _refuse(where, "clamp min %r is larger than max %r" % (lo, hi), layer)
     return "clamp", {"min": lo, "max": hi}, {}
 
@@ -1456,15 +1451,12 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
             _refuse(gn.where, "group_norm of %d channels in %d groups follows a convolution with "
                               "%d output channels" % (gn_channels, gn.attrs["groups"], c),
                     gn.layer)
-    # Ops whose values are a grammar op's but whose gradient at a kink is not: calls that need
-    # gradients run the original.
+    # Ops whose values are a grammar op's but whose gradient at a kink is not (a hardswish written
+    # with torch.clamp): calls that need gradients run the original.
     why = []
     for op in ops:
         mark = op.attrs.get("_exclusive")
-        if mark == "clamp(min=0)":
-            why.append("%s (a clamp with only min=0, run as relu) has gradient 1 at exactly 0 "
-                       "where relu's is 0" % op.where)
-        elif mark == "clamp hardswish":
+        if mark == "clamp hardswish":
             why.append("%s, written with a clamp (bounds included), has gradient -1/2 at -3 and "
                        "3/2 at 3 where hardswish's is 0 and 1" % op.where)
     training_fallback = None

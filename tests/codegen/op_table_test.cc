@@ -114,6 +114,29 @@ TEST(OpTable, SmoothActivationsTakePyTorchsDefaultsAndValues) {
   }
 }
 
+TEST(OpTable, ClampTakesEitherBoundOrBoth) {
+  absl::StatusOr<Chain> a =
+      ParseChain("x:f32[1,2,3,3,3] | clamp(min=0) | clamp(max=6) | clamp(min=-1,max=1)");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ops[0], Clamp(0, HUGE_VAL));
+  EXPECT_EQ(a->ops[1], Clamp(-HUGE_VAL, 6));
+  EXPECT_EQ(FormatChain(*a), "x:f32[1,2,3,3,3] | clamp(min=0) | clamp(max=6) | clamp(min=-1,max=1)");
+  const OpDesc& clamp = Describe(OpKind::kClamp);
+  EXPECT_EQ(clamp.device(a->ops[0], DType::kF32), "v = fj::clamp_min(v, 0.0f);");
+  EXPECT_EQ(clamp.device(a->ops[1], DType::kF64), "v = fj::clamp_max(v, 6.0);");
+  EXPECT_EQ(clamp.device_derivative(a->ops[0]), "g = fj::clamp_min_d(v, 0.0f);");
+  EXPECT_EQ(clamp.value(a->ops[0], -2.0), 0.0);
+  EXPECT_EQ(clamp.value(a->ops[1], 1e300), 6.0);
+  EXPECT_EQ(clamp.derivative(a->ops[0], 0.0), 1.0);  // PyTorch's clamp_min backward: x >= min
+  EXPECT_EQ(clamp.derivative(a->ops[1], 7.0), 0.0);
+  for (const char* bad : {"x:f32[1,2,3,3,3] | clamp", "x:f32[1,2,3,3,3] | clamp(min=inf)",
+                          "x:f32[1,2,3,3,3] | clamp(min=2,max=1)"}) {
+    EXPECT_FALSE(ParseChain(bad).ok()) << bad;
+  }
+  Chain both_open{{1, 2, 3, 3, 3}, {Clamp(-HUGE_VAL, HUGE_VAL)}};
+  EXPECT_FALSE(ValidateChain(both_open).ok());
+}
+
 TEST(OpTable, AliasesParseAndPrintAsTheName) {
   absl::StatusOr<Chain> a = ParseChain("x:f32[1,2,3,3,3] | silu | leaky_relu(negative_slope=0.2) | "
                                        "mean(dim=[2,3,4])");

@@ -12,6 +12,8 @@
 // and the diff of the file says which chains and strategies it touched.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -221,10 +223,12 @@ std::string Respelled(const std::string& src, const Chain& chain, const Op& op,
                                    {d.device_derivative(op), a.device_derivative(as)}});
 }
 
-// mul and add reach the kernels only through their op-table statements (codegen/op_table.cc): for
-// every corpus chain with elementwise ops, each strategy's plan and source (forward, training
-// forward and backward) with every elementwise op mul(by=0.37) or add(by=0.37) is the plan and
-// source with leaky_relu(slope=0.37) in their place -- a GPU-tested op -- but for those statements.
+// mul, add and the one-sided clamps reach the kernels only through their op-table statements
+// (codegen/op_table.cc): for every corpus chain with elementwise ops, each strategy's plan and
+// source (forward, training forward and backward) with every elementwise op mul(by=0.37),
+// add(by=0.37), clamp(min=0.37) or clamp(max=0.37) is the plan and source with
+// leaky_relu(slope=0.37) in their place -- a GPU-tested op -- but for those statements. (Written
+// when they were new and no GPU was lent: mul/add have run on the GPU since, session 33.)
 TEST(SourceCorpus, MulAndAddEmitAsAnyElementwiseOpButForTheirStatements) {
   const Op leaky = LeakyRelu(0.37);
   int compared = 0;
@@ -235,7 +239,7 @@ TEST(SourceCorpus, MulAndAddEmitAsAnyElementwiseOpButForTheirStatements) {
       continue;
     }
     const Chain a = WithElementwiseOps(base, leaky);
-    for (const Op& op : {Mul(0.37), Add(0.37)}) {
+    for (const Op& op : {Mul(0.37), Add(0.37), Clamp(0.37, HUGE_VAL), Clamp(-HUGE_VAL, 0.37)}) {
       const Chain b = WithElementwiseOps(base, op);
       for (const char* arch : {"sm_80", "sm_90"}) {
         const codegen::PlanTarget target{arch, 132, Precision::kFp32};

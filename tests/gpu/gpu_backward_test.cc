@@ -135,6 +135,9 @@ TEST(GpuBackward, HardtanhAndClampAtTheirBounds) {
       "mean(dims=[2,3,4])",
       "x:f32[2,3,5,6,7] | hardtanh(min=-0.5,max=0.5) | group_norm(groups=3) | swish",
       "x:f32[2,3,5,6,7] | hardtanh(min=0,max=6) | gelu",
+      // one-sided clamps: gradient 1 at the bound (clamp(min=0) is not relu, whose is 0)
+      "x:f32[2,4,5,6,7] | conv3d(out=4,k=1,bias=false) | clamp(min=0) | group_norm(groups=2)",
+      "x:f32[2,3,5,6,7] | clamp(max=0.5) | group_norm(groups=3) | swish",
   };
   uint64_t seed = 41;
   for (const char* spec : specs) {
@@ -142,8 +145,11 @@ TEST(GpuBackward, HardtanhAndClampAtTheirBounds) {
     ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
     const Op& act = c->ops[c->ops[0].kind == OpKind::kConv3d ? 1 : 0];
     HostInputs inputs = RandomInputs(*c, seed);
+    // (a one-sided clamp's other bound is infinite: both halves on its finite one)
+    const double lo = std::isinf(act.min) ? act.max : act.min;
+    const double hi = std::isinf(act.max) ? act.min : act.max;
     for (size_t i = 0; i < inputs.x.data.size(); i += 3) {
-      inputs.x.data[i] = static_cast<float>(i % 2 ? act.min : act.max);
+      inputs.x.data[i] = static_cast<float>(i % 2 ? lo : hi);
     }
     if (c->ops[0].kind == OpKind::kConv3d) {
       HostTensor& w = inputs.params.at("0.weight");  // [4,4,1,1,1]: the identity

@@ -76,15 +76,10 @@ TEST(GpuChains, FastStrategiesOnRandomChains) {
   }
 }
 
-// The smooth activations (mish, softplus with its threshold inside the data's range, elu, selu,
-// hardsigmoid) before and after a group_norm, after a convolution and a transposed one, with and
-// without a mean, alone: on every strategy that applies to each chain (the older ops are drawn by
-// the random chains of every strategy above).
-TEST(GpuChains, SmoothActivationsOnEveryApplicableStrategy) {
-  SKIP_WITHOUT_GPU();
+// Elementwise op `op` before and after a group_norm, after a convolution and a transposed one,
+// with and without a mean, alone: on every strategy that applies to each chain.
+void CheckOnEveryApplicableStrategy(const std::string& op, uint64_t& seed) {
   const codegen::PlanTarget target{"sm_90", 132, Precision::kFp32};
-  const char* const ops[] = {"mish", "softplus(beta=1.5,threshold=1)", "elu(alpha=0.7)", "selu",
-                             "hardsigmoid"};
   const char* const shapes[] = {
       "x:f32[2,4,9,10,11] | conv3d(out=8,k=3,padding=1) | OP | group_norm(groups=2) | OP",
       "x:f32[2,4,6,7,5] | conv_transpose3d(out=6,k=3,stride=2) | OP | group_norm(groups=3) | OP | "
@@ -93,22 +88,38 @@ TEST(GpuChains, SmoothActivationsOnEveryApplicableStrategy) {
       "x:f32[3,8,7,9,10] | OP | group_norm(groups=4) | OP",
       "x:f32[2,5,6,7,8] | OP",
   };
-  uint64_t seed = 500;
-  for (const char* op : ops) {
-    for (const char* shape : shapes) {
-      std::string spec = shape;
-      for (size_t at; (at = spec.find("OP")) != std::string::npos;) spec.replace(at, 2, op);
-      absl::StatusOr<Chain> chain = ParseChain(spec);
-      ASSERT_TRUE(chain.ok()) << spec << ": " << chain.status();
-      int applied = 0;
-      for (const auto& strategy : codegen::AllStrategies()) {
-        if (!strategy->Applies(codegen::PlanInput(*chain, target))) continue;
-        CheckChain(*chain, seed++, {}, std::string(strategy->name()));
-        ++applied;
-      }
-      EXPECT_GT(applied, 0) << spec;
+  for (const char* shape : shapes) {
+    std::string spec = shape;
+    for (size_t at; (at = spec.find("OP")) != std::string::npos;) spec.replace(at, 2, op);
+    absl::StatusOr<Chain> chain = ParseChain(spec);
+    ASSERT_TRUE(chain.ok()) << spec << ": " << chain.status();
+    int applied = 0;
+    for (const auto& strategy : codegen::AllStrategies()) {
+      if (!strategy->Applies(codegen::PlanInput(*chain, target))) continue;
+      CheckChain(*chain, seed++, {}, std::string(strategy->name()));
+      ++applied;
     }
+    EXPECT_GT(applied, 0) << spec;
   }
+}
+
+// The smooth activations (mish, softplus with its threshold inside the data's range, elu, selu,
+// hardsigmoid) on every applicable strategy (the older ops are drawn by the random chains of
+// every strategy above).
+TEST(GpuChains, SmoothActivationsOnEveryApplicableStrategy) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 500;
+  for (const char* op : {"mish", "softplus(beta=1.5,threshold=1)", "elu(alpha=0.7)", "selu",
+                         "hardsigmoid"}) {
+    CheckOnEveryApplicableStrategy(op, seed);
+  }
+}
+
+// clamp with only min or only max (the other bound at infinity) on every applicable strategy.
+TEST(GpuChains, OneSidedClampsOnEveryApplicableStrategy) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 600;
+  for (const char* op : {"clamp(min=-0.3)", "clamp(max=0.4)"}) CheckOnEveryApplicableStrategy(op, seed);
 }
 
 TEST(GpuChains, LargerRandomChains) {

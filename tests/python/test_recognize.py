@@ -134,8 +134,8 @@ def evaluate(r, x):
         elif name == "gelu":
             x = F.gelu(x)
         elif name == "clamp":
-            assert set(a) == {"min", "max"}
-            x = torch.clamp(x, a["min"], a["max"])
+            assert set(a) in ({"min", "max"}, {"min"}, {"max"})
+            x = torch.clamp(x, a.get("min"), a.get("max"))
         elif name == "hardtanh":
             assert set(a) == {"min", "max"}
             x = F.hardtanh(x, a["min"], a["max"])
@@ -458,7 +458,9 @@ CASES = [
      ["hardtanh(min=-0.25,max=0.75)", "hardtanh(min=0,max=6)", "hardtanh(min=-1,max=1)"]),
     ("relu6-and-one-sided-clamp-min0",
      lambda: Fn(lambda s, x: torch.clamp(F.relu6(x), min=0)), (2, 4, 3, 3, 3),
-     ["hardtanh(min=0,max=6)", "relu"]),
+     ["hardtanh(min=0,max=6)", "clamp(min=0)"]),
+    ("one-sided-clamps", lambda: Fn(lambda s, x: torch.clamp(x.clamp(max=0.75), min=-0.25)),
+     (2, 4, 3, 3, 3), ["clamp(max=0.75)", "clamp(min=-0.25)"]),
     ("gelu-forms", lambda: Fn(lambda s, x: F.gelu(F.gelu(s.g(x)), approximate="none"),
                               g=nn.GELU()),
      (2, 4, 3, 3, 3), ["gelu", "gelu", "gelu"]),
@@ -756,9 +758,7 @@ REFUSALS = [
      ["nn.Conv3d", "padding_mode='reflect'"]),
     ("F.dropout-p", lambda: Fn(lambda s, x: F.dropout(torch.relu(x), 0.5)),
      ["F.dropout", "p=0.5", "nn.Dropout"]),
-    ("clamp-max-only", lambda: Fn(lambda s, x: x.clamp(max=1.0)), [".clamp()", "only max"]),
-    ("clamp-min-only-nonzero", lambda: Fn(lambda s, x: torch.clamp(x, min=0.5)),
-     ["torch.clamp", "only min"]),
+    ("clamp-no-bounds", lambda: Fn(lambda s, x: x.clamp()), [".clamp()", "neither min nor max"]),
     ("hook", Hooked, ["layer 'conv'", "forward hooks"]),
     ("control-flow", ControlFlow, ["torch.fx could not trace"]),
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),
@@ -834,7 +834,9 @@ def _elementwise(rng, i):
         ({}, lambda s, x: torch.relu(x), "relu"),
         ({}, lambda s, x: F.relu(x, inplace=True), "relu"),
         ({}, lambda s, x: x.relu_(), "relu"),
-        ({}, lambda s, x: x.clamp(min=0), "relu"),
+        ({}, lambda s, x: x.clamp(min=0), "clamp(min=0)"),
+        ({}, lambda s, x: torch.clamp(x, min=a), "clamp(min=%s)" % a),
+        ({}, lambda s, x: x.clamp(max=b), "clamp(max=%s)" % b),
         ({n: nn.LeakyReLU(slope)}, lambda s, x: getattr(s, n)(x), "leaky_relu(slope=%s)" % slope),
         ({}, lambda s, x: F.leaky_relu(x, slope), "leaky_relu(slope=%s)" % slope),
         ({}, lambda s, x: F.leaky_relu(x, negative_slope=slope, inplace=True),

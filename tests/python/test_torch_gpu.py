@@ -411,16 +411,18 @@ def test_random_modules_gradients(seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("act", ["nn.ReLU6", "nn.Hardtanh", "torch.clamp"])
+@pytest.mark.parametrize("act", ["nn.ReLU6", "nn.Hardtanh", "torch.clamp", "clamp(min=0)"])
 def test_hardtanh_and_clamp_gradients_at_their_bounds(act, dtype):
     """nn.ReLU6 / nn.Hardtanh run fused as the grammar's hardtanh, forward and backward: at inputs
     exactly on a bound their gradient is 0 (PyTorch's hardtanh backward), torch.clamp's 1. A 1x1
     identity convolution passes x through exactly, so every third point sits on a bound. The
     drop-in's gradients equal PyTorch's own in the same dtype at the bounds (same 0/1 mask) and
-    are within 1e-5 (f32) of float64 autograd."""
+    are within 1e-5 (f32) of float64 autograd. A clamp with only min=0 is the one-sided clamp
+    (gradient 1 at 0, where relu's is 0; the points at 1 are inside)."""
     lo, hi, mod = {"nn.ReLU6": (0.0, 6.0, nn.ReLU6()),
                    "nn.Hardtanh": (-0.5, 0.5, nn.Hardtanh(-0.5, 0.5)),
-                   "torch.clamp": (-0.5, 0.5, None)}[act]
+                   "torch.clamp": (-0.5, 0.5, None),
+                   "clamp(min=0)": (0.0, 1.0, None)}[act]
 
     class M(nn.Module):
         def __init__(self):
@@ -431,7 +433,10 @@ def test_hardtanh_and_clamp_gradients_at_their_bounds(act, dtype):
 
         def forward(self, x):
             x = self.conv(x)
-            x = self.act(x) if self.act is not None else torch.clamp(x, lo, hi)
+            if self.act is not None:
+                x = self.act(x)
+            else:
+                x = torch.clamp(x, lo, hi) if act == "torch.clamp" else x.clamp(min=0)
             return self.gn(x)
 
     model = randomized(M()).cuda()
@@ -440,7 +445,8 @@ def test_hardtanh_and_clamp_gradients_at_their_bounds(act, dtype):
     model = model.to(dtype)
     st = fj.fuse(model).__dict__["_fusejit"]
     assert st.training_fallback is None
-    assert ("hardtanh(min=%g,max=%g)" % (lo, hi) if act != "torch.clamp" else "clamp(") in st.tail
+    assert ("hardtanh(min=%g,max=%g)" % (lo, hi) if act.startswith("nn.") else
+            "clamp(min=0) |" if act == "clamp(min=0)" else "clamp(") in st.tail
     gen = torch.Generator(device="cuda").manual_seed(5)
     x = torch.rand(2, 4, 5, 6, 7, device="cuda", generator=gen) * (hi - lo) * 1.5 + lo - 0.25
     x.view(-1)[0::6] = lo
@@ -458,7 +464,7 @@ def test_hardtanh_and_clamp_gradients_at_their_bounds(act, dtype):
     on = torch.zeros_like(got, dtype=torch.bool)
     on.view(-1)[0::6] = True
     on.view(-1)[3::6] = True
-    inside = act == "torch.clamp"
+    inside = not act.startswith("nn.")
     assert bool((got[on] != 0).all()) == inside and bool((want[on] != 0).all()) == inside
     if dtype == torch.float32:
         xd = x.detach().double().requires_grad_(True)
