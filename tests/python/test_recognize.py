@@ -283,6 +283,12 @@ def fparam(*shape):
     return nn.Parameter(torch.randn(*shape))
 
 
+def _with_buffer():
+    m = Fn(lambda s, x: s.conv(x) * s.scale, conv=conv())
+    m.register_buffer("scale", torch.rand(8, 1, 1, 1))
+    return m
+
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -759,6 +765,20 @@ REFUSALS = [
     ("F.dropout-p", lambda: Fn(lambda s, x: F.dropout(torch.relu(x), 0.5)),
      ["F.dropout", "p=0.5", "nn.Dropout"]),
     ("clamp-no-bounds", lambda: Fn(lambda s, x: x.clamp()), [".clamp()", "neither min nor max"]),
+    ("channel-param-after-relu",
+     lambda: Fn(lambda s, x: torch.relu(s.conv(x)) + s.b, conv=conv(), b=fparam(8, 1, 1, 1)),
+     ["'+' (operator.add)", "right after the convolution or the group_norm", "torch.relu"]),
+    ("channel-param-first", lambda: Fn(lambda s, x: x * s.p, p=fparam(3, 1, 1, 1)),
+     ["'*' (operator.mul)", "comes first"]),
+    ("channel-param-along-w", lambda: Fn(lambda s, x: s.conv(x) * s.p, conv=conv(), p=fparam(8)),
+     ["parameter 'p' of shape [8]", "per channel"]),
+    ("channel-param-wrong-count",
+     lambda: Fn(lambda s, x: s.conv(x) * s.p, conv=conv(), p=fparam(4, 1, 1, 1)),
+     ["parameter 'p' has 4 values for the 8 channels"]),
+    ("channel-param-divides-x",
+     lambda: Fn(lambda s, x: s.p / s.conv(x), conv=conv(), p=fparam(8, 1, 1, 1)),
+     ["'/' (operator.truediv)", "not one of the ops"]),
+    ("channel-buffer", lambda: _with_buffer(), ["'scale' is not a registered nn.Parameter but a buffer"]),
     ("hook", Hooked, ["layer 'conv'", "forward hooks"]),
     ("control-flow", ControlFlow, ["torch.fx could not trace"]),
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),
