@@ -38,7 +38,8 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   [2,3,4] with keepdim=True ([N,C,1,1,1]), or [N,C] when flatten(1) follows it (nn.Flatten,
   torch.flatten, Tensor.flatten). The chain's mean gives [N,C] or [N]; Recognized.out_dims says
   how its result is viewed as the model's (size-1 dimensions kept).
-- a multiply, divide, add or subtract by one of the model's nn.Parameters shaped per channel
+- a multiply, divide, add or subtract by one of the model's nn.Parameters (or registered buffers)
+  shaped per channel
   ([C,1,1,1], [1,C,1,1,1] or one value: x * self.scale, x + self.bias, self.bias - x, ...) right
   after the convolution or the group_norm (several in a row too): folded into that op's weight and
   bias (Recognized.folds: (conv(x) + b) * s = conv(x, w s) + b s); a convolution without a bias
@@ -157,6 +158,7 @@ class Fold:
     axis: Optional[int]
     channels: Optional[int]
     factors: dict = dataclasses.field(default_factory=dict, repr=False)
+    buffers: frozenset = frozenset()  # the factor paths that are registered buffers
 
     def paths(self) -> list:
         """The model paths this parameter is computed from: the base, then the factors."""
@@ -1156,16 +1158,30 @@ def _match_channel(cur, first, ctx: _Ctx) -> Optional[_Step]:
     else:
         return None
     where, layer = _describe(first, ctx)
-    param = _param_from_node(pnode, "the tensor it %s" % ("multiplies by" if sym in "*/" else "adds"),
-                             ctx, where, layer)
+    param = _buffer_from_node(pnode, ctx)  # a registered buffer (register_buffer) serves too
+    if param is None:
+        param = _param_from_node(pnode, "the tensor it %s" % ("multiplies by" if sym in "*/"
+                                                              else "adds"), ctx, where, layer)
     shape = tuple(param[0].shape)
     padded = (1,) * (5 - len(shape)) + shape if len(shape) <= 5 else shape
     if len(shape) > 5 or any(d != 1 for i, d in enumerate(padded) if i != 1):
         _refuse(where, "parameter '%s' of shape %s does not broadcast per channel against the "
                        "[N,C,D,H,W] value (fusejit takes [C,1,1,1], [1,C,1,1,1] or a single "
                        "value)" % (param[1], list(shape)), layer)
-    return _Step(_Op("channel_" + op, where, {"numel": int(param[0].numel())},
+    return _Step(_Op("channel_" + op, where, {"numel": int(param[0].numel()),
+                                              "buffer": not isinstance(param[0], nn.Parameter)},
                      {"factor": param}, mutates_input=inplace, layer=layer), [first], first)
+
+
+def _buffer_from_node(v, ctx: _Ctx):
+    """(tensor, path) where get_attr node `v` is a registered buffer of its module, else None."""
+    prefix, _, attr = v.target.rpartition(".")
+    try:
+        owner = ctx.module(prefix)
+    except AttributeError:
+        return None
+    b = getattr(owner, "_buffers", {}).get(attr)
+    return (b, v.target) if torch.is_tensor(b) else None
 
 
 def _s_pool(input, output_size): pass
@@ -1434,7 +1450,9 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 folds["%d.%s" % (i, role)] = Fold(
                     base=None if base is None else base[1], role=kind, steps=steps,
                     axis=axis if role == "weight" else None, channels=channels,
-                    factors={c.params["factor"][1]: c.params["factor"][0] for c in chops})
+                    factors={c.params["factor"][1]: c.params["factor"][0] for c in chops},
+                    buffers=frozenset(c.params["factor"][1] for c in chops
+                                      if c.attrs["buffer"]))
                 if base is not None:
                     folds["%d.%s" % (i, role)].factors[base[1]] = base[0]
             continue

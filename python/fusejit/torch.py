@@ -590,7 +590,8 @@ class _State(object):
         # Each parameter read as module._modules[...]._parameters[name] (plain dict lookups,
         # cheaper than attribute access through nn.Module.__getattr__), so a Parameter replaced
         # on the module is seen by the next call.
-        self.getters = [_param_getter(path) for path in self.raw_paths]
+        buffers = set().union(*[f.buffers for f in r.folds.values()]) if r.folds else set()
+        self.getters = [_param_getter(path, path in buffers) for path in self.raw_paths]
         # (shape, dtype, device) -> _Ready: calls already checked and decided, for the fast path
         self.ready = {}  # type: Dict[tuple, _Ready]
         # (shape, dtype, device, x's requires_grad, each parameter's) -> _ReadyTraining
@@ -669,18 +670,20 @@ def _model_output(st: _State, y: torch.Tensor) -> torch.Tensor:
     return y.view([1 if d is None else y.shape[d] for d in st.out_dims])
 
 
-def _param_getter(path: str):
+def _param_getter(path: str, buffer: bool = False):
+    """m -> the Parameter (or, buffer=True, the registered buffer) at `path` of module m."""
     *mods, leaf = path.split(".")
+    table = "_buffers" if buffer else "_parameters"
     if not mods:
-        return lambda m: m._parameters[leaf]
+        return lambda m: getattr(m, table)[leaf]
     if len(mods) == 1:
         (a,) = mods
-        return lambda m: m._modules[a]._parameters[leaf]
+        return lambda m: getattr(m._modules[a], table)[leaf]
 
     def get(m):
         for k in mods:
             m = m._modules[k]
-        return m._parameters[leaf]
+        return getattr(m, table)[leaf]
     return get
 
 

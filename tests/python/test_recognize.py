@@ -284,8 +284,15 @@ def fparam(*shape):
 
 
 def _with_buffer():
+    m = Fn(lambda s, x: s.gn(s.conv(x) * s.scale) + s.shift, conv=conv(), gn=gn())
+    m.register_buffer("scale", torch.rand(8, 1, 1, 1) + 0.5)
+    m.register_buffer("shift", torch.randn(1, 8, 1, 1, 1))
+    return m
+
+
+def _with_plain_tensor():
     m = Fn(lambda s, x: s.conv(x) * s.scale, conv=conv())
-    m.register_buffer("scale", torch.rand(8, 1, 1, 1))
+    m.scale = torch.rand(8, 1, 1, 1)  # neither a Parameter nor a buffer
     return m
 
 
@@ -462,6 +469,8 @@ CASES = [
     ("clamp-modules", lambda: nn.Sequential(nn.Hardtanh(-0.25, 0.75), nn.ReLU6(), nn.Hardtanh()),
      (2, 4, 3, 3, 3),
      ["hardtanh(min=-0.25,max=0.75)", "hardtanh(min=0,max=6)", "hardtanh(min=-1,max=1)"]),
+    ("buffer-factors-folded", _with_buffer, (2, 3, 6, 6, 6),
+     ["conv3d(out=8,k=3)", "group_norm(groups=2,eps=1e-5)"]),
     ("relu6-and-one-sided-clamp-min0",
      lambda: Fn(lambda s, x: torch.clamp(F.relu6(x), min=0)), (2, 4, 3, 3, 3),
      ["hardtanh(min=0,max=6)", "clamp(min=0)"]),
@@ -778,7 +787,8 @@ REFUSALS = [
     ("channel-param-divides-x",
      lambda: Fn(lambda s, x: s.p / s.conv(x), conv=conv(), p=fparam(8, 1, 1, 1)),
      ["'/' (operator.truediv)", "not one of the ops"]),
-    ("channel-buffer", lambda: _with_buffer(), ["'scale' is not a registered nn.Parameter but a buffer"]),
+    ("channel-plain-tensor", lambda: _with_plain_tensor(),
+     ["'scale' is not a registered nn.Parameter but a tensor"]),
     ("hook", Hooked, ["layer 'conv'", "forward hooks"]),
     ("control-flow", ControlFlow, ["torch.fx could not trace"]),
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),

@@ -783,3 +783,53 @@ def test_pip_install_puts_the_library_next_to_the_package(tmp_path, source):
                          check=True, env=dict(env, PYTHONPATH=str(tmp_path / "site")),
                          cwd=str(tmp_path), stdout=subprocess.PIPE, universal_newlines=True)
     assert out.stdout.strip() == str(tmp_path / "site" / "fusejit" / "libfusejit.so.0")
+
+
+class _Folded(nn.Module):
+    """Per-channel factors folded into the convolution (a Parameter scale, a buffer shift: the
+    bias-less convolution gets a bias) and into the group_norm (a one-value Parameter divisor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3, padding=1, bias=False)
+        self.scale = nn.Parameter(torch.rand(8, 1, 1, 1) + 0.5)
+        self.register_buffer("shift", torch.randn(1, 8, 1, 1, 1))
+        self.gn = nn.GroupNorm(2, 8)
+        self.gain = nn.Parameter(torch.tensor(1.7))
+
+    def forward(self, x):
+        return torch.tanh(self.gn(self.conv(x) * self.scale + self.shift) / self.gain)
+
+
+def test_per_channel_factors_fold_into_the_chain_parameters(monkeypatch):
+    """The drop-in computes the folded weight and bias from the model's current tensors on each
+    call (an in-place change of a factor is seen), and gradients reach the factors through them:
+    the fused forward here is PyTorch's evaluation of the chain (_pretend_cuda), so the values
+    and gradients are the chain's parameters' doing."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    torch.manual_seed(0)
+    model = _Folded()
+    fast = fj.fuse(model, policy="fused", strict=True)
+    st = fast.__dict__["_fusejit"]
+    assert st.tail.startswith(" | conv3d(out=8,k=3,padding=1) | group_norm"), st.tail
+    assert sorted(st.folds) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    assert st.raw_paths == ["conv.weight", "scale", "shift", "gn.weight", "gain", "gn.bias"]
+    for shape in ((1, 3, 5, 6, 7), (2, 3, 4, 5, 6)):  # a new shape: the checked path again
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+            model.shift.add_(0.25)  # seen by the next call
+            model.gain.mul_(1.5)
+    x = torch.randn(2, 3, 5, 5, 5, requires_grad=True)
+    g = torch.randn(2, 8, 5, 5, 5)
+    (fast(x) * g).sum().backward()
+    got = [x.grad] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    (model(x) * g).sum().backward()
+    want = [x.grad] + [p.grad for p in model.parameters()]
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
