@@ -50,6 +50,10 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   original forward while any of them is in training mode.
 - plain subclasses of the supported modules that override nothing of their behaviour
   (`class MyConv(nn.Conv3d): pass`) count as their base class.
+With partial=True (the drop-in without strict), a forward that goes on past the grammar after at
+least one fused op is recognized up to there: Recognized.rest runs the rest of the traced graph as
+the model's own code on the chain's output (it may read only that output and the model's
+registered submodules, parameters and buffers).
 The traced graph must be a straight line from the one input to the returned tensor: every value is
 used only by the next op (the written-out swish/hardswish use theirs twice; an in-place op whose
 result is discarded, e.g. `self.relu(x)` with inplace=True, mutates the value and is followed).
@@ -223,6 +227,12 @@ class Recognized:
     # the convolution's or group_norm's weight and bias): chain name -> Fold. These names are not
     # in `params`.
     folds: dict = dataclasses.field(default_factory=dict)
+    # The rest of forward after the chain, where the model goes on past the grammar: rest(module,
+    # y) runs it as the model's own code on the chain's output y (viewed by out_dims), reading
+    # the module's submodules and parameters at the call; rest_from says why the chain stops
+    # there. None: the chain is the whole forward.
+    rest: Any = dataclasses.field(default=None, repr=False, compare=False)
+    rest_from: Optional[str] = None
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     # (groups, channels or None): the group_norm's, for checking an input's shape
@@ -1260,9 +1270,12 @@ def _trace(model: nn.Module) -> torch.fx.Graph:
                           reason="torch.fx could not trace the forward")
 
 
-def recognize(model: nn.Module) -> Recognized:
+def recognize(model: nn.Module, partial: bool = False) -> Recognized:
     """Recognizes `model`'s forward as a fusejit chain; raises Unsupported naming the first layer
-    or call outside the grammar."""
+    or call outside the grammar. partial=True: where forward goes on past the grammar after at
+    least one fused op, the chain is the part before and Recognized.rest the rest of forward
+    (run as the model's own code); Unsupported only where nothing can be fused or the rest
+    reads values inside the chain."""
     if not isinstance(model, nn.Module):
         raise Unsupported("fusejit cannot fuse %r: not a torch.nn.Module" % (model,))
     ctx = _Ctx(model)
@@ -1292,6 +1305,7 @@ def recognize(model: nn.Module) -> Recognized:
     consumed = {cur, output}
     found: List[_Op] = []
     prev_where = "the input"
+    stop = None  # (the Unsupported the chain stops at): the rest of forward runs as PyTorch
     while True:
         users = sorted((u for u in cur.users if u not in consumed or u is output), key=order.get)
         if not users:
@@ -1300,36 +1314,124 @@ def recognize(model: nn.Module) -> Recognized:
         first = users[0]
         if first is output:
             if len(users) > 1 or tuple(output.args) != (cur,) or output.kwargs:
-                raise Unsupported("fusejit cannot fuse model %s: forward returns %r, not the "
-                                  "chain's single tensor; %s"
-                                  % (_class_name(model), output.args[0] if output.args else None,
-                                     GRAMMAR), reason="forward does not return one tensor")
+                stop = Unsupported("fusejit cannot fuse model %s: forward returns %r, not the "
+                                   "chain's single tensor; %s"
+                                   % (_class_name(model), output.args[0] if output.args else None,
+                                      GRAMMAR), reason="forward does not return one tensor")
             break
-        step = _match_step(cur, first, ctx)
-        if step is None:
-            where, layer = _describe(first, ctx)
-            _refuse(where, "it is not one of the ops fusejit fuses", layer)
+        try:
+            step = _match_step(cur, first, ctx)
+            if step is None:
+                where, layer = _describe(first, ctx)
+                _refuse(where, "it is not one of the ops fusejit fuses", layer)
+            _check_order(found, step.op)
+            rest = [u for u in users if u not in step.nodes]
+            if rest:
+                last = max(order[n] for n in step.nodes)
+                if step.result.users or not step.op.mutates_input or \
+                        any(order[u] < last for u in rest):
+                    a = _describe(first, ctx)[0]
+                    b, layer = _describe(rest[0], ctx)
+                    _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses "
+                               "a straight chain where each value feeds only the next op"
+                            % (prev_where, a), layer)
+        except Unsupported as e:
+            stop = e
+            break
         consumed.update(step.nodes)
-        rest = [u for u in users if u not in step.nodes]
-        if rest:
-            last = max(order[n] for n in step.nodes)
-            if step.result.users or not step.op.mutates_input or \
-                    any(order[u] < last for u in rest):
-                a = _describe(first, ctx)[0]
-                b, layer = _describe(rest[0], ctx)
-                _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses a "
-                           "straight chain where each value feeds only the next op"
-                        % (prev_where, a), layer)
-            # In-place op with its result discarded: the value is mutated, the chain goes on.
-        else:
+        if not rest:
             cur = step.result
+        # (else: an in-place op with its result discarded: the value is mutated, the chain goes on)
         found.append(step.op)
         prev_where = step.op.where
+    if stop is not None:
+        # The chain ends at `cur`; the rest of forward runs as the model's own code -- where the
+        # chain has an op to fuse and the rest reads nothing but `cur` and the model's tensors.
+        if not partial or not any(op.kind not in ("skip", "dropout") for op in found):
+            raise stop
+        r = _assemble(found, model)
+        r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop)
+        return r
     left = [n for n in nodes if n not in consumed and n.op != "get_attr"]
     if left:
         where, layer = _describe(left[0], ctx)
         _refuse(where, "it is not part of the straight chain from the input to the output", layer)
     return _assemble(found, model)
+
+
+_PRODUCERS = ("conv3d", "conv_transpose3d")
+
+
+def _check_order(found: List[_Op], op: _Op) -> None:
+    """Refuses `op` where the grammar cannot put it after the ops `found` (a second convolution,
+    a second group_norm, anything but a mean after the mean, a per-channel parameter op that
+    has no convolution or group_norm right before it to fold into)."""
+    real = [o for o in found if o.kind not in ("skip", "dropout")]
+    if op.kind in _PRODUCERS and real:
+        _refuse(op.where, "a convolution must be the first op of the chain (fusejit fuses one "
+                          "producer, before any other op)", op.layer)
+    if op.kind == "group_norm" and any(o.kind == "group_norm" for o in real):
+        _refuse(op.where, "a chain may have at most one group_norm", op.layer)
+    if real and real[-1].kind == "mean" and op.kind != "mean":
+        _refuse(op.where, "it comes after the mean; mean must be the last op of the chain",
+                op.layer)
+    if op.kind.startswith("channel_") and not (
+            real and (real[-1].kind in _PRODUCERS + ("group_norm",) or
+                      real[-1].kind.startswith("channel_"))):
+        # (a channel op was itself accepted only after one of those: the run folds into it)
+        _refuse(op.where, "a multiply or add by a per-channel parameter is fused only right "
+                          "after the convolution or the group_norm (it folds into their weight "
+                          "and bias); here it %s" %
+                ("follows %s" % real[-1].where if real else "comes first"), op.layer)
+
+
+def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: Unsupported):
+    """(rest(module, y), where the chain stops): the nodes of forward after the chain, as a
+    function of the chain's output y that reads the module's registered submodules, parameters
+    and buffers through `module` (the fused module at each call: what the model has then).
+    Raises `stop` (the reason the chain ends) where the rest also reads the input or a value
+    inside the chain, or an attribute that is not registered on the model."""
+    graph = torch.fx.Graph()
+    env = {start: graph.placeholder("y")}
+
+    def arg(a):
+        if a in env:
+            return env[a]
+        if a.op == "get_attr" and _registered(model, a.target):
+            env[a] = graph.get_attr(a.target)
+            return env[a]
+        raise stop  # the input, a value inside the chain, or a constant made while tracing
+
+    for n in nodes:
+        if n in consumed and n.op != "output" or n.op in ("placeholder", "get_attr"):
+            continue
+        if n.op == "call_module" and not _registered(model, n.target):
+            raise stop
+        if n.op == "output":
+            graph.output(torch.fx.map_arg(n.args[0], arg))
+        else:
+            env[n] = graph.node_copy(n, arg)
+    try:
+        code = torch.fx.GraphModule(model, graph)
+    except Exception:  # not expected: every target was checked to be registered
+        raise stop
+    # where the chain stops and why: the message without its prefix and the grammar's text
+    why = str(stop).split("; " + GRAMMAR)[0]
+    return type(code).forward, why[len("fusejit cannot fuse "):] if why.startswith(
+        "fusejit cannot fuse ") else why
+
+
+def _registered(model: nn.Module, target: str) -> bool:
+    """Whether `target` ("block.fc", "scale") is a submodule, Parameter or buffer registered on
+    `model` (not a plain attribute, e.g. a constant torch.fx made while tracing)."""
+    *path, leaf = target.split(".")
+    m = model
+    for p in path:
+        m = m._modules.get(p) if isinstance(m, nn.Module) else None
+        if m is None:
+            return False
+    return isinstance(m, nn.Module) and (leaf in m._modules or leaf in m._parameters or
+                                         leaf in m._buffers)
 
 
 def _fold_targets(ops: List[_Op]) -> Tuple[List[_Op], Dict[int, List[_Op]]]:

@@ -557,6 +557,8 @@ class _State(object):
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
+        self.rest = None  # Recognized.rest: the rest of forward after the chain, or None
+        self.rest_from = None  # Recognized.rest_from: why the chain stops there
         self.raw_paths = []  # the model parameters a call reads, in the order of `getters`
         self.chain_names = []  # the chain's parameter names but group_norm's constants, in order
         self.getters = []
@@ -565,7 +567,8 @@ class _State(object):
         self.submodules = []  # every submodule, as the last checked call found them (hooks)
         self.last_decision = None  # type: Optional[dict]
         try:
-            r = _recognize_module().recognize(model)
+            # strict: the whole forward, or Unsupported; else the longest fusable start of it
+            r = _recognize_module().recognize(model, partial=not strict)
         except Exception as e:  # _recognize.Unsupported, or tracing failed
             if strict:
                 raise Unsupported(str(e)) from e
@@ -579,6 +582,7 @@ class _State(object):
         self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
+        self.rest, self.rest_from = r.rest, r.rest_from
         self.chain_names = sorted(set(r.param_paths) | set(r.folds), key=_param_order)
         # The model parameters read: the chain's own, then those the folded ones are computed
         # from. Without folds they are the chain's parameters (but group_norm's constants).
@@ -662,12 +666,13 @@ def _named_params(self, st: _State, x: torch.Tensor, dtype, raw=None
     return list(zip(_chain_names(st), _chain_params(st, [p for _, p in raw], x, dtype)))
 
 
-def _model_output(st: _State, y: torch.Tensor) -> torch.Tensor:
-    """The chain's output y as the original forward returns it (st.out_dims: kept size-1
-    dimensions of a mean with keepdim=True)."""
-    if st.out_dims is None:
-        return y
-    return y.view([1 if d is None else y.shape[d] for d in st.out_dims])
+def _model_output(module, st: _State, y: torch.Tensor):
+    """The chain's output y as the original forward returns it: viewed with the kept size-1
+    dimensions of a mean with keepdim=True (st.out_dims), then, where the forward goes on past
+    the chain, the rest of it run as the model's own code on `module` (st.rest)."""
+    if st.out_dims is not None:
+        y = y.view([1 if d is None else y.shape[d] for d in st.out_dims])
+    return y if st.rest is None else st.rest(module, y)
 
 
 def _param_getter(path: str, buffer: bool = False):
@@ -769,7 +774,7 @@ def _spec(st: _State, x) -> str:
     return "x:" + _DTYPES[x.dtype] + "[" + ",".join([str(int(s)) for s in x.shape]) + "]" + st.tail
 
 
-def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None) -> str:
+def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None, raw=None) -> str:
     """'fused' or 'eager' for this call. The auto policy measures on the first call of each
     (spec, device, pass) and keeps the decision for the module and, in the store, for other
     processes: an inference call (needs None) is timed as the forward alone, a training call
@@ -796,6 +801,8 @@ def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None) -
         if entry is None:
             if mask is None:
                 entry, disagreement = _measure_inference(self, st, spec, x, params)
+            elif st.folds or st.rest is not None:  # gradients of the model's own tensors
+                entry, disagreement = _measure_training_autograd(self, st, spec, x, raw)
             else:
                 entry, disagreement = _measure_training(self, st, spec, x, params, needs, backward)
             store.put(material, entry["decision"], entry)
@@ -819,14 +826,40 @@ def _max_diff(got: torch.Tensor, want: torch.Tensor):
     return err, err <= rel * scale + 1e-3
 
 
+def _tensors(y) -> List[torch.Tensor]:
+    """The tensors of a forward's result (a tensor, or tuples / lists / dicts of them)."""
+    if torch.is_tensor(y):
+        return [y]
+    if isinstance(y, dict):
+        y = list(y.values())
+    if isinstance(y, (tuple, list)):
+        return [t for v in y for t in _tensors(v)]
+    return []
+
+
+def _max_diff_all(got, want):
+    """_max_diff over every tensor of two forward results (the rest of a forward may return
+    more than one); disagreeing structure is a disagreement."""
+    a, b = _tensors(got), _tensors(want)
+    if len(a) != len(b) or (not a and got != want):
+        return float("inf"), False
+    err, agree = 0.0, True
+    for u, v in zip(a, b):
+        e, ok = _max_diff(u, v)
+        err, agree = max(err, e), agree and ok
+    return err, agree
+
+
 def _measure_inference(self, st: _State, spec: str, x, params):
-    """(decision entry, why the two disagree or None): the fused forward against the original's."""
+    """(decision entry, why the two disagree or None): the fused forward (and the rest of
+    forward after the chain, where there is one) against the original's."""
+    fused = lambda: _model_output(self, st, _run(spec, x, params))  # noqa: E731
     with torch.no_grad():
-        y_fused = _model_output(st, _run(spec, x, params))
+        y_fused = fused()
         y_eager = st.original_forward(self, x)
-        fused_ms = _median_ms(lambda: _run(spec, x, params), 5)
+        fused_ms = _median_ms(fused, 5)
         eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
-    err, agree = _max_diff(y_fused, y_eager)
+    err, agree = _max_diff_all(y_fused, y_eager)
     decision = "fused" if agree and fused_ms <= eager_ms else "eager"
     entry = {"pass": "inference", "fused_ms": fused_ms, "eager_ms": eager_ms,
              "max_abs_diff": err, "decision": decision}
@@ -878,7 +911,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
             y_eager, eager_grads = eager_step()
     fused_ms = _median_ms(fused_step, 5)
     eager_ms = _median_ms(eager_step, 5)  # with the caller's settings, TF32 included
-    err, agree = _max_diff(_model_output(st, y_fused), y_eager.detach())
+    err, agree = _max_diff(_model_output(self, st, y_fused), y_eager.detach())
     why = None if agree else ("the fused %s differs from the original forward by %g (max abs)" %
                               (spec, err))
     names = [n for n, need in zip(["x"] + ["parameter %d" % i for i in range(len(params))], needs)
@@ -890,6 +923,59 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
         if not ok and why is None:
             why = ("the fused backward of %s differs from PyTorch's in the gradient of %s by %g "
                    "(max abs)" % (spec, name, e))
+    decision = "fused" if why is None and fused_ms <= eager_ms else "eager"
+    entry = {"pass": "train", "fused_ms": fused_ms, "eager_ms": eager_ms, "max_abs_diff": err,
+             "max_abs_grad_diff": grad_err, "decision": decision}
+    return entry, why
+
+
+def _measure_training_autograd(self, st: _State, spec: str, x, raw: List[torch.Tensor]):
+    """_measure_training for a model whose chain parameters are computed from its own (folds)
+    or whose forward goes on past the chain (st.rest): both steps differentiated by autograd --
+    the fused forward through the chain's autograd op, the folds and the rest -- for x and the
+    model's tensors the chain reads that need gradients, from the same random upstream
+    gradients; compared (outputs and gradients) and timed as the caller runs them."""
+    xs = x.detach().requires_grad_(x.requires_grad)  # the timed graphs stop at x
+    wrt = ([xs] if xs.requires_grad else []) + [p for p in raw if p.requires_grad]
+    gen = torch.Generator(device=x.device)
+    gen.manual_seed(0)
+
+    def step(forward):
+        with torch.enable_grad():
+            ys = [t for t in _tensors(forward()) if t.requires_grad]
+        if not ys:
+            return ys, [None] * len(wrt)
+        gs = [torch.randn(t.shape, generator=gen, device=t.device, dtype=t.dtype) for t in ys]
+        return ys, torch.autograd.grad(ys, wrt, gs, allow_unused=True)
+
+    def fused():
+        return _model_output(self, st, _call_op(spec, xs, _chain_params(st, raw, xs, xs.dtype)))
+
+    eager = lambda: st.original_forward(self, xs)  # noqa: E731
+    gen.manual_seed(0)
+    y_fused, g_fused = step(fused)
+    gen.manual_seed(0)
+    # (the reference in strict fp32, as _measure_training's: TF32's error in a weight gradient
+    # summed with cancellation can exceed any useful bound; timed below with the caller's)
+    with _strict_fp32():
+        y_eager, g_eager = step(eager)
+    err, agree = _max_diff_all([t.detach() for t in y_fused], [t.detach() for t in y_eager])
+    why = None if agree else ("the fused %s differs from the original forward by %g (max abs)" %
+                              (spec, err))
+    grad_err = 0.0
+    # (16-bit gradients are not compared: PyTorch's own 16-bit backward rounds every intermediate
+    # gradient and can be further from float64 than any useful bound; _measure_training compares
+    # with the chain's float32 gradients instead, which need the chain's own parameters)
+    for a, b in zip(g_fused, g_eager) if x.dtype not in (torch.bfloat16, torch.float16) else []:
+        if a is None or b is None:
+            e, ok = (0.0, True) if a is None and b is None else (float("inf"), False)
+        else:
+            e, ok = _max_diff(a, b)
+        grad_err = max(grad_err, e)
+        if not ok and why is None:
+            why = "the fused backward of %s differs from PyTorch's by %g (max abs)" % (spec, e)
+    fused_ms = _median_ms(lambda: step(fused), 5)
+    eager_ms = _median_ms(lambda: step(eager), 5)
     decision = "fused" if why is None and fused_ms <= eager_ms else "eager"
     entry = {"pass": "train", "fused_ms": fused_ms, "eager_ms": eager_ms, "max_abs_diff": err,
              "max_abs_grad_diff": grad_err, "decision": decision}
@@ -967,7 +1053,7 @@ def _fused_forward(self, *args, **kwargs):
                 return st.original_forward(self, x)
             _stats["fast_training"] += 1
             params = _chain_params(st, raw, x, x.dtype)
-            return _model_output(st, _ChainFunction.apply(ready.spec, x, *params))
+            return _model_output(self, st, _ChainFunction.apply(ready.spec, x, *params))
         ready = st.ready.get((x.shape, x.dtype, x.device))
         if ready is not None:
             ptrs = [p.data_ptr() for p in raw]
@@ -979,7 +1065,7 @@ def _fused_forward(self, *args, **kwargs):
                     params = _chain_params(st, raw, x, x.dtype)
                     ptrs = [p.data_ptr() for p in params]
                 ptrs.insert(0, x.data_ptr())
-                return _model_output(st, _launch(ready.chain, x, ptrs))
+                return _model_output(self, st, _launch(ready.chain, x, ptrs))
     return _checked_forward(self, st, args, kwargs)
 
 
@@ -1049,8 +1135,8 @@ def _autocast_forward(self, st, x, named, args, kwargs):
             return _fallback(self, st, reason, args, kwargs)
         _stats["autocast"] += 1
         if _is_grad_enabled() and (xr.requires_grad or any(p.requires_grad for p in params)):
-            return _model_output(st, _call_op(spec, xr, params))
-        return _model_output(st, _run(spec, xr, params))
+            return _model_output(self, st, _call_op(spec, xr, params))
+        return _model_output(self, st, _run(spec, xr, params))
 
 
 def _checked_forward(self, st, args, kwargs):
@@ -1071,7 +1157,7 @@ def _checked_forward(self, st, args, kwargs):
         return _fallback(self, st, st.training_fallback, args, kwargs)
     if _is_compiling():
         named = _named_params(self, st, x, x.dtype, raw)
-        return _model_output(st, _call_op(_spec(st, x), x, [p for _, p in named]))
+        return _model_output(self, st, _call_op(_spec(st, x), x, [p for _, p in named]))
     if autocast:
         if st.folds:
             return _fallback(self, st, "autocast with per-channel parameters folded into the "
@@ -1122,7 +1208,8 @@ def _checked_forward(self, st, args, kwargs):
                 _warn_no_fused_backward(spec, why, _EAGER_TRAINING)
                 return st.original_forward(self, x)
     step = training and backward is not None  # decided as a training step
-    decision = _decide(self, st, spec, x, params, needs if step else None, backward)
+    decision = _decide(self, st, spec, x, params, needs if step else None, backward,
+                       [p for _, p in raw])
     # The fast path serves inference calls with the inference decision, once it is final.
     inference = st.policy if st.policy != "auto" else st.decided.get((spec, device, None))
     if inference is not None:
@@ -1137,8 +1224,8 @@ def _checked_forward(self, st, args, kwargs):
     if decision == "eager":
         return st.original_forward(self, x)
     if needs is not None:
-        return _model_output(st, _call_op(spec, x, params))
-    return _model_output(st, _run(spec, x, params))
+        return _model_output(self, st, _call_op(spec, x, params))
+    return _model_output(self, st, _run(spec, x, params))
 
 
 def _plain_copy(model: nn.Module, cls: type) -> nn.Module:
@@ -1269,6 +1356,10 @@ def explain(model: nn.Module, x: torch.Tensor) -> str:
         return "not fused: " + st.unsupported
     spec = _spec(st, x)
     try:
-        return _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()
+        text = _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()
     except _lib.FusejitError as e:
         return "not fused: " + str(e)
+    if st.rest is not None:
+        text += ("the rest of forward runs as PyTorch, after the chain (the chain stops there: "
+                 "%s)\n" % st.rest_from)
+    return text

@@ -1106,3 +1106,115 @@ def test_more_hardswish_spellings():
     for f in (lambda s, x: x * F.relu6(x + 2) / 6, lambda s, x: x * F.relu6(x + 3) / 5):
         with pytest.raises(Unsupported):
             recognize(Fn(f))
+
+
+# ------------------------------------------------------------------------------------------------
+# Partial recognition: the chain is the fusable start of forward, the rest runs as the model's code.
+
+class _ConvPoolHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3, padding=1)
+        self.pool = nn.MaxPool3d(2)
+        self.fc = nn.Linear(8 * 2 * 2 * 2, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.conv(x)))
+        return self.fc(x.view(x.size(0), -1))
+
+
+class _GnMeanHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(3, 6, 2, stride=2)
+        self.gn = nn.GroupNorm(3, 6)
+        self.head = nn.Sequential(nn.Linear(6, 4), nn.Sigmoid())
+        self.bias = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        x = F.silu(self.gn(self.conv(x))).mean(dim=[2, 3, 4])
+        return self.head(x * 2) + self.bias
+
+
+class _TwoConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv3d(3, 6, 3, padding=1)
+        self.b = nn.Conv3d(6, 4, 1)
+
+    def forward(self, x):
+        return torch.tanh(self.b(torch.relu(self.a(x))))
+
+
+class _SelfResidual(nn.Module):
+    """The chain's value used twice after it (y + relu(y)) and a tuple returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 3)
+        self.gn = nn.GroupNorm(2, 4)
+
+    def forward(self, x):
+        y = self.gn(self.conv(x))
+        return y + torch.relu(y), y.amax(dim=1)
+
+
+# name -> (model, input shape, the chain's ops, a needle of where the chain stops)
+PARTIAL = {
+    "pool-linear-head": (_ConvPoolHead, (2, 3, 4, 4, 4), ["conv3d(out=8,k=3,padding=1)", "relu"],
+                         "nn.MaxPool3d"),
+    "mean-then-linear": (_GnMeanHead, (2, 3, 3, 3, 3),
+                         ["conv_transpose3d(out=6,k=2,stride=2)", "group_norm(groups=3,eps=1e-5)",
+                          "swish", "mean(dims=[2,3,4])"], "mean must be the last op"),
+    "second-conv": (_TwoConvs, (2, 3, 4, 5, 4), ["conv3d(out=6,k=3,padding=1)", "relu"],
+                    "a convolution must be the first op"),
+    "value-used-twice": (_SelfResidual, (2, 3, 5, 5, 5),
+                         ["conv3d(out=4,k=3)", "group_norm(groups=2,eps=1e-5)"], "also feeds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARTIAL))
+def test_partial_recognition_runs_the_rest_as_the_models_code(case):
+    """recognize(partial=True): the chain is forward's fusable start; Recognized.rest(model, y)
+    on the chain's float64 result gives the model's own float64 forward; partial=False refuses."""
+    make, shape, ops, needle = PARTIAL[case]
+    model = randomize(make(), 3).double()
+    with pytest.raises(Unsupported):
+        recognize(model)
+    r = recognize(model, partial=True)
+    assert r.ops == ops and r.rest is not None and needle in r.rest_from, (r.ops, r.rest_from)
+    x = torch.randn(*shape, dtype=torch.float64)
+    with torch.no_grad():
+        got, want = r.rest(model, evaluate(r, x)), model(x)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+class _InputResidual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + x
+
+
+class _MadeTensor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * torch.tensor(2.0)
+
+
+@pytest.mark.parametrize("make,needle", [(_InputResidual, "also feeds"),
+                                         (_MadeTensor, "'_tensor_constant0'")])
+def test_partial_recognition_refuses_a_rest_it_cannot_run(make, needle):
+    """The rest may read only the chain's output and the model's registered tensors: one that
+    reads the input (a residual) or a tensor made while tracing is refused with the chain's
+    stopping reason."""
+    with pytest.raises(Unsupported) as e:
+        recognize(make(), partial=True)
+    assert needle in str(e.value), str(e.value)

@@ -120,8 +120,18 @@ def test_strict_refuses_a_module_outside_the_grammar_at_once():
         fj.fused(WithBatchNorm, strict=True)()
 
 
+class BatchNormFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm3d(3)
+        self.conv = nn.Conv3d(3, 8, 3)
+
+    def forward(self, x):
+        return self.conv(self.bn(x))
+
+
 def test_unrecognized_module_runs_the_original_with_one_warning():
-    model = WithBatchNorm().eval()
+    model = BatchNormFirst().eval()  # nothing to fuse before the batch norm
     fast = fj.fuse(model)
     assert not fj.is_fused(fast)
     assert "bn" in fj.explain(fast, torch.randn(1, 3, 5, 5, 5))
@@ -663,7 +673,7 @@ def test_training_calls_are_decided_as_steps(monkeypatch):
     monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: backward)
     calls = []
 
-    def decide(self, st, spec, x, params, needs=None, backward=None):
+    def decide(self, st, spec, x, params, needs=None, backward=None, raw=None):
         calls.append((needs, backward))
         return "eager"
     monkeypatch.setattr(fj, "_decide", decide)
@@ -833,3 +843,87 @@ def test_per_channel_factors_fold_into_the_chain_parameters(monkeypatch):
     want = [x.grad] + [p.grad for p in model.parameters()]
     for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+class _PoolHead(nn.Module):
+    """conv -> group_norm -> relu, then what the grammar has not: a max pool and a Linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.pool = nn.MaxPool3d(2)
+        self.fc = nn.Linear(8 * 8, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.gn(self.conv(x))))
+        return self.fc(torch.flatten(x, 1))
+
+
+@pytest.mark.parametrize("policy", ["fused", "auto"])
+def test_partial_fusion_runs_the_rest_of_forward_as_pytorch(monkeypatch, tmp_path, policy):
+    """A model that goes on past the grammar: the chain fuses its start, the rest (max pool,
+    flatten, Linear) runs as the model's own code on the chain's output, on the live module
+    (a replaced head is seen); outputs and every gradient, the head's included, are the
+    original's; the auto policy times and checks the whole forward and training step (timings
+    pretended equal here, so it keeps the fused one). strict=True refuses the model."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_median_ms", lambda fn, reps: (fn(), 1.0)[1])
+    monkeypatch.setattr(fj, "_store", _policy.DecisionStore(str(tmp_path)))
+    monkeypatch.setattr(fj, "_decision_key", lambda spec, device: {"spec": spec})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+    with pytest.raises(fj.Unsupported, match="MaxPool3d"):
+        fj.fuse(_PoolHead(), strict=True)
+    torch.manual_seed(0)
+    model = randomized(_PoolHead())
+    fast = fj.fuse(model, policy=policy)
+    st = fast.__dict__["_fusejit"]
+    assert st.tail == " | conv3d(out=8,k=3,padding=1) | group_norm(groups=2,eps=1e-5) | relu"
+    assert "layer 'pool' (nn.MaxPool3d)" in st.rest_from, st.rest_from
+    x = torch.randn(2, 3, 4, 4, 4)
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    if policy == "auto":
+        assert st.last_decision["decision"] == "fused", st.last_decision
+    xg = torch.randn(2, 3, 4, 4, 4, requires_grad=True)  # (another shape key: the checked path)
+    g = torch.randn(2, 5)
+    (fast(xg) * g).sum().backward()
+    if policy == "auto":
+        assert st.last_decision["pass"] == "train" and st.last_decision["decision"] == "fused"
+    got = [xg.grad] + [p.grad.clone() for p in model.parameters()]
+    xg.grad = None
+    model.zero_grad()
+    (model(xg) * g).sum().backward()
+    want = [xg.grad] + [p.grad for p in model.parameters()]
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+    model.fc = nn.Linear(8 * 8, 3)  # the rest reads the live module
+    with torch.no_grad():
+        y = fast(torch.randn(1, 3, 4, 4, 4))
+    assert y.shape == (1, 3)
+
+
+def test_the_auto_policy_checks_folded_models_by_their_own_parameters(monkeypatch, tmp_path):
+    """A model with folded factors is timed and checked (training step) with autograd through
+    the folds, for the model's own tensors (the chain's computed parameters are not the
+    original forward's): the two steps agree, and the fused one is kept at equal timings."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_median_ms", lambda fn, reps: (fn(), 1.0)[1])
+    monkeypatch.setattr(fj, "_store", _policy.DecisionStore(str(tmp_path)))
+    monkeypatch.setattr(fj, "_decision_key", lambda spec, device: {"spec": spec})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+    torch.manual_seed(0)
+    model = _Folded()
+    fast = fj.fuse(model)  # policy auto
+    st = fast.__dict__["_fusejit"]
+    x = torch.randn(2, 3, 4, 5, 6, requires_grad=True)
+    (fast(x) * torch.randn(2, 8, 4, 5, 6)).sum().backward()
+    assert st.last_decision["pass"] == "train", st.last_decision
+    assert st.last_decision["decision"] == "fused", st.last_decision
+    assert all(p.grad is not None for p in model.parameters())
