@@ -359,6 +359,48 @@ def test_per_channel_parameters_fold_and_smooth_activations(case):
     assert rel_err(y, ref) <= 1e-5, rel_err(y, ref)
 
 
+class PoolHead(nn.Module):
+    """Goes on past the grammar: conv -> group_norm -> mish fused, max pool and Linear in PyTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.pool = nn.MaxPool3d(2)
+        self.fc = nn.Linear(8 * 3 * 3 * 4, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(F.mish(self.gn(self.conv(x)))), 1))
+
+
+@pytest.mark.parametrize("policy", ["fused", "auto"])
+def test_partial_fusion(policy):
+    """The fusable start of a forward fused, the rest run as PyTorch on its output: forward and
+    every gradient (the head's too) against float64, fully written (the chain's output is
+    poisoned before its run), two runs bitwise equal."""
+    torch.manual_seed(0)
+    model = randomized(PoolHead(), seed=9).cuda()
+    fast = fj.fuse(model, policy=policy)
+    assert fast.__dict__["_fusejit"].rest is not None
+    x = torch.randn(2, 4, 6, 6, 8, device="cuda")
+    with torch.no_grad():
+        y1, y2 = fast(x), fast(x)
+        ref = f64(model)(x.double())
+    assert not torch.isnan(y1).any() and torch.equal(y1, y2)
+    assert rel_err(y1, ref) <= 1e-5, rel_err(y1, ref)
+    xg = x.clone().requires_grad_(True)
+    g = torch.randn(2, 5, device="cuda")
+    (fast(xg) * g).sum().backward()
+    got = [xg.grad] + [p.grad for p in model.parameters()]
+    ref_model = f64(model)
+    xd = x.double().requires_grad_(True)
+    (ref_model(xd) * g.double()).sum().backward()
+    want = [xd.grad] + [p.grad for p in ref_model.parameters()]
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert a is not None and not torch.isnan(a).any(), name
+        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+
+
 def test_training_calls_save_the_convolution_output():
     """A training call of a chain with ops after its convolution runs the training forward (u
     saved) and the backward reading u (no recompute); one without a convolution recomputes
