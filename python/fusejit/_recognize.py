@@ -52,8 +52,8 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   (`class MyConv(nn.Conv3d): pass`) count as their base class.
 With partial=True (the drop-in without strict), a forward that goes on past the grammar after at
 least one fused op is recognized up to there: Recognized.rest runs the rest of the traced graph as
-the model's own code on the chain's output (it may read only that output and the model's
-registered submodules, parameters and buffers).
+the model's own code on the chain's output (it may read that output, the model's input -- a
+residual -- and the model's registered submodules, parameters and buffers).
 The traced graph must be a straight line from the one input to the returned tensor: every value is
 used only by the next op (the written-out swish/hardswish use theirs twice; an in-place op whose
 result is discarded, e.g. `self.relu(x)` with inplace=True, mutates the value and is followed).
@@ -1306,6 +1306,7 @@ def recognize(model: nn.Module, partial: bool = False) -> Recognized:
     found: List[_Op] = []
     prev_where = "the input"
     stop = None  # (the Unsupported the chain stops at): the rest of forward runs as PyTorch
+    x_mutated = False  # an in-place op of the chain changed the input (eager's rest would see it)
     while True:
         users = sorted((u for u in cur.users if u not in consumed or u is output), key=order.get)
         if not users:
@@ -1326,10 +1327,12 @@ def recognize(model: nn.Module, partial: bool = False) -> Recognized:
                 _refuse(where, "it is not one of the ops fusejit fuses", layer)
             _check_order(found, step.op)
             rest = [u for u in users if u not in step.nodes]
+            mutated = False  # an in-place op with its result discarded: the value is mutated
             if rest:
                 last = max(order[n] for n in step.nodes)
-                if step.result.users or not step.op.mutates_input or \
-                        any(order[u] < last for u in rest):
+                mutated = not step.result.users and step.op.mutates_input and \
+                    all(order[u] > last for u in rest)
+                if not mutated and not (partial and cur is placeholders[0]):
                     a = _describe(first, ctx)[0]
                     b, layer = _describe(rest[0], ctx)
                     _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses "
@@ -1339,23 +1342,29 @@ def recognize(model: nn.Module, partial: bool = False) -> Recognized:
             stop = e
             break
         consumed.update(step.nodes)
-        if not rest:
+        if mutated:  # the chain goes on with the mutated value
+            x_mutated = x_mutated or cur is placeholders[0]
+        else:
             cur = step.result
-        # (else: an in-place op with its result discarded: the value is mutated, the chain goes on)
         found.append(step.op)
         prev_where = step.op.where
+    left = [n for n in nodes if n not in consumed and n.op != "get_attr"]
+    if stop is None and left:
+        where, layer = _describe(left[0], ctx)
+        try:
+            _refuse(where, "it is not part of the straight chain from the input to the output",
+                    layer)
+        except Unsupported as e:
+            stop = e  # (partial: values besides the chain's feed the output, e.g. the input's)
     if stop is not None:
         # The chain ends at `cur`; the rest of forward runs as the model's own code -- where the
         # chain has an op to fuse and the rest reads nothing but `cur` and the model's tensors.
         if not partial or not any(op.kind not in ("skip", "dropout") for op in found):
             raise stop
         r = _assemble(found, model)
-        r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop)
+        r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop,
+                                               None if x_mutated else placeholders[0])
         return r
-    left = [n for n in nodes if n not in consumed and n.op != "get_attr"]
-    if left:
-        where, layer = _describe(left[0], ctx)
-        _refuse(where, "it is not part of the straight chain from the input to the output", layer)
     return _assemble(found, model)
 
 
@@ -1385,14 +1394,20 @@ def _check_order(found: List[_Op], op: _Op) -> None:
                 ("follows %s" % real[-1].where if real else "comes first"), op.layer)
 
 
-def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: Unsupported):
-    """(rest(module, y), where the chain stops): the nodes of forward after the chain, as a
-    function of the chain's output y that reads the module's registered submodules, parameters
+def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: Unsupported,
+                     x_node=None):
+    """(rest(module, y, x), where the chain stops): the nodes of forward after the chain, as a
+    function of the chain's output y and the model's input x (`x_node`, its placeholder; None
+    where the rest may not read it) that reads the module's registered submodules, parameters
     and buffers through `module` (the fused module at each call: what the model has then).
-    Raises `stop` (the reason the chain ends) where the rest also reads the input or a value
-    inside the chain, or an attribute that is not registered on the model."""
+    Raises `stop` (the reason the chain ends) where the rest reads a value inside the chain, the
+    input when it may not, or changes the input in place, or reads an attribute that is not
+    registered on the model."""
     graph = torch.fx.Graph()
     env = {start: graph.placeholder("y")}
+    x_in = graph.placeholder("x")
+    if x_node is not None:
+        env[x_node] = x_in
 
     def arg(a):
         if a in env:
@@ -1407,6 +1422,8 @@ def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: 
             continue
         if n.op == "call_module" and not _registered(model, n.target):
             raise stop
+        if x_node is not None and x_node in n.all_input_nodes and _in_place(n, model):
+            raise stop  # (after the chain, where eager changes it before)
         if n.op == "output":
             graph.output(torch.fx.map_arg(n.args[0], arg))
         else:
@@ -1419,6 +1436,20 @@ def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: 
     why = str(stop).split("; " + GRAMMAR)[0]
     return type(code).forward, why[len("fusejit cannot fuse "):] if why.startswith(
         "fusejit cannot fuse ") else why
+
+
+def _in_place(n, model: nn.Module) -> bool:
+    """Whether fx node `n` changes its input in place (x.relu_(), x += 1, inplace=True, a module
+    with inplace=True)."""
+    if n.kwargs.get("inplace") is True:
+        return True
+    if n.op == "call_method":
+        return n.target.endswith("_")
+    if n.op == "call_function":
+        return n.target in _IN_PLACE_OPERATORS or getattr(n.target, "__name__", "").endswith("_")
+    if n.op == "call_module":
+        return bool(getattr(model.get_submodule(n.target), "inplace", False))
+    return False
 
 
 def _registered(model: nn.Module, target: str) -> bool:

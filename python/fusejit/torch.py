@@ -666,13 +666,14 @@ def _named_params(self, st: _State, x: torch.Tensor, dtype, raw=None
     return list(zip(_chain_names(st), _chain_params(st, [p for _, p in raw], x, dtype)))
 
 
-def _model_output(module, st: _State, y: torch.Tensor):
+def _model_output(module, st: _State, x: torch.Tensor, y: torch.Tensor):
     """The chain's output y as the original forward returns it: viewed with the kept size-1
     dimensions of a mean with keepdim=True (st.out_dims), then, where the forward goes on past
-    the chain, the rest of it run as the model's own code on `module` (st.rest)."""
+    the chain, the rest of it run as the model's own code on `module` (st.rest), which may read
+    the call's input x too."""
     if st.out_dims is not None:
         y = y.view([1 if d is None else y.shape[d] for d in st.out_dims])
-    return y if st.rest is None else st.rest(module, y)
+    return y if st.rest is None else st.rest(module, y, x)
 
 
 def _param_getter(path: str, buffer: bool = False):
@@ -853,7 +854,7 @@ def _max_diff_all(got, want):
 def _measure_inference(self, st: _State, spec: str, x, params):
     """(decision entry, why the two disagree or None): the fused forward (and the rest of
     forward after the chain, where there is one) against the original's."""
-    fused = lambda: _model_output(self, st, _run(spec, x, params))  # noqa: E731
+    fused = lambda: _model_output(self, st, x, _run(spec, x, params))  # noqa: E731
     with torch.no_grad():
         y_fused = fused()
         y_eager = st.original_forward(self, x)
@@ -911,7 +912,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
             y_eager, eager_grads = eager_step()
     fused_ms = _median_ms(fused_step, 5)
     eager_ms = _median_ms(eager_step, 5)  # with the caller's settings, TF32 included
-    err, agree = _max_diff(_model_output(self, st, y_fused), y_eager.detach())
+    err, agree = _max_diff(_model_output(self, st, x, y_fused), y_eager.detach())
     why = None if agree else ("the fused %s differs from the original forward by %g (max abs)" %
                               (spec, err))
     names = [n for n, need in zip(["x"] + ["parameter %d" % i for i in range(len(params))], needs)
@@ -949,7 +950,8 @@ def _measure_training_autograd(self, st: _State, spec: str, x, raw: List[torch.T
         return ys, torch.autograd.grad(ys, wrt, gs, allow_unused=True)
 
     def fused():
-        return _model_output(self, st, _call_op(spec, xs, _chain_params(st, raw, xs, xs.dtype)))
+        y = _call_op(spec, xs, _chain_params(st, raw, xs, xs.dtype))
+        return _model_output(self, st, xs, y)
 
     eager = lambda: st.original_forward(self, xs)  # noqa: E731
     gen.manual_seed(0)
@@ -1053,7 +1055,7 @@ def _fused_forward(self, *args, **kwargs):
                 return st.original_forward(self, x)
             _stats["fast_training"] += 1
             params = _chain_params(st, raw, x, x.dtype)
-            return _model_output(self, st, _ChainFunction.apply(ready.spec, x, *params))
+            return _model_output(self, st, x, _ChainFunction.apply(ready.spec, x, *params))
         ready = st.ready.get((x.shape, x.dtype, x.device))
         if ready is not None:
             ptrs = [p.data_ptr() for p in raw]
@@ -1065,7 +1067,7 @@ def _fused_forward(self, *args, **kwargs):
                     params = _chain_params(st, raw, x, x.dtype)
                     ptrs = [p.data_ptr() for p in params]
                 ptrs.insert(0, x.data_ptr())
-                return _model_output(self, st, _launch(ready.chain, x, ptrs))
+                return _model_output(self, st, x, _launch(ready.chain, x, ptrs))
     return _checked_forward(self, st, args, kwargs)
 
 
@@ -1135,8 +1137,8 @@ def _autocast_forward(self, st, x, named, args, kwargs):
             return _fallback(self, st, reason, args, kwargs)
         _stats["autocast"] += 1
         if _is_grad_enabled() and (xr.requires_grad or any(p.requires_grad for p in params)):
-            return _model_output(self, st, _call_op(spec, xr, params))
-        return _model_output(self, st, _run(spec, xr, params))
+            return _model_output(self, st, x, _call_op(spec, xr, params))
+        return _model_output(self, st, x, _run(spec, xr, params))
 
 
 def _checked_forward(self, st, args, kwargs):
@@ -1157,7 +1159,7 @@ def _checked_forward(self, st, args, kwargs):
         return _fallback(self, st, st.training_fallback, args, kwargs)
     if _is_compiling():
         named = _named_params(self, st, x, x.dtype, raw)
-        return _model_output(self, st, _call_op(_spec(st, x), x, [p for _, p in named]))
+        return _model_output(self, st, x, _call_op(_spec(st, x), x, [p for _, p in named]))
     if autocast:
         if st.folds:
             return _fallback(self, st, "autocast with per-channel parameters folded into the "
@@ -1224,8 +1226,8 @@ def _checked_forward(self, st, args, kwargs):
     if decision == "eager":
         return st.original_forward(self, x)
     if needs is not None:
-        return _model_output(self, st, _call_op(spec, x, params))
-    return _model_output(self, st, _run(spec, x, params))
+        return _model_output(self, st, x, _call_op(spec, x, params))
+    return _model_output(self, st, x, _run(spec, x, params))
 
 
 def _plain_copy(model: nn.Module, cls: type) -> nn.Module:

@@ -927,3 +927,39 @@ def test_the_auto_policy_checks_folded_models_by_their_own_parameters(monkeypatc
     assert st.last_decision["pass"] == "train", st.last_decision
     assert st.last_decision["decision"] == "fused", st.last_decision
     assert all(p.grad is not None for p in model.parameters())
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.shortcut = nn.Conv3d(4, 4, 1)
+
+    def forward(self, x):
+        return torch.relu(self.gn(self.conv(x))) + self.shortcut(x)
+
+
+def test_partial_fusion_of_a_residual_block(monkeypatch):
+    """The rest reads the call's input too (a shortcut): values and gradients (x's through both
+    paths) are the original's."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+    torch.manual_seed(0)
+    model = randomized(_ResidualBlock())
+    fast = fj.fuse(model, policy="fused")
+    assert fast.__dict__["_fusejit"].rest is not None
+    x = torch.randn(2, 4, 4, 5, 6, requires_grad=True)
+    g = torch.randn(2, 4, 4, 5, 6)
+    y = fast(x)
+    assert torch.allclose(y, model(x), rtol=1e-5, atol=1e-6)
+    (y * g).sum().backward()
+    got = [x.grad] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    (model(x) * g).sum().backward()
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got,
+                          [x.grad] + [p.grad for p in model.parameters()]):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
