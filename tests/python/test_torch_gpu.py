@@ -373,13 +373,27 @@ class PoolHead(nn.Module):
         return self.fc(torch.flatten(self.pool(F.mish(self.gn(self.conv(x)))), 1))
 
 
+class ResidualBlock(nn.Module):
+    """conv -> group_norm -> relu fused; the shortcut and the sum read the input after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.shortcut = nn.Conv3d(4, 4, 1)
+
+    def forward(self, x):
+        return torch.relu(self.gn(self.conv(x))) + self.shortcut(x)
+
+
 @pytest.mark.parametrize("policy", ["fused", "auto"])
-def test_partial_fusion(policy):
-    """The fusable start of a forward fused, the rest run as PyTorch on its output: forward and
-    every gradient (the head's too) against float64, fully written (the chain's output is
-    poisoned before its run), two runs bitwise equal."""
+@pytest.mark.parametrize("make", [PoolHead, ResidualBlock], ids=["pool-head", "residual"])
+def test_partial_fusion(make, policy):
+    """The fusable start of a forward fused, the rest run as PyTorch on its output (and the
+    input): forward and every gradient (the rest's too) against float64, fully written (the
+    chain's output is poisoned before its run), two runs bitwise equal."""
     torch.manual_seed(0)
-    model = randomized(PoolHead(), seed=9).cuda()
+    model = randomized(make(), seed=9).cuda()
     fast = fj.fuse(model, policy=policy)
     assert fast.__dict__["_fusejit"].rest is not None
     x = torch.randn(2, 4, 6, 6, 8, device="cuda")
@@ -389,7 +403,7 @@ def test_partial_fusion(policy):
     assert not torch.isnan(y1).any() and torch.equal(y1, y2)
     assert rel_err(y1, ref) <= 1e-5, rel_err(y1, ref)
     xg = x.clone().requires_grad_(True)
-    g = torch.randn(2, 5, device="cuda")
+    g = torch.randn(ref.shape, device="cuda")
     (fast(xg) * g).sum().backward()
     got = [xg.grad] + [p.grad for p in model.parameters()]
     ref_model = f64(model)
