@@ -673,7 +673,26 @@ def _model_output(module, st: _State, x: torch.Tensor, y: torch.Tensor):
     the call's input x too."""
     if st.out_dims is not None:
         y = y.view([1 if d is None else y.shape[d] for d in st.out_dims])
-    return y if st.rest is None else st.rest(module, y, x)
+    if st.rest is None:
+        return y
+    try:
+        return st.rest(module, y, x)
+    except Exception as e:
+        if _is_compiling():
+            raise
+        # The original forward decides whose error it is: it raises the same one where the call
+        # itself is wrong; where it runs, the rest as fusejit cut it is at fault, and the module
+        # runs the original from now on.
+        y = st.original_forward(module, x)
+        with st.lock:
+            st.unsupported = ("running the rest of forward after the fused chain failed (%s: %s) "
+                              "where the original forward runs" % (type(e).__name__, e))
+            st.ready, st.ready_training = {}, {}
+            st.warned.add(st.unsupported)  # (the later calls' _fallback: warned once)
+        warnings.warn("fusejit runs the original %s forward: %s" % (type(module).__name__,
+                                                                   st.unsupported),
+                      FusejitWarning, stacklevel=3)
+        return y
 
 
 def _param_getter(path: str, buffer: bool = False):

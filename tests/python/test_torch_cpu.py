@@ -963,3 +963,30 @@ def test_partial_fusion_of_a_residual_block(monkeypatch):
     for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got,
                           [x.grad] + [p.grad for p in model.parameters()]):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+def test_a_failing_rest_of_forward_falls_back_to_the_original(monkeypatch):
+    """Where the rest of a partially fused forward raises but the original forward runs, the
+    call returns the original's result with one warning and the module runs the original from
+    then on; where the original raises too (the call is wrong), that error is the caller's."""
+    _pretend_cuda(monkeypatch)
+    model = randomized(_ResidualBlock())
+    fast = fj.fuse(model, policy="fused")
+    st = fast.__dict__["_fusejit"]
+
+    def broken(module, y, x):
+        raise RuntimeError("simulated")
+    st.rest = broken
+    x = torch.randn(1, 4, 3, 4, 5)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        y = fast(x)
+        assert torch.equal(y, model(x))
+        fast(torch.randn(1, 4, 3, 4, 5))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+    assert len(msgs) == 1 and "simulated" in msgs[0], msgs
+    assert "simulated" in st.unsupported
+    fast2 = fj.fuse(model, policy="fused")
+    fast2.__dict__["_fusejit"].rest = broken
+    with pytest.raises(RuntimeError), torch.no_grad():  # the original's own error: 3 channels
+        fast2(torch.randn(1, 3, 3, 4, 5))
