@@ -1468,7 +1468,8 @@ def _registered(model: nn.Module, target: str) -> bool:
 def _fold_targets(ops: List[_Op]) -> Tuple[List[_Op], Dict[int, List[_Op]]]:
     """(the ops without the per-channel parameter ops, {index in that list of the convolution or
     group_norm: the per-channel ops right after it, in order}): a run of them right after the
-    convolution or the group_norm folds into its weight and bias; anywhere else it is refused."""
+    convolution or the group_norm folds into its weight and bias (_check_order admitted them only
+    there)."""
     kept: List[_Op] = []
     folds: Dict[int, List[_Op]] = {}
     target = None
@@ -1478,11 +1479,6 @@ def _fold_targets(ops: List[_Op]) -> Tuple[List[_Op], Dict[int, List[_Op]]]:
             target = len(kept) - 1 if op.kind in ("conv3d", "conv_transpose3d",
                                                   "group_norm") else None
             continue
-        if target is None:
-            _refuse(op.where, "a multiply or add by a per-channel parameter is fused only right "
-                              "after the convolution or the group_norm (it folds into their "
-                              "weight and bias); here it %s" %
-                    ("follows %s" % kept[-1].where if kept else "comes first"), op.layer)
         folds.setdefault(target, []).append(op)
     return kept, folds
 
@@ -1532,19 +1528,8 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     if not ops:
         raise Unsupported("fusejit cannot fuse model %s: its forward has no op to fuse; %s"
                           % (_class_name(model), GRAMMAR), reason="no ops")
-    gn_count = 0
-    for i, op in enumerate(ops):
-        if op.kind in ("conv3d", "conv_transpose3d") and i != 0:
-            _refuse(op.where, "a convolution must be the first op of the chain (fusejit fuses one "
-                              "producer, before any other op)", op.layer)
-        if op.kind == "group_norm":
-            gn_count += 1
-            if gn_count > 1:
-                _refuse(op.where, "a chain may have at most one group_norm", op.layer)
-        if op.kind == "mean" and i != len(ops) - 1:
-            nxt = ops[i + 1]
-            _refuse(nxt.where, "it comes after the mean; mean must be the last op of the chain",
-                    nxt.layer)
+    # (the ops' order -- one producer first, one group_norm, the mean last -- was checked as they
+    # were found: _check_order)
     params: Dict[str, Any] = {}
     paths: Dict[str, str] = {}
     folds: Dict[str, Fold] = {}

@@ -557,6 +557,7 @@ class _State(object):
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
+        self.direct_paths = {}  # chain name -> model path of the parameters not folded
         self.rest = None  # Recognized.rest: the rest of forward after the chain, or None
         self.rest_from = None  # Recognized.rest_from: why the chain stops there
         self.raw_paths = []  # the model parameters a call reads, in the order of `getters`
@@ -582,6 +583,7 @@ class _State(object):
         self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
+        self.direct_paths = dict(self.param_paths)
         self.rest, self.rest_from = r.rest, r.rest_from
         self.chain_names = sorted(set(r.param_paths) | set(r.folds), key=_param_order)
         # The model parameters read: the chain's own, then those the folded ones are computed
@@ -636,11 +638,10 @@ def _chain_params(st: _State, raw: List[torch.Tensor], x: torch.Tensor, dtype
     `dtype`) where the model has none."""
     if st.folds:
         by_path = dict(zip(st.raw_paths, raw))
-        direct = dict(st.param_paths)
         params = []
         for name in st.chain_names:
             f = st.folds.get(name)
-            params.append(by_path[direct[name]] if f is None else
+            params.append(by_path[st.direct_paths[name]] if f is None else
                           f.value(by_path.__getitem__, f.channels or int(x.shape[1])))
     else:
         params = raw

@@ -845,6 +845,19 @@ def test_per_channel_factors_fold_into_the_chain_parameters(monkeypatch):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
 
 
+
+def _pretend_auto_policy(monkeypatch, tmp_path):
+    """_pretend_cuda, and the auto policy's timing, store and backward runnable on the CPU: every
+    timing 1 ms, decisions stored below tmp_path, the fused backward PyTorch's of the chain."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_median_ms", lambda fn, reps: (fn(), 1.0)[1])
+    monkeypatch.setattr(fj, "_store", _policy.DecisionStore(str(tmp_path)))
+    monkeypatch.setattr(fj, "_decision_key", lambda spec, device: {"spec": spec})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+
 class _PoolHead(nn.Module):
     """conv -> group_norm -> relu, then what the grammar has not: a max pool and a Linear head."""
 
@@ -867,14 +880,7 @@ def test_partial_fusion_runs_the_rest_of_forward_as_pytorch(monkeypatch, tmp_pat
     (a replaced head is seen); outputs and every gradient, the head's included, are the
     original's; the auto policy times and checks the whole forward and training step (timings
     pretended equal here, so it keeps the fused one). strict=True refuses the model."""
-    _pretend_cuda(monkeypatch)
-    monkeypatch.setattr(fj, "_median_ms", lambda fn, reps: (fn(), 1.0)[1])
-    monkeypatch.setattr(fj, "_store", _policy.DecisionStore(str(tmp_path)))
-    monkeypatch.setattr(fj, "_decision_key", lambda spec, device: {"spec": spec})
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
-    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
-                        fj._eager_backward(spec, x, params, grad, needs))
+    _pretend_auto_policy(monkeypatch, tmp_path)
     with pytest.raises(fj.Unsupported, match="MaxPool3d"):
         fj.fuse(_PoolHead(), strict=True)
     torch.manual_seed(0)
@@ -910,14 +916,7 @@ def test_the_auto_policy_checks_folded_models_by_their_own_parameters(monkeypatc
     """A model with folded factors is timed and checked (training step) with autograd through
     the folds, for the model's own tensors (the chain's computed parameters are not the
     original forward's): the two steps agree, and the fused one is kept at equal timings."""
-    _pretend_cuda(monkeypatch)
-    monkeypatch.setattr(fj, "_median_ms", lambda fn, reps: (fn(), 1.0)[1])
-    monkeypatch.setattr(fj, "_store", _policy.DecisionStore(str(tmp_path)))
-    monkeypatch.setattr(fj, "_decision_key", lambda spec, device: {"spec": spec})
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
-    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
-                        fj._eager_backward(spec, x, params, grad, needs))
+    _pretend_auto_policy(monkeypatch, tmp_path)
     torch.manual_seed(0)
     model = _Folded()
     fast = fj.fuse(model)  # policy auto
