@@ -2,7 +2,9 @@
 """Models written with the forms the drop-in fuses since the thirty-second session --
 nn.InstanceNorm3d (affine or not), nn.GroupNorm(affine=False), F.group_norm without weights, a
 mean with keepdim=True, nn.AdaptiveAvgPool3d(1) without flatten (rows N*), and arithmetic with
-constants, x * c, x / c, x + c, x - c (rows S*) -- through `fusejit.torch.fuse(model,
+constants, x * c, x / c, x + c, x - c (rows S*), per-channel Parameters and new activations (rows
+K*), models that go on past the grammar, fused in part (rows P*: strict=False), batch norms (rows
+B*: folded in eval mode; in training mode the chain stops before them) -- through `fusejit.torch.fuse(model,
 policy="fused")` against the same model in PyTorch eager, same inputs, in one run on the GPU.
 Medians of CUDA-event timings with the L2 flushed (compare_pytorch.time_cuda); errors (relative
 L2) against the float64 model on the same values. f32 rows compare with strict-fp32 eager and
@@ -28,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import fusejit.torch as fj  # noqa: E402
-from dtype_sweep import forward_row, report, train_row  # noqa: E402
+from dtype_sweep import forward_row, report, strict_fp32, train_row  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -109,6 +111,77 @@ class BiasNormSoftplus(nn.Module):
         return F.softplus(self.norm(self.up(x) + self.bias))
 
 
+class PoolBlock(nn.Module):
+    """conv -> group norm -> relu fused; the max pool after it runs as PyTorch (partial fusion)."""
+
+    def __init__(self, cin, c, groups):
+        super().__init__()
+        self.conv, self.norm = nn.Conv3d(cin, c, 3, padding=1), nn.GroupNorm(groups, c)
+        self.pool = nn.MaxPool3d(2)
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.norm(self.conv(x))))
+
+
+class Classifier(nn.Module):
+    """conv -> gelu -> global average pool fused; the flatten and the Linear head after it."""
+
+    def __init__(self, cin, c, classes):
+        super().__init__()
+        self.conv, self.pool = nn.Conv3d(cin, c, 3), nn.AdaptiveAvgPool3d(1)
+        self.fc = nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(F.gelu(self.conv(x))), 1))
+
+
+class Residual(nn.Module):
+    """relu(group_norm(conv(x))) fused; the residual sum with the input after it."""
+
+    def __init__(self, c, groups):
+        super().__init__()
+        self.conv, self.norm = nn.Conv3d(c, c, 3, padding=1), nn.GroupNorm(groups, c)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x))) + x
+
+
+class NormSoftmax(nn.Module):
+    """conv -> hardswish -> group norm fused; a softmax over the channels after it."""
+
+    def __init__(self, cin, c, groups):
+        super().__init__()
+        self.conv, self.norm = nn.Conv3d(cin, c, 3), nn.GroupNorm(groups, c)
+
+    def forward(self, x):
+        return torch.softmax(self.norm(F.hardswish(self.conv(x))), dim=1)
+
+
+class ConvBN(nn.Module):
+    """conv (no bias) -> BatchNorm3d -> act: in eval mode the batch norm folds into the
+    convolution; in training mode the chain is the convolution alone, the rest PyTorch's."""
+
+    def __init__(self, conv, c, act):
+        super().__init__()
+        self.conv, self.bn, self.act = conv, nn.BatchNorm3d(c), act
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class StrictRest(nn.Module):
+    """`fast` called with cuDNN's TF32 off, so the PyTorch rest of a partially fused model runs
+    in strict fp32 like the strict eager it is compared with (the fused chain is fp32-accurate
+    either way)."""
+
+    def __init__(self, fast):
+        super().__init__()
+        self.fast = fast
+
+    def forward(self, x):
+        return strict_fp32(lambda: self.fast(x))()
+
+
 def kept_mean(x):
     return x.mean(dim=[2, 3, 4], keepdim=True)
 
@@ -139,6 +212,17 @@ ROWS = {
     "K3": (lambda: BiasNormSoftplus(32, 64), (4, 32, 16, 16, 16)),
     "K4": (lambda: Chain(nn.Conv3d(8, 32, 3), nn.GroupNorm(4, 32), nn.ELU(), tail=kept_mean),
            (32, 8, 16, 16, 16)),
+    # batch norms (running statistics) folded in eval mode; in training the chain stops there
+    "B1": (lambda: ConvBN(nn.Conv3d(16, 32, 3, padding=1, bias=False), 32, nn.ReLU()),
+           (16, 16, 32, 32, 32)),
+    "B2": (lambda: ConvBN(nn.Conv3d(3, 16, 3, bias=False), 16, nn.SiLU()), (128, 3, 16, 32, 32)),
+    "B3": (lambda: ConvBN(nn.ConvTranspose3d(32, 16, 3, stride=2, padding=1, output_padding=1,
+                                             bias=False), 16, nn.GELU()), (8, 32, 16, 16, 16)),
+    # partial fusion (strict=False): the fusable start fused, the rest run as PyTorch
+    "P1": (lambda: PoolBlock(16, 32, 8), (16, 16, 32, 32, 32)),
+    "P2": (lambda: Classifier(3, 16, 10), (128, 3, 16, 32, 32)),
+    "P3": (lambda: Residual(32, 8), (8, 32, 32, 32, 32)),
+    "P4": (lambda: NormSoftmax(3, 16, 4), (32, 3, 16, 32, 32)),
 }
 
 
@@ -147,6 +231,10 @@ def randomized(model, seed):
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (0.5 if p.dim() == 1 else 0.0))
+        for m in model.modules():  # running statistics as a trained model has them
+            if isinstance(m, nn.BatchNorm3d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.2)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
     return model
 
 
@@ -170,7 +258,16 @@ def main():
             if not args.train:
                 model.eval()
             ref = copy.deepcopy(model).double()
-            fast = fj.fuse(copy.deepcopy(model), policy="fused", strict=True)
+            partial = rid.startswith(("P", "B"))
+            fast = fj.fuse(copy.deepcopy(model), policy="fused", strict=not partial)
+            if partial:
+                st = fast.__dict__["_fusejit"]
+                if rid.startswith("B"):  # folded in eval mode, partial in training
+                    assert st.running_norms, rid
+                    st = st.batch_stats_state if args.train else st
+                assert (st.rest is not None) == (rid.startswith("P") or args.train), rid
+                if dtype == torch.float32:
+                    fast = StrictRest(fast)
             x = torch.randn(*shape, device="cuda").to(dtype)
             row = {"id": rid, "dtype": dname, "model": repr(model).replace("\n", " ")}
             fn = train_row if args.train else forward_row
@@ -178,7 +275,8 @@ def main():
             best = row.get("eager_strict_ms", row["eager_ms"])
             row["speedup"] = best / row["fused_ms"]
             row["speedup_vs_default"] = row["eager_ms"] / row["fused_ms"]
-            row["spec"] = fj._spec(fast.__dict__["_fusejit"], x)
+            fused = fast.fast if isinstance(fast, StrictRest) else fast
+            row["spec"] = fj._spec(fused.__dict__["_fusejit"], x)
             print(json.dumps(row), flush=True)
             rows.append(row)
             del model, ref, fast, x

@@ -44,6 +44,11 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   after the convolution or the group_norm (several in a row too): folded into that op's weight and
   bias (Recognized.folds: (conv(x) + b) * s = conv(x, w s) + b s); a convolution without a bias
   gets one when an add is folded into it. Elsewhere (after a nonlinearity) it is refused.
+- nn.BatchNorm3d, and nn.InstanceNorm3d with track_running_stats=True, in eval mode: the
+  per-channel affine (x - running_mean) / sqrt(running_var + eps) * weight + bias, folded the same
+  way ("channel_norm"; Recognized.running_norms names them). In training mode they normalize with
+  the batch's (the sample's) statistics and update the running ones: recognize(batch_stats=True)
+  refuses them (the drop-in's chain for training-mode calls stops before the first).
 - skipped: nn.Identity, dropout with p=0 (modules and F.dropout) or training=False (F.dropout),
   x.contiguous(), x.clone(); dropout modules with p > 0 (nn.Dropout, nn.Dropout3d, ...), which are
   the identity in eval mode: Recognized.dropout_modules names them, and the drop-in runs the
@@ -85,7 +90,9 @@ GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise o
            "selu, hardsigmoid, * / + - by a constant) "
            "-> at most one group_norm "
            "(or instance norm without running statistics), "
-           "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]")
+           "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]; "
+           "right after the convolution or the group_norm, per-channel * / + - by a Parameter "
+           "and batch norms in eval mode fold into it")
 
 
 class Unsupported(Exception):
@@ -151,9 +158,10 @@ def _dims3_text(d) -> str:
 class Fold:
     """A chain parameter computed from the model's: a convolution's or group_norm's weight
     (role "scale") or bias ("shift") with the per-channel multiplies and adds after it folded in.
-    (x @ w + b) * s + t is x @ (w s) + (b s + t): along the steps, "mul" / "div" by the factor
-    scale both, "add" / "sub" shift the bias, "rsub" (P - x) negates the weight and gives the
-    bias P - b. `base` is the model path of the parameter folded into (None: 1 for a group_norm
+    (x @ w + b) * s + t is x @ (w s) + (b s + t): along the steps (op, factor path, eps), "mul" /
+    "div" by the factor scale both, "add" / "sub" shift the bias, "rsub" (P - x) negates the
+    weight and gives the bias P - b, "div_std" (a batch norm's running variance v) scales both by
+    1 / sqrt(v + eps). `base` is the model path of the parameter folded into (None: 1 for a group_norm
     without weight, 0 for a missing bias); `axis` the weight's output-channel axis (0 conv3d, 1
     conv_transpose3d; None for a [C] vector); `factors` path -> Parameter for the base and steps."""
     base: Optional[str]
@@ -166,7 +174,7 @@ class Fold:
 
     def paths(self) -> list:
         """The model paths this parameter is computed from: the base, then the factors."""
-        return ([self.base] if self.base else []) + [path for _, path in self.steps]
+        return ([self.base] if self.base else []) + [step[1] for step in self.steps]
 
     def value(self, get, channels: int):
         """The chain parameter from the model's tensors (get(path) -> tensor), contiguous, in their
@@ -181,8 +189,10 @@ class Fold:
         else:
             t = torch.full((channels,), 1.0 if self.role == "scale" else 0.0, dtype=work,
                            device=device)
-        for op, path in self.steps:
+        for op, path, eps in self.steps:
             s = get(path).to(work).reshape(-1)
+            if op == "div_std":  # a batch norm's running variance: times 1 / sqrt(var + eps)
+                op, s = "mul", torch.rsqrt(s + eps)
             if self.axis is not None:  # along the weight's output channels
                 s = s.reshape([-1 if a == self.axis else 1 for a in range(t.dim())])
             if op == "mul":
@@ -210,6 +220,10 @@ class Recognized:
     # Qualified names of the dropout modules with p > 0 ("" for the model itself): the chain is
     # the model's forward only while every one of them is in eval mode.
     dropout_modules: list = dataclasses.field(default_factory=list)
+    # Qualified names of the batch norms (running statistics) folded in: the chain is the model's
+    # forward only while every one of them is in eval mode; in training mode the chain that
+    # recognize(batch_stats=True) finds (it stops before the first) is.
+    running_norms: list = dataclasses.field(default_factory=list)
     # The group_norm's weight and bias where the model has none (affine=False, InstanceNorm3d):
     # (weight name, bias name, channels), channels None where only the input tells them (a
     # functional group_norm without a convolution before it). None: every chain parameter is in
@@ -331,8 +345,11 @@ class _Op:
 
 
 class _Ctx:
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, batch_stats: bool = False):
         self.model = model
+        # recognize(batch_stats=True): the batch norms normalize with the batch's statistics
+        # (training mode), so they are no per-channel affine to fold
+        self.batch_stats = batch_stats
 
     def module(self, path: str) -> nn.Module:
         m = self.model
@@ -823,7 +840,8 @@ def _dropout_types():
     return tuple(t for t in (getattr(nn, n, None) for n in names) if t is not None)
 
 
-_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNorm3d, nn.ReLU,
+_SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNorm3d,
+                      nn.BatchNorm3d, nn.ReLU,
                       nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid,
                       nn.GELU, nn.ReLU6, nn.Hardtanh, nn.Mish, nn.Softplus, nn.ELU, nn.SELU,
                       nn.Identity) + _dropout_types()
@@ -854,7 +872,8 @@ class _Tracer(torch.fx.Tracer):
         return super().is_leaf_module(m, module_qualified_name)
 
 
-def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[str, dict, dict, bool]]:
+def _module_op(mod: nn.Module, path: str, where: str, layer, batch_stats: bool = False
+               ) -> Optional[Tuple[str, dict, dict, bool]]:
     t = _base_module_type(mod)
     inplace = bool(getattr(mod, "inplace", False))
     if t in (nn.Conv3d, nn.ConvTranspose3d):
@@ -869,16 +888,13 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
         if attrs["out"] != mod.out_channels:
             _refuse(where, "weight shape does not match out_channels=%d" % mod.out_channels, layer)
         return kind, attrs, params, False
+    if t is nn.BatchNorm3d or (t is nn.InstanceNorm3d and mod.track_running_stats):
+        return _running_norm_op(mod, t, path, where, layer, batch_stats)
     if t in (nn.GroupNorm, nn.InstanceNorm3d):
         if t is nn.GroupNorm:
             groups = _int(mod.num_groups, "num_groups", where, layer)
             channels = _int(mod.num_channels, "num_channels", where, layer)
-        else:  # instance norm: one group a channel
-            if mod.track_running_stats:
-                _refuse(where, "nn.InstanceNorm3d with track_running_stats=True (it normalizes "
-                               "with running statistics in eval mode and updates them in "
-                               "training); fusejit's group_norm uses each sample's own "
-                               "statistics, as track_running_stats=False does", layer)
+        else:  # instance norm (track_running_stats=False): one group a channel
             groups = channels = _int(mod.num_features, "num_features", where, layer)
         eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
         attrs = {"groups": groups, "eps": eps, "channels": channels,
@@ -934,6 +950,38 @@ def _module_op(mod: nn.Module, path: str, where: str, layer) -> Optional[Tuple[s
     return None
 
 
+def _running_norm_op(mod, t, path: str, where: str, layer, batch_stats: bool):
+    """nn.BatchNorm3d, or nn.InstanceNorm3d with track_running_stats=True, in eval mode: the
+    per-channel affine (x - running_mean) / sqrt(running_var + eps) * weight + bias, a
+    "channel_norm" op folded like a per-channel multiply and add (Recognized.running_norms names
+    the module: the drop-in fuses it only while the module is in eval mode). Refused where it
+    normalizes with the batch's (or the sample's) statistics: track_running_stats=False, or
+    batch_stats (the training-mode recognition)."""
+    name = "nn.%s" % t.__name__
+    if not mod.track_running_stats or mod.running_mean is None or mod.running_var is None:
+        _refuse(where, "%s with track_running_stats=False normalizes with the batch's statistics "
+                       "in every mode; fusejit folds a batch norm with running statistics "
+                       "(eval mode) into the convolution or group_norm before it" % name, layer)
+    if batch_stats:
+        _refuse(where, "%s in training mode normalizes with the %s statistics and updates its "
+                       "running ones; it is fused in eval mode (model.eval()), where it is a "
+                       "per-channel affine folded into the op before it"
+                % (name, "batch's" if t is nn.BatchNorm3d else "sample's"), layer)
+    channels = _int(mod.num_features, "num_features", where, layer)
+    eps = _positive(_number(mod.eps, "eps", where, layer), "eps", where, layer)
+    params = {}
+    for stat in ("running_mean", "running_var"):
+        b = mod._buffers.get(stat)
+        if not torch.is_tensor(b) or tuple(b.shape) != (channels,):
+            _refuse(where, "its %s is not a [%d] buffer" % (stat, channels), layer)
+        params[stat] = (b, _join(path, stat))
+    if mod.affine:
+        params["weight"] = _own_param(mod, "weight", _join(path, "weight"), where, layer)
+        params["bias"] = _own_param(mod, "bias", _join(path, "bias"), where, layer)
+        _check_gn_params(params["weight"][0], params["bias"][0], channels, where, layer)
+    return "channel_norm", {"eps": eps, "numel": channels}, params, False
+
+
 def _join(prefix: str, name: str) -> str:
     return prefix + "." + name if prefix else name
 
@@ -947,7 +995,7 @@ def _classify(node, inp, ctx: _Ctx) -> Optional[_Op]:
     where, layer = _describe(node, ctx)
     if node.op == "call_module":
         mod = ctx.module(node.target)
-        found = _module_op(mod, node.target, where, layer)
+        found = _module_op(mod, node.target, where, layer, ctx.batch_stats)
         if found is None:
             return None
         if tuple(node.args) != (inp,) or node.kwargs:
@@ -1178,8 +1226,7 @@ def _match_channel(cur, first, ctx: _Ctx) -> Optional[_Step]:
         _refuse(where, "parameter '%s' of shape %s does not broadcast per channel against the "
                        "[N,C,D,H,W] value (fusejit takes [C,1,1,1], [1,C,1,1,1] or a single "
                        "value)" % (param[1], list(shape)), layer)
-    return _Step(_Op("channel_" + op, where, {"numel": int(param[0].numel()),
-                                              "buffer": not isinstance(param[0], nn.Parameter)},
+    return _Step(_Op("channel_" + op, where, {"numel": int(param[0].numel())},
                      {"factor": param}, mutates_input=inplace, layer=layer), [first], first)
 
 
@@ -1270,21 +1317,23 @@ def _trace(model: nn.Module) -> torch.fx.Graph:
                           reason="torch.fx could not trace the forward")
 
 
-def recognize(model: nn.Module, partial: bool = False) -> Recognized:
+def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False) -> Recognized:
     """Recognizes `model`'s forward as a fusejit chain; raises Unsupported naming the first layer
     or call outside the grammar. partial=True: where forward goes on past the grammar after at
     least one fused op, the chain is the part before and Recognized.rest the rest of forward
     (run as the model's own code); Unsupported only where nothing can be fused or the rest
-    reads values inside the chain."""
+    reads values inside the chain. batch_stats=True: the chain of the model in training mode,
+    where batch norms normalize with the batch's statistics (a batch norm is refused: the chain
+    stops before it, or with partial=False, Unsupported)."""
     if not isinstance(model, nn.Module):
         raise Unsupported("fusejit cannot fuse %r: not a torch.nn.Module" % (model,))
-    ctx = _Ctx(model)
+    ctx = _Ctx(model, batch_stats)
     _check_hooks(model, "model %s" % _class_name(model), None)
     if _Tracer().is_leaf_module(model, ""):
         # A bare torch.nn module (nn.Conv3d(...), nn.GroupNorm(...)) is the whole chain; tracing
         # would go into its own forward.
         where = "model %s" % _class_name(model)
-        found = _module_op(model, "", where, None)
+        found = _module_op(model, "", where, None, batch_stats)
         if found is None:
             _refuse(where, "it is not one of the ops fusejit fuses")
         kind, attrs, params, _ = found
@@ -1388,10 +1437,11 @@ def _check_order(found: List[_Op], op: _Op) -> None:
             real and (real[-1].kind in _PRODUCERS + ("group_norm",) or
                       real[-1].kind.startswith("channel_"))):
         # (a channel op was itself accepted only after one of those: the run folds into it)
-        _refuse(op.where, "a multiply or add by a per-channel parameter is fused only right "
-                          "after the convolution or the group_norm (it folds into their weight "
-                          "and bias); here it %s" %
-                ("follows %s" % real[-1].where if real else "comes first"), op.layer)
+        _refuse(op.where, "%s is fused only right after the convolution or the group_norm (it "
+                          "folds into their weight and bias); here it %s" %
+                ("a batch norm with running statistics" if op.kind == "channel_norm" else
+                 "a multiply or add by a per-channel parameter",
+                 "follows %s" % real[-1].where if real else "comes first"), op.layer)
 
 
 def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: Unsupported,
@@ -1483,11 +1533,24 @@ def _fold_targets(ops: List[_Op]) -> Tuple[List[_Op], Dict[int, List[_Op]]]:
     return kept, folds
 
 
+def _fold_steps(c: _Op) -> list:
+    """The Fold steps (op, factor path, eps) of per-channel op `c`: one for a multiply or add by
+    a tensor; for a batch norm with running statistics (x - mean) / sqrt(var + eps) * w + b."""
+    if c.kind != "channel_norm":
+        return [(c.kind[len("channel_"):], c.params["factor"][1], None)]
+    steps = [("sub", c.params["running_mean"][1], None),
+             ("div_std", c.params["running_var"][1], c.attrs["eps"])]
+    if "weight" in c.params:
+        steps += [("mul", c.params["weight"][1], None), ("add", c.params["bias"][1], None)]
+    return steps
+
+
 def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     ops: List[_Op] = []
     out_dims = None
     i = 0
     dropouts = [op.layer or "" for op in found if op.kind == "dropout"]
+    running_norms = [op.layer or "" for op in found if op.kind == "channel_norm"]
     found = [op for op in found if op.kind not in ("skip", "dropout")]
     while i < len(found):
         op = found[i]
@@ -1549,14 +1612,20 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         chops = channel_ops.get(i)
         if chops:
             channels = conv.attrs["out"] if op is conv else gn_channels
+            steps, factors, buffers = [], {}, set()
             for c in chops:
                 n = c.attrs["numel"]
                 if channels is None and n > 1:
                     channels = gn_channels = n  # the input's channels must be n (spec() checks)
                 if n not in (1, channels):
-                    _refuse(c.where, "parameter '%s' has %d values for the %d channels of %s"
-                            % (c.params["factor"][1], n, channels, op.where), c.layer)
-            steps = [(c.kind[len("channel_"):], c.params["factor"][1]) for c in chops]
+                    what = ("parameter '%s'" % c.params["factor"][1] if "factor" in c.params
+                            else c.where)
+                    _refuse(c.where, "%s has %d values for the %d channels of %s"
+                            % (what, n, channels, op.where), c.layer)
+                steps += _fold_steps(c)
+                factors.update({path: t for t, path in c.params.values()})
+                buffers.update(path for t, path in c.params.values()
+                               if not isinstance(t, nn.Parameter))
             if op is conv and not op.attrs["bias"] and any(s[0] != "mul" and s[0] != "div"
                                                            for s in steps):
                 op.attrs["bias"] = True  # the added values are the bias
@@ -1568,9 +1637,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 folds["%d.%s" % (i, role)] = Fold(
                     base=None if base is None else base[1], role=kind, steps=steps,
                     axis=axis if role == "weight" else None, channels=channels,
-                    factors={c.params["factor"][1]: c.params["factor"][0] for c in chops},
-                    buffers=frozenset(c.params["factor"][1] for c in chops
-                                      if c.attrs["buffer"]))
+                    factors=dict(factors), buffers=frozenset(buffers))
                 if base is not None:
                     folds["%d.%s" % (i, role)].factors[base[1]] = base[0]
             continue
@@ -1603,7 +1670,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         training_fallback=training_fallback, folds=folds,
         ops=[op.text() for op in ops], params=params, param_paths=paths,
         sources=[op.where for op in ops], norm_constants=norm_constants, out_dims=out_dims,
-        dropout_modules=dropouts,
+        dropout_modules=dropouts, running_norms=running_norms,
         norm_is_instance=gn is not None and bool(gn.attrs.get("instance")),
         _conv_weight=None if conv is None else conv.params["weight"][0],
         _transposed=conv is not None and conv.kind == "conv_transpose3d",

@@ -59,6 +59,12 @@ How a call runs:
   inference fast path enqueues the chain, the training fast path the autograd op.
 - A model with dropout modules (p > 0) runs fused in eval mode, where they are the identity; in
   training mode the original forward runs (with a warning, once), as it draws a random mask.
+- A batch norm with running statistics (nn.BatchNorm3d; nn.InstanceNorm3d with
+  track_running_stats=True) right after the convolution or the group_norm is folded into its
+  weight and bias in eval mode (gradients reach the batch norm's weight and bias). In training
+  mode it normalizes with the batch's statistics and updates its running ones: those calls run
+  the chain that stops before it, the batch norm and what follows as PyTorch (strict=True: they
+  raise, as the whole forward is not fused).
 - A group_norm without weight and bias (nn.GroupNorm(affine=False), nn.InstanceNorm3d) runs the
   chain's group_norm with weight 1 and bias 0: tensors fusejit keeps per (channels, dtype,
   device), not parameters of the model (its state_dict is unchanged). A mean with keepdim=True
@@ -538,7 +544,8 @@ def _decision_key(spec: str, device: int) -> dict:
 class _State(object):
     """What a fused module keeps besides its (shared) parameters."""
 
-    def __init__(self, model: nn.Module, original_forward, strict: bool, policy: str):
+    def __init__(self, model: nn.Module, original_forward, strict: bool, policy: str,
+                 batch_stats: bool = False):
         if policy not in POLICIES:
             raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
         self.original_forward = original_forward
@@ -555,6 +562,11 @@ class _State(object):
         self.norm_constants = None  # Recognized.norm_constants: group_norm's weight 1, bias 0
         self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
+        self.running_norms = []  # Recognized.running_norms: folded only while all are in eval
+        # The state of training-mode calls where running_norms has a batch norm (recognized with
+        # batch_stats=True: its chain stops before the first); None under strict (such calls
+        # raise) and where there is no batch norm.
+        self.batch_stats_state = None  # type: Optional[_State]
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
         self.direct_paths = {}  # chain name -> model path of the parameters not folded
@@ -569,7 +581,7 @@ class _State(object):
         self.last_decision = None  # type: Optional[dict]
         try:
             # strict: the whole forward, or Unsupported; else the longest fusable start of it
-            r = _recognize_module().recognize(model, partial=not strict)
+            r = _recognize_module().recognize(model, partial=not strict, batch_stats=batch_stats)
         except Exception as e:  # _recognize.Unsupported, or tracing failed
             if strict:
                 raise Unsupported(str(e)) from e
@@ -580,6 +592,7 @@ class _State(object):
         self.norm_constants = r.norm_constants
         self.out_dims = r.out_dims
         self.dropout_modules = r.dropout_modules
+        self.running_norms = r.running_norms
         self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
@@ -820,12 +833,21 @@ def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None, r
         if entry is None and torch.cuda.is_current_stream_capturing():
             return "fused"  # no timing inside a graph capture; decide on a later call
         if entry is None:
-            if mask is None:
-                entry, disagreement = _measure_inference(self, st, spec, x, params)
-            elif st.folds or st.rest is not None:  # gradients of the model's own tensors
-                entry, disagreement = _measure_training_autograd(self, st, spec, x, raw)
-            else:
-                entry, disagreement = _measure_training(self, st, spec, x, params, needs, backward)
+            # (the timed forwards would update the running statistics of batch norms in
+            # training mode many times: the module's buffers are put back after)
+            saved = [(b, b.clone()) for b in self.buffers()]
+            try:
+                if mask is None:
+                    entry, disagreement = _measure_inference(self, st, spec, x, params)
+                elif st.folds or st.rest is not None:  # gradients of the model's own tensors
+                    entry, disagreement = _measure_training_autograd(self, st, spec, x, raw)
+                else:
+                    entry, disagreement = _measure_training(self, st, spec, x, params, needs,
+                                                            backward)
+            finally:
+                with torch.no_grad():
+                    for b, value in saved:
+                        b.copy_(value)
             store.put(material, entry["decision"], entry)
             if disagreement:
                 warnings.warn("fusejit: %s; running the original" % disagreement, FusejitWarning)
@@ -1049,8 +1071,37 @@ def _active_dropout(self, st: _State) -> Optional[str]:
     return None
 
 
+def _training_norm(self, st: _State) -> Optional[str]:
+    """The first of st.running_norms (batch norms folded into the chain) in training mode, where
+    it normalizes with the batch's statistics and updates its running ones; None when all are in
+    eval mode."""
+    for path in st.running_norms:
+        if (self.get_submodule(path) if path else self).training:
+            return path
+    return None
+
+
+def _mode_state(self, st: _State) -> _State:
+    """The state this call of the module runs by: st, or where a folded batch norm is in training
+    mode, the chain that stops before it (st.batch_stats_state; st itself under strict)."""
+    if st.running_norms and st.batch_stats_state is not None and \
+            _training_norm(self, st) is not None:
+        return st.batch_stats_state
+    return st
+
+
 def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
+    if st.running_norms:
+        path = _training_norm(self, st)
+        if path is not None:
+            if st.batch_stats_state is None:  # strict
+                return _fallback(self, st, "batch norm '%s' is in training mode (it normalizes "
+                                           "with the batch's statistics and updates its running "
+                                           "ones); calls in eval mode (model.eval()) run fused, "
+                                           "the batch norm folded into the op before it" % path,
+                                 args, kwargs)
+            st = st.batch_stats_state
     if st.dropout_modules:
         reason = _active_dropout(self, st)
         if reason is not None:
@@ -1264,7 +1315,10 @@ def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
     subject = model
     if recognize_as is not None:  # trace the original class's forward, not the fused one
         subject = _plain_copy(model, recognize_as)
-    model.__dict__["_fusejit"] = _State(subject, original_forward, strict, policy)
+    st = _State(subject, original_forward, strict, policy)
+    if st.running_norms and not strict:
+        st.batch_stats_state = _State(subject, original_forward, strict, policy, batch_stats=True)
+    model.__dict__["_fusejit"] = st
 
 
 def _reduce_fused(self, protocol):
@@ -1374,6 +1428,7 @@ def explain(model: nn.Module, x: torch.Tensor) -> str:
     st = model.__dict__.get("_fusejit")
     if st is None:
         return "not a fused module (use fusejit.torch.fuse or fused)"
+    st = _mode_state(model, st)
     if st.unsupported is not None:
         return "not fused: " + st.unsupported
     spec = _spec(st, x)

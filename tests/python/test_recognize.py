@@ -737,14 +737,17 @@ def _weight_normed():
 
 
 REFUSALS = [
-    ("batchnorm", lambda: Fn(lambda s, x: s.bn(s.conv(x)), conv=conv(), bn=nn.BatchNorm3d(8)),
-     ["layer 'bn'", "nn.BatchNorm3d", "not one of the ops"]),
+    ("maxpool", lambda: Fn(lambda s, x: s.pool(s.conv(x)), conv=conv(), pool=nn.MaxPool3d(2)),
+     ["layer 'pool'", "nn.MaxPool3d", "not one of the ops"]),
+    ("batchnorm-batch-stats", lambda: Fn(lambda s, x: s.bn(s.conv(x)), conv=conv(),
+                                         bn=nn.BatchNorm3d(8, track_running_stats=False)),
+     ["layer 'bn'", "nn.BatchNorm3d", "track_running_stats=False", "batch's statistics"]),
     ("residual-add", Residual, ["operator.add", "straight chain"]),
     ("groups-2", lambda: nn.Sequential(nn.Conv3d(4, 8, 3, groups=2)),
      ["layer '0'", "nn.Conv3d", "groups=2"]),
     ("instance-norm-running-stats", lambda: nn.Sequential(nn.InstanceNorm3d(8,
                                                                  track_running_stats=True)),
-     ["layer '0'", "nn.InstanceNorm3d", "track_running_stats=True"]),
+     ["layer '0'", "nn.InstanceNorm3d", "a batch norm with running statistics", "comes first"]),
     ("gelu-tanh", lambda: Fn(lambda s, x: s.act(x), act=nn.GELU(approximate="tanh")),
      ["layer 'act'", "nn.GELU", "approximate='tanh'"]),
     ("F.gelu-tanh", lambda: Fn(lambda s, x: F.gelu(x, approximate="tanh")),
@@ -830,13 +833,13 @@ def test_refused(factory, needles):
 
 def test_refusal_message_reads_well():
     with pytest.raises(Unsupported) as info:
-        recognize(Fn(lambda s, x: s.bn(s.conv(x)), conv=conv(), bn=nn.BatchNorm3d(8)))
+        recognize(Fn(lambda s, x: s.pool(s.conv(x)), conv=conv(), pool=nn.MaxPool3d(2)))
     msg = str(info.value)
-    assert msg.startswith("fusejit cannot fuse layer 'bn' (nn.BatchNorm3d)")
+    assert msg.startswith("fusejit cannot fuse layer 'pool' (nn.MaxPool3d)")
     assert "[conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, sigmoid, tanh, " \
            "swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, selu, " \
            "hardsigmoid, * / + - by a constant) -> at most one group_norm" in msg
-    assert info.value.layer == "bn"
+    assert info.value.layer == "pool"
 
 
 def test_not_a_module():
@@ -1082,7 +1085,7 @@ def test_recognize_leaves_the_model_alone():
 
 def test_unsupported_names_the_layer():
     with pytest.raises(Unsupported) as info:
-        recognize(nn.Sequential(conv(), nn.BatchNorm3d(8)))
+        recognize(nn.Sequential(conv(), nn.MaxPool3d(2)))
     assert info.value.layer == "1"
     assert "not one of the ops" in info.value.reason
     with pytest.raises(Unsupported) as info:

@@ -102,22 +102,22 @@ def test_strict_raises_for_calls_it_would_fall_back_on():
         fast(torch.randn(*small))
 
 
-class WithBatchNorm(nn.Module):
+class WithMaxPool(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv3d(3, 8, 3)
-        self.bn = nn.BatchNorm3d(8)
+        self.pool = nn.MaxPool3d(2)
 
     def forward(self, x):
-        return self.bn(self.conv(x))
+        return self.pool(self.conv(x))
 
 
 def test_strict_refuses_a_module_outside_the_grammar_at_once():
     with pytest.raises(fj.Unsupported) as e:
-        fj.fuse(WithBatchNorm(), strict=True)
-    assert "bn" in str(e.value) and "BatchNorm3d" in str(e.value)
+        fj.fuse(WithMaxPool(), strict=True)
+    assert "pool" in str(e.value) and "MaxPool3d" in str(e.value)
     with pytest.raises(fj.Unsupported):
-        fj.fused(WithBatchNorm, strict=True)()
+        fj.fused(WithMaxPool, strict=True)()
 
 
 class BatchNormFirst(nn.Module):
@@ -989,3 +989,125 @@ def test_a_failing_rest_of_forward_falls_back_to_the_original(monkeypatch):
     fast2.__dict__["_fusejit"].rest = broken
     with pytest.raises(RuntimeError), torch.no_grad():  # the original's own error: 3 channels
         fast2(torch.randn(1, 3, 3, 4, 5))
+
+
+class _BatchNormed(nn.Module):
+    """conv (no bias) -> BatchNorm3d -> relu -> group_norm -> InstanceNorm3d with running
+    statistics -> tanh: in eval mode both running-statistics norms fold into the op before them."""
+
+    def __init__(self, bn=None):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3, padding=1, bias=False)
+        self.bn = bn if bn is not None else nn.BatchNorm3d(8)
+        self.gn = nn.GroupNorm(2, 8)
+        self.inorm = nn.InstanceNorm3d(8, affine=True, track_running_stats=True)
+
+    def forward(self, x):
+        return torch.tanh(self.inorm(self.gn(torch.relu(self.bn(self.conv(x))))))
+
+
+def _random_norm_stats(model):
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.BatchNorm3d, nn.InstanceNorm3d)) and m.track_running_stats:
+                m.running_mean.copy_(torch.randn(m.num_features) * 0.5)
+                m.running_var.copy_(torch.rand(m.num_features) + 0.5)
+                if m.affine:
+                    m.weight.copy_(torch.rand(m.num_features) + 0.5)
+                    m.bias.copy_(torch.randn(m.num_features))
+
+
+def _grads(model, fwd, x, g):
+    x = x.detach().requires_grad_(True)
+    model.zero_grad()
+    (fwd(x) * g).sum().backward()
+    return [x.grad] + [p.grad.clone() for p in model.parameters()]
+
+
+def test_batch_norms_fold_in_eval_mode_and_run_as_pytorch_in_training(monkeypatch):
+    """Eval mode: nn.BatchNorm3d and a running-statistics nn.InstanceNorm3d fold into the
+    convolution's and the group_norm's weight and bias (the bias-less convolution gets one);
+    values and gradients (the norms' weight and bias too) are the original's. Training mode: the
+    chain stops before the batch norm, which runs as PyTorch with the batch's statistics and
+    updates its running ones exactly as the original does. strict=True raises for training-mode
+    calls, and refuses norms that always use batch statistics or follow a nonlinearity."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    torch.manual_seed(0)
+    model = randomized(_BatchNormed())
+    _random_norm_stats(model)
+    model.eval()
+    fast = fj.fuse(model, policy="fused", strict=True)
+    st = fast.__dict__["_fusejit"]
+    assert st.tail == (" | conv3d(out=8,k=3,padding=1) | relu | group_norm(groups=2,eps=1e-5) "
+                       "| tanh"), st.tail
+    assert sorted(st.folds) == ["0.bias", "0.weight", "2.bias", "2.weight"], st.folds
+    assert st.running_norms == ["bn", "inorm"]
+    x = torch.randn(2, 3, 5, 6, 7)
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        model.bn.running_var.mul_(2.0)  # in place: seen by the next call
+        x2 = torch.randn(1, 3, 5, 6, 7)  # (another shape: the checked path, as on the CPU)
+        assert torch.allclose(fast(x2), model(x2), rtol=1e-5, atol=1e-6)
+    g = torch.randn(2, 8, 5, 6, 7)
+    got, want = _grads(model, fast, x, g), _grads(model, model, x, g)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+    # training mode, strict: the call raises, naming the batch norm
+    model.train()
+    with pytest.raises(fj.Unsupported, match="batch norm 'bn' is in training mode"):
+        fast(x)
+    # training mode, not strict: the chain before the batch norm, the rest as PyTorch
+    loose = fj.fuse(model, policy="fused")
+    twin = copy.deepcopy(model)
+    y, want_y = loose(x), twin(x)
+    assert torch.allclose(y, want_y, rtol=1e-5, atol=1e-6)
+    for a, b in zip(model.buffers(), twin.buffers()):  # running statistics updated once, alike
+        assert torch.equal(a, b)
+    alt = loose.__dict__["_fusejit"].batch_stats_state
+    assert alt.tail == " | conv3d(out=8,k=3,padding=1,bias=false)", alt.tail
+    assert "nn.BatchNorm3d in training mode" in alt.rest_from, alt.rest_from
+    got, want = _grads(model, loose, x, g), _grads(twin, twin, x, g)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+    model.eval()  # back to the folded chain
+    with torch.no_grad():
+        assert torch.allclose(loose(x), model(x), rtol=1e-5, atol=1e-6)
+    # refusals, each naming the problem
+    with pytest.raises(fj.Unsupported, match="track_running_stats=False normalizes with the "
+                                             "batch's statistics"):
+        fj.fuse(_BatchNormed(nn.BatchNorm3d(8, track_running_stats=False)).eval(), strict=True)
+
+    class AfterRelu(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv3d(3, 8, 3), nn.BatchNorm3d(8)
+
+        def forward(self, x):
+            return self.bn(torch.relu(self.conv(x)))
+
+    with pytest.raises(fj.Unsupported, match="a batch norm with running statistics is fused only "
+                                             "right after the convolution or the group_norm"):
+        fj.fuse(AfterRelu().eval(), strict=True)
+    partial = fj.fuse(AfterRelu().eval())  # not strict: the convolution and relu fused
+    assert partial.__dict__["_fusejit"].tail == " | conv3d(out=8,k=3) | relu"
+
+
+def test_the_auto_policy_leaves_running_statistics_as_one_call_does(monkeypatch, tmp_path):
+    """The auto policy's timing runs forwards many times; where a batch norm in training mode
+    runs in them (in the rest of forward and in the original), its running statistics are put
+    back: after the first call they are what one call of the original leaves."""
+    _pretend_auto_policy(monkeypatch, tmp_path)
+    torch.manual_seed(0)
+    model = randomized(_BatchNormed())
+    _random_norm_stats(model)
+    twin = copy.deepcopy(model)
+    fast = fj.fuse(model)  # training mode (the default)
+    x = torch.randn(2, 3, 5, 6, 7, requires_grad=True)
+    assert torch.allclose(fast(x), twin(x), rtol=1e-5, atol=1e-6)
+    st = fast.__dict__["_fusejit"].batch_stats_state
+    assert st.last_decision is not None and st.last_decision["pass"] == "train", st.last_decision
+    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
+        assert torch.equal(a, b), name

@@ -415,6 +415,67 @@ def test_partial_fusion(make, policy):
         assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
 
 
+class BatchNormed(nn.Module):
+    """conv (no bias) -> BatchNorm3d -> act -> group_norm -> tanh, or a transposed conv -> batch
+    norm -> gelu: in eval mode the batch norms fold into the convolution."""
+
+    def __init__(self, transposed=False):
+        super().__init__()
+        self.transposed = transposed
+        self.conv = (nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, bias=False) if transposed
+                     else nn.Conv3d(4, 8, 3, padding=1, bias=False))
+        self.bn = nn.BatchNorm3d(8)
+        self.gn = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        x = self.bn(self.conv(x))
+        return F.gelu(x) if self.transposed else torch.tanh(self.gn(F.silu(x)))
+
+
+def _norm_stats(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm3d):
+                m.running_mean.copy_(torch.randn(8, generator=g) * 0.5)
+                m.running_var.copy_(torch.rand(8, generator=g) + 0.5)
+    return model
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "convT"])
+def test_batch_norms_fold_in_eval_mode(transposed):
+    """Eval mode: the batch norm folded into the convolution, forward (fused, strict) and every
+    gradient (the batch norm's weight and bias too) against float64. Training mode: the chain
+    stops before the batch norm, which runs as PyTorch: forward, gradients and the running
+    statistics it leaves against float64."""
+    torch.manual_seed(0)
+    model = _norm_stats(randomized(BatchNormed(transposed), seed=10), 11).cuda().eval()
+    shape = (2, 4, 5, 6, 7)
+    fast = check_forward(model, torch.randn(*shape, device="cuda"))
+    assert set(fast.__dict__["_fusejit"].folds) == {"0.weight", "0.bias"}
+    check_gradients(model, shape)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    ref = f64(model)
+    loose = fj.fuse(model, policy="fused")
+    x = torch.randn(*shape, device="cuda", requires_grad=True)
+    y = loose(x)
+    assert loose.__dict__["_fusejit"].batch_stats_state.rest is not None
+    xd = x.detach().double().requires_grad_(True)
+    want = ref(xd)
+    assert rel_err(y, want) <= 1e-5, rel_err(y, want)
+    for a, b in zip(model.buffers(), ref.buffers()):
+        assert rel_err(a, b) <= 1e-5, (a, b)
+    g = torch.randn(y.shape, device="cuda")
+    (y * g).sum().backward()
+    (want * g.double()).sum().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    wants = [xd.grad] + [p.grad for p in ref.parameters()]
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
+        assert a is not None and not torch.isnan(a).any(), name
+        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+
+
 def test_training_calls_save_the_convolution_output():
     """A training call of a chain with ops after its convolution runs the training forward (u
     saved) and the backward reading u (no recompute); one without a convolution recomputes
