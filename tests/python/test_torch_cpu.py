@@ -1111,3 +1111,43 @@ def test_the_auto_policy_leaves_running_statistics_as_one_call_does(monkeypatch,
     assert st.last_decision is not None and st.last_decision["pass"] == "train", st.last_decision
     for (name, a), b in zip(model.named_buffers(), twin.buffers()):
         assert torch.equal(a, b), name
+
+
+def test_folded_parameters_are_kept_while_the_model_tensors_are_unchanged(monkeypatch):
+    """Calls that cannot differentiate through the folds reuse the folded tensors while the
+    model's tensors are the same at the same versions: an in-place change, a new Parameter or a
+    batch norm's new running statistics make the next call compute them again; calls needing
+    gradients compute them each time (their graph reaches the factors)."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    computed = []
+    value = fj._recognize_module().Fold.value
+    monkeypatch.setattr(fj._recognize_module().Fold, "value",
+                        lambda self, get, c: computed.append(1) or value(self, get, c))
+    torch.manual_seed(0)
+    model = randomized(_Folded())
+    fast = fj.fuse(model, policy="fused", strict=True)
+    shapes = iter([(1, 3, 4, 4, 4 + i) for i in range(10)])  # (new shapes: the checked path)
+
+    def call():
+        x = torch.randn(*next(shapes))
+        with torch.no_grad():
+            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        return len(computed)
+
+    first = call()
+    assert first == 4  # the conv's weight and bias, the group_norm's
+    assert call() == first  # unchanged: kept
+    with torch.no_grad():
+        model.scale.mul_(1.5)
+    assert call() == 2 * first  # changed in place: computed again
+    model.gain = nn.Parameter(torch.tensor(0.8))
+    assert call() == 3 * first  # a new Parameter
+    assert call() == 3 * first
+    for shape in next(shapes), next(shapes):
+        fast(torch.randn(*shape, requires_grad=True)).sum().backward()
+    assert len(computed) == 5 * first  # gradients: computed each call
+    assert model.scale.grad is not None

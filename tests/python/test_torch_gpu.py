@@ -425,7 +425,8 @@ class BatchNormed(nn.Module):
         self.conv = (nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, bias=False) if transposed
                      else nn.Conv3d(4, 8, 3, padding=1, bias=False))
         self.bn = nn.BatchNorm3d(8)
-        self.gn = nn.GroupNorm(2, 8)
+        if not transposed:
+            self.gn = nn.GroupNorm(2, 8)
 
     def forward(self, x):
         x = self.bn(self.conv(x))
