@@ -4,7 +4,8 @@ nn.InstanceNorm3d (affine or not), nn.GroupNorm(affine=False), F.group_norm with
 mean with keepdim=True, nn.AdaptiveAvgPool3d(1) without flatten (rows N*), and arithmetic with
 constants, x * c, x / c, x + c, x - c (rows S*), per-channel Parameters and new activations (rows
 K*), models that go on past the grammar, fused in part (rows P*: strict=False), batch norms (rows
-B*: folded in eval mode; in training mode the chain stops before them) -- through `fusejit.torch.fuse(model,
+B*: folded in eval mode; in training mode the chain stops before them), several chains in one
+forward (rows M*: the later ones in the rest of forward) -- through `fusejit.torch.fuse(model,
 policy="fused")` against the same model in PyTorch eager, same inputs, in one run on the GPU.
 Medians of CUDA-event timings with the L2 flushed (compare_pytorch.time_cuda); errors (relative
 L2) against the float64 model on the same values. f32 rows compare with strict-fp32 eager and
@@ -169,6 +170,35 @@ class ConvBN(nn.Module):
         return self.act(self.bn(self.conv(x)))
 
 
+class TwoBlocks(nn.Module):
+    """conv -> group norm -> relu, max pool, conv -> group norm -> relu, max pool: two chains
+    (the second in the rest of forward), a VGG-style 3-D encoder."""
+
+    def __init__(self, cin, c1, c2):
+        super().__init__()
+        self.c1, self.n1 = nn.Conv3d(cin, c1, 3, padding=1), nn.GroupNorm(8, c1)
+        self.c2, self.n2 = nn.Conv3d(c1, c2, 3, padding=1), nn.GroupNorm(8, c2)
+        self.pool = nn.MaxPool3d(2)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.n1(self.c1(x))))
+        return self.pool(F.relu(self.n2(self.c2(x))))
+
+
+class ResBlock(nn.Module):
+    """relu(bn2(conv2(relu(bn1(conv1(x))))) + x): a residual block of two convolutions with
+    batch norms, as ResNets write it; the second conv is a chain in the rest."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv3d(c, c, 3, padding=1, bias=False), nn.BatchNorm3d(c)
+        self.c2, self.b2 = nn.Conv3d(c, c, 3, padding=1, bias=False), nn.BatchNorm3d(c)
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(self.b2(self.c2(y)) + x)
+
+
 class StrictRest(nn.Module):
     """`fast` called with cuDNN's TF32 off, so the PyTorch rest of a partially fused model runs
     in strict fp32 like the strict eager it is compared with (the fused chain is fp32-accurate
@@ -212,6 +242,9 @@ ROWS = {
     "K3": (lambda: BiasNormSoftplus(32, 64), (4, 32, 16, 16, 16)),
     "K4": (lambda: Chain(nn.Conv3d(8, 32, 3), nn.GroupNorm(4, 32), nn.ELU(), tail=kept_mean),
            (32, 8, 16, 16, 16)),
+    # several chains: the second in the rest of forward
+    "M1": (lambda: TwoBlocks(8, 32, 64), (8, 8, 32, 32, 32)),
+    "M2": (lambda: ResBlock(32), (8, 32, 16, 16, 16)),
     # batch norms (running statistics) folded in eval mode; in training the chain stops there
     "B1": (lambda: ConvBN(nn.Conv3d(16, 32, 3, padding=1, bias=False), 32, nn.ReLU()),
            (16, 16, 32, 32, 32)),
@@ -258,14 +291,14 @@ def main():
             if not args.train:
                 model.eval()
             ref = copy.deepcopy(model).double()
-            partial = rid.startswith(("P", "B"))
+            partial = rid.startswith(("P", "B", "M"))
             fast = fj.fuse(copy.deepcopy(model), policy="fused", strict=not partial)
             if partial:
                 st = fast.__dict__["_fusejit"]
-                if rid.startswith("B"):  # folded in eval mode, partial in training
-                    assert st.running_norms, rid
+                if st.running_norms:  # folded in eval mode, partial in training
                     st = st.batch_stats_state if args.train else st
-                assert (st.rest is not None) == (rid.startswith("P") or args.train), rid
+                assert (st.rest is not None) == (rid.startswith(("P", "M")) or args.train), rid
+                assert bool(st.sub_states) == rid.startswith("M"), rid
                 if dtype == torch.float32:
                     fast = StrictRest(fast)
             x = torch.randn(*shape, device="cuda").to(dtype)

@@ -171,10 +171,18 @@ class Fold:
     channels: Optional[int]
     factors: dict = dataclasses.field(default_factory=dict, repr=False)
     buffers: frozenset = frozenset()  # the factor paths that are registered buffers
+    # Paths read only for their versions (a batch norm's num_batches_tracked: it counts the
+    # updates of the running statistics, which do not bump theirs), and whether the value may
+    # be kept while the versions of what it reads stay (False: an instance norm's running
+    # statistics, updated with no count).
+    watch: tuple = ()
+    cacheable: bool = True
 
     def paths(self) -> list:
-        """The model paths this parameter is computed from: the base, then the factors."""
-        return ([self.base] if self.base else []) + [step[1] for step in self.steps]
+        """The model paths this parameter is computed from (the base, then the factors), then
+        those watched."""
+        return ([self.base] if self.base else []) + [step[1] for step in self.steps] + \
+            list(self.watch)
 
     def value(self, get, channels: int):
         """The chain parameter from the model's tensors (get(path) -> tensor), contiguous, in their
@@ -204,6 +212,21 @@ class Fold:
             elif self.role == "shift":
                 t = t + s if op == "add" else t - s
         return t.to(dtype).contiguous()
+
+
+@dataclasses.dataclass(eq=False)
+class SubChain:
+    """A chain in the rest of a partially fused forward: `recognized` (its ops and parameters;
+    no rest of its own), `forward(module, y)` its nodes as the model's own code (a GraphModule's
+    generated forward over the live module) and `run(module, y)` what the rest calls: forward,
+    until the drop-in sets its fused call there."""
+    recognized: Any
+    forward: Any
+    run: Any = None
+
+    def __post_init__(self):
+        if self.run is None:
+            self.run = self.forward
 
 
 @dataclasses.dataclass(eq=False)  # compared by identity: params hold tensors
@@ -247,6 +270,10 @@ class Recognized:
     # there. None: the chain is the whole forward.
     rest: Any = dataclasses.field(default=None, repr=False, compare=False)
     rest_from: Optional[str] = None
+    # Further chains found in the rest, each starting with a convolution (a second conv block
+    # after a pooling, the convolutions of a residual block): in the rest they run as
+    # SubChain.run(module, y), the chain's own code until the drop-in sets its fused call.
+    sub_chains: list = dataclasses.field(default_factory=list, repr=False, compare=False)
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     # (groups, channels or None): the group_norm's, for checking an input's shape
@@ -979,7 +1006,12 @@ def _running_norm_op(mod, t, path: str, where: str, layer, batch_stats: bool):
         params["weight"] = _own_param(mod, "weight", _join(path, "weight"), where, layer)
         params["bias"] = _own_param(mod, "bias", _join(path, "bias"), where, layer)
         _check_gn_params(params["weight"][0], params["bias"][0], channels, where, layer)
-    return "channel_norm", {"eps": eps, "numel": channels}, params, False
+    # nn.BatchNorm3d counts its updates in num_batches_tracked (an in-place add: its version
+    # moves); an instance norm updates its running statistics without a count
+    counter = None
+    if t is nn.BatchNorm3d and torch.is_tensor(mod._buffers.get("num_batches_tracked")):
+        counter = _join(path, "num_batches_tracked")
+    return "channel_norm", {"eps": eps, "numel": channels, "counter": counter}, params, False
 
 
 def _join(prefix: str, name: str) -> str:
@@ -1350,53 +1382,14 @@ def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False
                              ", ".join(p.target for p in placeholders), GRAMMAR),
                           reason="forward does not take exactly one input")
     output = outputs[0]
-    cur = placeholders[0]
-    consumed = {cur, output}
-    found: List[_Op] = []
-    prev_where = "the input"
-    stop = None  # (the Unsupported the chain stops at): the rest of forward runs as PyTorch
-    x_mutated = False  # an in-place op of the chain changed the input (eager's rest would see it)
-    while True:
-        users = sorted((u for u in cur.users if u not in consumed or u is output), key=order.get)
-        if not users:
-            raise Unsupported("fusejit cannot fuse model %s: the value after %s is not returned; %s"
-                              % (_class_name(model), prev_where, GRAMMAR))
-        first = users[0]
-        if first is output:
-            if len(users) > 1 or tuple(output.args) != (cur,) or output.kwargs:
-                stop = Unsupported("fusejit cannot fuse model %s: forward returns %r, not the "
-                                   "chain's single tensor; %s"
-                                   % (_class_name(model), output.args[0] if output.args else None,
-                                      GRAMMAR), reason="forward does not return one tensor")
-            break
-        try:
-            step = _match_step(cur, first, ctx)
-            if step is None:
-                where, layer = _describe(first, ctx)
-                _refuse(where, "it is not one of the ops fusejit fuses", layer)
-            _check_order(found, step.op)
-            rest = [u for u in users if u not in step.nodes]
-            mutated = False  # an in-place op with its result discarded: the value is mutated
-            if rest:
-                last = max(order[n] for n in step.nodes)
-                mutated = not step.result.users and step.op.mutates_input and \
-                    all(order[u] > last for u in rest)
-                if not mutated and not (partial and cur is placeholders[0]):
-                    a = _describe(first, ctx)[0]
-                    b, layer = _describe(rest[0], ctx)
-                    _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses "
-                               "a straight chain where each value feeds only the next op"
-                            % (prev_where, a), layer)
-        except Unsupported as e:
-            stop = e
-            break
-        consumed.update(step.nodes)
-        if mutated:  # the chain goes on with the mutated value
-            x_mutated = x_mutated or cur is placeholders[0]
-        else:
-            cur = step.result
-        found.append(step.op)
-        prev_where = step.op.where
+    consumed = {placeholders[0], output}
+    g = _grow(placeholders[0], consumed, order, output, ctx, partial)
+    found, cur, stop, x_mutated = g.found, g.end, g.stop, g.start_mutated
+    if g.returns_more:
+        stop = Unsupported("fusejit cannot fuse model %s: forward returns %r, not the chain's "
+                           "single tensor; %s"
+                           % (_class_name(model), output.args[0] if output.args else None,
+                              GRAMMAR), reason="forward does not return one tensor")
     left = [n for n in nodes if n not in consumed and n.op != "get_attr"]
     if stop is None and left:
         where, layer = _describe(left[0], ctx)
@@ -1411,13 +1404,75 @@ def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False
         if not partial or not any(op.kind not in ("skip", "dropout") for op in found):
             raise stop
         r = _assemble(found, model)
+        subs = _sub_chains(model, nodes, consumed, order, output, ctx)
         r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop,
-                                               None if x_mutated else placeholders[0])
+                                               None if x_mutated else placeholders[0], subs)
+        r.sub_chains = [sub for _, _, _, sub in subs]
+        for sub in r.sub_chains:  # (the drop-in switches on any of them being in training)
+            r.running_norms += sub.recognized.running_norms
         return r
     return _assemble(found, model)
 
 
 _PRODUCERS = ("conv3d", "conv_transpose3d")
+
+
+@dataclasses.dataclass
+class _Growth:
+    found: list            # the chain's ops (with "skip" and "dropout" entries)
+    end: Any               # the node of its last value
+    stop: Optional[Unsupported]  # why it ends there (None: it reaches the output)
+    start_mutated: bool    # an in-place op of the chain changed its start value
+    returns_more: bool = False  # it reaches the output, which returns more than its value
+
+
+def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
+          first_node=None) -> _Growth:
+    """Grows a chain from value node `start` along its users, one grammar op at a time, adding
+    the nodes it takes to `consumed`. Each value inside the chain must feed only the next op
+    (but for an in-place op whose result is discarded: the chain goes on with the mutated value);
+    shared_start: `start` may feed other nodes too (the model's input of a partial chain, a
+    residual). first_node: the node to take first (else start's first user in graph order)."""
+    cur = start
+    found: List[_Op] = []
+    prev_where = "the input"
+    mutated_start = False
+    while True:
+        users = sorted((u for u in cur.users if u not in consumed or u is output), key=order.get)
+        if not users:
+            raise Unsupported("fusejit cannot fuse model %s: the value after %s is not returned; %s"
+                              % (_class_name(ctx.model), prev_where, GRAMMAR))
+        first = first_node if first_node is not None and not found else users[0]
+        if first is output:
+            more = len(users) > 1 or tuple(output.args) != (cur,) or bool(output.kwargs)
+            return _Growth(found, cur, None, mutated_start, returns_more=more)
+        try:
+            step = _match_step(cur, first, ctx)
+            if step is None:
+                where, layer = _describe(first, ctx)
+                _refuse(where, "it is not one of the ops fusejit fuses", layer)
+            _check_order(found, step.op)
+            rest = [u for u in users if u not in step.nodes]
+            mutated = False  # an in-place op with its result discarded: the value is mutated
+            if rest:
+                last = max(order[n] for n in step.nodes)
+                mutated = not step.result.users and step.op.mutates_input and \
+                    all(order[u] > last for u in rest)
+                if not mutated and not (shared_start and cur is start):
+                    a = _describe(first, ctx)[0]
+                    b, layer = _describe(rest[0], ctx)
+                    _refuse(b, "it takes the value after %s, which also feeds %s; fusejit fuses "
+                               "a straight chain where each value feeds only the next op"
+                            % (prev_where, a), layer)
+        except Unsupported as e:
+            return _Growth(found, cur, e, mutated_start)
+        consumed.update(step.nodes)
+        if mutated:  # the chain goes on with the mutated value
+            mutated_start = mutated_start or cur is start
+        else:
+            cur = step.result
+        found.append(step.op)
+        prev_where = step.op.where
 
 
 def _check_order(found: List[_Op], op: _Op) -> None:
@@ -1444,18 +1499,87 @@ def _check_order(found: List[_Op], op: _Op) -> None:
                  "follows %s" % real[-1].where if real else "comes first"), op.layer)
 
 
+def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> list:
+    """The further chains in the rest of forward (after the nodes `consumed` by the first):
+    [(its nodes in graph order, start value, end value, SubChain)], each starting with a convolution of a value
+    the rest computes (or the model's input: a residual block's shortcut) and grown as far as the
+    grammar goes, its nodes disjoint from the others'. A candidate that changes its start value
+    in place, or that _assemble refuses, is left to PyTorch."""
+    taken = set(consumed)
+    subs = []
+    for n in nodes:
+        if n in taken or n.op not in ("call_module", "call_function") or not n.args or \
+                not _is_node(n.args[0]):
+            continue
+        v = n.args[0]
+        try:
+            op = _classify(n, v, ctx)
+            if op is None or op.kind not in _PRODUCERS:
+                continue
+            trial = set(taken)
+            g = _grow(v, trial, order, output, ctx, shared_start=True, first_node=n)
+            if not g.found or g.start_mutated:
+                continue
+            r = _assemble(g.found, model)
+            mine = sorted(trial - taken, key=order.get)
+            forward = _chain_code(model, mine, v, g.end)
+        except Unsupported:
+            continue
+        taken = trial
+        subs.append((mine, v, g.end, SubChain(r, forward)))
+    return subs
+
+
+def _chain_code(model: nn.Module, chain_nodes, start, end):
+    """forward(module, y): the nodes of a chain (in graph order) from value `start` (as y) to
+    `end`, as the model's own code over the live module; Unsupported where they read an
+    attribute that is not registered on the model."""
+    graph = torch.fx.Graph()
+    env = {start: graph.placeholder("y")}
+    refuse = Unsupported("a chain's nodes read an attribute not registered on the model")
+
+    def arg(a):
+        if a in env:
+            return env[a]
+        if a.op == "get_attr" and _registered(model, a.target):
+            env[a] = graph.get_attr(a.target)
+            return env[a]
+        raise refuse
+
+    for n in chain_nodes:
+        if n.op == "call_module" and not _registered(model, n.target):
+            raise refuse
+        env[n] = graph.node_copy(n, arg)
+    graph.output(env[end])
+    try:
+        code = torch.fx.GraphModule(model, graph)
+    except Exception:  # not expected: every target was checked to be registered
+        raise refuse
+    return type(code).forward
+
+
+def _sub_chain_call(sub: SubChain):
+    """The function the rest's code calls for `sub`: sub.run(module, y), looked up at each call
+    (the drop-in sets it after recognition)."""
+    def fusejit_sub_chain(module, y):
+        return sub.run(module, y)
+    return fusejit_sub_chain
+
+
 def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: Unsupported,
-                     x_node=None):
+                     x_node=None, subs=()):
     """(rest(module, y, x), where the chain stops): the nodes of forward after the chain, as a
     function of the chain's output y and the model's input x (`x_node`, its placeholder; None
     where the rest may not read it) that reads the module's registered submodules, parameters
-    and buffers through `module` (the fused module at each call: what the model has then).
+    and buffers through `module` (the fused module at each call: what the model has then). The
+    nodes of each sub-chain in `subs` (_sub_chains) are one call of it, where its first node was.
     Raises `stop` (the reason the chain ends) where the rest reads a value inside the chain, the
     input when it may not, or changes the input in place, or reads an attribute that is not
     registered on the model."""
     graph = torch.fx.Graph()
     env = {start: graph.placeholder("y")}
     x_in = graph.placeholder("x")
+    m_in = graph.placeholder("m")  # the module again: the sub-chains' calls take it
     if x_node is not None:
         env[x_node] = x_in
 
@@ -1467,8 +1591,15 @@ def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: 
             return env[a]
         raise stop  # the input, a value inside the chain, or a constant made while tracing
 
+    first_of = {mine[0]: (v, end, sub) for mine, v, end, sub in subs}
+    in_subs = set().union(*[mine for mine, _, _, _ in subs]) if subs else set()
     for n in nodes:
-        if n in consumed and n.op != "output" or n.op in ("placeholder", "get_attr"):
+        if n in first_of:
+            v, end, sub = first_of[n]
+            env[end] = graph.call_function(_sub_chain_call(sub), (m_in, arg(v)))
+            continue
+        if n in consumed and n.op != "output" or n.op in ("placeholder", "get_attr") or \
+                n in in_subs:
             continue
         if n.op == "call_module" and not _registered(model, n.target):
             raise stop
@@ -1484,7 +1615,11 @@ def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: 
         raise stop
     # where the chain stops and why: the message without its prefix and the grammar's text
     why = str(stop).split("; " + GRAMMAR)[0]
-    return type(code).forward, why[len("fusejit cannot fuse "):] if why.startswith(
+    forward = type(code).forward
+
+    def rest(module, y, x):
+        return forward(module, y, x, module)
+    return rest, why[len("fusejit cannot fuse "):] if why.startswith(
         "fusejit cannot fuse ") else why
 
 
@@ -1612,7 +1747,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         chops = channel_ops.get(i)
         if chops:
             channels = conv.attrs["out"] if op is conv else gn_channels
-            steps, factors, buffers = [], {}, set()
+            steps, factors, buffers, watch, cacheable = [], {}, set(), [], True
             for c in chops:
                 n = c.attrs["numel"]
                 if channels is None and n > 1:
@@ -1626,6 +1761,13 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 factors.update({path: t for t, path in c.params.values()})
                 buffers.update(path for t, path in c.params.values()
                                if not isinstance(t, nn.Parameter))
+                if c.kind == "channel_norm":
+                    counter = c.attrs.get("counter")
+                    if counter is None:
+                        cacheable = False
+                    else:
+                        watch.append(counter)
+                        buffers.add(counter)
             if op is conv and not op.attrs["bias"] and any(s[0] != "mul" and s[0] != "div"
                                                            for s in steps):
                 op.attrs["bias"] = True  # the added values are the bias
@@ -1637,7 +1779,8 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 folds["%d.%s" % (i, role)] = Fold(
                     base=None if base is None else base[1], role=kind, steps=steps,
                     axis=axis if role == "weight" else None, channels=channels,
-                    factors=dict(factors), buffers=frozenset(buffers))
+                    factors=dict(factors), buffers=frozenset(buffers), watch=tuple(watch),
+                    cacheable=cacheable)
                 if base is not None:
                     folds["%d.%s" % (i, role)].factors[base[1]] = base[0]
             continue

@@ -544,15 +544,17 @@ def _decision_key(spec: str, device: int) -> dict:
 class _State(object):
     """What a fused module keeps besides its (shared) parameters."""
 
-    def __init__(self, model: nn.Module, original_forward, strict: bool, policy: str,
-                 batch_stats: bool = False):
+    def __init__(self, model: Optional[nn.Module], original_forward, strict: bool, policy: str,
+                 batch_stats: bool = False, recognized=None):
+        """The state of `model` (recognized here), or with `recognized` given, of that chain (a
+        sub-chain of a partially fused forward: original_forward(module, y) is its own code)."""
         if policy not in POLICIES:
             raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
         self.original_forward = original_forward
         self.strict = strict
         self.policy = policy
         self.warned = set()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # (re-entered: a failing rest inside a measurement)
         # (spec, device, None for inference or the training call's gradient mask "0111") -> decision
         self.decided = {}  # type: Dict[Tuple[str, int, Optional[str]], str]
         self.tail = None  # " | op | op ...": the chain without its input
@@ -571,6 +573,7 @@ class _State(object):
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
         self.direct_paths = {}  # chain name -> model path of the parameters not folded
         self.fold_cache = None  # _folded_params: (raw tensors, their versions, params, key)
+        self.folds_cacheable = True  # every Fold.cacheable
         self.rest = None  # Recognized.rest: the rest of forward after the chain, or None
         self.rest_from = None  # Recognized.rest_from: why the chain stops there
         self.raw_paths = []  # the model parameters a call reads, in the order of `getters`
@@ -582,7 +585,8 @@ class _State(object):
         self.last_decision = None  # type: Optional[dict]
         try:
             # strict: the whole forward, or Unsupported; else the longest fusable start of it
-            r = _recognize_module().recognize(model, partial=not strict, batch_stats=batch_stats)
+            r = recognized if recognized is not None else _recognize_module().recognize(
+                model, partial=not strict, batch_stats=batch_stats)
         except Exception as e:  # _recognize.Unsupported, or tracing failed
             if strict:
                 raise Unsupported(str(e)) from e
@@ -597,6 +601,7 @@ class _State(object):
         self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
+        self.folds_cacheable = all(f.cacheable for f in r.folds.values())
         self.direct_paths = dict(self.param_paths)
         self.rest, self.rest_from = r.rest, r.rest_from
         self.chain_names = sorted(set(r.param_paths) | set(r.folds), key=_param_order)
@@ -616,6 +621,13 @@ class _State(object):
         self.ready = {}  # type: Dict[tuple, _Ready]
         # (shape, dtype, device, x's requires_grad, each parameter's) -> _ReadyTraining
         self.ready_training = {}  # type: Dict[tuple, _ReadyTraining]
+        # The further chains in the rest of forward (Recognized.sub_chains), each with a state
+        # of its own (its policy decisions, fast paths); the rest calls them fused from now on.
+        self.sub_states = []  # type: List[_State]
+        for sub in r.sub_chains:
+            sub_st = _State(None, sub.forward, False, policy, recognized=sub.recognized)
+            sub.run = functools.partial(_sub_chain_forward, sub_st)
+            self.sub_states.append(sub_st)
 
 
 # (value, channels, dtype, device) -> a [channels] tensor of `value`: group_norm's weight and bias
@@ -666,8 +678,11 @@ def _folded_params(st: _State, raw: List[torch.Tensor], x: torch.Tensor, dtype
     mode off, or no factor requiring grad) the result is kept in st.fold_cache and served while
     the model's tensors are the same objects at the same versions (an in-place change, an
     optimizer step or .copy_, bumps Tensor._version; the cache holds the tensors, so another
-    tensor cannot take one's place at its address). Not kept inside graph capture or tracing."""
-    cacheable = not _is_grad_enabled() or not any(p.requires_grad for p in raw)
+    tensor cannot take one's place at its address). Not kept inside graph capture or tracing,
+    nor where a factor can change without a version bump (Fold.cacheable: a batch norm's running
+    statistics do, but its num_batches_tracked, among the tensors read, counts each update)."""
+    cacheable = st.folds_cacheable and (not _is_grad_enabled() or
+                                        not any(p.requires_grad for p in raw))
     if cacheable:
         versions = [p._version for p in raw]
         c = st.fold_cache
@@ -857,7 +872,10 @@ def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None, r
             return "fused"  # no timing inside a graph capture; decide on a later call
         if entry is None:
             # (the timed forwards would update the running statistics of batch norms in
-            # training mode many times: the module's buffers are put back after)
+            # training mode many times: the module's buffers they changed are put back after;
+            # only those: a copy into a buffer the call's own graph saved would break its
+            # backward -- a sub-chain's decision inside the model's forward. By value: a batch
+            # norm's update of its running statistics does not bump their _version.)
             saved = [(b, b.clone()) for b in self.buffers()]
             try:
                 if mask is None:
@@ -870,7 +888,8 @@ def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None, r
             finally:
                 with torch.no_grad():
                     for b, value in saved:
-                        b.copy_(value)
+                        if not torch.equal(b, value):
+                            b.copy_(value)
             store.put(material, entry["decision"], entry)
             if disagreement:
                 warnings.warn("fusejit: %s; running the original" % disagreement, FusejitWarning)
@@ -1114,7 +1133,16 @@ def _mode_state(self, st: _State) -> _State:
 
 
 def _fused_forward(self, *args, **kwargs):
-    st = self.__dict__["_fusejit"]
+    return _forward_with(self, self.__dict__["_fusejit"], args, kwargs)
+
+
+def _sub_chain_forward(st: _State, module: nn.Module, y):
+    """A sub-chain's call from the rest of forward: its chain run on `module` by its state."""
+    return _forward_with(module, st, (y,), {})
+
+
+def _forward_with(self, st: _State, args, kwargs):
+    """The fused forward of module `self` by state `st` (the model's, or a sub-chain's)."""
     if st.running_norms:
         path = _training_norm(self, st)
         if path is not None:
@@ -1462,4 +1490,8 @@ def explain(model: nn.Module, x: torch.Tensor) -> str:
     if st.rest is not None:
         text += ("the rest of forward runs as PyTorch, after the chain (the chain stops there: "
                  "%s)\n" % st.rest_from)
+        for i, sub in enumerate(st.sub_states):
+            text += ("the rest runs chain %d fused (its own plan, on the value it reaches there; "
+                     "%s):%s\n" % (i + 1, "its own policy decisions" if sub.unsupported is None
+                                   else "not fused: " + sub.unsupported, sub.tail or ""))
     return text

@@ -1061,6 +1061,11 @@ def test_batch_norms_fold_in_eval_mode_and_run_as_pytorch_in_training(monkeypatc
         fast(x)
     # training mode, not strict: the chain before the batch norm, the rest as PyTorch
     loose = fj.fuse(model, policy="fused")
+    model.eval()
+    with torch.no_grad():  # (the folded tensors kept: the cache the later eval call checks)
+        x3 = torch.randn(1, 3, 4, 5, 6)
+        assert torch.allclose(loose(x3), model(x3), rtol=1e-5, atol=1e-6)
+    model.train()
     twin = copy.deepcopy(model)
     y, want_y = loose(x), twin(x)
     assert torch.allclose(y, want_y, rtol=1e-5, atol=1e-6)
@@ -1072,9 +1077,10 @@ def test_batch_norms_fold_in_eval_mode_and_run_as_pytorch_in_training(monkeypatc
     got, want = _grads(model, loose, x, g), _grads(twin, twin, x, g)
     for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
-    model.eval()  # back to the folded chain
+    model.eval()  # back to the folded chain, with the running statistics training changed
     with torch.no_grad():
-        assert torch.allclose(loose(x), model(x), rtol=1e-5, atol=1e-6)
+        x4 = torch.randn(1, 3, 4, 5, 7)
+        assert torch.allclose(loose(x4), model(x4), rtol=1e-5, atol=1e-6)
     # refusals, each naming the problem
     with pytest.raises(fj.Unsupported, match="track_running_stats=False normalizes with the "
                                              "batch's statistics"):
@@ -1151,3 +1157,103 @@ def test_folded_parameters_are_kept_while_the_model_tensors_are_unchanged(monkey
         fast(torch.randn(*shape, requires_grad=True)).sum().backward()
     assert len(computed) == 5 * first  # gradients: computed each call
     assert model.scale.grad is not None
+
+
+class _TwoBlocks(nn.Module):
+    """conv -> group_norm -> relu, a max pool, then a second block (conv -> batch norm -> tanh)
+    with a 1x1 convolution shortcut beside it, summed, then a Linear head: three chains."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.g1, self.pool = nn.Conv3d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), \
+            nn.MaxPool3d(2)
+        self.c2, self.bn = nn.Conv3d(8, 8, 3, padding=1, bias=False), nn.BatchNorm3d(8)
+        self.c3 = nn.Conv3d(8, 8, 1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.g1(self.c1(x))))
+        y = torch.tanh(self.bn(self.c2(x))) + self.c3(x)
+        return self.fc(y.mean([2, 3, 4]))
+
+
+@pytest.mark.parametrize("policy", ["fused", "auto"])
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_chains_in_the_rest_of_forward_run_fused(monkeypatch, tmp_path, mode, policy):
+    """The rest of a partially fused forward fuses the further chains it has (each from a
+    convolution: the second block, the shortcut), each through its own state; the batch norm
+    folds in eval mode and stops its chain in training mode. Values and every gradient are the
+    original's; strict=True refuses the model."""
+    _pretend_auto_policy(monkeypatch, tmp_path)  # (timings all equal: auto keeps fused)
+    # (every call on the checked path: the fast paths' launch needs a GPU)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)
+    # (and a training decision timed through autograd: the direct backward launch needs one too)
+    monkeypatch.setattr(fj, "_measure_training",
+                        lambda self, st, spec, x, params, needs, backward:
+                        fj._measure_training_autograd(self, st, spec, x,
+                                                      [get(self) for get in st.getters]))
+    specs = []
+
+    def call_op(spec, x, params):
+        specs.append(spec)
+        return _chain.eager(fj._ops(spec), x, params)
+    monkeypatch.setattr(fj, "_call_op", call_op)
+    monkeypatch.setattr(fj, "_run", call_op)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    torch.manual_seed(0)
+    model = randomized(_TwoBlocks())
+    _random_norm_stats(model)
+    getattr(model, mode)()
+    with pytest.raises(fj.Unsupported, match="MaxPool3d"):
+        fj.fuse(model, strict=True)
+    fast = fj.fuse(model, policy=policy)
+    twin = copy.deepcopy(model)
+    st = fj._mode_state(fast, fast.__dict__["_fusejit"])
+    assert [s.tail for s in st.sub_states] == [
+        " | conv3d(out=8,k=3,padding=1) | tanh" if mode == "eval" else
+        " | conv3d(out=8,k=3,padding=1,bias=false)", " | conv3d(out=8,k=1)"]
+    x = torch.randn(2, 3, 6, 6, 6)
+    with torch.no_grad():
+        assert torch.allclose(fast(x), twin(x), rtol=1e-5, atol=1e-6)
+    assert len(set(specs)) == 3 and specs[-2].startswith("x:f32[2,8,3,3,3] | conv3d"), specs
+    if policy == "auto":
+        assert all(s.last_decision["decision"] == "fused" for s in st.sub_states)
+    for a, b in zip(model.buffers(), twin.buffers()):
+        assert torch.equal(a, b)
+    g = torch.randn(2, 4)
+    xg = torch.randn(2, 3, 6, 6, 7)  # (another shape: the checked paths)
+    got, want = _grads(model, fast, xg, g), _grads(twin, twin, xg, g)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+def test_folded_batch_norms_are_computed_again_after_training_calls(monkeypatch):
+    """A batch norm's training-mode forward updates its running statistics in place without
+    bumping their versions; its num_batches_tracked counts the update, so the eval calls after
+    it fold the new statistics (kept in between)."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    torch.manual_seed(0)
+    model = randomized(nn.Sequential(nn.Conv3d(3, 8, 3, bias=False), nn.BatchNorm3d(8),
+                                     nn.ReLU()))
+    _random_norm_stats(model)
+    fast = fj.fuse(model, policy="fused")
+    shapes = iter([(1, 3, 4, 5, 5 + i) for i in range(10)])  # (new shapes: the checked path)
+
+    def check():
+        x = torch.randn(*next(shapes))
+        with torch.no_grad():
+            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+
+    model.eval()
+    check()
+    st = fast.__dict__["_fusejit"]
+    assert st.fold_cache is not None and st.folds_cacheable
+    model.train()
+    with torch.no_grad():
+        fast(torch.randn(*next(shapes)))  # the batch norm updates its statistics
+    model.eval()
+    check()
+    check()

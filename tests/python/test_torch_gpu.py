@@ -477,6 +477,59 @@ def test_batch_norms_fold_in_eval_mode(transposed):
         assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
 
 
+class TwoBlocks(nn.Module):
+    """Three chains: conv -> group_norm -> relu (the first), a max pool, then conv -> batch norm
+    -> tanh and a 1x1 convolution shortcut (chains in the rest), summed, a Linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.g1, self.pool = nn.Conv3d(4, 8, 3, padding=1), nn.GroupNorm(2, 8), \
+            nn.MaxPool3d(2)
+        self.c2, self.bn = nn.Conv3d(8, 8, 3, padding=1, bias=False), nn.BatchNorm3d(8)
+        self.c3 = nn.Conv3d(8, 8, 1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.g1(self.c1(x))))
+        y = torch.tanh(self.bn(self.c2(x))) + self.c3(x)
+        return self.fc(y.mean([2, 3, 4]))
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_chains_in_the_rest_of_forward(mode):
+    """The chains after the first run fused in the rest (their own states): forward and every
+    gradient against float64, two runs bitwise equal; in training mode the batch norm runs as
+    PyTorch and its running statistics match float64's."""
+    torch.manual_seed(0)
+    model = _norm_stats(randomized(TwoBlocks(), seed=12), 13).cuda()
+    getattr(model, mode)()
+    ref = f64(model)
+    fast = fj.fuse(model, policy="fused")
+    st = fj._mode_state(fast, fast.__dict__["_fusejit"])
+    assert len(st.sub_states) == 2 and all(s.unsupported is None for s in st.sub_states)
+    x = torch.randn(2, 4, 6, 8, 10, device="cuda")
+    if mode == "eval":
+        with torch.no_grad():
+            y1, y2 = fast(x), fast(x)
+            want = ref(x.double())
+        assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
+    xg = x.clone().requires_grad_(True)
+    y = fast(xg)
+    xd = x.double().requires_grad_(True)
+    want = ref(xd)
+    assert not torch.isnan(y).any() and rel_err(y, want) <= 1e-5, rel_err(y, want)
+    for a, b in zip(model.buffers(), ref.buffers()):
+        assert rel_err(a, b) <= 1e-5
+    g = torch.randn(y.shape, device="cuda")
+    (y * g).sum().backward()
+    (want * g.double()).sum().backward()
+    got = [xg.grad] + [p.grad for p in model.parameters()]
+    wants = [xd.grad] + [p.grad for p in ref.parameters()]
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
+        assert a is not None and not torch.isnan(a).any(), name
+        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+
+
 def test_training_calls_save_the_convolution_output():
     """A training call of a chain with ops after its convolution runs the training forward (u
     saved) and the backward reading u (no recompute); one without a convolution recomputes
