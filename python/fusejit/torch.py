@@ -574,6 +574,7 @@ class _State(object):
         self.direct_paths = {}  # chain name -> model path of the parameters not folded
         self.fold_cache = None  # _folded_params: (raw tensors, their versions, params, key)
         self.folds_cacheable = True  # every Fold.cacheable
+        self.watched = set()  # every Fold.watch: model tensors read only for their versions
         self.rest = None  # Recognized.rest: the rest of forward after the chain, or None
         self.rest_from = None  # Recognized.rest_from: why the chain stops there
         self.raw_paths = []  # the model parameters a call reads, in the order of `getters`
@@ -602,6 +603,7 @@ class _State(object):
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
         self.folds_cacheable = all(f.cacheable for f in r.folds.values())
+        self.watched = {path for f in r.folds.values() for path in f.watch}
         self.direct_paths = dict(self.param_paths)
         self.rest, self.rest_from = r.rest, r.rest_from
         self.chain_names = sorted(set(r.param_paths) | set(r.folds), key=_param_order)
@@ -1290,8 +1292,9 @@ def _checked_forward(self, st, args, kwargs):
         # (group_norm's constants in float32 under autocast, which runs group_norm in float32)
         named = _named_params(self, st, x, torch.float32, raw)
         return _autocast_forward(self, st, x, named, args, kwargs)
-    # The model's parameters first (the folded ones are computed from them), then the chain's.
-    reason = _why_not(x, raw)
+    # The model's parameters first (the folded ones are computed from them; but those only
+    # watched for their versions: a batch norm's int64 num_batches_tracked), then the chain's.
+    reason = _why_not(x, [(path, p) for path, p in raw if path not in st.watched])
     if reason is not None:
         return _fallback(self, st, reason, args, kwargs)
     try:

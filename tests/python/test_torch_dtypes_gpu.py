@@ -66,7 +66,7 @@ def check_dtype(model32, shape, dtype, seed=0, grads=True):
     # its gradient from the chain's gradient of that weight, itself rounded to the dtype: two
     # roundings where PyTorch's has one, so up to two units.
     st = fast.__dict__["_fusejit"]
-    factors = {path for f in st.folds.values() for _, path in f.steps}
+    factors = {step[1] for f in st.folds.values() for step in f.steps}
     for name, a, b, t in zip(names, got, want_g, theirs_g):
         assert a.dtype == dtype and not torch.isnan(a).any(), name + ": not written in full"
         ours, theirs = rel_err(a, b), rel_err(t, b)
