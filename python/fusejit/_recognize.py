@@ -273,6 +273,8 @@ class Recognized:
     # Further chains found in the rest, each starting with a convolution (a second conv block
     # after a pooling, the convolutions of a residual block): in the rest they run as
     # SubChain.run(module, y), the chain's own code until the drop-in sets its fused call.
+    # With no ops (a forward with nothing to fuse at its start) the whole forward is the rest,
+    # rest(module, x, x), and these chains are all there is to fuse.
     sub_chains: list = dataclasses.field(default_factory=list, repr=False, compare=False)
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
@@ -1401,8 +1403,21 @@ def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False
     if stop is not None:
         # The chain ends at `cur`; the rest of forward runs as the model's own code -- where the
         # chain has an op to fuse and the rest reads nothing but `cur` and the model's tensors.
-        if not partial or not any(op.kind not in ("skip", "dropout") for op in found):
+        if not partial:
             raise stop
+        if not any(op.kind not in ("skip", "dropout") for op in found):
+            # Nothing to fuse at the start: the whole forward is the rest, fused where it has
+            # chains (a model starting with a pooling, a grouped convolution, ...), else refused.
+            start = {placeholders[0], output}
+            subs = _sub_chains(model, nodes, start, order, output, ctx)
+            if not subs:
+                raise stop
+            rest, why = _rest_of_forward(model, nodes, placeholders[0], start, ctx, stop, None,
+                                         subs)
+            return Recognized(ops=[], params={}, param_paths={}, rest=rest, rest_from=why,
+                              sub_chains=[sub for _, _, _, sub in subs],
+                              running_norms=[n for _, _, _, sub in subs
+                                             for n in sub.recognized.running_norms])
         r = _assemble(found, model)
         subs = _sub_chains(model, nodes, consumed, order, output, ctx)
         r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop,

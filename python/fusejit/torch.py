@@ -558,6 +558,7 @@ class _State(object):
         # (spec, device, None for inference or the training call's gradient mask "0111") -> decision
         self.decided = {}  # type: Dict[Tuple[str, int, Optional[str]], str]
         self.tail = None  # " | op | op ...": the chain without its input
+        self.chainless = False  # no chain at the start of forward: rest(module, x, x) is all
         self.param_paths = []  # type: List[Tuple[str, str]]  # (chain name, qualified name)
         self.unsupported = None  # type: Optional[str]
         self.training_fallback = None  # type: Optional[str]  # Recognized.training_fallback
@@ -594,6 +595,7 @@ class _State(object):
             self.unsupported = str(e)
             return
         self.tail = "".join(" | " + op for op in r.ops)
+        self.chainless = not r.ops  # (Recognized.sub_chains are all it fuses)
         self.training_fallback = r.training_fallback
         self.norm_constants = r.norm_constants
         self.out_dims = r.out_dims
@@ -1155,6 +1157,12 @@ def _forward_with(self, st: _State, args, kwargs):
                                            "the batch norm folded into the op before it" % path,
                                  args, kwargs)
             st = st.batch_stats_state
+    if st.chainless:  # nothing fused at the start: the forward is the rest, with its chains
+        if st.unsupported is not None or len(args) != 1 or kwargs or \
+                not isinstance(args[0], torch.Tensor):
+            return _fallback(self, st, st.unsupported or "fusejit takes one tensor argument",
+                             args, kwargs)
+        return _model_output(self, st, args[0], args[0])
     if st.dropout_modules:
         reason = _active_dropout(self, st)
         if reason is not None:
@@ -1485,11 +1493,14 @@ def explain(model: nn.Module, x: torch.Tensor) -> str:
     st = _mode_state(model, st)
     if st.unsupported is not None:
         return "not fused: " + st.unsupported
-    spec = _spec(st, x)
-    try:
-        text = _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()
-    except _lib.FusejitError as e:
-        return "not fused: " + str(e)
+    if st.chainless:
+        text = "no chain at the start of forward\n"
+    else:
+        spec = _spec(st, x)
+        try:
+            text = _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()
+        except _lib.FusejitError as e:
+            return "not fused: " + str(e)
     if st.rest is not None:
         text += ("the rest of forward runs as PyTorch, after the chain (the chain stops there: "
                  "%s)\n" % st.rest_from)

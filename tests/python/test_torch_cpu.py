@@ -120,22 +120,22 @@ def test_strict_refuses_a_module_outside_the_grammar_at_once():
         fj.fused(WithMaxPool, strict=True)()
 
 
-class BatchNormFirst(nn.Module):
+class PoolHead(nn.Module):
     def __init__(self):
         super().__init__()
-        self.bn = nn.BatchNorm3d(3)
-        self.conv = nn.Conv3d(3, 8, 3)
+        self.pool = nn.MaxPool3d(2)
+        self.fc = nn.Linear(2, 4)
 
     def forward(self, x):
-        return self.conv(self.bn(x))
+        return self.fc(self.pool(x))
 
 
 def test_unrecognized_module_runs_the_original_with_one_warning():
-    model = BatchNormFirst().eval()  # nothing to fuse before the batch norm
+    model = PoolHead()  # nothing to fuse anywhere
     fast = fj.fuse(model)
     assert not fj.is_fused(fast)
-    assert "bn" in fj.explain(fast, torch.randn(1, 3, 5, 5, 5))
-    x = torch.randn(1, 3, 5, 5, 5)
+    assert "pool" in fj.explain(fast, torch.randn(1, 3, 5, 5, 5))
+    x = torch.randn(1, 3, 4, 4, 4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert torch.equal(fast(x), model(x))
@@ -1262,3 +1262,55 @@ def test_folded_batch_norms_are_computed_again_after_training_calls(monkeypatch)
     model.eval()
     check()
     check()
+
+
+class _BatchNormFirst(nn.Module):
+    """Nothing to fuse at the start (a batch norm first, a grouped convolution), then chains."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm3d(3)
+        self.grouped = nn.Conv3d(3, 6, 1, groups=3)
+        self.conv, self.gn = nn.Conv3d(6, 8, 3, padding=1), nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return F.silu(self.gn(self.conv(self.grouped(self.bn(x))))).mean([2, 3, 4])
+
+
+def test_a_forward_with_nothing_to_fuse_at_its_start_fuses_its_chains(monkeypatch):
+    """A forward whose first op is outside the grammar is all rest: its chains (from a
+    convolution) run fused, in eval and in training mode; values and gradients are the
+    original's; explain says so; strict=True refuses it."""
+    _pretend_cuda(monkeypatch)
+    specs = []
+
+    def call_op(spec, x, params):
+        specs.append(spec)
+        return _chain.eager(fj._ops(spec), x, params)
+    monkeypatch.setattr(fj, "_call_op", call_op)
+    monkeypatch.setattr(fj, "_run", call_op)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    with pytest.raises(fj.Unsupported, match="bn"):
+        fj.fuse(_BatchNormFirst(), strict=True)
+    torch.manual_seed(0)
+    model = randomized(_BatchNormFirst())
+    _random_norm_stats(model)
+    fast = fj.fuse(model, policy="fused")
+    assert fj.is_fused(fast)
+    st = fast.__dict__["_fusejit"]
+    assert st.chainless and [s.tail for s in st.sub_states] == [
+        " | conv3d(out=8,k=3,padding=1) | group_norm(groups=2,eps=1e-5) | swish | "
+        "mean(dims=[2,3,4])"], [s.tail for s in st.sub_states]
+    assert "no chain at the start of forward" in fj.explain(fast, torch.randn(1, 3, 4, 4, 4))
+    for i, mode in enumerate(["eval", "train"]):
+        getattr(model, mode)()
+        twin = copy.deepcopy(model)
+        x = torch.randn(2, 3, 4, 5, 6 + i)
+        with torch.no_grad():
+            assert torch.allclose(fast(x), twin(x), rtol=1e-5, atol=1e-6)
+        g = torch.randn(2, 8)
+        xg = torch.randn(2, 3, 4, 5, 8 + i)
+        got, want = _grads(model, fast, xg, g), _grads(twin, twin, xg, g)
+        for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), (mode, name)
+    assert len(specs) == 4 and all("conv3d(out=8" in s for s in specs), specs

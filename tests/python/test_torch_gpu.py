@@ -530,6 +530,53 @@ def test_chains_in_the_rest_of_forward(mode):
         assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
 
 
+class NormFirst(nn.Module):
+    """Nothing to fuse at the start (a batch norm, a grouped 1x1 convolution), then a chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm3d(4)
+        self.grouped = nn.Conv3d(4, 8, 1, groups=4)
+        self.conv, self.gn = nn.Conv3d(8, 8, 3, padding=1), nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return F.silu(self.gn(self.conv(self.grouped(self.bn(x))))).mean([2, 3, 4])
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_a_forward_with_nothing_to_fuse_at_its_start(mode):
+    """Its chain (from the convolution on) runs fused in the rest: forward and every gradient
+    against float64, two runs bitwise equal."""
+    torch.manual_seed(0)
+    model = randomized(NormFirst(), seed=14).cuda()
+    with torch.no_grad():
+        model.bn.running_var.copy_(torch.rand(4) + 0.5)
+    getattr(model, mode)()
+    ref = f64(model)
+    fast = fj.fuse(model, policy="fused")
+    st = fast.__dict__["_fusejit"]
+    assert st.chainless and len(st.sub_states) == 1
+    x = torch.randn(2, 4, 6, 7, 8, device="cuda")
+    if mode == "eval":
+        with torch.no_grad():
+            y1, y2 = fast(x), fast(x)
+            want = ref(x.double())
+        assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
+    xg = x.clone().requires_grad_(True)
+    y = fast(xg)
+    xd = x.double().requires_grad_(True)
+    want = ref(xd)
+    assert rel_err(y, want) <= 1e-5, rel_err(y, want)
+    g = torch.randn(y.shape, device="cuda")
+    (y * g).sum().backward()
+    (want * g.double()).sum().backward()
+    got = [xg.grad] + [p.grad for p in model.parameters()]
+    wants = [xd.grad] + [p.grad for p in ref.parameters()]
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
+        assert a is not None and not torch.isnan(a).any(), name
+        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+
+
 def test_training_calls_save_the_convolution_output():
     """A training call of a chain with ops after its convolution runs the training forward (u
     saved) and the backward reading u (no recompute); one without a convolution recomputes
