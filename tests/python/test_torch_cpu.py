@@ -1245,10 +1245,10 @@ def test_folded_batch_norms_are_computed_again_after_training_calls(monkeypatch)
     fast = fj.fuse(model, policy="fused")
     shapes = iter([(1, 3, 4, 5, 5 + i) for i in range(10)])  # (new shapes: the checked path)
 
-    def check():
+    def check():  # (the folded convolution rounds apart from conv-then-normalize: 1e-4)
         x = torch.randn(*next(shapes))
         with torch.no_grad():
-            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+            assert torch.allclose(fast(x), model(x), rtol=1e-4, atol=1e-5)
 
     model.eval()
     with warnings.catch_warnings():
