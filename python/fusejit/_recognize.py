@@ -58,7 +58,10 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
 With partial=True (the drop-in without strict), a forward that goes on past the grammar after at
 least one fused op is recognized up to there: Recognized.rest runs the rest of the traced graph as
 the model's own code on the chain's output (it may read that output, the model's input -- a
-residual -- and the model's registered submodules, parameters and buffers).
+residual -- and the model's registered submodules, parameters and buffers). In the rest, each
+further chain that starts with a convolution is recognized too (Recognized.sub_chains: the rest
+calls it); a forward with nothing to fuse at its start is all rest (Recognized.ops empty) where it
+has such chains.
 The traced graph must be a straight line from the one input to the returned tensor: every value is
 used only by the next op (the written-out swish/hardswish use theirs twice; an in-place op whose
 result is discarded, e.g. `self.relu(x)` with inplace=True, mutates the value and is followed).

@@ -59,6 +59,10 @@ How a call runs:
   inference fast path enqueues the chain, the training fast path the autograd op.
 - A model with dropout modules (p > 0) runs fused in eval mode, where they are the identity; in
   training mode the original forward runs (with a warning, once), as it draws a random mask.
+- A forward that goes on past the grammar (strict=False) runs its fusable start fused and the
+  rest as the model's own code, in which each further chain from a convolution runs fused through
+  a state of its own (its plan, policy decisions and fast paths); a forward with nothing to fuse
+  at its start is all rest.
 - A batch norm with running statistics (nn.BatchNorm3d; nn.InstanceNorm3d with
   track_running_stats=True) right after the convolution or the group_norm is folded into its
   weight and bias in eval mode (gradients reach the batch norm's weight and bias). In training
