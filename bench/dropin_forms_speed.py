@@ -296,7 +296,7 @@ def main():
             if partial:
                 st = fast.__dict__["_fusejit"]
                 if st.running_norms:  # folded in eval mode, partial in training
-                    st = st.batch_stats_state if args.train else st
+                    st = st.training_state if args.train else st
                 assert (st.rest is not None) == (rid.startswith(("P", "M")) or args.train), rid
                 assert bool(st.sub_states) == rid.startswith("M"), rid
                 if dtype == torch.float32:

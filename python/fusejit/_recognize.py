@@ -47,7 +47,7 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
 - nn.BatchNorm3d, and nn.InstanceNorm3d with track_running_stats=True, in eval mode: the
   per-channel affine (x - running_mean) / sqrt(running_var + eps) * weight + bias, folded the same
   way ("channel_norm"; Recognized.running_norms names them). In training mode they normalize with
-  the batch's (the sample's) statistics and update the running ones: recognize(batch_stats=True)
+  the batch's (the sample's) statistics and update the running ones: recognize(training_mode=True)
   refuses them (the drop-in's chain for training-mode calls stops before the first).
 - skipped: nn.Identity, dropout with p=0 (modules and F.dropout) or training=False (F.dropout),
   x.contiguous(), x.clone(); dropout modules with p > 0 (nn.Dropout, nn.Dropout3d, ...), which are
@@ -248,7 +248,7 @@ class Recognized:
     dropout_modules: list = dataclasses.field(default_factory=list)
     # Qualified names of the batch norms (running statistics) folded in: the chain is the model's
     # forward only while every one of them is in eval mode; in training mode the chain that
-    # recognize(batch_stats=True) finds (it stops before the first) is.
+    # recognize(training_mode=True) finds (it stops before the first) is.
     running_norms: list = dataclasses.field(default_factory=list)
     # The group_norm's weight and bias where the model has none (affine=False, InstanceNorm3d):
     # (weight name, bias name, channels), channels None where only the input tells them (a
@@ -377,11 +377,12 @@ class _Op:
 
 
 class _Ctx:
-    def __init__(self, model: nn.Module, batch_stats: bool = False):
+    def __init__(self, model: nn.Module, training_mode: bool = False):
         self.model = model
-        # recognize(batch_stats=True): the batch norms normalize with the batch's statistics
-        # (training mode), so they are no per-channel affine to fold
-        self.batch_stats = batch_stats
+        # recognize(training_mode=True): the batch norms normalize with the batch's statistics
+        # (training mode), so they are no per-channel affine to fold, and dropout modules draw
+        # masks, so they are no identity to skip
+        self.training_mode = training_mode
 
     def module(self, path: str) -> nn.Module:
         m = self.model
@@ -904,7 +905,7 @@ class _Tracer(torch.fx.Tracer):
         return super().is_leaf_module(m, module_qualified_name)
 
 
-def _module_op(mod: nn.Module, path: str, where: str, layer, batch_stats: bool = False
+def _module_op(mod: nn.Module, path: str, where: str, layer, training_mode: bool = False
                ) -> Optional[Tuple[str, dict, dict, bool]]:
     t = _base_module_type(mod)
     inplace = bool(getattr(mod, "inplace", False))
@@ -921,7 +922,7 @@ def _module_op(mod: nn.Module, path: str, where: str, layer, batch_stats: bool =
             _refuse(where, "weight shape does not match out_channels=%d" % mod.out_channels, layer)
         return kind, attrs, params, False
     if t is nn.BatchNorm3d or (t is nn.InstanceNorm3d and mod.track_running_stats):
-        return _running_norm_op(mod, t, path, where, layer, batch_stats)
+        return _running_norm_op(mod, t, path, where, layer, training_mode)
     if t in (nn.GroupNorm, nn.InstanceNorm3d):
         if t is nn.GroupNorm:
             groups = _int(mod.num_groups, "num_groups", where, layer)
@@ -977,24 +978,28 @@ def _module_op(mod: nn.Module, path: str, where: str, layer, batch_stats: bool =
         return "skip", {}, {}, False
     if t in _dropout_types():
         p = _number(mod.p, "p", where, layer)
+        if p != 0 and training_mode:
+            _refuse(where, "a dropout module in training mode draws a random mask; it runs as "
+                           "PyTorch there (in eval mode, where it is the identity, the chain "
+                           "goes on past it)", layer)
         # p > 0: the identity in eval mode only (Recognized.dropout_modules)
         return ("dropout" if p != 0 else "skip"), {}, {}, False
     return None
 
 
-def _running_norm_op(mod, t, path: str, where: str, layer, batch_stats: bool):
+def _running_norm_op(mod, t, path: str, where: str, layer, training_mode: bool):
     """nn.BatchNorm3d, or nn.InstanceNorm3d with track_running_stats=True, in eval mode: the
     per-channel affine (x - running_mean) / sqrt(running_var + eps) * weight + bias, a
     "channel_norm" op folded like a per-channel multiply and add (Recognized.running_norms names
     the module: the drop-in fuses it only while the module is in eval mode). Refused where it
     normalizes with the batch's (or the sample's) statistics: track_running_stats=False, or
-    batch_stats (the training-mode recognition)."""
+    training_mode (the training-mode recognition)."""
     name = "nn.%s" % t.__name__
     if not mod.track_running_stats or mod.running_mean is None or mod.running_var is None:
         _refuse(where, "%s with track_running_stats=False normalizes with the batch's statistics "
                        "in every mode; fusejit folds a batch norm with running statistics "
                        "(eval mode) into the convolution or group_norm before it" % name, layer)
-    if batch_stats:
+    if training_mode:
         _refuse(where, "%s in training mode normalizes with the %s statistics and updates its "
                        "running ones; it is fused in eval mode (model.eval()), where it is a "
                        "per-channel affine folded into the op before it"
@@ -1032,7 +1037,7 @@ def _classify(node, inp, ctx: _Ctx) -> Optional[_Op]:
     where, layer = _describe(node, ctx)
     if node.op == "call_module":
         mod = ctx.module(node.target)
-        found = _module_op(mod, node.target, where, layer, ctx.batch_stats)
+        found = _module_op(mod, node.target, where, layer, ctx.training_mode)
         if found is None:
             return None
         if tuple(node.args) != (inp,) or node.kwargs:
@@ -1354,23 +1359,23 @@ def _trace(model: nn.Module) -> torch.fx.Graph:
                           reason="torch.fx could not trace the forward")
 
 
-def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False) -> Recognized:
+def recognize(model: nn.Module, partial: bool = False, training_mode: bool = False) -> Recognized:
     """Recognizes `model`'s forward as a fusejit chain; raises Unsupported naming the first layer
     or call outside the grammar. partial=True: where forward goes on past the grammar after at
     least one fused op, the chain is the part before and Recognized.rest the rest of forward
     (run as the model's own code); Unsupported only where nothing can be fused or the rest
-    reads values inside the chain. batch_stats=True: the chain of the model in training mode,
-    where batch norms normalize with the batch's statistics (a batch norm is refused: the chain
-    stops before it, or with partial=False, Unsupported)."""
+    reads values inside the chain. training_mode=True: the chain of the model in training mode,
+    where batch norms normalize with the batch's statistics and dropout modules draw masks (both
+    refused: the chain stops before them, or with partial=False, Unsupported)."""
     if not isinstance(model, nn.Module):
         raise Unsupported("fusejit cannot fuse %r: not a torch.nn.Module" % (model,))
-    ctx = _Ctx(model, batch_stats)
+    ctx = _Ctx(model, training_mode)
     _check_hooks(model, "model %s" % _class_name(model), None)
     if _Tracer().is_leaf_module(model, ""):
         # A bare torch.nn module (nn.Conv3d(...), nn.GroupNorm(...)) is the whole chain; tracing
         # would go into its own forward.
         where = "model %s" % _class_name(model)
-        found = _module_op(model, "", where, None, batch_stats)
+        found = _module_op(model, "", where, None, training_mode)
         if found is None:
             _refuse(where, "it is not one of the ops fusejit fuses")
         kind, attrs, params, _ = found
@@ -1420,7 +1425,9 @@ def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False
             return Recognized(ops=[], params={}, param_paths={}, rest=rest, rest_from=why,
                               sub_chains=[sub for _, _, _, sub in subs],
                               running_norms=[n for _, _, _, sub in subs
-                                             for n in sub.recognized.running_norms])
+                                             for n in sub.recognized.running_norms],
+                              dropout_modules=[n for _, _, _, sub in subs
+                                               for n in sub.recognized.dropout_modules])
         r = _assemble(found, model)
         subs = _sub_chains(model, nodes, consumed, order, output, ctx)
         r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop,
@@ -1428,6 +1435,7 @@ def recognize(model: nn.Module, partial: bool = False, batch_stats: bool = False
         r.sub_chains = [sub for _, _, _, sub in subs]
         for sub in r.sub_chains:  # (the drop-in switches on any of them being in training)
             r.running_norms += sub.recognized.running_norms
+            r.dropout_modules += sub.recognized.dropout_modules
         return r
     return _assemble(found, model)
 

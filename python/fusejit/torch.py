@@ -58,7 +58,9 @@ How a call runs:
   training call also the same gradient mask) skips the checks and the policy lookup: the
   inference fast path enqueues the chain, the training fast path the autograd op.
 - A model with dropout modules (p > 0) runs fused in eval mode, where they are the identity; in
-  training mode the original forward runs (with a warning, once), as it draws a random mask.
+  training mode, where they draw random masks, the chain stops before the first (the dropout and
+  what follows run as PyTorch, further chains fused there); strict=True: the original forward
+  runs (with a warning, once).
 - A forward that goes on past the grammar (strict=False) runs its fusable start fused and the
   rest as the model's own code, in which each further chain from a convolution runs fused through
   a state of its own (its plan, policy decisions and fast paths); a forward with nothing to fuse
@@ -549,7 +551,7 @@ class _State(object):
     """What a fused module keeps besides its (shared) parameters."""
 
     def __init__(self, model: Optional[nn.Module], original_forward, strict: bool, policy: str,
-                 batch_stats: bool = False, recognized=None):
+                 training_mode: bool = False, recognized=None):
         """The state of `model` (recognized here), or with `recognized` given, of that chain (a
         sub-chain of a partially fused forward: original_forward(module, y) is its own code)."""
         if policy not in POLICIES:
@@ -570,10 +572,11 @@ class _State(object):
         self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
         self.running_norms = []  # Recognized.running_norms: folded only while all are in eval
-        # The state of training-mode calls where running_norms has a batch norm (recognized with
-        # batch_stats=True: its chain stops before the first); None under strict (such calls
-        # raise) and where there is no batch norm.
-        self.batch_stats_state = None  # type: Optional[_State]
+        self.mode_modules = []  # running_norms and dropout_modules: what training mode changes
+        # The state of calls while one of mode_modules is in training mode (recognized with
+        # training_mode=True: its chains stop before batch norms and dropout modules); None
+        # under strict (such calls raise) and where there are none.
+        self.training_state = None  # type: Optional[_State]
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
         self.direct_paths = {}  # chain name -> model path of the parameters not folded
@@ -592,7 +595,7 @@ class _State(object):
         try:
             # strict: the whole forward, or Unsupported; else the longest fusable start of it
             r = recognized if recognized is not None else _recognize_module().recognize(
-                model, partial=not strict, batch_stats=batch_stats)
+                model, partial=not strict, training_mode=training_mode)
         except Exception as e:  # _recognize.Unsupported, or tracing failed
             if strict:
                 raise Unsupported(str(e)) from e
@@ -605,6 +608,7 @@ class _State(object):
         self.out_dims = r.out_dims
         self.dropout_modules = r.dropout_modules
         self.running_norms = r.running_norms
+        self.mode_modules = r.running_norms + r.dropout_modules  # (see training_state)
         self.norm_is_instance = r.norm_is_instance
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
@@ -1121,22 +1125,20 @@ def _active_dropout(self, st: _State) -> Optional[str]:
     return None
 
 
-def _training_norm(self, st: _State) -> Optional[str]:
-    """The first of st.running_norms (batch norms folded into the chain) in training mode, where
-    it normalizes with the batch's statistics and updates its running ones; None when all are in
-    eval mode."""
-    for path in st.running_norms:
+def _in_training(self, paths) -> Optional[str]:
+    """The first of the submodules at `paths` in training mode; None when all are in eval."""
+    for path in paths:
         if (self.get_submodule(path) if path else self).training:
             return path
     return None
 
 
 def _mode_state(self, st: _State) -> _State:
-    """The state this call of the module runs by: st, or where a folded batch norm is in training
-    mode, the chain that stops before it (st.batch_stats_state; st itself under strict)."""
-    if st.running_norms and st.batch_stats_state is not None and \
-            _training_norm(self, st) is not None:
-        return st.batch_stats_state
+    """The state this call of the module runs by: st, or where a folded batch norm or a skipped
+    dropout module is in training mode, the chains that stop before them (st.training_state;
+    st itself under strict)."""
+    if st.training_state is not None and _in_training(self, st.mode_modules) is not None:
+        return st.training_state
     return st
 
 
@@ -1151,16 +1153,16 @@ def _sub_chain_forward(st: _State, module: nn.Module, y):
 
 def _forward_with(self, st: _State, args, kwargs):
     """The fused forward of module `self` by state `st` (the model's, or a sub-chain's)."""
-    if st.running_norms:
-        path = _training_norm(self, st)
+    if st.training_state is not None:
+        if _in_training(self, st.mode_modules) is not None:
+            st = st.training_state
+    elif st.running_norms:  # (strict)
+        path = _in_training(self, st.running_norms)
         if path is not None:
-            if st.batch_stats_state is None:  # strict
-                return _fallback(self, st, "batch norm '%s' is in training mode (it normalizes "
-                                           "with the batch's statistics and updates its running "
-                                           "ones); calls in eval mode (model.eval()) run fused, "
-                                           "the batch norm folded into the op before it" % path,
-                                 args, kwargs)
-            st = st.batch_stats_state
+            return _fallback(self, st, "batch norm '%s' is in training mode (it normalizes with "
+                                       "the batch's statistics and updates its running ones); "
+                                       "calls in eval mode (model.eval()) run fused, the batch "
+                                       "norm folded into the op before it" % path, args, kwargs)
     if st.chainless:  # nothing fused at the start: the forward is the rest, with its chains
         if st.unsupported is not None or len(args) != 1 or kwargs or \
                 not isinstance(args[0], torch.Tensor):
@@ -1382,8 +1384,8 @@ def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
     if recognize_as is not None:  # trace the original class's forward, not the fused one
         subject = _plain_copy(model, recognize_as)
     st = _State(subject, original_forward, strict, policy)
-    if st.running_norms and not strict:
-        st.batch_stats_state = _State(subject, original_forward, strict, policy, batch_stats=True)
+    if st.mode_modules and not strict:
+        st.training_state = _State(subject, original_forward, strict, policy, training_mode=True)
     model.__dict__["_fusejit"] = st
 
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import fusejit
 import fusejit.torch as fj
+import random_nets
 from fusejit import _chain, _lib, _policy
 from seed_models import SEEDS
 
@@ -451,9 +452,11 @@ def test_norms_without_weights_and_kept_means_run_fused(monkeypatch, make, shape
     assert torch.allclose(gx, xg.grad, rtol=1e-10, atol=1e-12)
 
 
-def test_dropout_runs_fused_in_eval_mode_only(monkeypatch):
-    """Dropout modules with p > 0 are the identity in eval mode: the chain runs there; in training
-    mode (the default, and after .train()) the original forward runs, with one warning."""
+def test_dropout_is_skipped_in_eval_mode_and_stops_the_chain_in_training(monkeypatch):
+    """Dropout modules with p > 0 are the identity in eval mode: the whole chain runs there; in
+    training mode (the default, and after .train()) they draw a random mask: the chain before the
+    dropout runs fused, the dropout and what follows as PyTorch (no warning). strict=True runs
+    the original there -- it raises, naming the module."""
     monkeypatch.setattr(fj, "_why_not", lambda x, named: None)
     monkeypatch.setattr(fj, "_compiled_chain",
                         lambda spec, device: fusejit.Chain(spec, arch="sm_90"))
@@ -465,22 +468,21 @@ def test_dropout_runs_fused_in_eval_mode_only(monkeypatch):
     model.requires_grad_(False)
     fast = fj.fuse(model)
     x = torch.randn(2, 3, 5, 5, 5)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        y1, y2 = fast(x), fast(x)  # training mode: the original, a random mask each call
-    ours = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
-    assert not ran and len(ours) == 1 and "dropout module '1' is in training mode" in ours[0]
-    assert not torch.equal(y1, y2)
-    fast.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        y1 = fast(x)  # training mode: the convolution fused, then a random mask
+        fast.eval()
         y = fast(x)
-    assert len(ran) == 1 and torch.allclose(y, model(x), rtol=1e-6, atol=1e-6)
-    fast[1].train()  # one submodule back in training mode
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        fast(x)
-    assert len(ran) == 1
+    assert ran == ["x:f32[2,3,5,5,5] | conv3d(out=4,k=3)",
+                   "x:f32[2,3,5,5,5] | conv3d(out=4,k=3) | relu"], ran
+    assert torch.allclose(y, model(x), rtol=1e-6, atol=1e-6)
+    conv = torch.relu(model[0](x))
+    dropped = y1 == 0
+    assert 0 < dropped.float().mean() < 1  # (about half)
+    assert torch.allclose(y1[~dropped], 2 * conv[~dropped], rtol=1e-6, atol=1e-6)
+    fast[1].train()  # one submodule back in training mode: the training chain again
+    fast(torch.randn(2, 3, 5, 5, 6))
+    assert ran[-1] == "x:f32[2,3,5,5,6] | conv3d(out=4,k=3)", ran
     with pytest.raises(fj.Unsupported, match="dropout module '1'"):
         fj.fuse(model, strict=True).train()(x)
 
@@ -1071,7 +1073,7 @@ def test_batch_norms_fold_in_eval_mode_and_run_as_pytorch_in_training(monkeypatc
     assert torch.allclose(y, want_y, rtol=1e-5, atol=1e-6)
     for a, b in zip(model.buffers(), twin.buffers()):  # running statistics updated once, alike
         assert torch.equal(a, b)
-    alt = loose.__dict__["_fusejit"].batch_stats_state
+    alt = loose.__dict__["_fusejit"].training_state
     assert alt.tail == " | conv3d(out=8,k=3,padding=1,bias=false)", alt.tail
     assert "nn.BatchNorm3d in training mode" in alt.rest_from, alt.rest_from
     got, want = _grads(model, loose, x, g), _grads(twin, twin, x, g)
@@ -1113,7 +1115,7 @@ def test_the_auto_policy_leaves_running_statistics_as_one_call_does(monkeypatch,
     fast = fj.fuse(model)  # training mode (the default)
     x = torch.randn(2, 3, 5, 6, 7, requires_grad=True)
     assert torch.allclose(fast(x), twin(x), rtol=1e-5, atol=1e-6)
-    st = fast.__dict__["_fusejit"].batch_stats_state
+    st = fast.__dict__["_fusejit"].training_state
     assert st.last_decision is not None and st.last_decision["pass"] == "train", st.last_decision
     for (name, a), b in zip(model.named_buffers(), twin.buffers()):
         assert torch.equal(a, b), name
@@ -1314,3 +1316,46 @@ def test_a_forward_with_nothing_to_fuse_at_its_start_fuses_its_chains(monkeypatc
         for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), (mode, name)
     assert len(specs) == 4 and all("conv3d(out=8" in s for s in specs), specs
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("seed", range(16))
+def test_random_networks_through_the_drop_in(monkeypatch, seed, mode):
+    """Random multi-block networks (tests/python/random_nets.py): the drop-in (policy fused, not
+    strict) gives the original's output, running statistics and every gradient, its chains run
+    as PyTorch's evaluation of the chain here (_pretend_cuda), so what is checked is how the
+    model is cut into chains and the rest."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    torch.manual_seed(seed)
+    model = random_nets.randomize(random_nets.RandomNet(seed), seed)
+    getattr(model, mode)()
+    twin = copy.deepcopy(model)
+    fast = fj.fuse(model, policy="fused")
+    assert fj.is_fused(fast), fast.__dict__["_fusejit"].unsupported
+    x = torch.randn(*model.shape)
+
+    def seeded(fn):  # (training mode: the same dropout masks, drawn by the rest's PyTorch ops)
+        def run(*args):
+            torch.manual_seed(seed + 1)
+            return fn(*args)
+        return run
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a fallback to the original warns)
+        with torch.no_grad():
+            assert torch.allclose(seeded(fast)(x), seeded(twin)(x), rtol=1e-4, atol=1e-5)
+        for a, b in zip(model.buffers(), twin.buffers()):
+            assert torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6)
+        g = torch.randn(twin(x).shape)
+        got, want = _grads(model, seeded(fast), x, g), _grads(twin, seeded(twin), x, g)
+    # (a convolution's bias before a norm has gradient 0 but for rounding: the tolerance is
+    # the largest gradient's)
+    scale = max(float(b.abs().max()) for b in want if b is not None)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale), name

@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fusejit.torch as fj
+import random_nets
 from seed_models import SEEDS
 from test_recognize import RandomChain, eager_backward_refusal
 
@@ -461,7 +462,7 @@ def test_batch_norms_fold_in_eval_mode(transposed):
     loose = fj.fuse(model, policy="fused")
     x = torch.randn(*shape, device="cuda", requires_grad=True)
     y = loose(x)
-    assert loose.__dict__["_fusejit"].batch_stats_state.rest is not None
+    assert loose.__dict__["_fusejit"].training_state.rest is not None
     xd = x.detach().double().requires_grad_(True)
     want = ref(xd)
     assert rel_err(y, want) <= 1e-5, rel_err(y, want)
@@ -575,6 +576,45 @@ def test_a_forward_with_nothing_to_fuse_at_its_start(mode):
     for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
         assert a is not None and not torch.isnan(a).any(), name
         assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_networks(seed, mode):
+    """Random multi-block networks (random_nets.py) through the drop-in, policy fused: output,
+    running statistics and every gradient against the float64 model (training mode: networks
+    with dropout are checked in eval mode only -- their masks are PyTorch's, drawn apart)."""
+    torch.manual_seed(seed)
+    model = random_nets.randomize(random_nets.RandomNet(seed), seed).cuda()
+    getattr(model, mode)()
+    if mode == "train" and any(isinstance(m, nn.Dropout3d) for m in model.modules()):
+        pytest.skip("dropout masks in training mode")
+    ref = f64(model)
+    fast = fj.fuse(model, policy="fused")
+    x = torch.randn(*model.shape, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a fallback to the original warns)
+        if mode == "eval":
+            with torch.no_grad():
+                y1, y2 = fast(x), fast(x)
+                want = ref(x.double())
+            assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
+        xg = x.clone().requires_grad_(True)
+        y = fast(xg)
+    xd = x.double().requires_grad_(True)
+    want = ref(xd)
+    assert rel_err(y, want) <= 1e-5, rel_err(y, want)
+    for a, b in zip(model.buffers(), ref.buffers()):
+        assert rel_err(a, b) <= 1e-5
+    g = torch.randn(y.shape, device="cuda")
+    (y * g).sum().backward()
+    (want * g.double()).sum().backward()
+    got = [xg.grad] + [p.grad for p in model.parameters()]
+    wants = [xd.grad] + [p.grad for p in ref.parameters()]
+    scale = max(float(b.norm()) for b in wants)  # (a bias before a norm: gradient 0)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
+        assert a is not None and not torch.isnan(a).any(), name
+        assert float((a.double() - b).norm()) <= 1e-5 * max(float(b.norm()), 1e-3 * scale), name
 
 
 def test_training_calls_save_the_convolution_output():
