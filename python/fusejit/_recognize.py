@@ -383,6 +383,9 @@ class _Ctx:
         # (training mode), so they are no per-channel affine to fold, and dropout modules draw
         # masks, so they are no identity to skip
         self.training_mode = training_mode
+        # Tensors forward makes from constants (torch.tensor(2.0)), which torch.fx keeps as
+        # attributes "_tensor_constant<i>" it sets on the model: taken off it (_trace), by name
+        self.constants = {}
 
     def module(self, path: str) -> nn.Module:
         m = self.model
@@ -1344,19 +1347,30 @@ def _match_hardswish(cur, first, ctx: _Ctx) -> Optional[_Step]:
 # ----------------------------------------------------------------------------------------------
 # Tracing and the walk.
 
-def _trace(model: nn.Module) -> torch.fx.Graph:
+def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
+    """The traced graph of model's forward. torch.fx sets the tensors forward makes from
+    constants on the model as attributes; they are taken off it again (the model is left as it
+    was) into ctx.constants."""
     tracer = _Tracer()
+    before = set(model.__dict__)
     try:
         tracer.record_stack_traces = True
     except Exception:
         pass
     try:
-        return tracer.trace(model)
+        graph = tracer.trace(model)
     except Exception as e:  # anything the user's forward raises under tracing
+        for name in set(model.__dict__) - before:
+            del model.__dict__[name]
         raise Unsupported("fusejit cannot fuse model %s: torch.fx could not trace its forward (%s: "
                           "%s); fusejit recognizes forwards that torch.fx.symbolic_trace can "
                           "trace; %s" % (_class_name(model), type(e).__name__, e, GRAMMAR),
                           reason="torch.fx could not trace the forward")
+    for name in set(model.__dict__) - before:
+        value = model.__dict__.pop(name)
+        if ctx is not None and torch.is_tensor(value):
+            ctx.constants[name] = value
+    return graph
 
 
 def recognize(model: nn.Module, partial: bool = False, training_mode: bool = False) -> Recognized:
@@ -1380,7 +1394,7 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
             _refuse(where, "it is not one of the ops fusejit fuses")
         kind, attrs, params, _ = found
         return _assemble([_Op(kind, where, attrs, params)], model)
-    graph = _trace(model)
+    graph = _trace(model, ctx)
     nodes = list(graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     placeholders = [n for n in nodes if n.op == "placeholder"]
@@ -1584,6 +1598,14 @@ def _chain_code(model: nn.Module, chain_nodes, start, end):
     return type(code).forward
 
 
+def _constant(value):
+    """A function returning `value`: a tensor forward makes from constants, as the traced graph
+    has it, for the rest's code (which reads the live module, where it is no attribute)."""
+    def fusejit_constant():
+        return value
+    return fusejit_constant
+
+
 def _sub_chain_call(sub: SubChain):
     """The function the rest's code calls for `sub`: sub.run(module, y), looked up at each call
     (the drop-in sets it after recognition)."""
@@ -1615,7 +1637,10 @@ def _rest_of_forward(model: nn.Module, nodes, start, consumed, ctx: _Ctx, stop: 
         if a.op == "get_attr" and _registered(model, a.target):
             env[a] = graph.get_attr(a.target)
             return env[a]
-        raise stop  # the input, a value inside the chain, or a constant made while tracing
+        if a.op == "get_attr" and a.target in ctx.constants:  # torch.tensor(2.0) in forward
+            env[a] = graph.call_function(_constant(ctx.constants[a.target]), ())
+            return env[a]
+        raise stop  # the input, or a value inside the chain
 
     first_of = {mine[0]: (v, end, sub) for mine, v, end, sub in subs}
     in_subs = set().union(*[mine for mine, _, _, _ in subs]) if subs else set()

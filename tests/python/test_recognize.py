@@ -1212,13 +1212,19 @@ class _MadeTensor(nn.Module):
         return torch.relu(self.conv(x)) * torch.tensor(2.0)
 
 
-@pytest.mark.parametrize("make,needle", [(_MadeTensor, "'_tensor_constant0'")])
-def test_partial_recognition_refuses_a_rest_it_cannot_run(make, needle):
-    """The rest may read only the chain's output, the input and the model's registered tensors:
-    one that reads a tensor made while tracing is refused with the chain's stopping reason."""
-    with pytest.raises(Unsupported) as e:
-        recognize(make(), partial=True)
-    assert needle in str(e.value), str(e.value)
+def test_a_rest_reading_a_tensor_made_in_forward_keeps_it():
+    """torch.tensor(2.0) in forward is a constant of the traced graph (which torch.fx sets on the
+    model: taken off again, the model is left as it was); the rest reads it as traced."""
+    torch.manual_seed(0)
+    model = _MadeTensor()
+    keys = set(model.__dict__)
+    r = recognize(model, partial=True)
+    assert set(model.__dict__) == keys
+    assert r.ops == ["conv3d(out=3,k=3,padding=1)", "relu"] and "tensor" in r.rest_from, r.rest_from
+    x = torch.randn(2, 3, 4, 5, 6, dtype=torch.float64)
+    model.double()
+    with torch.no_grad():
+        assert torch.allclose(r.rest(model, evaluate(r, x), x), model(x), rtol=1e-10, atol=1e-12)
 
 
 class _Residual(nn.Module):

@@ -1359,3 +1359,29 @@ def test_random_networks_through_the_drop_in(monkeypatch, seed, mode):
         assert (a is None) == (b is None), name
         if a is not None:
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale), name
+
+
+def test_copies_of_a_model_with_chains_in_the_rest_run_their_own_tensors(monkeypatch):
+    """copy.deepcopy and pickle of a fused model whose rest has chains: the copy's chains (first
+    and later) read the copy's own modules; changing the copy leaves the original's results."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    torch.manual_seed(0)
+    model = randomized(_TwoBlocks()).eval()
+    _random_norm_stats(model)
+    fast = fj.fuse(model, policy="fused")
+    x = torch.randn(2, 3, 6, 6, 6)
+    with torch.no_grad():
+        before = fast(x)
+        for copied in (copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
+            st = copied.__dict__["_fusejit"]
+            assert len(st.sub_states) == 2
+            copied.c2.weight.mul_(2.0)
+            copied.bn.running_var.mul_(3.0)
+            plain = copy.deepcopy(model)
+            plain.load_state_dict(copied.state_dict())
+            assert torch.allclose(copied(x), plain(x), rtol=1e-5, atol=1e-6)
+            assert not torch.allclose(copied(x), before, rtol=1e-3, atol=1e-3)
+            assert torch.equal(fast(x), before)
