@@ -1373,6 +1373,35 @@ def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
     return graph
 
 
+def in_mode(model: nn.Module, training: bool, fn):
+    """fn() with every module of `model` in training (or eval) mode, each module's own mode put
+    back after."""
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        for m, _ in flags:
+            m.training = training
+        return fn()
+    finally:
+        for m, was in flags:
+            m.training = was
+
+
+def forward_reads_training(model: nn.Module) -> bool:
+    """Whether forward's traced code differs between training and eval mode: code torch.fx runs
+    while tracing reads self.training (F.dropout(x, p, self.training), `if self.training:`), so
+    each mode has a graph of its own. Modules the trace keeps whole (the grammar's, nn.Dropout,
+    nn.BatchNorm3d) read their mode when they run, so they do not count. False where forward
+    cannot be traced (recognize says why)."""
+    if _Tracer().is_leaf_module(model, ""):
+        return False
+    try:
+        codes = [in_mode(model, mode, lambda: _trace(model).python_code("self").src)
+                 for mode in (False, True)]
+    except Unsupported:
+        return False
+    return codes[0] != codes[1]
+
+
 def recognize(model: nn.Module, partial: bool = False, training_mode: bool = False) -> Recognized:
     """Recognizes `model`'s forward as a fusejit chain; raises Unsupported naming the first layer
     or call outside the grammar. partial=True: where forward goes on past the grammar after at

@@ -577,6 +577,9 @@ class _State(object):
         # training_mode=True: its chains stop before batch norms and dropout modules); None
         # under strict (such calls raise) and where there are none.
         self.training_state = None  # type: Optional[_State]
+        # forward's traced code differs by mode (_recognize.forward_reads_training): the
+        # training state serves every call of the module in training mode
+        self.mode_traced = False
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
         self.direct_paths = {}  # chain name -> model path of the parameters not folded
@@ -1137,7 +1140,8 @@ def _mode_state(self, st: _State) -> _State:
     """The state this call of the module runs by: st, or where a folded batch norm or a skipped
     dropout module is in training mode, the chains that stop before them (st.training_state;
     st itself under strict)."""
-    if st.training_state is not None and _in_training(self, st.mode_modules) is not None:
+    if st.training_state is not None and (
+            (st.mode_traced and self.training) or _in_training(self, st.mode_modules) is not None):
         return st.training_state
     return st
 
@@ -1154,7 +1158,7 @@ def _sub_chain_forward(st: _State, module: nn.Module, y):
 def _forward_with(self, st: _State, args, kwargs):
     """The fused forward of module `self` by state `st` (the model's, or a sub-chain's)."""
     if st.training_state is not None:
-        if _in_training(self, st.mode_modules) is not None:
+        if (st.mode_traced and self.training) or _in_training(self, st.mode_modules) is not None:
             st = st.training_state
     elif st.running_norms:  # (strict)
         path = _in_training(self, st.running_norms)
@@ -1383,9 +1387,16 @@ def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
     subject = model
     if recognize_as is not None:  # trace the original class's forward, not the fused one
         subject = _plain_copy(model, recognize_as)
-    st = _State(subject, original_forward, strict, policy)
-    if st.mode_modules and not strict:
-        st.training_state = _State(subject, original_forward, strict, policy, training_mode=True)
+    rec = _recognize_module()
+    # Each mode is traced in that mode: a forward whose traced code reads self.training
+    # (F.dropout(x, p, self.training)) has a graph per mode (st.mode_traced: the training state
+    # serves calls of the module in training mode).
+    differs = rec.forward_reads_training(subject)
+    st = rec.in_mode(subject, False, lambda: _State(subject, original_forward, strict, policy))
+    if (st.mode_modules and not strict) or differs:
+        st.training_state = rec.in_mode(subject, True, lambda: _State(
+            subject, original_forward, strict, policy, training_mode=not strict))
+        st.mode_traced = differs
     model.__dict__["_fusejit"] = st
 
 

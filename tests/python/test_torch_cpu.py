@@ -1385,3 +1385,53 @@ def test_copies_of_a_model_with_chains_in_the_rest_run_their_own_tensors(monkeyp
             assert torch.allclose(copied(x), plain(x), rtol=1e-5, atol=1e-6)
             assert not torch.allclose(copied(x), before, rtol=1e-3, atol=1e-3)
             assert torch.equal(fast(x), before)
+
+
+class _FunctionalDropout(nn.Module):
+    """F.dropout(x, p, self.training): torch.fx bakes self.training into the traced code."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.gn = nn.Conv3d(3, 8, 3, padding=1), nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        x = F.dropout(torch.relu(self.gn(self.conv(x))), 0.5, self.training)
+        return torch.tanh(x) * 2.0 if self.training else torch.tanh(x)
+
+
+def test_a_forward_reading_self_training_is_traced_in_each_mode(monkeypatch):
+    """A forward whose traced code depends on the mode (functional dropout with self.training,
+    `if self.training`) gets a graph per mode, each traced in it: in eval mode the whole chain
+    (dropout skipped), in training mode the chain stopping at the dropout, whichever mode the
+    model was fused in; the model's modes are left as they were; strict=True refuses it (its
+    training-mode forward is not one chain)."""
+    _pretend_cuda(monkeypatch)
+    specs = []
+
+    def call_op(spec, x, params):
+        specs.append(spec)
+        return _chain.eager(fj._ops(spec), x, params)
+    monkeypatch.setattr(fj, "_call_op", call_op)
+    monkeypatch.setattr(fj, "_run", call_op)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    assert fj._recognize_module().forward_reads_training(_FunctionalDropout())
+    assert not fj._recognize_module().forward_reads_training(_TwoBlocks())
+    for fused_in in ("train", "eval"):
+        torch.manual_seed(0)
+        model = getattr(randomized(_FunctionalDropout()), fused_in)()
+        modes = [m.training for m in model.modules()]
+        fast = fj.fuse(model, policy="fused")
+        assert [m.training for m in model.modules()] == modes
+        x = torch.randn(2, 3, 4, 5, 6)
+        with torch.no_grad():
+            fast.eval(), model.eval()
+            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+            assert specs[-1].endswith("| relu | tanh"), specs
+            fast.train(), model.train()
+            torch.manual_seed(1)
+            y = fast(x)
+            torch.manual_seed(1)
+            assert torch.allclose(y, model(x), rtol=1e-5, atol=1e-6)
+            assert specs[-1].endswith("| relu"), specs
+    with pytest.raises(fj.Unsupported, match="dropout"):
+        fj.fuse(_FunctionalDropout().eval(), strict=True)
