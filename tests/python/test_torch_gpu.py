@@ -416,6 +416,38 @@ def test_partial_fusion(make, policy):
         assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
 
 
+def check_model(model, fast, x):
+    """The drop-in `fast` of `model` against model's float64 copy on x: output (eval mode: two
+    runs bitwise equal too), the running statistics the call leaves, and every gradient
+    (NaN-poisoned: checked written; rel <= 1e-5, the norm floored at 1e-3 of the largest: a
+    convolution's bias before a norm has gradient 0 but for rounding). In training mode the
+    model's dropout masks are drawn apart from the copy's, so only models without dropout."""
+    model.zero_grad(set_to_none=True)
+    ref = f64(model)
+    if not model.training:
+        with torch.no_grad():
+            y1, y2 = fast(x), fast(x)
+            want = ref(x.double())
+        assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
+    xg = x.clone().requires_grad_(True)
+    y = fast(xg)
+    xd = x.double().requires_grad_(True)
+    want = ref(xd)
+    assert not torch.isnan(y).any() and rel_err(y, want) <= 1e-5, rel_err(y, want)
+    for a, b in zip(model.buffers(), ref.buffers()):
+        assert rel_err(a, b) <= 1e-5
+    g = torch.randn(y.shape, device="cuda")
+    (y * g).sum().backward()
+    (want * g.double()).sum().backward()
+    got = [xg.grad] + [p.grad for p in model.parameters()]
+    wants = [xd.grad] + [p.grad for p in ref.parameters()]
+    scale = max(float(b.norm()) for b in wants)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
+        assert a is not None and not torch.isnan(a).any(), name
+        assert float((a.double() - b).norm()) <= 1e-5 * max(float(b.norm()), 1e-3 * scale), \
+            (name, rel_err(a, b))
+
+
 class BatchNormed(nn.Module):
     """conv (no bias) -> BatchNorm3d -> act -> group_norm -> tanh, or a transposed conv -> batch
     norm -> gelu: in eval mode the batch norms fold into the convolution."""
@@ -457,25 +489,9 @@ def test_batch_norms_fold_in_eval_mode(transposed):
     assert set(fast.__dict__["_fusejit"].folds) == {"0.weight", "0.bias"}
     check_gradients(model, shape)
     model.train()
-    model.zero_grad(set_to_none=True)
-    ref = f64(model)
     loose = fj.fuse(model, policy="fused")
-    x = torch.randn(*shape, device="cuda", requires_grad=True)
-    y = loose(x)
+    check_model(model, loose, torch.randn(*shape, device="cuda"))
     assert loose.__dict__["_fusejit"].training_state.rest is not None
-    xd = x.detach().double().requires_grad_(True)
-    want = ref(xd)
-    assert rel_err(y, want) <= 1e-5, rel_err(y, want)
-    for a, b in zip(model.buffers(), ref.buffers()):
-        assert rel_err(a, b) <= 1e-5, (a, b)
-    g = torch.randn(y.shape, device="cuda")
-    (y * g).sum().backward()
-    (want * g.double()).sum().backward()
-    got = [x.grad] + [p.grad for p in model.parameters()]
-    wants = [xd.grad] + [p.grad for p in ref.parameters()]
-    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
-        assert a is not None and not torch.isnan(a).any(), name
-        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
 
 
 class TwoBlocks(nn.Module):
@@ -504,31 +520,10 @@ def test_chains_in_the_rest_of_forward(mode):
     torch.manual_seed(0)
     model = _norm_stats(randomized(TwoBlocks(), seed=12), 13).cuda()
     getattr(model, mode)()
-    ref = f64(model)
     fast = fj.fuse(model, policy="fused")
     st = fj._mode_state(fast, fast.__dict__["_fusejit"])
     assert len(st.sub_states) == 2 and all(s.unsupported is None for s in st.sub_states)
-    x = torch.randn(2, 4, 6, 8, 10, device="cuda")
-    if mode == "eval":
-        with torch.no_grad():
-            y1, y2 = fast(x), fast(x)
-            want = ref(x.double())
-        assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
-    xg = x.clone().requires_grad_(True)
-    y = fast(xg)
-    xd = x.double().requires_grad_(True)
-    want = ref(xd)
-    assert not torch.isnan(y).any() and rel_err(y, want) <= 1e-5, rel_err(y, want)
-    for a, b in zip(model.buffers(), ref.buffers()):
-        assert rel_err(a, b) <= 1e-5
-    g = torch.randn(y.shape, device="cuda")
-    (y * g).sum().backward()
-    (want * g.double()).sum().backward()
-    got = [xg.grad] + [p.grad for p in model.parameters()]
-    wants = [xd.grad] + [p.grad for p in ref.parameters()]
-    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
-        assert a is not None and not torch.isnan(a).any(), name
-        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+    check_model(model, fast, torch.randn(2, 4, 6, 8, 10, device="cuda"))
 
 
 class NormFirst(nn.Module):
@@ -553,29 +548,10 @@ def test_a_forward_with_nothing_to_fuse_at_its_start(mode):
     with torch.no_grad():
         model.bn.running_var.copy_(torch.rand(4) + 0.5)
     getattr(model, mode)()
-    ref = f64(model)
     fast = fj.fuse(model, policy="fused")
     st = fast.__dict__["_fusejit"]
     assert st.chainless and len(st.sub_states) == 1
-    x = torch.randn(2, 4, 6, 7, 8, device="cuda")
-    if mode == "eval":
-        with torch.no_grad():
-            y1, y2 = fast(x), fast(x)
-            want = ref(x.double())
-        assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
-    xg = x.clone().requires_grad_(True)
-    y = fast(xg)
-    xd = x.double().requires_grad_(True)
-    want = ref(xd)
-    assert rel_err(y, want) <= 1e-5, rel_err(y, want)
-    g = torch.randn(y.shape, device="cuda")
-    (y * g).sum().backward()
-    (want * g.double()).sum().backward()
-    got = [xg.grad] + [p.grad for p in model.parameters()]
-    wants = [xd.grad] + [p.grad for p in ref.parameters()]
-    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
-        assert a is not None and not torch.isnan(a).any(), name
-        assert rel_err(a, b) <= 1e-5, (name, rel_err(a, b))
+    check_model(model, fast, torch.randn(2, 4, 6, 7, 8, device="cuda"))
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
@@ -589,32 +565,10 @@ def test_random_networks(seed, mode):
     getattr(model, mode)()
     if mode == "train" and any(isinstance(m, nn.Dropout3d) for m in model.modules()):
         pytest.skip("dropout masks in training mode")
-    ref = f64(model)
     fast = fj.fuse(model, policy="fused")
-    x = torch.randn(*model.shape, device="cuda")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (a fallback to the original warns)
-        if mode == "eval":
-            with torch.no_grad():
-                y1, y2 = fast(x), fast(x)
-                want = ref(x.double())
-            assert torch.equal(y1, y2) and rel_err(y1, want) <= 1e-5, rel_err(y1, want)
-        xg = x.clone().requires_grad_(True)
-        y = fast(xg)
-    xd = x.double().requires_grad_(True)
-    want = ref(xd)
-    assert rel_err(y, want) <= 1e-5, rel_err(y, want)
-    for a, b in zip(model.buffers(), ref.buffers()):
-        assert rel_err(a, b) <= 1e-5
-    g = torch.randn(y.shape, device="cuda")
-    (y * g).sum().backward()
-    (want * g.double()).sum().backward()
-    got = [xg.grad] + [p.grad for p in model.parameters()]
-    wants = [xd.grad] + [p.grad for p in ref.parameters()]
-    scale = max(float(b.norm()) for b in wants)  # (a bias before a norm: gradient 0)
-    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, wants):
-        assert a is not None and not torch.isnan(a).any(), name
-        assert float((a.double() - b).norm()) <= 1e-5 * max(float(b.norm()), 1e-3 * scale), name
+        check_model(model, fast, torch.randn(*model.shape, device="cuda"))
 
 
 def test_training_calls_save_the_convolution_output():
