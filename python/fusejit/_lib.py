@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 ABI_VERSION = 1  # FUSEJIT_C_ABI_VERSION: the library must have exactly this one
 ABI_MINOR = 2  # FUSEJIT_C_ABI_MINOR this package was written for (1: fj_compile_backward,

@@ -8,7 +8,6 @@ and bias random too) to 1e-10.
 Run: /usr/bin/python3 -m pytest tests/python -q
 """
 import copy
-import math
 import os
 import random
 import re
