@@ -1157,12 +1157,10 @@ def _sub_chain_forward(st: _State, module: nn.Module, y):
 
 def _forward_with(self, st: _State, args, kwargs):
     """The fused forward of module `self` by state `st` (the model's, or a sub-chain's)."""
-    if st.training_state is not None:
-        if (st.mode_traced and self.training) or _in_training(self, st.mode_modules) is not None:
-            st = st.training_state
-    elif st.running_norms:  # (strict)
+    st = _mode_state(self, st)
+    if st.running_norms:
         path = _in_training(self, st.running_norms)
-        if path is not None:
+        if path is not None:  # (strict: there is no training state to run instead)
             return _fallback(self, st, "batch norm '%s' is in training mode (it normalizes with "
                                        "the batch's statistics and updates its running ones); "
                                        "calls in eval mode (model.eval()) run fused, the batch "
