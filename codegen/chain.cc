@@ -71,6 +71,7 @@ std::string OpText(const Op& op) {
                       FormatDouble(op.threshold), ")");
       break;
     case OpKind::kElu:
+    case OpKind::kCelu:
       absl::StrAppend(&s, "(alpha=", FormatDouble(op.alpha), ")");
       break;
     case OpKind::kGroupNorm:
@@ -356,6 +357,13 @@ Op Elu(double alpha) {
   return op;
 }
 
+Op Celu(double alpha) {
+  Op op;
+  op.kind = OpKind::kCelu;
+  op.alpha = alpha;
+  return op;
+}
+
 Op GroupNorm(int64_t groups, double eps) {
   Op op;
   op.kind = OpKind::kGroupNorm;
@@ -452,6 +460,11 @@ absl::Status ValidateChain(const Chain& chain) {
         break;
       case OpKind::kElu:
         if (absl::Status s = CheckReal(ctx, "alpha", op.alpha, chain.dtype, false); !s.ok()) {
+          return s;
+        }
+        break;
+      case OpKind::kCelu:  // (it divides by alpha)
+        if (absl::Status s = CheckReal(ctx, "alpha", op.alpha, chain.dtype, true); !s.ok()) {
           return s;
         }
         break;

@@ -11,6 +11,10 @@ namespace {
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// gelu's tanh approximation: sqrt(2 / pi) and the cubic's coefficient (ATen's kBeta, kKappa).
+constexpr double kGeluTanhBeta = 0.79788456080286535587989211986876;
+constexpr double kGeluTanhKappa = 0.044715;
+
 // SELU's constants (torch.nn.SELU, from Klambauer et al.).
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
@@ -171,6 +175,47 @@ const std::vector<OpDesc>& Rows() {
        [](const Op&, double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; },
        [](const Op&, double x) { return x > -3.0 && x < 3.0 ? 1.0 / 6.0 : 0.0; },
        [](const Op&) -> std::string { return "g = fj::hardsigmoid_d(v);"; }},
+      // gelu_tanh, logsigmoid: PyTorch's CUDA formulas (ATen's GeluCUDAKernelImpl with
+      // approximate='tanh', LogSigmoid's kernels); softsign x / (1 + |x|) and tanhshrink
+      // x - tanh(x) are PyTorch composites, their gradients autograd's (1 / (1 + |x|)^2 and
+      // tanh(x)^2); celu is elu's kernel with input scale 1/alpha (celu'(x <= 0) = e^(x/alpha),
+      // 1 at 0).
+      {OpKind::kGeluTanh, "gelu_tanh", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType) -> std::string { return "v = fj::gelu_tanh(v);"; },
+       [](const Op&, double x) {
+         return 0.5 * x * (1.0 + std::tanh(kGeluTanhBeta * (x + kGeluTanhKappa * x * x * x)));
+       },
+       [](const Op&, double x) {
+         const double t = std::tanh(kGeluTanhBeta * (x + kGeluTanhKappa * x * x * x));
+         return 0.5 * (1.0 + t) +
+                0.5 * x * (1.0 - t * t) * kGeluTanhBeta * (1.0 + 3.0 * kGeluTanhKappa * x * x);
+       },
+       [](const Op&) -> std::string { return "g = fj::gelu_tanh_d(v);"; }},
+      {OpKind::kLogsigmoid, "logsigmoid", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType) -> std::string { return "v = fj::logsigmoid(v);"; },
+       [](const Op&, double x) { return std::min(x, 0.0) - std::log1p(std::exp(-std::abs(x))); },
+       [](const Op&, double x) { return Sigmoid(-x); },
+       [](const Op&) -> std::string { return "g = fj::logsigmoid_d(v);"; }},
+      {OpKind::kSoftsign, "softsign", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType) -> std::string { return "v = fj::softsign(v);"; },
+       [](const Op&, double x) { return x / (1.0 + std::abs(x)); },
+       [](const Op&, double x) { return 1.0 / ((1.0 + std::abs(x)) * (1.0 + std::abs(x))); },
+       [](const Op&) -> std::string { return "g = fj::softsign_d(v);"; }},
+      {OpKind::kTanhshrink, "tanhshrink", nullptr, OpRole::kElementwise, {},
+       [](const Op&, DType) -> std::string { return "v = fj::tanhshrink(v);"; },
+       [](const Op&, double x) { return x - std::tanh(x); },
+       [](const Op&, double x) { return std::tanh(x) * std::tanh(x); },
+       [](const Op&) -> std::string { return "g = fj::tanhshrink_d(v);"; }},
+      {OpKind::kCelu, "celu", nullptr, OpRole::kElementwise, {{"alpha", nullptr}},
+       [](const Op& op, DType t) {
+         return absl::StrCat("v = fj::celu(v, ", RealLiteral(op.alpha, t), ", ",
+                             RealLiteral(1.0 / op.alpha, t), ");");
+       },
+       [](const Op& op, double x) { return x > 0 ? x : op.alpha * std::expm1(x / op.alpha); },
+       [](const Op& op, double x) { return x > 0 ? 1.0 : std::exp(x / op.alpha); },
+       [](const Op& op) {
+         return absl::StrCat("g = fj::celu_d(v, ", FloatLiteral(1.0 / op.alpha), ");");
+       }},
       {OpKind::kGroupNorm, "group_norm", nullptr, OpRole::kGroupNorm,
        {{"groups", "num_groups"}, {"eps", nullptr}}, nullptr, nullptr, nullptr},
       {OpKind::kMean, "mean", nullptr, OpRole::kMean, {{"dims", "dim"}}, nullptr, nullptr, nullptr},

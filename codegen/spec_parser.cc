@@ -446,6 +446,7 @@ class Parser {
         if (s = real("threshold", &op->threshold, false); !s.ok()) return s;
         break;
       case OpKind::kElu:
+      case OpKind::kCelu:
         if (s = real("alpha", &op->alpha, false); !s.ok()) return s;
         break;
       case OpKind::kHardtanh:  // PyTorch's defaults

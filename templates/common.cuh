@@ -59,6 +59,20 @@ __device__ __forceinline__ float elu(float x, float neg, float pos) {
 __device__ __forceinline__ float hardsigmoid(float x) {
   return fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f);
 }
+// gelu_tanh, logsigmoid: PyTorch's CUDA formulas; softsign, tanhshrink: its composites; celu:
+// elu's kernel with input scale inv = 1/alpha.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.f + tanhf(inner));
+}
+__device__ __forceinline__ float logsigmoid(float x) {
+  return fminf(x, 0.f) - log1pf(expf(-fabsf(x)));
+}
+__device__ __forceinline__ float softsign(float x) { return x / (1.f + fabsf(x)); }
+__device__ __forceinline__ float tanhshrink(float x) { return x - tanhf(x); }
+__device__ __forceinline__ float celu(float x, float alpha, float inv) {
+  return x > 0.f ? x : expm1f(x * inv) * alpha;
+}
 
 // The same ops in double, for f64 chains (the generic kernels): accurate libm functions, PyTorch's
 // double formulas.
@@ -80,6 +94,15 @@ __device__ __forceinline__ double elu(double x, double neg, double pos) {
   return x > 0.0 ? x * pos : expm1(x) * neg;
 }
 __device__ __forceinline__ double hardsigmoid(double x) { return fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0; }
+__device__ __forceinline__ double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
+__device__ __forceinline__ double logsigmoid(double x) { return fmin(x, 0.0) - log1p(exp(-fabs(x))); }
+__device__ __forceinline__ double softsign(double x) { return x / (1.0 + fabs(x)); }
+__device__ __forceinline__ double tanhshrink(double x) { return x - tanh(x); }
+__device__ __forceinline__ double celu(double x, double alpha, double inv) {
+  return x > 0.0 ? x : expm1(x * inv) * alpha;
+}
 
 // ---- their derivatives (the backward pass), PyTorch's values at the kinks -------------------
 // relu'(0) = 0; leaky_relu'(0) = slope; clamp' = 1 on [lo, hi] bounds included, hardtanh' only
@@ -134,6 +157,27 @@ __device__ __forceinline__ float elu_d(float x, float neg, float pos) {
 __device__ __forceinline__ float hardsigmoid_d(float x) {
   return x > -3.f && x < 3.f ? 1.f / 6.f : 0.f;
 }
+__device__ __forceinline__ float gelu_tanh_d(float x) {
+  const float x2 = x * x;
+  const float t = tanhf(0.7978845608028654f * (x + 0.044715f * x2 * x));
+  return 0.5f * (1.f + t) +
+         0.5f * x * (1.f - t * t) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * x2);
+}
+// logsigmoid'(x) = sigmoid(-x), as PyTorch's backward computes it (z = e^-|x|).
+__device__ __forceinline__ float logsigmoid_d(float x) {
+  const float z = expf(-fabsf(x));
+  return x < 0.f ? 1.f - z / (1.f + z) : z / (1.f + z);
+}
+__device__ __forceinline__ float softsign_d(float x) {
+  const float d = 1.f + fabsf(x);
+  return 1.f / (d * d);
+}
+__device__ __forceinline__ float tanhshrink_d(float x) {
+  const float t = tanhf(x);
+  return t * t;
+}
+// celu'(x) = e^(x/alpha) where x <= 0 (1 at 0), 1 above.
+__device__ __forceinline__ float celu_d(float x, float inv) { return x > 0.f ? 1.f : expf(x * inv); }
 
 // ---- programmatic dependent launch ----------------------------------------------------------
 // The first statement of every generated kernel (codegen/emit.cc's wrappers). The runtime

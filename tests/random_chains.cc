@@ -33,6 +33,15 @@ Op RandomElementwise(Rng& rng) {
       if (slope <= 0.24) return Elementwise(OpKind::kSelu);
       return Elementwise(OpKind::kHardsigmoid);
     }
+    // And of the rest a sixth one of the activations added after those, likewise.
+    if (slope > 0.15) {
+      const double f = std::fmod(slope, 0.01) * 100;  // in [0, 1)
+      if (slope <= 0.16) return Celu(0.5 + f);
+      if (slope <= 0.17) return Elementwise(OpKind::kGeluTanh);
+      if (slope <= 0.18) return Elementwise(OpKind::kLogsigmoid);
+      if (slope <= 0.19) return Elementwise(OpKind::kSoftsign);
+      return Elementwise(OpKind::kTanhshrink);
+    }
     return LeakyRelu(slope);
   }
   if (kind == OpKind::kClamp) {

@@ -3,7 +3,9 @@
 // A chain is an input shape and dtype (NCDHW, contiguous) followed by ops:
 //   [producer]  conv3d | conv_transpose3d            (optional, first)
 //   elementwise relu, leaky_relu, sigmoid, tanh, swish (alias silu), hardswish, gelu, clamp,
-//               hardtanh (clamp's values; gradient only strictly inside its bounds)
+//               hardtanh (clamp's values; gradient only strictly inside its bounds), mul, add,
+//               mish, softplus, elu, selu, hardsigmoid, gelu_tanh, logsigmoid, softsign,
+//               tanhshrink, celu
 //   group_norm  at most one, affine, elementwise ops before and after it
 //   mean        optional, last: dims [2,3,4] -> [N,C] or [1,2,3,4] -> [N]
 //
@@ -71,6 +73,11 @@ enum class OpKind {
   kElu,          // x > 0 ? x : alpha (e^x - 1)
   kSelu,         // scale * elu(x, alpha) with PyTorch's fixed scale and alpha
   kHardsigmoid,  // clamp(x / 6 + 1/2, 0, 1)
+  kGeluTanh,     // gelu's tanh approximation (PyTorch's approximate='tanh')
+  kLogsigmoid,   // log(sigmoid(x))
+  kSoftsign,     // x / (1 + |x|)
+  kTanhshrink,   // x - tanh(x)
+  kCelu,         // max(0, x) + min(0, alpha (e^(x/alpha) - 1))
   kGroupNorm,
   kMean,
 };
@@ -100,7 +107,7 @@ struct Op {
   double slope = 0.01;       // kLeakyRelu
   double min = 0, max = 0;   // kClamp, kHardtanh
   double by = 0;             // kMul (the factor), kAdd (the addend)
-  double alpha = 1;          // kElu
+  double alpha = 1;          // kElu, kCelu
   double beta = 1, threshold = 20;  // kSoftplus (PyTorch's defaults)
   int64_t groups = 0;        // kGroupNorm
   double eps = 1e-5;         // kGroupNorm
@@ -148,8 +155,8 @@ Op Conv3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1}, Dims3 pa
 Op ConvTranspose3d(int64_t out_channels, Dims3 kernel, Dims3 stride = {1, 1, 1},
                    Dims3 padding = {0, 0, 0}, Dims3 output_padding = {0, 0, 0},
                    Dims3 dilation = {1, 1, 1}, bool bias = true);
-// An op without arguments (relu, sigmoid, tanh, swish, hardswish, gelu, mish, selu, hardsigmoid),
-// or softplus / elu at PyTorch's defaults.
+// An op without arguments (relu, sigmoid, tanh, swish, hardswish, gelu, mish, selu, hardsigmoid,
+// gelu_tanh, logsigmoid, softsign, tanhshrink), or softplus / elu / celu at PyTorch's defaults.
 Op Elementwise(OpKind kind);
 Op LeakyRelu(double slope = 0.01);
 Op Clamp(double min, double max);
@@ -163,6 +170,8 @@ Op Add(double by);
 // PyTorch's softplus (nn.Softplus(beta, threshold)) and elu (nn.ELU(alpha)).
 Op Softplus(double beta = 1, double threshold = 20);
 Op Elu(double alpha = 1);
+// PyTorch's celu (nn.CELU(alpha)): elu with its input scaled by 1/alpha.
+Op Celu(double alpha = 1);
 Op GroupNorm(int64_t groups, double eps = 1e-5);
 Op Mean(std::vector<int> dims);
 

@@ -64,7 +64,7 @@ def ops_of(spec: str) -> List[Tuple[str, Dict[str, Any]]]:
         elif name == "softplus":
             args.setdefault("beta", 1.0)
             args.setdefault("threshold", 20.0)
-        elif name == "elu":
+        elif name in ("elu", "celu"):
             args.setdefault("alpha", 1.0)
         ops.append((name, args))
     return ops
@@ -128,6 +128,16 @@ def eager(ops, x, params: Sequence[Any]):
             x = F.selu(x)
         elif name == "hardsigmoid":
             x = F.hardsigmoid(x)
+        elif name == "gelu_tanh":
+            x = F.gelu(x, approximate="tanh")
+        elif name == "logsigmoid":
+            x = F.logsigmoid(x)
+        elif name == "softsign":
+            x = F.softsign(x)
+        elif name == "tanhshrink":
+            x = F.tanhshrink(x)
+        elif name == "celu":
+            x = F.celu(x, a["alpha"])
         elif name == "group_norm":
             w = next(it)
             b = next(it)

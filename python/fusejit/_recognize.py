@@ -15,9 +15,11 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   'valid' or symmetric 'same' resolved), F.conv3d / F.conv_transpose3d / torch.conv3d /
   torch.conv_transpose3d with the model's own Parameters (get_attr) as weight and bias.
 - elementwise, as modules, functions, methods and in-place forms: relu, leaky_relu, sigmoid, tanh,
-  silu -> swish, hardswish, gelu (erf form only), clamp (torch.clamp, Tensor.clamp, clip),
-  mish, softplus (beta, threshold), elu (alpha), selu, hardsigmoid (modules nn.Mish, nn.Softplus,
-  nn.ELU, nn.SELU, nn.Hardsigmoid and their F. / torch. functions),
+  silu -> swish, hardswish, gelu (approximate='tanh' -> gelu_tanh), clamp (torch.clamp,
+  Tensor.clamp, clip), mish, softplus (beta, threshold), elu (alpha), selu, hardsigmoid, celu
+  (alpha), logsigmoid, softsign, tanhshrink (modules nn.Mish, nn.Softplus, nn.ELU, nn.SELU,
+  nn.Hardsigmoid, nn.CELU, nn.LogSigmoid, nn.Softsign, nn.Tanhshrink and their F. / torch.
+  functions), -x (operator.neg, torch.neg, Tensor.neg) -> mul(by=-1),
   hardtanh (nn.Hardtanh, F.hardtanh, nn.ReLU6 and F.relu6 -> hardtanh(min=0,max=6): clamp's values,
   gradient 0 at the bounds where clamp's is 1); a clamp with only min or only max is the
   grammar's one-sided clamp (clamp(min=0) too: its gradient at 0 is 1, relu's 0), swish written out
@@ -90,7 +92,8 @@ __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 
 GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
            "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, "
-           "selu, hardsigmoid, * / + - by a constant) "
+           "selu, hardsigmoid, gelu(approximate='tanh'), logsigmoid, softsign, tanhshrink, celu, "
+           "* / + - by a constant, -x) "
            "-> at most one group_norm "
            "(or instance norm without running statistics), "
            "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]; "
@@ -367,8 +370,8 @@ class _Op:
         if k == "softplus":
             return "softplus(beta=%s,threshold=%s)" % (format_number(a["beta"]),
                                                        format_number(a["threshold"]))
-        if k == "elu":
-            return "elu(alpha=%s)" % format_number(a["alpha"])
+        if k in ("elu", "celu"):
+            return "%s(alpha=%s)" % (k, format_number(a["alpha"]))
         if k == "group_norm":
             return "group_norm(groups=%d,eps=%s)" % (a["groups"], format_number(a["eps"]))
         if k == "mean":
@@ -638,11 +641,26 @@ def _hardtanh_op(lo, hi, where, layer):
     return "hardtanh", {"min": lo, "max": hi}, {}
 
 
+def _gelu_op(approximate, where, layer):
+    if approximate not in ("none", "tanh"):
+        _refuse(where, "gelu with approximate=%r; PyTorch takes 'none' or 'tanh'"
+                % (approximate,), layer)
+    return ("gelu" if approximate == "none" else "gelu_tanh"), {}, {}
+
+
 def _b_gelu(b, where, layer, ctx):
-    if b["approximate"] != "none":
-        _refuse(where, "gelu with approximate=%r; fusejit's gelu is the exact erf form "
-                       "(approximate='none')" % (b["approximate"],), layer)
-    return "gelu", {}, {}
+    return _gelu_op(b["approximate"], where, layer)
+
+
+def _celu_op(alpha, where, layer):
+    alpha = _number(alpha, "alpha", where, layer)
+    if alpha == 0:
+        _refuse(where, "celu with alpha=0 (it divides by alpha)", layer)
+    return "celu", {"alpha": alpha}, {}
+
+
+def _b_celu(b, where, layer, ctx):
+    return _celu_op(b["alpha"], where, layer)
 
 
 def _softplus_op(beta, threshold, where, layer):
@@ -760,6 +778,10 @@ def _b_conv(kind):
     return build
 
 
+def _b_neg(b, where, layer, ctx):  # -x is x * -1
+    return "mul", {"by": -1.0}, {}
+
+
 def _b_dropout(b, where, layer, ctx):
     p = _number(b["p"], "p", where, layer)
     if b["training"] is False:  # the identity
@@ -791,6 +813,13 @@ _FUNCTION_FORMS = [
     (["F.selu", "torch.selu"], _s_unary_inplace, _b_plain("selu"), "inplace"),
     (["F.selu_", "torch.selu_"], _s_unary, _b_plain("selu"), True),
     (["F.gelu"], _s_gelu, _b_gelu, False),
+    (["F.celu", "torch.celu"], _s_elu, _b_celu, "inplace"),
+    (["F.celu_", "torch.celu_"], _s_elu_, _b_celu, True),
+    (["F.logsigmoid"], _s_unary, _b_plain("logsigmoid"), False),
+    (["F.softsign"], _s_unary, _b_plain("softsign"), False),
+    (["F.tanhshrink"], _s_unary, _b_plain("tanhshrink"), False),
+    (["torch.neg", "torch.negative"], _s_unary, _b_neg, False),
+    (["torch.neg_", "torch.negative_"], _s_unary, _b_neg, True),
     (["torch.clamp", "torch.clip"], _s_clamp, _b_clamp, False),
     (["torch.clamp_", "torch.clip_"], _s_clamp, _b_clamp, True),
     (["F.hardtanh"], _s_hardtanh, _b_hardtanh, "inplace"),
@@ -813,6 +842,8 @@ _METHOD_FORMS = {
     "clamp": (_s_clamp, _b_clamp, False), "clip": (_s_clamp, _b_clamp, False),
     "clamp_": (_s_clamp, _b_clamp, True), "clip_": (_s_clamp, _b_clamp, True),
     "mean": (_s_mean, _b_mean, False),
+    "neg": (_s_unary, _b_neg, False), "neg_": (_s_unary, _b_neg, True),
+    "negative": (_s_unary, _b_neg, False), "negative_": (_s_unary, _b_neg, True),
     "contiguous": (_s_unary, _b_plain("skip"), False), "clone": (_s_unary, _b_plain("skip"), False),
 }
 
@@ -841,6 +872,7 @@ def _function_table():
 
 
 _FUNCTIONS = _function_table()
+_FUNCTIONS[operator.neg] = (_s_unary, _b_neg, False)  # -x
 
 # The arithmetic forms: function objects and method names -> operation; augmented assignment
 # (x *= c) traces as the in-place operators.
@@ -880,6 +912,7 @@ _SUPPORTED_MODULES = (nn.Conv3d, nn.ConvTranspose3d, nn.GroupNorm, nn.InstanceNo
                       nn.BatchNorm3d, nn.ReLU,
                       nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.SiLU, nn.Hardswish, nn.Hardsigmoid,
                       nn.GELU, nn.ReLU6, nn.Hardtanh, nn.Mish, nn.Softplus, nn.ELU, nn.SELU,
+                      nn.CELU, nn.LogSigmoid, nn.Softsign, nn.Tanhshrink,
                       nn.Identity) + _dropout_types()
 # Methods a subclass must not override to count as its torch.nn base class.
 _BEHAVIOUR = ("forward", "_conv_forward", "_output_padding")
@@ -966,11 +999,17 @@ def _module_op(mod: nn.Module, path: str, where: str, layer, training_mode: bool
     if t is nn.SELU:
         return "selu", {}, {}, inplace
     if t is nn.GELU:
-        approximate = getattr(mod, "approximate", "none")
-        if approximate != "none":
-            _refuse(where, "nn.GELU(approximate=%r); fusejit's gelu is the exact erf form "
-                           "(approximate='none')" % (approximate,), layer)
-        return "gelu", {}, {}, False
+        kind, attrs, params = _gelu_op(getattr(mod, "approximate", "none"), where, layer)
+        return kind, attrs, params, False
+    if t is nn.CELU:
+        kind, attrs, params = _celu_op(mod.alpha, where, layer)
+        return kind, attrs, params, inplace
+    if t is nn.LogSigmoid:
+        return "logsigmoid", {}, {}, False
+    if t is nn.Softsign:
+        return "softsign", {}, {}, False
+    if t is nn.Tanhshrink:
+        return "tanhshrink", {}, {}, False
     if t is nn.ReLU6:
         kind, attrs, params = _hardtanh_op(0.0, 6.0, where, layer)
         return kind, attrs, params, inplace

@@ -17,7 +17,9 @@ constexpr OpKind kAllKinds[] = {OpKind::kConv3d,    OpKind::kConvTranspose3d, Op
                                 OpKind::kClamp,     OpKind::kHardtanh,        OpKind::kMul,
                                 OpKind::kAdd,       OpKind::kMish,            OpKind::kSoftplus,
                                 OpKind::kElu,       OpKind::kSelu,            OpKind::kHardsigmoid,
-                                OpKind::kGroupNorm, OpKind::kMean};
+                                OpKind::kGeluTanh,  OpKind::kLogsigmoid,      OpKind::kSoftsign,
+                                OpKind::kTanhshrink, OpKind::kCelu,           OpKind::kGroupNorm,
+                                OpKind::kMean};
 
 TEST(OpTable, EveryKindHasOneRowFoundByNameAndAlias) {
   EXPECT_EQ(OpTable().size(), std::size(kAllKinds));
@@ -114,6 +116,43 @@ TEST(OpTable, SmoothActivationsTakePyTorchsDefaultsAndValues) {
   }
 }
 
+TEST(OpTable, MoreActivationsTakePyTorchsDefaultsAndValues) {
+  absl::StatusOr<Chain> a = ParseChain(
+      "x:f32[1,2,3,3,3] | gelu_tanh | logsigmoid | softsign | tanhshrink | celu | celu(alpha=0.5)");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ops[4], Celu(1));
+  EXPECT_EQ(a->ops[5], Celu(0.5));
+  EXPECT_EQ(FormatChain(*a),
+            "x:f32[1,2,3,3,3] | gelu_tanh | logsigmoid | softsign | tanhshrink | celu(alpha=1) | "
+            "celu(alpha=0.5)");
+  // PyTorch (float64) at x = -1, 0.5, 2: F.gelu(approximate='tanh'), F.logsigmoid, F.softsign,
+  // F.tanhshrink, F.celu(alpha=0.5); and each one's gradient at 0 by autograd: 0.5, 0.5, 1, 0, 1.
+  struct Case {
+    Op op;
+    double want[3];
+    double grad_at_0;
+  };
+  const Case cases[] = {
+      {Elementwise(OpKind::kGeluTanh), {-0.15880800939172324, 0.34571400982514394, 1.954597694087775}, 0.5},
+      {Elementwise(OpKind::kLogsigmoid), {-1.3132616875182228, -0.4740769841801067, -0.1269280110429725}, 0.5},
+      {Elementwise(OpKind::kSoftsign), {-0.5, 0.3333333333333333, 0.6666666666666666}, 1.0},
+      {Elementwise(OpKind::kTanhshrink), {-0.23840584404423515, 0.03788284273999026, 1.035972419924183}, 0.0},
+      {Celu(0.5), {-0.43233235838169365, 0.5, 2.0}, 1.0},
+  };
+  for (const Case& c : cases) {
+    const OpDesc& d = Describe(c.op.kind);
+    const double xs[3] = {-1.0, 0.5, 2.0};
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(d.value(c.op, xs[i]), c.want[i], 1e-15) << d.name;
+    EXPECT_EQ(d.derivative(c.op, 0.0), c.grad_at_0) << d.name;
+  }
+  EXPECT_EQ(Describe(OpKind::kCelu).device(Celu(0.5), DType::kF32), "v = fj::celu(v, 0.5f, 2.0f);");
+  EXPECT_EQ(Describe(OpKind::kCelu).device_derivative(Celu(0.5)), "g = fj::celu_d(v, 2.0f);");
+  for (const char* bad : {"x:f32[1,2,3,3,3] | celu(alpha=0)", "x:f32[1,2,3,3,3] | celu(alpha=inf)",
+                          "x:f32[1,2,3,3,3] | softsign(alpha=1)"}) {
+    EXPECT_FALSE(ParseChain(bad).ok()) << bad;
+  }
+}
+
 TEST(OpTable, ClampTakesEitherBoundOrBoth) {
   absl::StatusOr<Chain> a =
       ParseChain("x:f32[1,2,3,3,3] | clamp(min=0) | clamp(max=6) | clamp(min=-1,max=1)");
@@ -153,6 +192,7 @@ Op Sample(OpKind kind) {
   if (kind == OpKind::kAdd) return Add(0.375);
   if (kind == OpKind::kSoftplus) return Softplus(1.5, 2);  // the threshold inside the range
   if (kind == OpKind::kElu) return Elu(0.75);
+  if (kind == OpKind::kCelu) return Celu(0.6);
   return Elementwise(kind);
 }
 

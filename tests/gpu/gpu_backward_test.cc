@@ -112,6 +112,9 @@ TEST(GpuBackward, EveryOpAndMeanMode) {
       "x:f32[2,4,5,6,5] | conv_transpose3d(out=6,k=3,stride=2,padding=1) | elu(alpha=0.7) | group_norm(groups=2) | selu | mean(dims=[2,3,4])",
       "x:f32[2,6,5,6,7] | hardsigmoid | group_norm(groups=3) | mish",
       "x:f32[2,3,5,6,7] | selu | softplus | elu",
+      "x:f32[2,5,6,7,8] | conv3d(out=6,k=3,padding=1) | gelu_tanh | group_norm(groups=3) | celu(alpha=0.6)",
+      "x:f32[2,4,5,6,5] | conv_transpose3d(out=6,k=3,stride=2,padding=1) | logsigmoid | group_norm(groups=2) | softsign | mean(dims=[2,3,4])",
+      "x:f32[2,6,5,6,7] | tanhshrink | group_norm(groups=3) | gelu_tanh",
   };
   uint64_t seed = 11;
   for (const char* spec : specs) {

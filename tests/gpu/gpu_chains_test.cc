@@ -115,6 +115,15 @@ TEST(GpuChains, SmoothActivationsOnEveryApplicableStrategy) {
   }
 }
 
+// gelu's tanh approximation, logsigmoid, softsign, tanhshrink, celu on every applicable strategy.
+TEST(GpuChains, MoreActivationsOnEveryApplicableStrategy) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 700;
+  for (const char* op : {"gelu_tanh", "logsigmoid", "softsign", "tanhshrink", "celu(alpha=0.6)"}) {
+    CheckOnEveryApplicableStrategy(op, seed);
+  }
+}
+
 // clamp with only min or only max (the other bound at infinity) on every applicable strategy.
 TEST(GpuChains, OneSidedClampsOnEveryApplicableStrategy) {
   SKIP_WITHOUT_GPU();

@@ -154,6 +154,17 @@ def evaluate(r, x):
             x = F.selu(x)
         elif name == "hardsigmoid":
             x = F.hardsigmoid(x)
+        elif name == "gelu_tanh":
+            x = F.gelu(x, approximate="tanh")
+        elif name == "logsigmoid":
+            x = F.logsigmoid(x)
+        elif name == "softsign":
+            x = F.softsign(x)
+        elif name == "tanhshrink":
+            x = F.tanhshrink(x)
+        elif name == "celu":
+            assert set(a) == {"alpha"}
+            x = F.celu(x, a["alpha"])
         elif name == "group_norm":
             if r.norm_constants is not None:  # no weight and bias in the model: 1 and 0
                 assert r.norm_constants[:2] == ("%d.weight" % i, "%d.bias" % i)
@@ -478,6 +489,14 @@ CASES = [
     ("gelu-forms", lambda: Fn(lambda s, x: F.gelu(F.gelu(s.g(x)), approximate="none"),
                               g=nn.GELU()),
      (2, 4, 3, 3, 3), ["gelu", "gelu", "gelu"]),
+    ("more-activation-modules", lambda: nn.Sequential(
+        nn.GELU(approximate="tanh"), nn.CELU(0.5), nn.LogSigmoid(), nn.Softsign(),
+        nn.Tanhshrink()), (2, 4, 3, 3, 3),
+     ["gelu_tanh", "celu(alpha=0.5)", "logsigmoid", "softsign", "tanhshrink"]),
+    ("more-activation-functions", lambda: Fn(lambda s, x: -torch.neg(F.tanhshrink(F.softsign(
+        F.logsigmoid(torch.celu(F.gelu(x, approximate="tanh"), 2.0))))).neg()), (2, 4, 3, 3, 3),
+     ["gelu_tanh", "celu(alpha=2)", "logsigmoid", "softsign", "tanhshrink", "mul(by=-1)",
+      "mul(by=-1)", "mul(by=-1)"]),
     ("bias-false-conv-only", lambda: conv(bias=False), (2, 3, 5, 5, 5),
      ["conv3d(out=8,k=3,bias=false)"]),
     ("tuple-sizes", lambda: nn.Conv3d(3, 4, (3, 1, 2), stride=(2, 1, 1), padding=(1, 0, 1),
@@ -747,10 +766,10 @@ REFUSALS = [
     ("instance-norm-running-stats", lambda: nn.Sequential(nn.InstanceNorm3d(8,
                                                                  track_running_stats=True)),
      ["layer '0'", "nn.InstanceNorm3d", "a batch norm with running statistics", "comes first"]),
-    ("gelu-tanh", lambda: Fn(lambda s, x: s.act(x), act=nn.GELU(approximate="tanh")),
-     ["layer 'act'", "nn.GELU", "approximate='tanh'"]),
-    ("F.gelu-tanh", lambda: Fn(lambda s, x: F.gelu(x, approximate="tanh")),
-     ["F.gelu", "approximate='tanh'"]),
+    ("F.gelu-approximate-other", lambda: Fn(lambda s, x: F.gelu(x, approximate="sigmoid")),
+     ["F.gelu", "approximate='sigmoid'", "'none' or 'tanh'"]),
+    ("celu-alpha-0", lambda: Fn(lambda s, x: s.act(x), act=nn.CELU(0.0)),
+     ["layer 'act'", "nn.CELU", "alpha=0"]),
     ("number-minus-x", lambda: Fn(lambda s, x: 1 - torch.relu(x)), ["'-' (operator.sub)"]),
     ("number-over-x", lambda: Fn(lambda s, x: 2 / torch.relu(x)), ["'/' (operator.truediv)"]),
     ("divide-by-zero", lambda: Fn(lambda s, x: torch.relu(x) / 0), ["division by zero"]),
@@ -795,7 +814,7 @@ REFUSALS = [
     ("control-flow", ControlFlow, ["torch.fx could not trace"]),
     ("same-even-kernel", lambda: nn.Conv3d(3, 4, 2, padding="same"), ["padding='same'"]),
     ("softplus-beta-zero", lambda: nn.Softplus(beta=0), ["nn.Softplus", "beta=0"]),
-    ("celu", lambda: nn.Sequential(nn.CELU()), ["layer '0'", "nn.CELU"]),
+    ("hardshrink", lambda: nn.Sequential(nn.Hardshrink()), ["layer '0'", "nn.Hardshrink"]),
     ("gn-weight-only", GnWeightOnly, ["F.group_norm", "a weight but no bias"]),
     ("buffer-weight", BufferWeight, ["conv3d", "'w' is not a registered nn.Parameter but a buffer"]),
     ("returns-tuple", lambda: Fn(lambda s, x: (torch.relu(x),)), ["returns"]),
@@ -837,7 +856,8 @@ def test_refusal_message_reads_well():
     assert msg.startswith("fusejit cannot fuse layer 'pool' (nn.MaxPool3d)")
     assert "[conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, sigmoid, tanh, " \
            "swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, selu, " \
-           "hardsigmoid, * / + - by a constant) -> at most one group_norm" in msg
+           "hardsigmoid, gelu(approximate='tanh'), logsigmoid, softsign, tanhshrink, celu, " \
+           "* / + - by a constant, -x) -> at most one group_norm" in msg
     assert info.value.layer == "pool"
 
 
@@ -918,6 +938,15 @@ def _elementwise(rng, i):
         ({}, lambda s, x: torch.selu(x), "selu"),
         ({n: nn.Hardsigmoid()}, lambda s, x: getattr(s, n)(x), "hardsigmoid"),
         ({}, lambda s, x: F.hardsigmoid(x), "hardsigmoid"),
+        ({n: nn.GELU(approximate="tanh")}, lambda s, x: getattr(s, n)(x), "gelu_tanh"),
+        ({}, lambda s, x: F.gelu(x, approximate="tanh"), "gelu_tanh"),
+        ({n: nn.CELU(b)}, lambda s, x: getattr(s, n)(x), "celu(alpha=%s)" % b),
+        ({}, lambda s, x: torch.celu(x, b), "celu(alpha=%s)" % b),
+        ({n: nn.LogSigmoid()}, lambda s, x: getattr(s, n)(x), "logsigmoid"),
+        ({}, lambda s, x: F.logsigmoid(x), "logsigmoid"),
+        ({n: nn.Softsign()}, lambda s, x: getattr(s, n)(x), "softsign"),
+        ({}, lambda s, x: F.tanhshrink(x), "tanhshrink"),
+        ({}, lambda s, x: -x, "mul(by=-1)"),
     ]
     return forms[rng.randrange(len(forms))]
 

@@ -332,6 +332,10 @@ CHANNEL_CASES = {
                        (2, 4, 4, 5, 6)),
     "conv-selu-hardsigmoid": (lambda: ChannelScaled(False, lambda x: F.hardsigmoid(F.selu(x))),
                               (2, 4, 5, 6, 7)),
+    "conv-gelu_tanh-softsign": (lambda: ChannelScaled(False, lambda x: F.softsign(
+        F.gelu(x, approximate="tanh"))), (2, 4, 5, 6, 7)),
+    "convT-celu-logsigmoid-tanhshrink": (lambda: ChannelScaled(True, lambda x: F.tanhshrink(
+        F.logsigmoid(F.celu(x, 0.6)))), (2, 4, 4, 5, 6)),
 }
 
 
