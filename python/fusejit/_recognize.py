@@ -1429,16 +1429,18 @@ def forward_reads_training(model: nn.Module) -> bool:
     """Whether forward's traced code differs between training and eval mode: code torch.fx runs
     while tracing reads self.training (F.dropout(x, p, self.training), `if self.training:`), so
     each mode has a graph of its own. Modules the trace keeps whole (the grammar's, nn.Dropout,
-    nn.BatchNorm3d) read their mode when they run, so they do not count. False where forward
-    cannot be traced (recognize says why)."""
+    nn.BatchNorm3d) read their mode when they run, so they do not count. True where forward can
+    be traced in one mode only; False where it cannot be traced in either (recognize says
+    why)."""
     if _Tracer().is_leaf_module(model, ""):
         return False
-    try:
-        codes = [in_mode(model, mode, lambda: _trace(model).python_code("self").src)
-                 for mode in (False, True)]
-    except Unsupported:
-        return False
-    return codes[0] != codes[1]
+
+    def code():
+        try:
+            return _trace(model).python_code("self").src
+        except Unsupported:
+            return None
+    return in_mode(model, False, code) != in_mode(model, True, code)
 
 
 def recognize(model: nn.Module, partial: bool = False, training_mode: bool = False) -> Recognized:

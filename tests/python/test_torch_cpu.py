@@ -1435,3 +1435,40 @@ def test_a_forward_reading_self_training_is_traced_in_each_mode(monkeypatch):
             assert specs[-1].endswith("| relu"), specs
     with pytest.raises(fj.Unsupported, match="dropout"):
         fj.fuse(_FunctionalDropout().eval(), strict=True)
+
+
+class _TracesInEvalOnly(nn.Module):
+    """Its training-mode forward cannot be traced (a branch on a tensor's value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 3)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        if self.training and x.sum() > 0:
+            x = x * 2
+        return x
+
+
+def test_a_forward_traceable_in_one_mode_runs_the_original_in_the_other(monkeypatch):
+    """Traced in eval mode only: eval calls fused, training-mode calls the original (with a
+    warning), not the eval graph."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    torch.manual_seed(0)
+    model = randomized(_TracesInEvalOnly())
+    assert fj._recognize_module().forward_reads_training(model)
+    fast = fj.fuse(model, policy="fused")
+    x = torch.randn(1, 3, 5, 5, 5)
+    fast.eval(), model.eval()
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    fast.train(), model.train()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    assert any("fusejit runs the original" in str(w.message) for w in caught)
