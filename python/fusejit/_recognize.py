@@ -941,6 +941,15 @@ class _Tracer(torch.fx.Tracer):
         return super().is_leaf_module(m, module_qualified_name)
 
 
+# Modules without arguments: type -> (grammar op, whether its inplace= flag is read).
+_PLAIN_MODULES = {nn.ReLU: ("relu", True), nn.Sigmoid: ("sigmoid", False),
+                  nn.Tanh: ("tanh", False), nn.SiLU: ("swish", True),
+                  nn.Hardswish: ("hardswish", True), nn.Hardsigmoid: ("hardsigmoid", True),
+                  nn.Mish: ("mish", True), nn.SELU: ("selu", True),
+                  nn.LogSigmoid: ("logsigmoid", False), nn.Softsign: ("softsign", False),
+                  nn.Tanhshrink: ("tanhshrink", False)}
+
+
 def _module_op(mod: nn.Module, path: str, where: str, layer, training_mode: bool = False
                ) -> Optional[Tuple[str, dict, dict, bool]]:
     t = _base_module_type(mod)
@@ -974,42 +983,23 @@ def _module_op(mod: nn.Module, path: str, where: str, layer, training_mode: bool
         b = _own_param(mod, "bias", _join(path, "bias"), where, layer)
         _check_gn_params(w[0], b[0], channels, where, layer)
         return "group_norm", attrs, {"weight": w, "bias": b}, False
-    if t is nn.ReLU:
-        return "relu", {}, {}, inplace
+    if t in _PLAIN_MODULES:
+        kind, takes_inplace = _PLAIN_MODULES[t]
+        return kind, {}, {}, inplace and takes_inplace
     if t is nn.LeakyReLU:
         return "leaky_relu", {"slope": _number(mod.negative_slope, "negative_slope", where, layer)}, \
             {}, inplace
-    if t is nn.Sigmoid:
-        return "sigmoid", {}, {}, False
-    if t is nn.Tanh:
-        return "tanh", {}, {}, False
-    if t is nn.SiLU:
-        return "swish", {}, {}, inplace
-    if t is nn.Hardswish:
-        return "hardswish", {}, {}, inplace
-    if t is nn.Hardsigmoid:
-        return "hardsigmoid", {}, {}, inplace
-    if t is nn.Mish:
-        return "mish", {}, {}, inplace
     if t is nn.Softplus:
         kind, attrs, params = _softplus_op(mod.beta, mod.threshold, where, layer)
         return kind, attrs, params, False
     if t is nn.ELU:
         return "elu", {"alpha": _number(mod.alpha, "alpha", where, layer)}, {}, inplace
-    if t is nn.SELU:
-        return "selu", {}, {}, inplace
     if t is nn.GELU:
         kind, attrs, params = _gelu_op(getattr(mod, "approximate", "none"), where, layer)
         return kind, attrs, params, False
     if t is nn.CELU:
         kind, attrs, params = _celu_op(mod.alpha, where, layer)
         return kind, attrs, params, inplace
-    if t is nn.LogSigmoid:
-        return "logsigmoid", {}, {}, False
-    if t is nn.Softsign:
-        return "softsign", {}, {}, False
-    if t is nn.Tanhshrink:
-        return "tanhshrink", {}, {}, False
     if t is nn.ReLU6:
         kind, attrs, params = _hardtanh_op(0.0, 6.0, where, layer)
         return kind, attrs, params, inplace

@@ -848,6 +848,19 @@ def test_per_channel_factors_fold_into_the_chain_parameters(monkeypatch):
 
 
 
+def _record_chains(monkeypatch) -> list:
+    """The fused chains run as PyTorch's evaluation of the chain (with _pretend_cuda); returns
+    the list their specs are appended to, call by call."""
+    specs = []
+
+    def call_op(spec, x, params):
+        specs.append(spec)
+        return _chain.eager(fj._ops(spec), x, params)
+    monkeypatch.setattr(fj, "_call_op", call_op)
+    monkeypatch.setattr(fj, "_run", call_op)
+    return specs
+
+
 def _pretend_auto_policy(monkeypatch, tmp_path):
     """_pretend_cuda, and the auto policy's timing, store and backward runnable on the CPU: every
     timing 1 ms, decisions stored below tmp_path, the fused backward PyTorch's of the chain."""
@@ -1194,13 +1207,7 @@ def test_chains_in_the_rest_of_forward_run_fused(monkeypatch, tmp_path, mode, po
                         lambda self, st, spec, x, params, needs, backward:
                         fj._measure_training_autograd(self, st, spec, x,
                                                       [get(self) for get in st.getters]))
-    specs = []
-
-    def call_op(spec, x, params):
-        specs.append(spec)
-        return _chain.eager(fj._ops(spec), x, params)
-    monkeypatch.setattr(fj, "_call_op", call_op)
-    monkeypatch.setattr(fj, "_run", call_op)
+    specs = _record_chains(monkeypatch)
     monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
     torch.manual_seed(0)
     model = randomized(_TwoBlocks())
@@ -1284,13 +1291,7 @@ def test_a_forward_with_nothing_to_fuse_at_its_start_fuses_its_chains(monkeypatc
     convolution) run fused, in eval and in training mode; values and gradients are the
     original's; explain says so; strict=True refuses it."""
     _pretend_cuda(monkeypatch)
-    specs = []
-
-    def call_op(spec, x, params):
-        specs.append(spec)
-        return _chain.eager(fj._ops(spec), x, params)
-    monkeypatch.setattr(fj, "_call_op", call_op)
-    monkeypatch.setattr(fj, "_run", call_op)
+    specs = _record_chains(monkeypatch)
     monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
     with pytest.raises(fj.Unsupported, match="bn"):
         fj.fuse(_BatchNormFirst(), strict=True)
@@ -1406,13 +1407,7 @@ def test_a_forward_reading_self_training_is_traced_in_each_mode(monkeypatch):
     model was fused in; the model's modes are left as they were; strict=True refuses it (its
     training-mode forward is not one chain)."""
     _pretend_cuda(monkeypatch)
-    specs = []
-
-    def call_op(spec, x, params):
-        specs.append(spec)
-        return _chain.eager(fj._ops(spec), x, params)
-    monkeypatch.setattr(fj, "_call_op", call_op)
-    monkeypatch.setattr(fj, "_run", call_op)
+    specs = _record_chains(monkeypatch)
     monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
     assert fj._recognize_module().forward_reads_training(_FunctionalDropout())
     assert not fj._recognize_module().forward_reads_training(_TwoBlocks())
