@@ -1492,8 +1492,8 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
             # chains (a model starting with a pooling, a grouped convolution, ...), else refused.
             start = {placeholders[0], output}
             subs = _sub_chains(model, nodes, start, order, output, ctx)
-            if not subs:
-                raise stop
+            if not any(_starts_with_producer(sub) for _, _, _, sub in subs):
+                raise stop  # (a forward without a convolution to fuse is not fused)
             rest, why = _rest_of_forward(model, nodes, placeholders[0], start, ctx, stop, None,
                                          subs)
             return Recognized(ops=[], params={}, param_paths={}, rest=rest, rest_from=why,
@@ -1535,6 +1535,7 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
     residual). first_node: the node to take first (else start's first user in graph order)."""
     cur = start
     found: List[_Op] = []
+    steps = []  # per op of `found`: (the value before it, its nodes, mutated_start before it)
     prev_where = "the input"
     mutated_start = False
     while True:
@@ -1545,7 +1546,8 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
         first = first_node if first_node is not None and not found else users[0]
         if first is output:
             more = len(users) > 1 or tuple(output.args) != (cur,) or bool(output.kwargs)
-            return _Growth(found, cur, None, mutated_start, returns_more=more)
+            return _without_unfusable_means(
+                _Growth(found, cur, None, mutated_start, returns_more=more), steps, consumed)
         try:
             step = _match_step(cur, first, ctx)
             if step is None:
@@ -1565,7 +1567,9 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
                                "a straight chain where each value feeds only the next op"
                             % (prev_where, a), layer)
         except Unsupported as e:
-            return _Growth(found, cur, e, mutated_start)
+            return _without_unfusable_means(_Growth(found, cur, e, mutated_start), steps,
+                                            consumed)
+        steps.append((cur, step.nodes, mutated_start))
         consumed.update(step.nodes)
         if mutated:  # the chain goes on with the mutated value
             mutated_start = mutated_start or cur is start
@@ -1573,6 +1577,23 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
             cur = step.result
         found.append(step.op)
         prev_where = step.op.where
+
+
+def _without_unfusable_means(g: _Growth, steps, consumed: set) -> _Growth:
+    """g, or where its closing means combine to dims fusejit has no mean over (a mean over the
+    channels alone, over [3,4]: _combine_means), g ending before them (their nodes given back
+    from `consumed`), stopped by that refusal: the means run in the rest."""
+    first = next((i for i, op in enumerate(g.found) if op.kind == "mean"), None)
+    if first is None:
+        return g
+    try:
+        _combine_means([op for op in g.found[first:] if op.kind == "mean"])
+        return g
+    except Unsupported as e:
+        for _, nodes, _ in steps[first:]:
+            consumed.difference_update(nodes)
+        cur, _, mutated_start = steps[first]
+        return _Growth(g.found[:first], cur, e, mutated_start)
 
 
 def _check_order(found: List[_Op], op: _Op) -> None:
@@ -1601,9 +1622,11 @@ def _check_order(found: List[_Op], op: _Op) -> None:
 
 def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> list:
     """The further chains in the rest of forward (after the nodes `consumed` by the first):
-    [(its nodes in graph order, start value, end value, SubChain)], each starting with a convolution of a value
-    the rest computes (or the model's input: a residual block's shortcut) and grown as far as the
-    grammar goes, its nodes disjoint from the others'. A candidate that changes its start value
+    [(its nodes in graph order, start value, end value, SubChain)], each starting at an op of a
+    value the rest computes (or the model's input: a residual block's shortcut) -- a convolution,
+    or ops _worth_a_chain (their value's rank is known only at run time: the drop-in runs a
+    chain whose value is not 5-D as its own code) -- and grown as far as the grammar goes, its
+    nodes disjoint from the others'. A candidate that changes its start value
     in place, or that _assemble refuses, is left to PyTorch."""
     taken = set(consumed)
     subs = []
@@ -1614,11 +1637,12 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
         v = n.args[0]
         try:
             op = _classify(n, v, ctx)
-            if op is None or op.kind not in _PRODUCERS:
+            if op is None:
                 continue
             trial = set(taken)
             g = _grow(v, trial, order, output, ctx, shared_start=True, first_node=n)
-            if not g.found or g.start_mutated:
+            if not g.found or g.start_mutated or (
+                    op.kind not in _PRODUCERS and not _worth_a_chain(g.found)):
                 continue
             r = _assemble(g.found, model)
             mine = sorted(trial - taken, key=order.get)
@@ -1628,6 +1652,18 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
         taken = trial
         subs.append((mine, v, g.end, SubChain(r, forward)))
     return subs
+
+
+def _worth_a_chain(found: List[_Op]) -> bool:
+    """Whether ops without a convolution are worth a chain of their own in the rest: a
+    group_norm, or two ops or more (one elementwise op is PyTorch's one kernel either way)."""
+    real = [op for op in found if op.kind not in ("skip", "dropout")]
+    return len(real) >= 2 or any(op.kind == "group_norm" for op in real)
+
+
+def _starts_with_producer(sub: "SubChain") -> bool:
+    ops = sub.recognized.ops
+    return bool(ops) and ops[0].startswith(_PRODUCERS)
 
 
 def _chain_code(model: nn.Module, chain_nodes, start, end):
@@ -1791,6 +1827,37 @@ def _fold_steps(c: _Op) -> list:
     return steps
 
 
+def _combine_means(run: List[_Op]):
+    """(dims, out_dims) of consecutive means: one mean over the union of their original axes, and
+    where keepdim left size-1 axes, the chain output's view (the unreduced axes in order, None for
+    a kept one); Unsupported where the union is not [2,3,4] or [1,2,3,4] (fusejit's means)."""
+    # `layout` follows the value's dimensions: each an original axis, reduced ones (kept by
+    # keepdim) marked negative as ~axis.
+    layout = [0, 1, 2, 3, 4]
+    for m in run:
+        rank = len(layout)
+        picked = []
+        for d in m.attrs["dims"]:
+            if not -rank <= d < rank:
+                _refuse(m.where, "dim %d is out of range for a %d-D value (the chain's input "
+                                 "is 5-D)" % (d, rank), m.layer)
+            picked.append(d % rank)
+        if len(set(picked)) != len(picked):
+            _refuse(m.where, "dims %s repeat a dimension" % m.attrs["dims"], m.layer)
+        keep = m.attrs.get("keepdim", False)
+        layout = [(~a if a >= 0 else a) if j in picked else a for j, a in enumerate(layout)
+                  if keep or j not in picked]
+    dims = sorted(set(range(5)) - set(a for a in layout if a >= 0))
+    if dims not in ([2, 3, 4], [1, 2, 3, 4]):
+        _refuse(run[0].where, "mean over dims %s; fusejit's mean is over [2,3,4] (giving [N,C]) "
+                              "or [1,2,3,4] (giving [N])" % dims, run[0].layer)
+    kept = [a for a in layout if a >= 0]
+    out_dims = None
+    if len(layout) != len(kept):
+        out_dims = tuple(kept.index(a) if a >= 0 else None for a in layout)
+    return dims, out_dims
+
+
 def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     ops: List[_Op] = []
     out_dims = None
@@ -1804,35 +1871,12 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
             ops.append(op)
             i += 1
             continue
-        # Consecutive means combine into one over the union of the original axes. `layout`
-        # follows the value's dimensions: each an original axis, reduced ones (kept by keepdim)
-        # marked negative as ~axis.
-        layout = [0, 1, 2, 3, 4]
-        first = op
+        run = []
         while i < len(found) and found[i].kind == "mean":
-            m = found[i]
-            rank = len(layout)
-            picked = []
-            for d in m.attrs["dims"]:
-                if not -rank <= d < rank:
-                    _refuse(m.where, "dim %d is out of range for a %d-D value (the chain's input "
-                                     "is 5-D)" % (d, rank), m.layer)
-                picked.append(d % rank)
-            if len(set(picked)) != len(picked):
-                _refuse(m.where, "dims %s repeat a dimension" % m.attrs["dims"], m.layer)
-            keep = m.attrs.get("keepdim", False)
-            layout = [(~a if a >= 0 else a) if j in picked else a for j, a in enumerate(layout)
-                      if keep or j not in picked]
+            run.append(found[i])
             i += 1
-        dims = sorted(set(range(5)) - set(a for a in layout if a >= 0))
-        if dims not in ([2, 3, 4], [1, 2, 3, 4]):
-            _refuse(first.where, "mean over dims %s; fusejit's mean is over [2,3,4] (giving [N,C]) "
-                                 "or [1,2,3,4] (giving [N])" % dims, first.layer)
-        # The chain's output has the unreduced axes in order; kept ones are size 1.
-        kept = [a for a in layout if a >= 0]
-        if len(layout) != len(kept):
-            out_dims = tuple(kept.index(a) if a >= 0 else None for a in layout)
-        ops.append(_Op("mean", first.where, {"dims": dims}, layer=first.layer))
+        dims, out_dims = _combine_means(run)
+        ops.append(_Op("mean", op.where, {"dims": dims}, layer=op.layer))
     ops, channel_ops = _fold_targets(ops)
     if not ops:
         raise Unsupported("fusejit cannot fuse model %s: its forward has no op to fuse; %s"

@@ -92,6 +92,7 @@ import torch.nn as nn
 from torch.autograd.function import once_differentiable
 
 from . import _chain, _lib, _policy
+from ._watch import ModuleWatch
 
 __all__ = ["fuse", "fused", "FusejitWarning", "Unsupported", "is_fused", "explain"]
 
@@ -595,6 +596,9 @@ class _State(object):
         self.ready_training = {}
         self.submodules = []  # every submodule, as the last checked call found them (hooks)
         self.last_decision = None  # type: Optional[dict]
+        # The model's plain attributes and submodules at recognition (the model's own state
+        # only: _attach; a change recognizes forward again, _fused_forward)
+        self.watch = None  # type: Optional[ModuleWatch]
         try:
             # strict: the whole forward, or Unsupported; else the longest fusable start of it
             r = recognized if recognized is not None else _recognize_module().recognize(
@@ -1147,11 +1151,37 @@ def _mode_state(self, st: _State) -> _State:
 
 
 def _fused_forward(self, *args, **kwargs):
-    return _forward_with(self, self.__dict__["_fusejit"], args, kwargs)
+    st = self.__dict__["_fusejit"]
+    if st.watch is not None and not _is_compiling():
+        changed = st.watch.changed()
+        if changed is not None:
+            st = _recognize_again(self, st, changed)
+    return _forward_with(self, st, args, kwargs)
+
+
+def _recognize_again(self, st: _State, changed: str) -> _State:
+    """The state of `self` recognized afresh: `changed` (ModuleWatch.changed) was baked into the
+    chain its forward was recognized as. Warns once per change described (a value set on every
+    call recognizes every call: slow, and the warning says why)."""
+    cls = type(self)._fusejit_original
+    _attach(self, cls.forward, st.strict, st.policy, recognize_as=cls)
+    new = self.__dict__["_fusejit"]
+    new.warned = st.warned
+    key = "recognized again: " + changed
+    if key not in st.warned:
+        st.warned.add(key)
+        warnings.warn("fusejit recognizes %s's forward again: %s changed since it was recognized "
+                      "(the chain had its old value)" % (type(self).__name__, changed),
+                      FusejitWarning, stacklevel=4)
+    return new
 
 
 def _sub_chain_forward(st: _State, module: nn.Module, y):
-    """A sub-chain's call from the rest of forward: its chain run on `module` by its state."""
+    """A sub-chain's call from the rest of forward: its chain run on `module` by its state; on a
+    value that is not a 5-D tensor (known only now: a chain of elementwise ops after a flatten, an
+    unbatched convolution) the chain's own code, as PyTorch runs it."""
+    if type(y) is not torch.Tensor or y.dim() != 5:
+        return st.original_forward(module, y)
     return _forward_with(module, st, (y,), {})
 
 
@@ -1395,6 +1425,7 @@ def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
         st.training_state = rec.in_mode(subject, True, lambda: _State(
             subject, original_forward, strict, policy, training_mode=not strict))
         st.mode_traced = differs
+    st.watch = ModuleWatch(model)
     model.__dict__["_fusejit"] = st
 
 

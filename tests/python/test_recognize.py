@@ -1190,8 +1190,28 @@ class _SelfResidual(nn.Module):
         return y + torch.relu(y), y.amax(dim=1)
 
 
+class _ChannelMean(nn.Module):
+    """Means fusejit has none of (over the channels alone, over [3,4] then [2]... kept apart from
+    a mean over [2,3,4] it has): the chain stops before them, they run in the rest."""
+
+    def __init__(self, dims):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 3)
+        self.dims = dims
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        for d in self.dims:
+            y = y.mean(dim=d, keepdim=True) if d == 1 else y.mean(dim=d)
+        return torch.tanh(y)
+
+
 # name -> (model, input shape, the chain's ops, a needle of where the chain stops)
 PARTIAL = {
+    "channel-mean": (lambda: _ChannelMean([1]), (2, 3, 5, 5, 5), ["conv3d(out=4,k=3)", "relu"],
+                     "mean over dims [1]"),
+    "mean-over-3-4": (lambda: _ChannelMean([[3, 4]]), (2, 3, 5, 5, 5),
+                      ["conv3d(out=4,k=3)", "relu"], "mean over dims [3, 4]"),
     "pool-linear-head": (_ConvPoolHead, (2, 3, 4, 4, 4), ["conv3d(out=8,k=3,padding=1)", "relu"],
                          "nn.MaxPool3d"),
     "mean-then-linear": (_GnMeanHead, (2, 3, 3, 3, 3),

@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+import types
 import warnings
 
 import pytest
@@ -869,9 +870,12 @@ def _pretend_auto_policy(monkeypatch, tmp_path):
     monkeypatch.setattr(fj, "_store", _policy.DecisionStore(str(tmp_path)))
     monkeypatch.setattr(fj, "_decision_key", lambda spec, device: {"spec": spec})
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: types.SimpleNamespace(
+        spec=spec))
     monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
                         fj._eager_backward(spec, x, params, grad, needs))
+    monkeypatch.setattr(fj, "_launch_backward", lambda chain, x, params, grad, saved=None:
+                        fj._eager_backward(chain.spec, x, params, grad, [True] * (1 + len(params))))
 
 class _PoolHead(nn.Module):
     """conv -> group_norm -> relu, then what the grammar has not: a max pool and a Linear head."""
@@ -1050,6 +1054,8 @@ def test_batch_norms_fold_in_eval_mode_and_run_as_pytorch_in_training(monkeypatc
     monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
                                                                               params))
     monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
     torch.manual_seed(0)
     model = randomized(_BatchNormed())
     _random_norm_stats(model)
@@ -1121,6 +1127,7 @@ def test_the_auto_policy_leaves_running_statistics_as_one_call_does(monkeypatch,
     runs in them (in the rest of forward and in the original), its running statistics are put
     back: after the first call they are what one call of the original leaves."""
     _pretend_auto_policy(monkeypatch, tmp_path)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
     torch.manual_seed(0)
     model = randomized(_BatchNormed())
     _random_norm_stats(model)
@@ -1427,7 +1434,9 @@ def test_a_forward_reading_self_training_is_traced_in_each_mode(monkeypatch):
             y = fast(x)
             torch.manual_seed(1)
             assert torch.allclose(y, model(x), rtol=1e-5, atol=1e-6)
-            assert specs[-1].endswith("| relu"), specs
+            # (the ops after the dropout: a chain of their own in the rest)
+            assert specs[-2].endswith("| relu") and specs[-1].endswith("| tanh | mul(by=2)"), \
+                specs
     with pytest.raises(fj.Unsupported, match="dropout"):
         fj.fuse(_FunctionalDropout().eval(), strict=True)
 
@@ -1467,3 +1476,108 @@ def test_a_forward_traceable_in_one_mode_runs_the_original_in_the_other(monkeypa
         with torch.no_grad():
             assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
     assert any("fusejit runs the original" in str(w.message) for w in caught)
+
+
+class _Attributes(nn.Module):
+    """forward reads plain attributes (a factor, a list) and a submodule: the trace bakes them in."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3)
+        self.scaling_factor = 2.0
+        self.act = nn.ReLU()
+        self.limits = [0.5]
+
+    def forward(self, x):
+        return torch.clamp(self.act(self.conv(x) * self.scaling_factor), max=self.limits[0])
+
+
+@pytest.mark.parametrize("made_by", ["fuse", "fused"])
+def test_a_changed_attribute_or_submodule_recognizes_forward_again(monkeypatch, made_by):
+    """Setting an attribute forward reads, changing a list it reads in place, replacing a
+    submodule or a convolution's padding after fuse(): the next call runs the chain with the new
+    value (it ran the old one), warning once per change; calls with nothing changed recognize
+    nothing (the same state)."""
+    _pretend_cuda(monkeypatch)
+    specs = _record_chains(monkeypatch)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (no _launch here)
+    torch.manual_seed(0)
+    if made_by == "fuse":
+        model = randomized(_Attributes()).eval()
+        fast = fj.fuse(model, policy="fused").eval()
+    else:
+        fast = randomized(fj.fused(_Attributes, policy="fused")()).eval()
+        model = _Attributes().eval()
+        model.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 3, 6, 6, 6)
+    changes = [
+        ("scaling_factor", lambda m: setattr(m, "scaling_factor", 3.0), "mul(by=3)"),
+        ("act", lambda m: setattr(m, "act", nn.Tanh()), "| tanh |"),
+        ("limits", lambda m: m.limits.__setitem__(0, 0.25), "clamp(max=0.25)"),
+        ("padding", lambda m: setattr(m.conv, "padding", (1, 1, 1)), "padding=1"),
+    ]
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        st = fast.__dict__["_fusejit"]
+        fast(x)
+        assert fast.__dict__["_fusejit"] is st  # nothing changed: nothing recognized
+        for name, change, needle in changes:
+            change(fast)
+            if name != "padding" or model.conv is not fast.conv:  # (fuse: conv shared)
+                change(model)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                y = fast(x)
+                fast(x)
+            assert torch.allclose(y, model(x), rtol=1e-5, atol=1e-6), name
+            assert needle in specs[-1], (name, specs[-1])
+            said = [str(w.message) for w in caught if issubclass(w.category, fj.FusejitWarning)]
+            assert len(said) == 1 and "'%s'" % name in said[0], (name, said)
+
+
+class _BiasThenActs(nn.Module):
+    """A per-channel bias after the nonlinearity (the chain stops there), a group_norm chain
+    after it, and two ops on the Linear head's 2-D output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3, padding=1)
+        self.bias = nn.Parameter(torch.randn(8, 1, 1, 1))
+        self.gn = nn.GroupNorm(2, 8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x)) + self.bias
+        x = torch.sigmoid(F.gelu(self.gn(x))).mean([2, 3, 4])
+        return torch.tanh(torch.relu(self.fc(x)))
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_ops_after_a_stop_run_as_a_chain_of_their_own(monkeypatch, mode):
+    """In the rest of forward a run of ops without a convolution (a group_norm, or two ops or
+    more) is a chain of its own: fused where its value is 5-D, the model's own code where it is
+    not (the head's 2-D relu | tanh: its rank is known only at run time). Values and every
+    gradient are the original's."""
+    _pretend_cuda(monkeypatch)
+    specs = _record_chains(monkeypatch)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+    torch.manual_seed(0)
+    model = getattr(randomized(_BiasThenActs()), mode)()
+    fast = fj.fuse(model, policy="fused")
+    st = fast.__dict__["_fusejit"]
+    assert st.tail == " | conv3d(out=8,k=3,padding=1) | relu", st.tail
+    assert [s.tail for s in st.sub_states] == [
+        " | group_norm(groups=2,eps=1e-5) | gelu | sigmoid | mean(dims=[2,3,4])", " | relu | tanh"]
+    x = torch.randn(2, 3, 5, 6, 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no fallback warns: the 2-D chain runs its own code)
+        with torch.no_grad():
+            assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        assert [s.split(" | ")[0] for s in specs] == ["x:f32[2,3,5,6,7]", "x:f32[2,8,5,6,7]"]
+        g = torch.randn(2, 4)
+        got, want = _grads(model, fast, x, g), _grads(model, model, x, g)
+    for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
