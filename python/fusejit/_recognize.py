@@ -27,7 +27,8 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   hardswish written out (x * relu6(x + 3) / 6 and x * (relu6(x + 3) / 6), relu6 in any spelling;
   with torch.clamp(x + 3, 0, 6) marked: its gradient at +-3 is not hardswish's); a constant
   multiply, divide, add or subtract (x * 2, 0.5 * x, x / 4, x + 1, 1 + x, x - 0.5, torch.mul /
-  div / add / sub, the methods and in-place forms, *= /= += -=, with a Python number) -> mul(by)
+  div / add / sub, the methods and in-place forms, *= /= += -=, with a Python number; 1 - x ->
+  mul(by=-1) | add(by=1)) -> mul(by)
   or add(by); x / c is mul(by=1/c), x - c is add(by=-c).
 - at most one group_norm: nn.GroupNorm, F.group_norm / torch.group_norm with the model's
   Parameters as weight and bias, or with neither; nn.InstanceNorm3d (track_running_stats=False)
@@ -93,7 +94,7 @@ __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, "
            "sigmoid, tanh, swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, "
            "selu, hardsigmoid, gelu(approximate='tanh'), logsigmoid, softsign, tanhshrink, celu, "
-           "* / + - by a constant, -x) "
+           "* / + - by a constant, c - x, -x) "
            "-> at most one group_norm "
            "(or instance norm without running statistics), "
            "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]; "
@@ -1238,8 +1239,9 @@ def _match_global_pool(cur, first, ctx: _Ctx) -> Optional[_Step]:
 
 def _match_scalar(cur, first, ctx: _Ctx) -> Optional[_Step]:
     """`first` as mul(by) / add(by) of `cur` and a Python number: x * c, c * x, x / c, x + c,
-    c + x, x - c in any spelling (no alpha= or rounding_mode=); None for anything else (c - x
-    and c / x too)."""
+    c + x, x - c in any spelling (no alpha= or rounding_mode=), and c - x ("rsub_scalar":
+    _assemble writes it as mul(by=-1) | add(by=c), -x exact, so PyTorch's one rounding); None
+    for anything else (c / x too)."""
     sym = _arith(first)
     if sym is None or first.kwargs or len(first.args) != 2:
         return None
@@ -1251,13 +1253,15 @@ def _match_scalar(cur, first, ctx: _Ctx) -> Optional[_Step]:
     number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))  # noqa: E731
     if a is cur and number(b):
         c = b
-    elif b is cur and number(a) and sym in "*+" and first.op == "call_function":
+    elif b is cur and number(a) and sym in "*+-" and first.op == "call_function":
         c, inplace = a, False
     else:
         return None
     where, layer = _describe(first, ctx)
     c = _number(c, "the constant", where, layer)
-    if sym == "/":
+    if sym == "-" and b is cur:  # c - x
+        kind, by = "rsub_scalar", c
+    elif sym == "/":
         if c == 0:
             _refuse(where, "division by zero", layer)
         kind, by = "mul", 1.0 / c
@@ -1867,6 +1871,11 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     found = [op for op in found if op.kind not in ("skip", "dropout")]
     while i < len(found):
         op = found[i]
+        if op.kind == "rsub_scalar":  # c - x = (-x) + c
+            ops.append(_Op("mul", op.where, {"by": -1.0}, layer=op.layer))
+            ops.append(_Op("add", op.where, {"by": op.attrs["by"]}, layer=op.layer))
+            i += 1
+            continue
         if op.kind != "mean":
             ops.append(op)
             i += 1

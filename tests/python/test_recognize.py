@@ -497,6 +497,8 @@ CASES = [
         F.logsigmoid(torch.celu(F.gelu(x, approximate="tanh"), 2.0))))).neg()), (2, 4, 3, 3, 3),
      ["gelu_tanh", "celu(alpha=2)", "logsigmoid", "softsign", "tanhshrink", "mul(by=-1)",
       "mul(by=-1)", "mul(by=-1)"]),
+    ("constant-minus-x", lambda: Fn(lambda s, x: 1 - torch.sigmoid(0.5 - x)), (2, 4, 3, 3, 3),
+     ["mul(by=-1)", "add(by=0.5)", "sigmoid", "mul(by=-1)", "add(by=1)"]),
     ("bias-false-conv-only", lambda: conv(bias=False), (2, 3, 5, 5, 5),
      ["conv3d(out=8,k=3,bias=false)"]),
     ("tuple-sizes", lambda: nn.Conv3d(3, 4, (3, 1, 2), stride=(2, 1, 1), padding=(1, 0, 1),
@@ -770,7 +772,6 @@ REFUSALS = [
      ["F.gelu", "approximate='sigmoid'", "'none' or 'tanh'"]),
     ("celu-alpha-0", lambda: Fn(lambda s, x: s.act(x), act=nn.CELU(0.0)),
      ["layer 'act'", "nn.CELU", "alpha=0"]),
-    ("number-minus-x", lambda: Fn(lambda s, x: 1 - torch.relu(x)), ["'-' (operator.sub)"]),
     ("number-over-x", lambda: Fn(lambda s, x: 2 / torch.relu(x)), ["'/' (operator.truediv)"]),
     ("divide-by-zero", lambda: Fn(lambda s, x: torch.relu(x) / 0), ["division by zero"]),
     ("add-alpha", lambda: Fn(lambda s, x: torch.add(x, 2, alpha=3)), ["torch.add"]),
@@ -857,7 +858,7 @@ def test_refusal_message_reads_well():
     assert "[conv3d|conv_transpose3d] -> elementwise ops (relu, leaky_relu, sigmoid, tanh, " \
            "swish/silu, hardswish, gelu, clamp, hardtanh/relu6, mish, softplus, elu, selu, " \
            "hardsigmoid, gelu(approximate='tanh'), logsigmoid, softsign, tanhshrink, celu, " \
-           "* / + - by a constant, -x) -> at most one group_norm" in msg
+           "* / + - by a constant, c - x, -x) -> at most one group_norm" in msg
     assert info.value.layer == "pool"
 
 
