@@ -168,7 +168,9 @@ class Fold:
     (x @ w + b) * s + t is x @ (w s) + (b s + t): along the steps (op, factor path, eps), "mul" /
     "div" by the factor scale both, "add" / "sub" shift the bias, "rsub" (P - x) negates the
     weight and gives the bias P - b, "div_std" (a batch norm's running variance v) scales both by
-    1 / sqrt(v + eps). `base` is the model path of the parameter folded into (None: 1 for a group_norm
+    1 / sqrt(v + eps); "mul_by" / "add_by" (factor path None, the constant in eps's place: a
+    Python-number multiply or add between the convolution and a per-channel op) scale both /
+    shift the bias by that constant. `base` is the model path of the parameter folded into (None: 1 for a group_norm
     without weight, 0 for a missing bias); `axis` the weight's output-channel axis (0 conv3d, 1
     conv_transpose3d; None for a [C] vector); `factors` path -> Parameter for the base and steps."""
     base: Optional[str]
@@ -188,15 +190,15 @@ class Fold:
     def paths(self) -> list:
         """The model paths this parameter is computed from (the base, then the factors), then
         those watched."""
-        return ([self.base] if self.base else []) + [step[1] for step in self.steps] + \
-            list(self.watch)
+        return ([self.base] if self.base else []) + [step[1] for step in self.steps
+                                                      if step[1] is not None] + list(self.watch)
 
     def value(self, get, channels: int):
         """The chain parameter from the model's tensors (get(path) -> tensor), contiguous, in their
         dtype: computed in float32 for 16-bit ones and rounded once. Differentiable (torch ops), so
         gradients reach the model's parameters through it. `channels`: the group_norm's or
         convolution's channel count (for the 1 or 0 that stands for a missing base)."""
-        first = get(self.base if self.base else self.steps[0][1])
+        first = get(self.paths()[0])
         dtype, device = first.dtype, first.device
         work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
         if self.base is not None:
@@ -205,6 +207,10 @@ class Fold:
             t = torch.full((channels,), 1.0 if self.role == "scale" else 0.0, dtype=work,
                            device=device)
         for op, path, eps in self.steps:
+            if op in ("mul_by", "add_by"):  # a constant
+                if op == "mul_by" or self.role == "shift":
+                    t = t * eps if op == "mul_by" else t + eps
+                continue
             s = get(path).to(work).reshape(-1)
             if op == "div_std":  # a batch norm's running variance: times 1 / sqrt(var + eps)
                 op, s = "mul", torch.rsqrt(s + eps)
@@ -1613,9 +1619,14 @@ def _check_order(found: List[_Op], op: _Op) -> None:
     if real and real[-1].kind == "mean" and op.kind != "mean":
         _refuse(op.where, "it comes after the mean; mean must be the last op of the chain",
                 op.layer)
+    # (Python-number multiplies and adds right before it fold in too: _fold_targets)
+    last = len(real)
+    while op.kind.startswith("channel_") and last and \
+            real[last - 1].kind in ("mul", "add", "rsub_scalar"):
+        last -= 1
     if op.kind.startswith("channel_") and not (
-            real and (real[-1].kind in _PRODUCERS + ("group_norm",) or
-                      real[-1].kind.startswith("channel_"))):
+            last and (real[last - 1].kind in _PRODUCERS + ("group_norm",) or
+                      real[last - 1].kind.startswith("channel_"))):
         # (a channel op was itself accepted only after one of those: the run folds into it)
         _refuse(op.where, "%s is fused only right after the convolution or the group_norm (it "
                           "folds into their weight and bias); here it %s" %
@@ -1809,19 +1820,30 @@ def _fold_targets(ops: List[_Op]) -> Tuple[List[_Op], Dict[int, List[_Op]]]:
     kept: List[_Op] = []
     folds: Dict[int, List[_Op]] = {}
     target = None
+    scalars: List[_Op] = []  # mul(by) / add(by) after the target: folded too if a channel op follows
     for op in ops:
+        if target is not None and op.kind in ("mul", "add"):
+            scalars.append(op)
+            continue
         if not op.kind.startswith("channel_"):
-            kept.append(op)
+            kept += scalars + [op]
+            scalars = []
             target = len(kept) - 1 if op.kind in ("conv3d", "conv_transpose3d",
                                                   "group_norm") else None
             continue
-        folds.setdefault(target, []).append(op)
-    return kept, folds
+        folds.setdefault(target, []).extend(
+            _Op("channel_scalar", s.where, {"numel": 1, "op": s.kind, "by": s.attrs["by"]},
+                layer=s.layer) for s in scalars)
+        scalars = []
+        folds[target].append(op)
+    return kept + scalars, folds
 
 
 def _fold_steps(c: _Op) -> list:
     """The Fold steps (op, factor path, eps) of per-channel op `c`: one for a multiply or add by
     a tensor; for a batch norm with running statistics (x - mean) / sqrt(var + eps) * w + b."""
+    if c.kind == "channel_scalar":
+        return [(c.attrs["op"] + "_by", None, c.attrs["by"])]
     if c.kind != "channel_norm":
         return [(c.kind[len("channel_"):], c.params["factor"][1], None)]
     steps = [("sub", c.params["running_mean"][1], None),
@@ -1932,8 +1954,8 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                     else:
                         watch.append(counter)
                         buffers.add(counter)
-            if op is conv and not op.attrs["bias"] and any(s[0] != "mul" and s[0] != "div"
-                                                           for s in steps):
+            if op is conv and not op.attrs["bias"] and any(
+                    s[0] not in ("mul", "div", "mul_by") for s in steps):
                 op.attrs["bias"] = True  # the added values are the bias
             axis = None if op is not conv else (1 if conv.kind == "conv_transpose3d" else 0)
             for role, kind in (("weight", "scale"), ("bias", "shift")):

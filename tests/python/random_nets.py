@@ -17,12 +17,15 @@ ACTIVATIONS = [nn.ReLU, lambda: nn.ReLU(inplace=True), nn.SiLU, nn.GELU, nn.Tanh
 
 
 class Block(nn.Module):
-    """conv -> norm -> act, or with a residual: act(norm(conv(x)) + shortcut(x))."""
+    """conv (* factor) -> norm -> act, or with a residual: act(norm(conv(x)) + shortcut(x)); then
+    maybe a per-channel scale, and 1 - tanh after it."""
 
-    def __init__(self, rng, cin, c, residual):
+    def __init__(self, rng, cin, c, residual, may_shrink=True):
         super().__init__()
         k = rng.choice([1, 3])
         stride = 1 if residual else rng.choice([1, 1, 2])
+        if not may_shrink:  # (a norm needs more than one point a channel in training mode)
+            stride = 1
         self.up = not residual and rng.random() < 0.2  # a transposed convolution doubling size
         self.conv = (nn.ConvTranspose3d(cin, c, 2, stride=2, bias=rng.random() < 0.5) if self.up
                      else nn.Conv3d(cin, c, k, stride=stride, padding=k // 2,
@@ -39,12 +42,18 @@ class Block(nn.Module):
         self.residual = residual
         if residual:
             self.shortcut = nn.Conv3d(cin, c, 1) if cin != c else nn.Identity()
+        # a Python-number factor between the convolution and the norm (it folds with a batch
+        # norm); ops after the per-channel scale (a chain of their own in the rest)
+        self.factor = rng.choice([None, None, 2.0, 0.5])
+        self.tail = self.scale is not None and rng.random() < 0.5
 
     def forward(self, x):
-        y = self.norm(self.conv(x))
+        y = self.conv(x)
+        y = self.norm(y * self.factor if self.factor is not None else y)
         y = self.act(y + self.shortcut(x)) if self.residual else self.act(y)
         y = self.drop(y)
-        return y * self.scale if self.scale is not None else y
+        y = y * self.scale if self.scale is not None else y
+        return 1 - torch.tanh(y) if self.tail else y
 
 
 class RandomNet(nn.Module):
@@ -57,7 +66,8 @@ class RandomNet(nn.Module):
         c, size = cin, list(self.shape[2:])
         for i in range(rng.randint(1, 3)):
             out = rng.choice([4, 6, 8])
-            blocks.append(Block(rng, c, out, residual=i > 0 and rng.random() < 0.4))
+            blocks.append(Block(rng, c, out, residual=i > 0 and rng.random() < 0.4,
+                                may_shrink=min(size) >= 4))
             stride = blocks[-1].conv.stride[0]
             size = ([2 * s for s in size] if blocks[-1].up else
                     [(s - 1) // stride + 1 for s in size])

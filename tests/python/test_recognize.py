@@ -85,7 +85,7 @@ def param(r, name, channels):
     assert not (name in r.params and name in r.folds), name
     if name in r.folds:
         f = r.folds[name]
-        assert set(f.factors) == set(f.paths())
+        assert set(f.factors) == set(f.paths()) - set(f.watch)
         return f.value(lambda path: f.factors[path].detach().double(), f.channels or channels)
     return r.params[name].detach().double()
 
@@ -300,6 +300,26 @@ def _with_buffer():
     return m
 
 
+def _bn(c=8):
+    """An eval-mode BatchNorm3d with random running statistics and affine parameters."""
+    m = nn.BatchNorm3d(c)
+    with torch.no_grad():
+        m.running_mean.copy_(torch.randn(c) * 0.5)
+        m.running_var.copy_(torch.rand(c) + 0.5)
+        m.weight.copy_(torch.randn(c))
+        m.bias.copy_(torch.randn(c))
+    return m.eval()
+
+
+def _scaled_then_folded():
+    """Python-number multiplies and adds between the convolution and per-channel ops (a batch
+    norm, a Parameter multiply) fold with them; those after the last one stay chain ops."""
+    m = Fn(lambda s, x: torch.relu(s.bn((1 - s.conv(x) / 2.0) * s.scale + 0.5) * 3.0),
+           conv=conv(bias=False), bn=_bn())
+    m.scale = nn.Parameter(torch.rand(8, 1, 1, 1) + 0.5)
+    return m.eval()
+
+
 def _with_plain_tensor():
     m = Fn(lambda s, x: s.conv(x) * s.scale, conv=conv())
     m.scale = torch.rand(8, 1, 1, 1)  # neither a Parameter nor a buffer
@@ -499,6 +519,11 @@ CASES = [
       "mul(by=-1)", "mul(by=-1)"]),
     ("constant-minus-x", lambda: Fn(lambda s, x: 1 - torch.sigmoid(0.5 - x)), (2, 4, 3, 3, 3),
      ["mul(by=-1)", "add(by=0.5)", "sigmoid", "mul(by=-1)", "add(by=1)"]),
+    ("scalars-before-folds", _scaled_then_folded, (2, 3, 6, 6, 6),
+     ["conv3d(out=8,k=3)", "mul(by=3)", "relu"]),
+    ("scalar-then-batch-norm", lambda: Fn(lambda s, x: s.bn(s.gn(s.conv(x)) * 2.0 - 1.0),
+                                          conv=conv(), gn=gn(), bn=_bn()).eval(),
+     (2, 3, 6, 6, 6), ["conv3d(out=8,k=3)", "group_norm(groups=2,eps=1e-5)"]),
     ("bias-false-conv-only", lambda: conv(bias=False), (2, 3, 5, 5, 5),
      ["conv3d(out=8,k=3,bias=false)"]),
     ("tuple-sizes", lambda: nn.Conv3d(3, 4, (3, 1, 2), stride=(2, 1, 1), padding=(1, 0, 1),
