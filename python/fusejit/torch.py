@@ -1542,11 +1542,13 @@ def explain(model: nn.Module, x: torch.Tensor) -> str:
     if st.chainless:
         text = "no chain at the start of forward\n"
     else:
-        spec = _spec(st, x)
         try:
+            spec = _spec(st, x)
             text = _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()
         except _lib.FusejitError as e:
             return "not fused: " + str(e)
+        except Exception as e:  # (an input of another dtype, a PyTorch without CUDA)
+            return "not fused: %s: %s" % (type(e).__name__, e)
     if st.rest is not None:
         text += ("the rest of forward runs as PyTorch, after the chain (the chain stops there: "
                  "%s)\n" % st.rest_from)

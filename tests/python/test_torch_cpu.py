@@ -1581,3 +1581,14 @@ def test_ops_after_a_stop_run_as_a_chain_of_their_own(monkeypatch, mode):
         got, want = _grads(model, fast, x, g), _grads(model, model, x, g)
     for name, a, b in zip(["x"] + [n for n, _ in model.named_parameters()], got, want):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+def test_explain_says_why_when_compiling_fails_with_any_error(monkeypatch):
+    """explain() answers with text where the compile raises PyTorch's own errors too (a PyTorch
+    built without CUDA: AssertionError), not only fusejit's."""
+    def no_cuda(spec, device):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+    monkeypatch.setattr(fj, "_compiled_chain", no_cuda)
+    fast = fj.fuse(nn.Sequential(nn.Conv3d(3, 4, 3), nn.ReLU()))
+    text = fj.explain(fast, torch.randn(1, 3, 5, 5, 5))
+    assert text.startswith("not fused: AssertionError: Torch not compiled with CUDA"), text
