@@ -8,7 +8,9 @@
     fast = fusejit.torch.fuse(model)             # an existing instance (shares its Parameters)
 
 How a call runs:
-- The chain is recognized once from the model with torch.fx (fusejit._recognize).
+- The chain is recognized once from the model with torch.fx (fusejit._recognize), and again
+  (with a warning, once per change) where a plain attribute forward's trace read or a submodule
+  has changed since (fusejit._watch: `model.scale = 3.0`, `model.act = nn.Tanh()`).
 - A call on a CUDA tensor compiles the chain for its shape, dtype and device on first use (later
   a cache hit), allocates the output and workspace with PyTorch's caching allocator and runs on
   torch.cuda.current_stream(): no synchronization, capturable in a CUDA graph.
