@@ -591,6 +591,7 @@ class _State(object):
         self.watched = set()  # every Fold.watch: model tensors read only for their versions
         self.rest = None  # Recognized.rest: the rest of forward after the chain, or None
         self.rest_from = None  # Recognized.rest_from: why the chain stops there
+        self.rest_ran = False  # the rest has run through once (_model_output)
         self.raw_paths = []  # the model parameters a call reads, in the order of `getters`
         self.chain_names = []  # the chain's parameter names but group_norm's constants, in order
         self.getters = []
@@ -748,11 +749,23 @@ def _model_output(module, st: _State, x: torch.Tensor, y: torch.Tensor):
         y = y.view([1 if d is None else y.shape[d] for d in st.out_dims])
     if st.rest is None:
         return y
+    # Until the rest has run once, the module's buffers as they were before it (a batch norm in
+    # training mode in the rest updates its running statistics; where the rest then fails, the
+    # original forward runs and would update them a second time). Later failures are not
+    # expected (the same code on the same shapes ran): no copies on every call.
+    saved = None if st.rest_ran or _is_compiling() else [
+        (b, b.clone()) for b in module.buffers()]
     try:
-        return st.rest(module, y, x)
+        y = st.rest(module, y, x)
+        st.rest_ran = True
+        return y
     except Exception as e:
         if _is_compiling():
             raise
+        with torch.no_grad():
+            for b, value in saved or []:
+                if not torch.equal(b, value):
+                    b.copy_(value)
         # The original forward decides whose error it is: it raises the same one where the call
         # itself is wrong; where it runs, the rest as fusejit cut it is at fault, and the module
         # runs the original from now on.

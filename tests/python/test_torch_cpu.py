@@ -1592,3 +1592,28 @@ def test_explain_says_why_when_compiling_fails_with_any_error(monkeypatch):
     fast = fj.fuse(nn.Sequential(nn.Conv3d(3, 4, 3), nn.ReLU()))
     text = fj.explain(fast, torch.randn(1, 3, 5, 5, 5))
     assert text.startswith("not fused: AssertionError: Torch not compiled with CUDA"), text
+
+
+def test_a_rest_failing_after_a_batch_norm_leaves_its_statistics_as_one_call_does(monkeypatch):
+    """A rest that fails after a training-mode batch norm in it ran: the running statistics it
+    changed are put back before the original forward runs (which updates them once)."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    torch.manual_seed(0)
+    model = randomized(_BatchNormed())
+    _random_norm_stats(model)
+    twin = copy.deepcopy(model)
+    fast = fj.fuse(model, policy="fused")
+    st = fast.__dict__["_fusejit"].training_state
+    real = st.rest
+
+    def fails_late(module, y, x):
+        real(module, y, x)  # (the batch norm updates its statistics)
+        raise RuntimeError("simulated")
+    st.rest = fails_late
+    x = torch.randn(2, 3, 5, 6, 7)
+    with warnings.catch_warnings(record=True), torch.no_grad():
+        warnings.simplefilter("always")
+        assert torch.allclose(fast(x), twin(x), rtol=1e-5, atol=1e-6)
+    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
+        assert torch.equal(a, b), name
