@@ -32,7 +32,8 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   or add(by); x / c is mul(by=1/c), x - c is add(by=-c).
 - at most one group_norm: nn.GroupNorm, F.group_norm / torch.group_norm with the model's
   Parameters as weight and bias, or with neither; nn.InstanceNorm3d (track_running_stats=False)
-  as group_norm(groups=num_features). Without weight and bias (affine=False, InstanceNorm3d's
+  as group_norm(groups=num_features), F.instance_norm without running statistics as
+  group_norm(groups=C) (C from its weight or the convolution before it). Without weight and bias (affine=False, InstanceNorm3d's
   default) the chain's group_norm gets weight 1 and bias 0 (Recognized.norm_constants: tensors
   the drop-in makes, not model parameters).
 - last, optional: mean over dims {2,3,4} or {1,2,3,4} (negative dims, tuple, list or int,
@@ -600,6 +601,8 @@ def _s_clamp(input, min=None, max=None): pass
 def _s_mean(input, dim=None, keepdim=False, *, dtype=None, axis=None): pass
 def _s_gn(input, num_groups, weight=None, bias=None, eps=1e-5): pass
 def _s_gn_torch(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True): pass
+def _s_in(input, running_mean=None, running_var=None, weight=None, bias=None,
+          use_input_stats=True, momentum=0.1, eps=1e-5): pass
 def _s_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1): pass
 def _s_convt(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
              dilation=1): pass
@@ -730,6 +733,28 @@ def _b_gn(b, where, layer, ctx):
     return "group_norm", {"groups": groups, "eps": eps}, {"weight": w, "bias": bias}
 
 
+def _b_in(b, where, layer, ctx):
+    """F.instance_norm with the batch's statistics: a group_norm with a group a channel (the
+    channels from its weight, or _assemble's from the convolution before it)."""
+    if b["running_mean"] is not None or b["running_var"] is not None or \
+            b["use_input_stats"] is not True:
+        _refuse(where, "instance_norm with running statistics; fusejit fuses it with the input's "
+                       "own statistics (running_mean=None, running_var=None)", layer)
+    eps = _positive(_number(b["eps"], "eps", where, layer), "eps", where, layer)
+    attrs = {"groups": None, "eps": eps, "channels": None, "instance": True}
+    if b["weight"] is None and b["bias"] is None:  # weight 1, bias 0: norm_constants
+        return "group_norm", attrs, {}
+    if b["weight"] is None or b["bias"] is None:
+        _refuse(where, "instance_norm with a %s but no %s; give both (the model's Parameters) or "
+                       "neither" % (("bias", "weight") if b["weight"] is None else
+                                    ("weight", "bias")), layer)
+    w = _param_from_node(b["weight"], "instance_norm weight", ctx, where, layer)
+    bias = _param_from_node(b["bias"], "instance_norm bias", ctx, where, layer)
+    _check_gn_params(w[0], bias[0], None, where, layer)
+    attrs["groups"] = attrs["channels"] = int(w[0].numel())
+    return "group_norm", attrs, {"weight": w, "bias": bias}
+
+
 def _check_gn_params(w, b, channels, where, layer):
     if w.dim() != 1 or b.dim() != 1 or w.shape != b.shape or \
             (channels is not None and int(w.shape[0]) != channels):
@@ -835,6 +860,7 @@ _FUNCTION_FORMS = [
     (["torch.mean"], _s_mean, _b_mean, False),
     (["F.group_norm"], _s_gn, _b_gn, False),
     (["torch.group_norm"], _s_gn_torch, _b_gn, False),
+    (["F.instance_norm"], _s_in, _b_in, False),
     (["torch.conv3d", "F.conv3d"], _s_conv, _b_conv("conv3d"), False),
     (["torch.conv_transpose3d", "F.conv_transpose3d"], _s_convt, _b_conv("conv_transpose3d"), False),
     (["F.dropout", "F.dropout1d", "F.dropout2d", "F.dropout3d", "F.alpha_dropout",
@@ -1977,6 +2003,13 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
                 paths["%d.%s" % (i, role)] = path
         if op.kind == "group_norm" and "weight" not in op.params:
             norm_constants = ("%d.weight" % i, "%d.bias" % i, gn_channels)
+    if gn is not None and gn.attrs.get("groups") is None:  # F.instance_norm: a group a channel
+        if gn_channels is None:
+            _refuse(gn.where, "instance_norm without weight and bias on a value whose channels "
+                              "the chain does not know (no convolution before it); give it the "
+                              "model's weight and bias Parameters, or use nn.InstanceNorm3d",
+                    gn.layer)
+        gn.attrs["groups"] = gn.attrs["channels"] = gn_channels
     if conv is not None and gn is not None:
         c = conv.attrs["out"]
         if gn_channels != c or c % gn.attrs["groups"] != 0:

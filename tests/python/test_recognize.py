@@ -524,6 +524,13 @@ CASES = [
     ("scalar-then-batch-norm", lambda: Fn(lambda s, x: s.bn(s.gn(s.conv(x)) * 2.0 - 1.0),
                                           conv=conv(), gn=gn(), bn=_bn()).eval(),
      (2, 3, 6, 6, 6), ["conv3d(out=8,k=3)", "group_norm(groups=2,eps=1e-5)"]),
+    ("functional-instance-norm", lambda: Fn(lambda s, x: torch.relu(F.instance_norm(
+        s.conv(x), eps=1e-3)), conv=conv()), (2, 3, 6, 6, 6),
+     ["conv3d(out=8,k=3)", "group_norm(groups=8,eps=0.001)", "relu"]),
+    ("functional-instance-norm-weights", lambda: Fn(lambda s, x: F.instance_norm(
+        torch.relu(x), weight=s.w, bias=s.b) * 2.0, w=nn.Parameter(torch.randn(4)),
+        b=nn.Parameter(torch.randn(4))), (2, 4, 3, 4, 5),
+     ["relu", "group_norm(groups=4,eps=1e-5)", "mul(by=2)"]),
     ("bias-false-conv-only", lambda: conv(bias=False), (2, 3, 5, 5, 5),
      ["conv3d(out=8,k=3,bias=false)"]),
     ("tuple-sizes", lambda: nn.Conv3d(3, 4, (3, 1, 2), stride=(2, 1, 1), padding=(1, 0, 1),
@@ -799,6 +806,11 @@ REFUSALS = [
      ["layer 'act'", "nn.CELU", "alpha=0"]),
     ("number-over-x", lambda: Fn(lambda s, x: 2 / torch.relu(x)), ["'/' (operator.truediv)"]),
     ("divide-by-zero", lambda: Fn(lambda s, x: torch.relu(x) / 0), ["division by zero"]),
+    ("instance-norm-channels-unknown", lambda: Fn(lambda s, x: F.instance_norm(torch.relu(x))),
+     ["F.instance_norm", "channels the chain does not know"]),
+    ("instance-norm-running-stats", lambda: Fn(lambda s, x: F.instance_norm(
+        torch.relu(x), s.rm, s.rv), rm=nn.Parameter(torch.zeros(4)), rv=nn.Parameter(torch.ones(4))),
+     ["running statistics"]),
     ("add-alpha", lambda: Fn(lambda s, x: torch.add(x, 2, alpha=3)), ["torch.add"]),
     ("scalar-nan", lambda: Fn(lambda s, x: x * float("nan")), ["finite number"]),
     ("op-after-kept-mean", lambda: Fn(lambda s, x: torch.relu(x.mean([2, 3, 4], keepdim=True))),
