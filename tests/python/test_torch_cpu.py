@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 import fusejit
 import fusejit.torch as fj
+import kb_style_models
 import random_nets
 from fusejit import _chain, _lib, _policy
 from seed_models import SEEDS
@@ -1617,3 +1618,19 @@ def test_a_rest_failing_after_a_batch_norm_leaves_its_statistics_as_one_call_doe
         assert torch.allclose(fast(x), twin(x), rtol=1e-5, atol=1e-6)
     for (name, a), b in zip(model.named_buffers(), twin.buffers()):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("name", sorted(kb_style_models.MODELS))
+def test_kernelbench_style_models_through_the_drop_in(monkeypatch, name, mode):
+    """KernelBench-style models (kb_style_models.py) cut into chains and the rest as on the GPU,
+    the chains run as PyTorch's evaluation of their spec (_pretend_cuda): kb_style_models.check
+    on the CPU."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    kb_style_models.check(fj, name, mode, "cpu")

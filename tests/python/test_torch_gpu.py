@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fusejit.torch as fj
+import kb_style_models
 import random_nets
 from seed_models import SEEDS
 from test_recognize import RandomChain, eager_backward_refusal
@@ -1016,3 +1017,11 @@ def test_training_fast_path_gives_the_checked_calls_results(make, channels, dtyp
     fast.train()
     step()
     assert count() == before + 5
+
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("name", sorted(kb_style_models.MODELS))
+def test_kernelbench_style_models(name, mode):
+    """KernelBench-style models through the drop-in on the GPU: kb_style_models.check."""
+    kb_style_models.check(fj, name, mode, "cuda")
