@@ -1240,9 +1240,9 @@ def check(fj, name, mode, device):
     output against float64 (at most 1e-5 or 4x strict fp32 PyTorch's error), two calls bitwise
     equal where fusejit ran; train -- every gradient
     against float64 (NaN-poisoned: written; at most 1e-5 of its norm floored at 1e-3 of the
-    largest, or 8x PyTorch's error: a convolution bias before an instance norm has gradient 0
-    but for rounding, fusejit's sum of it rounding up to 5x PyTorch's), the buffers as
-    PyTorch leaves them. Models with dropout in training mode: run and written, not compared
+    largest, or 4x PyTorch's error; one that is 0 in float64 -- a convolution bias before an
+    instance norm -- at most 1e-6 of the largest gradient's norm: rounding, fusejit's up to 8x
+    PyTorch's there), the buffers as PyTorch leaves them. Models with dropout in training mode: run and written, not compared
     (PyTorch draws their masks)."""
     cls, args = MODELS[name]
     torch.manual_seed(0)
@@ -1296,7 +1296,10 @@ def check(fj, name, mode, device):
         if b is None:
             continue
         err, eager_err = float((a.double() - b).norm()), float((e.double() - b).norm())
-        assert err <= max(1e-5 * max(float(b.norm()), 1e-3 * scale), 8 * eager_err), \
+        if float(b.norm()) <= 1e-9 * scale:  # 0 in float64 (a bias before a norm): rounding only
+            assert err <= 1e-6 * scale, (n, err, eager_err, scale)
+            continue
+        assert err <= max(1e-5 * max(float(b.norm()), 1e-3 * scale), 4 * eager_err), \
             (n, err, eager_err)
     for (n, a), b in zip(model.named_buffers(), eager.buffers()):
         assert not a.is_floating_point() or rel_err(a, b) <= 1e-5, n
