@@ -1362,3 +1362,16 @@ def test_partial_recognition_lets_the_rest_read_the_input():
     with torch.no_grad():
         got = r.rest(model, evaluate(r, x), x)
         assert torch.allclose(got, model(x.clone()), rtol=1e-10, atol=1e-12)
+
+
+def test_a_refusal_in_code_without_source_names_the_line_alone():
+    """A model whose forward has no source text (made with exec, `python -c`): the message
+    names its file and line, not a frame of torch.fx's or fusejit's own."""
+    scope = {"nn": nn, "torch": torch}
+    exec(compile("class M(nn.Module):\n"
+                 "    def __init__(s):\n"
+                 "        super().__init__(); s.conv = nn.Conv3d(3, 4, 3); s.pool = nn.MaxPool3d(2)\n"
+                 "    def forward(s, x):\n"
+                 "        return s.pool(torch.relu(s.conv(x)))\n", "<made>", "exec"), scope)
+    why = recognize(scope["M"](), partial=True).rest_from
+    assert "at <made>:5: it is not one of the ops" in why, why
