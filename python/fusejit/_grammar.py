@@ -185,7 +185,8 @@ def _func_name(f) -> str:
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _FUSEJIT_DIR = os.path.dirname(os.path.abspath(__file__))  # (its own frames: fuse(), the trace)
-_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n([^\n]*)')
+# (a frame's source line is absent where there is no source: code made with exec, python -c)
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)(?:\n(?!\s*File ")([^\n]*))?')
 
 
 def _location(node) -> str:
@@ -203,9 +204,7 @@ def _location(node) -> str:
             return ""
         f = user[0] if inner_first else user[-1]
         code = f[3].strip()
-        if code.startswith('File "'):  # (no source text: the next frame's line)
-            return " at %s:%s" % (os.path.basename(f[0]), f[1])
-        return " at %s:%s: %s" % (os.path.basename(f[0]), f[1], code)
+        return " at %s:%s%s" % (os.path.basename(f[0]), f[1], ": " + code if code else "")
     except Exception:  # a message nicety only
         return ""
 
