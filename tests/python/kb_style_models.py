@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from random_nets import randomize
+
 B, CIN, COUT, S = 2, 3, 8, 8
 
 
@@ -1201,20 +1203,6 @@ RANDOM_IN_EVAL = {"X_FDropoutDefaultTraining"}
 # Models whose original forward fails on CUDA as written (a plain CPU tensor attribute, which
 # .cuda() does not move): the drop-in runs the original, which raises its own error
 FAILS_ON_CUDA = {"X_PlainTensorAttr"}
-
-
-def randomize(model, seed):
-    """Random weights (never zeros; 1-D ones, norms' weights and biases, around 0.7) and running
-    statistics."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (0.7 if p.dim() == 1 else 0.0))
-        for m in model.modules():
-            if isinstance(m, (nn.BatchNorm3d, nn.InstanceNorm3d)) and m.track_running_stats:
-                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.3)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model
 
 
 def has_dropout(model) -> bool:
