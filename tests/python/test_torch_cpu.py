@@ -346,6 +346,17 @@ def _pretend_cuda(monkeypatch):
     monkeypatch.setattr(fj, "_shape_mismatch", lambda chain, named: None)  # no signature here
 
 
+def _pretend_training(monkeypatch):
+    """_pretend_cuda, and calls needing gradients too: the fused forward's autograd op and its
+    backward are PyTorch's evaluation of the chain."""
+    _pretend_cuda(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
+                                                                              params))
+    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
+    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
+                        fj._eager_backward(spec, x, params, grad, needs))
+
+
 class _Lambda(nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -1051,12 +1062,7 @@ def test_batch_norms_fold_in_eval_mode_and_run_as_pytorch_in_training(monkeypatc
     chain stops before the batch norm, which runs as PyTorch with the batch's statistics and
     updates its running ones exactly as the original does. strict=True raises for training-mode
     calls, and refuses norms that always use batch statistics or follow a nonlinearity."""
-    _pretend_cuda(monkeypatch)
-    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
-                                                                              params))
-    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
-    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
-                        fj._eager_backward(spec, x, params, grad, needs))
+    _pretend_training(monkeypatch)
     torch.manual_seed(0)
     model = randomized(_BatchNormed())
     _random_norm_stats(model)
@@ -1626,11 +1632,6 @@ def test_kernelbench_style_models_through_the_drop_in(monkeypatch, name, mode):
     """KernelBench-style models (kb_style_models.py) cut into chains and the rest as on the GPU,
     the chains run as PyTorch's evaluation of their spec (_pretend_cuda): kb_style_models.check
     on the CPU."""
-    _pretend_cuda(monkeypatch)
-    monkeypatch.setattr(fj, "_call_op", lambda spec, x, params: _chain.eager(fj._ops(spec), x,
-                                                                              params))
-    monkeypatch.setattr(fj, "_compiled_backward", lambda spec, device: object())
-    monkeypatch.setattr(fj, "_backward", lambda spec, x, params, grad, needs:
-                        fj._eager_backward(spec, x, params, grad, needs))
+    _pretend_training(monkeypatch)
     monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
     kb_style_models.check(fj, name, mode, "cpu")
