@@ -155,16 +155,26 @@ def _b_mean(b, where, layer, ctx):
 def _b_gn(b, where, layer, ctx):
     groups = _int(b["num_groups"], "num_groups", where, layer)
     eps = _positive(_number(b["eps"], "eps", where, layer), "eps", where, layer)
-    if b["weight"] is None and b["bias"] is None:  # weight 1, bias 0: norm_constants
-        return "group_norm", {"groups": groups, "eps": eps, "channels": None}, {}
+    params = _norm_params(b, "group_norm", where, layer, ctx)
+    attrs = {"groups": groups, "eps": eps}
+    if not params:  # weight 1, bias 0: norm_constants
+        attrs["channels"] = None
+    return "group_norm", attrs, params
+
+
+def _norm_params(b, what, where, layer, ctx) -> dict:
+    """{"weight", "bias"}: the model's Parameters a functional norm `what` was given (both
+    checked [C]), or {} where it was given neither; refused with only one."""
+    if b["weight"] is None and b["bias"] is None:
+        return {}
     if b["weight"] is None or b["bias"] is None:
-        _refuse(where, "group_norm with a %s but no %s; give both (the model's Parameters) or "
-                       "neither" % (("bias", "weight") if b["weight"] is None else
-                                    ("weight", "bias")), layer)
-    w = _param_from_node(b["weight"], "group_norm weight", ctx, where, layer)
-    bias = _param_from_node(b["bias"], "group_norm bias", ctx, where, layer)
+        _refuse(where, "%s with a %s but no %s; give both (the model's Parameters) or "
+                       "neither" % ((what,) + (("bias", "weight") if b["weight"] is None else
+                                              ("weight", "bias"))), layer)
+    w = _param_from_node(b["weight"], what + " weight", ctx, where, layer)
+    bias = _param_from_node(b["bias"], what + " bias", ctx, where, layer)
     _check_gn_params(w[0], bias[0], None, where, layer)
-    return "group_norm", {"groups": groups, "eps": eps}, {"weight": w, "bias": bias}
+    return {"weight": w, "bias": bias}
 
 
 def _b_in(b, where, layer, ctx):
@@ -176,17 +186,10 @@ def _b_in(b, where, layer, ctx):
                        "own statistics (running_mean=None, running_var=None)", layer)
     eps = _positive(_number(b["eps"], "eps", where, layer), "eps", where, layer)
     attrs = {"groups": None, "eps": eps, "channels": None, "instance": True}
-    if b["weight"] is None and b["bias"] is None:  # weight 1, bias 0: norm_constants
-        return "group_norm", attrs, {}
-    if b["weight"] is None or b["bias"] is None:
-        _refuse(where, "instance_norm with a %s but no %s; give both (the model's Parameters) or "
-                       "neither" % (("bias", "weight") if b["weight"] is None else
-                                    ("weight", "bias")), layer)
-    w = _param_from_node(b["weight"], "instance_norm weight", ctx, where, layer)
-    bias = _param_from_node(b["bias"], "instance_norm bias", ctx, where, layer)
-    _check_gn_params(w[0], bias[0], None, where, layer)
-    attrs["groups"] = attrs["channels"] = int(w[0].numel())
-    return "group_norm", attrs, {"weight": w, "bias": bias}
+    params = _norm_params(b, "instance_norm", where, layer, ctx)
+    if params:  # (without: weight 1, bias 0, norm_constants; the channels _assemble's)
+        attrs["groups"] = attrs["channels"] = int(params["weight"][0].numel())
+    return "group_norm", attrs, params
 
 
 def _check_gn_params(w, b, channels, where, layer):

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import seed_models
 from random_nets import randomize
 
 B, CIN, COUT, S = 2, 3, 8, 8
@@ -49,33 +50,11 @@ class Conv3d_Multiply_InstanceNorm_Clamp_Multiply_Max(nn.Module):
         return x
 
 
-class ConvTranspose3d_Swish_GroupNorm_HardSwish(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, groups, eps, bias=True):
-        super().__init__()
-        self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size, stride=stride,
-                                                 padding=padding, bias=bias)
-        self.group_norm = nn.GroupNorm(num_groups=groups, num_channels=out_channels, eps=eps)
-
-    def forward(self, x):
-        x = self.conv_transpose(x)
-        x = torch.sigmoid(x) * x  # Swish
-        x = self.group_norm(x)
-        x = torch.nn.functional.hardswish(x)
-        return x
+# (the seed models W1-W4 are seed_models.py's classes)
+ConvTranspose3d_Swish_GroupNorm_HardSwish = seed_models.ConvTranspose3dSwishGroupNormHardSwish
 
 
-class Conv3d_HardSwish_GroupNorm_Mean(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, num_groups=4, bias=True):
-        super().__init__()
-        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size, bias=bias)
-        self.group_norm = nn.GroupNorm(num_groups, out_channels)
-
-    def forward(self, x):
-        x = self.conv(x)
-        x = F.hardswish(x)
-        x = self.group_norm(x)
-        x = torch.mean(x, dim=[2, 3, 4])
-        return x
+Conv3d_HardSwish_GroupNorm_Mean = seed_models.Conv3dHardSwishGroupNormMean
 
 
 class Conv3d_LeakyReLU_Sum_Clamp_GELU(nn.Module):
@@ -283,17 +262,7 @@ class ConvTranspose3d_BatchNorm_AvgPool_AvgPool(nn.Module):
         return x
 
 
-class Conv3d_GroupNorm_Mean(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, num_groups):
-        super().__init__()
-        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size)
-        self.group_norm = nn.GroupNorm(num_groups, out_channels)
-
-    def forward(self, x):
-        x = self.conv(x)
-        x = self.group_norm(x)
-        x = x.mean(dim=[1, 2, 3, 4])
-        return x
+Conv3d_GroupNorm_Mean = seed_models.Conv3dGroupNormMean
 
 
 class Conv3d_Max_LogSumExp_ReLU(nn.Module):
@@ -450,18 +419,7 @@ class ConvTranspose3d_Softmax_Sigmoid(nn.Module):
         return x
 
 
-class ConvTranspose3d_ReLU_GroupNorm(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, groups, bias=False):
-        super().__init__()
-        self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size, bias=bias)
-        self.relu = nn.ReLU()
-        self.group_norm = nn.GroupNorm(num_groups=groups, num_channels=out_channels)
-
-    def forward(self, x):
-        x = self.conv_transpose(x)
-        x = self.relu(x)
-        x = self.group_norm(x)
-        return x
+ConvTranspose3d_ReLU_GroupNorm = seed_models.ConvTranspose3dReLUGroupNorm
 
 
 class ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply(nn.Module):

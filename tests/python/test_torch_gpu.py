@@ -47,9 +47,7 @@ def f64(model):
     return copy.deepcopy(model).double()
 
 
-def rel_err(a, b):
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).norm() / (b.norm() + 1e-300))
+rel_err = kb_style_models.rel_err  # relative L2 error of a against b
 
 
 def check_forward(model, x, rel=1e-5, atol=1e-5):
