@@ -33,6 +33,7 @@ def _s_elu(input, alpha=1.0, inplace=False): pass
 def _s_elu_(input, alpha=1.0): pass
 def _s_clamp(input, min=None, max=None): pass
 def _s_mean(input, dim=None, keepdim=False, *, dtype=None, axis=None): pass
+def _s_sum(input, dim=None, keepdim=False, *, dtype=None): pass
 def _s_gn(input, num_groups, weight=None, bias=None, eps=1e-5): pass
 def _s_gn_torch(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True): pass
 def _s_in(input, running_mean=None, running_var=None, weight=None, bias=None,
@@ -150,6 +151,17 @@ def _b_mean(b, where, layer, ctx):
     dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
     dims = [_int(d, "dim", where, layer) for d in dims]
     return "mean", {"dims": dims, "keepdim": b["keepdim"]}, {}
+
+
+def _b_sum(b, where, layer, ctx):
+    """A sum is the chain's mean times the count of the values it reduces (attrs["sum"]; the
+    drop-in multiplies the mean's result: Recognized.sum_axes)."""
+    if b["dim"] is None or (isinstance(b["dim"], (list, tuple)) and not b["dim"]):
+        _refuse(where, "sum over all dimensions; fusejit sums over [2,3,4] (giving [N,C]) or "
+                       "[1,2,3,4] (giving [N])", layer)
+    kind, attrs, params = _b_mean(b, where, layer, ctx)
+    attrs["sum"] = True
+    return kind, attrs, params
 
 
 def _b_gn(b, where, layer, ctx):
@@ -295,6 +307,7 @@ _FUNCTION_FORMS = [
     (["F.hardtanh_", "torch._C._nn.hardtanh_"], _s_hardtanh_, _b_hardtanh, True),
     (["F.relu6"], _s_unary_inplace, _b_relu6, "inplace"),
     (["torch.mean"], _s_mean, _b_mean, False),
+    (["torch.sum"], _s_sum, _b_sum, False),
     (["F.group_norm"], _s_gn, _b_gn, False),
     (["torch.group_norm"], _s_gn_torch, _b_gn, False),
     (["F.instance_norm"], _s_in, _b_in, False),
@@ -311,7 +324,7 @@ _METHOD_FORMS = {
     "tanh": (_s_unary, _b_plain("tanh"), False), "tanh_": (_s_unary, _b_plain("tanh"), True),
     "clamp": (_s_clamp, _b_clamp, False), "clip": (_s_clamp, _b_clamp, False),
     "clamp_": (_s_clamp, _b_clamp, True), "clip_": (_s_clamp, _b_clamp, True),
-    "mean": (_s_mean, _b_mean, False),
+    "mean": (_s_mean, _b_mean, False), "sum": (_s_sum, _b_sum, False),
     "neg": (_s_unary, _b_neg, False), "neg_": (_s_unary, _b_neg, True),
     "negative": (_s_unary, _b_neg, False), "negative_": (_s_unary, _b_neg, True),
     "contiguous": (_s_unary, _b_plain("skip"), False), "clone": (_s_unary, _b_plain("skip"), False),

@@ -23,7 +23,7 @@ GRAMMAR = ("the chain grammar accepts [conv3d|conv_transpose3d] -> elementwise o
            "* / + - by a constant, c - x, -x) "
            "-> at most one group_norm "
            "(or instance norm without running statistics), "
-           "with elementwise ops before and after it -> optional mean over [2,3,4] or [1,2,3,4]; "
+           "with elementwise ops before and after it -> optional mean (or sum) over [2,3,4] or [1,2,3,4]; "
            "right after the convolution or the group_norm, per-channel * / + - by a Parameter "
            "and batch norms in eval mode fold into it")
 

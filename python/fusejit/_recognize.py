@@ -37,7 +37,9 @@ What is recognized (torch.fx.symbolic_trace of the model, leaf modules are torch
   default) the chain's group_norm gets weight 1 and bias 0 (Recognized.norm_constants: tensors
   the drop-in makes, not model parameters).
 - last, optional: mean over dims {2,3,4} or {1,2,3,4} (negative dims, tuple, list or int,
-  consecutive means combined, keepdim either, dim= or axis=), as torch.mean or Tensor.mean; also
+  consecutive means combined, keepdim either, dim= or axis=), as torch.mean or Tensor.mean; a
+  sum over them (torch.sum, Tensor.sum, mixed with means too) as the mean times the count of the
+  summed values (Recognized.sum_axes, applied by the drop-in to the chain's output); also
   global average pooling, adaptive_avg_pool3d(x, 1) (module or function), which is a mean over
   [2,3,4] with keepdim=True ([N,C,1,1,1]), or [N,C] when flatten(1) follows it (nn.Flatten,
   torch.flatten, Tensor.flatten). The chain's mean gives [N,C] or [N]; Recognized.out_dims says
@@ -204,6 +206,10 @@ class Recognized:
     # None for a kept size-1 dimension (mean with keepdim=True: (0, 1, None, None, None)). None:
     # the chain's output is the model's.
     out_dims: Optional[Tuple[Optional[int], ...]] = None
+    # The axes of the chain's value before its mean (1 the channels, 2-4 the spatial ones) that
+    # the model sums rather than averages (torch.sum, Tensor.sum): the model's output is the
+    # chain's times their sizes (sum_count). Empty: no sum.
+    sum_axes: Tuple[int, ...] = ()
     # The group_norm is an nn.InstanceNorm3d: torch.autocast does not run it in float32 (as it does
     # group_norm), so under autocast it stays in the convolution's dtype.
     norm_is_instance: bool = False
@@ -224,6 +230,8 @@ class Recognized:
     # rest(module, x, x), and these chains are all there is to fuse.
     sub_chains: list = dataclasses.field(default_factory=list, repr=False, compare=False)
     _conv_weight: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # the convolution's k, stride, padding, dilation (and output_padding), for sum_count
+    _conv_geometry: Optional[dict] = dataclasses.field(default=None, repr=False)
     _transposed: bool = dataclasses.field(default=False, repr=False)
     # (groups, channels or None): the group_norm's, for checking an input's shape
     _gn: Optional[Tuple[int, Optional[int]]] = dataclasses.field(default=None, repr=False,
@@ -256,6 +264,26 @@ class Recognized:
                                   % (_shape_text(shape), "a multiple of %d" % groups
                                      if want is None else want, groups, channels))
         return "x:%s%s | %s" % (_dtype_text(dtype), _shape_text(shape), " | ".join(self.ops))
+
+    def sum_count(self, shape) -> int:
+        """For an input of `shape` (one spec() takes), the product of the sizes of the chain's
+        value before its mean along sum_axes: the factor from the chain's mean to the model's
+        sum (1 without sum_axes)."""
+        sizes = [int(s) for s in shape]
+        if self._conv_weight is not None:
+            w, g = self._conv_weight, self._conv_geometry
+            sizes[1] = int(w.shape[1] if self._transposed else w.shape[0])
+            for a in range(3):
+                k, s, p, d = (g[n][a] for n in ("k", "stride", "padding", "dilation"))
+                if self._transposed:
+                    sizes[2 + a] = ((sizes[2 + a] - 1) * s - 2 * p + d * (k - 1)
+                                    + g["output_padding"][a] + 1)
+                else:
+                    sizes[2 + a] = (sizes[2 + a] + 2 * p - d * (k - 1) - 1) // s + 1
+        count = 1
+        for a in self.sum_axes:
+            count *= sizes[a]
+        return count
 
 
 def _shape_text(shape) -> str:
@@ -745,12 +773,15 @@ def _fold_steps(c: _Op) -> list:
 
 
 def _combine_means(run: List[_Op]):
-    """(dims, out_dims) of consecutive means: one mean over the union of their original axes, and
-    where keepdim left size-1 axes, the chain output's view (the unreduced axes in order, None for
-    a kept one); Unsupported where the union is not [2,3,4] or [1,2,3,4] (fusejit's means)."""
+    """(dims, out_dims, summed) of consecutive means and sums: one mean over the union of their
+    original axes; where keepdim left size-1 axes, the chain output's view (the unreduced axes in
+    order, None for a kept one); the original axes a sum reduced (the mean's result times their
+    sizes is the model's). Unsupported where the union is not [2,3,4] or [1,2,3,4] (fusejit's
+    means)."""
     # `layout` follows the value's dimensions: each an original axis, reduced ones (kept by
     # keepdim) marked negative as ~axis.
     layout = [0, 1, 2, 3, 4]
+    summed = set()
     for m in run:
         rank = len(layout)
         picked = []
@@ -762,6 +793,8 @@ def _combine_means(run: List[_Op]):
         if len(set(picked)) != len(picked):
             _refuse(m.where, "dims %s repeat a dimension" % m.attrs["dims"], m.layer)
         keep = m.attrs.get("keepdim", False)
+        if m.attrs.get("sum"):  # (a kept size-1 axis summed again adds nothing)
+            summed.update(layout[j] for j in picked if layout[j] >= 0)
         layout = [(~a if a >= 0 else a) if j in picked else a for j, a in enumerate(layout)
                   if keep or j not in picked]
     dims = sorted(set(range(5)) - set(a for a in layout if a >= 0))
@@ -772,12 +805,13 @@ def _combine_means(run: List[_Op]):
     out_dims = None
     if len(layout) != len(kept):
         out_dims = tuple(kept.index(a) if a >= 0 else None for a in layout)
-    return dims, out_dims
+    return dims, out_dims, tuple(sorted(summed))
 
 
 def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
     ops: List[_Op] = []
     out_dims = None
+    sum_axes = ()
     i = 0
     dropouts = [op.layer or "" for op in found if op.kind == "dropout"]
     running_norms = [op.layer or "" for op in found if op.kind == "channel_norm"]
@@ -797,7 +831,7 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         while i < len(found) and found[i].kind == "mean":
             run.append(found[i])
             i += 1
-        dims, out_dims = _combine_means(run)
+        dims, out_dims, sum_axes = _combine_means(run)
         ops.append(_Op("mean", op.where, {"dims": dims}, layer=op.layer))
     ops, channel_ops = _fold_targets(ops)
     if not ops:
@@ -899,6 +933,10 @@ def _assemble(found: List[_Op], model: nn.Module) -> Recognized:
         sources=[op.where for op in ops], norm_constants=norm_constants, out_dims=out_dims,
         dropout_modules=dropouts, running_norms=running_norms,
         norm_is_instance=gn is not None and bool(gn.attrs.get("instance")),
+        sum_axes=sum_axes,
+        _conv_geometry=None if conv is None else {
+            n: tuple(conv.attrs[n]) for n in ("k", "stride", "padding", "dilation",
+                                              "output_padding") if n in conv.attrs},
         _conv_weight=None if conv is None else conv.params["weight"][0],
         _transposed=conv is not None and conv.kind == "conv_transpose3d",
         _gn=None if gn is None else (gn.attrs["groups"], gn_channels))

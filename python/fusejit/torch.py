@@ -573,6 +573,10 @@ class _State(object):
         self.training_fallback = None  # type: Optional[str]  # Recognized.training_fallback
         self.norm_constants = None  # Recognized.norm_constants: group_norm's weight 1, bias 0
         self.out_dims = None  # Recognized.out_dims: the model's view of the chain's output
+        # Recognized.sum_count where the model sums (Recognized.sum_axes), else None; its values
+        # by input shape in sum_counts
+        self.sum_count = None
+        self.sum_counts = {}  # type: Dict[torch.Size, int]
         self.dropout_modules = []  # Recognized.dropout_modules: fused only while all are in eval
         self.running_norms = []  # Recognized.running_norms: folded only while all are in eval
         self.mode_modules = []  # running_norms and dropout_modules: what training mode changes
@@ -616,6 +620,7 @@ class _State(object):
         self.training_fallback = r.training_fallback
         self.norm_constants = r.norm_constants
         self.out_dims = r.out_dims
+        self.sum_count = r.sum_count if r.sum_axes else None
         self.dropout_modules = r.dropout_modules
         self.running_norms = r.running_norms
         self.mode_modules = r.running_norms + r.dropout_modules  # (see training_state)
@@ -741,10 +746,16 @@ def _named_params(self, st: _State, x: torch.Tensor, dtype, raw=None
 
 
 def _model_output(module, st: _State, x: torch.Tensor, y: torch.Tensor):
-    """The chain's output y as the original forward returns it: viewed with the kept size-1
+    """The chain's output y as the original forward returns it: times the count of the values
+    summed where the model's mean is a sum (st.sum_count), viewed with the kept size-1
     dimensions of a mean with keepdim=True (st.out_dims), then, where the forward goes on past
     the chain, the rest of it run as the model's own code on `module` (st.rest), which may read
     the call's input x too."""
+    if st.sum_count is not None:
+        count = st.sum_counts.get(x.shape)
+        if count is None:
+            count = st.sum_counts[x.shape] = st.sum_count(x.shape)
+        y = y * count
     if st.out_dims is not None:
         y = y.view([1 if d is None else y.shape[d] for d in st.out_dims])
     if st.rest is None:

@@ -1073,6 +1073,28 @@ class X_SumDims234(nn.Module):
         return torch.sum(x, dim=[2, 3, 4])
 
 
+class X_SumConvTKept(nn.Module):
+    """a sum after a strided transposed convolution: the count is its output's D*H*W"""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(CIN, COUT, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).sum(dim=(-3, -2, -1), keepdim=True)
+
+
+class X_SumMixedWithMeans(nn.Module):
+    """means and sums mixed: the count is the summed axes' sizes only"""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(CIN, COUT, 3, stride=(1, 2, 1), padding=(2, 1, 0), dilation=(2, 1, 1))
+        self.gn = nn.GroupNorm(2, COUT)
+
+    def forward(self, x):
+        x = torch.tanh(self.gn(self.conv(x)))
+        return x.mean(dim=[3, 4]).sum(2).sum(1, keepdim=True)
+
+
 class X_ScaleThenBN(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1139,6 +1161,8 @@ EXTRA = {
     "X_RsubConst": (X_RsubConst, ()),
     "X_MinTensorAfterConv": (X_MinTensorAfterConv, ()),
     "X_SumDims234": (X_SumDims234, ()),
+    "X_SumConvTKept": (X_SumConvTKept, ()),
+    "X_SumMixedWithMeans": (X_SumMixedWithMeans, ()),
     "X_ScaleThenBN": (X_ScaleThenBN, ()),
     "X_DropoutModuleMidChain": (X_DropoutModuleMidChain, ()),
     "X_DoubleModel": (X_DoubleModel, ()),

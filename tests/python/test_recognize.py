@@ -94,6 +94,7 @@ def evaluate(r, x):
     """Runs Recognized `r` on float64 `x` with r.params; checks the parameter names and shapes
     against codegen/chain.cc's ChainParams rule on the way."""
     expected_names = set()
+    shape = tuple(x.shape)
     for i, text in enumerate(r.ops):
         name, a = parse_op(text)
         p = lambda role: param(r, "%d.%s" % (i, role), x.shape[1])  # noqa: E731
@@ -180,7 +181,12 @@ def evaluate(r, x):
             assert i == len(r.ops) - 1
             dims = [int(d) for d in a["dims"]]
             assert dims in ([2, 3, 4], [1, 2, 3, 4])
-            x = x.mean(dim=dims)
+            assert set(r.sum_axes) <= set(dims)
+            count = 1
+            for d in r.sum_axes:  # the model sums over these: the mean times their sizes
+                count *= x.shape[d]
+            assert r.sum_count(shape) == count, (r.sum_count(shape), count)
+            x = x.mean(dim=dims) * count
         else:
             raise AssertionError("unknown op %r" % text)
     assert set(r.params) | set(r.folds) == expected_names, (sorted(r.params), sorted(expected_names))
@@ -575,6 +581,23 @@ CASES = [
     ("global-avg-pool-torch.flatten",
      lambda: Fn(lambda s, x: torch.flatten(F.adaptive_avg_pool3d(x, output_size=1), start_dim=1)),
      (2, 4, 3, 3, 3), ["mean(dims=[2,3,4])"]),
+    ("sum-is-a-mean", lambda: Fn(lambda s, x: torch.sum(torch.relu(x), dim=[2, 3, 4])),
+     (2, 4, 3, 3, 3), ["relu", "mean(dims=[2,3,4])"]),
+    ("sum-method-kept-then-mean",
+     lambda: Fn(lambda s, x: x.sigmoid().sum((2, 3, 4), keepdim=True).mean(1)),
+     (2, 4, 3, 3, 3), ["sigmoid", "mean(dims=[1,2,3,4])"]),
+    ("sum-after-strided-conv-transpose",
+     lambda: Fn(lambda s, x: s.conv(x).sum([2, 3, 4], keepdim=True),
+                conv=nn.ConvTranspose3d(3, 4, (3, 2, 3), stride=(2, 1, 3), padding=(1, 0, 1),
+                                        output_padding=(1, 0, 2), dilation=(1, 2, 1))),
+     (2, 3, 3, 4, 3),
+     ["conv_transpose3d(out=4,k=[3,2,3],stride=[2,1,3],padding=[1,0,1],output_padding=[1,0,2],"
+      "dilation=[1,2,1])", "mean(dims=[2,3,4])"]),
+    ("sum-after-dilated-conv-over-channels-too",
+     lambda: Fn(lambda s, x: torch.sum(s.conv(x).mean(3), (1, 2, 3)),
+                conv=nn.Conv3d(3, 5, 3, stride=(2, 1, 2), padding=(2, 0, 1), dilation=(1, 2, 1))),
+     (2, 3, 7, 6, 5), ["conv3d(out=5,k=3,stride=[2,1,2],padding=[2,0,1],dilation=[1,2,1])",
+                       "mean(dims=[1,2,3,4])"]),
     ("keepdim", lambda: Fn(lambda s, x: torch.mean(torch.relu(x), dim=[2, 3, 4], keepdim=True)),
      (2, 4, 3, 3, 3), ["relu", "mean(dims=[2,3,4])"]),
     ("keepdim-all-but-batch", lambda: Fn(lambda s, x: x.sigmoid().mean([-1, 1, 2, 3], True)),
@@ -821,6 +844,8 @@ REFUSALS = [
      ["layer 'act'", "nn.ReLU", "mean must be the last op"]),
     ("mean-23", lambda: Fn(lambda s, x: x.mean(dim=[2, 3])), ["mean", "[2, 3]", "[2,3,4]"]),
     ("mean-all", lambda: Fn(lambda s, x: x.mean()), [".mean()", "over all dimensions"]),
+    ("sum-all", lambda: Fn(lambda s, x: torch.sum(x)), ["torch.sum", "sum over all dimensions"]),
+    ("sum-channels", lambda: Fn(lambda s, x: x.sum(1)), ["sum", "[1]", "[2,3,4]"]),
     ("mean-batch", lambda: Fn(lambda s, x: x.mean(dim=0)), ["mean", "[0]"]),
     ("torch.cat", lambda: Fn(lambda s, x: torch.cat([x, x], 1)), ["torch.cat"]),
     ("reshape", lambda: Fn(lambda s, x: s.conv(x).view(2, -1).mean(1), conv=conv()),
