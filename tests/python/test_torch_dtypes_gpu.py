@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import fusejit.torch as fj
+import kb_style_models
 from seed_models import SEEDS
 from test_recognize import RandomChain, eager_backward_refusal
 from test_torch_gpu import randomized, rel_err
@@ -95,6 +96,16 @@ def test_random_modules_in_low_precision(seed, dtype):
     grads = st.training_fallback is None and fj._backward_or_why(spec, 0)[0] is not None and \
         eager_backward_refusal(model, model.shape) is None
     check_dtype(model, model.shape, DTYPES[dtype], seed=seed, grads=grads)
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("name", ["X_SumDims234", "X_SumConvTKept", "X_SumMixedWithMeans"])
+def test_sums_in_low_precision(name, dtype):
+    """A sum is the chain's mean times the count, multiplied in the dtype: one rounding more
+    than PyTorch's sum, within the tolerance of check_dtype."""
+    cls, args = kb_style_models.MODELS[name]
+    shape = kb_style_models.inputs_for(name)[0]
+    check_dtype(randomized(cls(*args)).cuda(), shape, DTYPES[dtype])
 
 
 @pytest.mark.parametrize("wid", sorted(SEEDS))
