@@ -6,7 +6,8 @@ constants, x * c, x / c, x + c, x - c (rows S*), per-channel Parameters and new 
 K*), models that go on past the grammar, fused in part (rows P*: strict=False), batch norms (rows
 B*: folded in eval mode; in training mode the chain stops before them), several chains in one
 forward (rows M*: the later ones in the rest of forward), ops after a stop as a chain of their own,
-a factor folded with a batch norm, a mean over the channels (rows Q*) -- through `fusejit.torch.fuse(model,
+a factor folded with a batch norm, a mean over the channels (rows Q*), sums over the spatial
+dimensions (rows U*) -- through `fusejit.torch.fuse(model,
 policy="fused")` against the same model in PyTorch eager, same inputs, in one run on the GPU.
 Medians of CUDA-event timings with the L2 flushed (compare_pytorch.time_cuda); errors (relative
 L2) against the float64 model on the same values. f32 rows compare with strict-fp32 eager and
@@ -252,6 +253,18 @@ class ChannelMean(nn.Module):
         return torch.tanh(torch.mean(torch.relu(self.conv(x)), dim=1, keepdim=True))
 
 
+class NormSum(nn.Module):
+    """A sum over the spatial dimensions (session 37: the chain's mean times the count; before,
+    the sum ran after the chain as PyTorch)."""
+
+    def __init__(self, conv, c, groups, keepdim=False):
+        super().__init__()
+        self.conv, self.norm, self.keepdim = conv, nn.GroupNorm(groups, c), keepdim
+
+    def forward(self, x):
+        return torch.sum(F.mish(self.norm(self.conv(x))), dim=[2, 3, 4], keepdim=self.keepdim)
+
+
 def kept_mean(x):
     return x.mean(dim=[2, 3, 4], keepdim=True)
 
@@ -301,6 +314,10 @@ ROWS = {
     "Q1": (lambda: SumClampGelu(3, 16), (128, 3, 16, 32, 32)),
     "Q2": (lambda: ScaleBNPool(32, 16), (8, 32, 16, 16, 16)),
     "Q3": (lambda: ChannelMean(3, 16), (128, 3, 16, 32, 32)),
+    # session 37: sums fused as the chain's mean times the count
+    "U1": (lambda: NormSum(nn.Conv3d(16, 32, 3, padding=1), 32, 4), (16, 16, 32, 32, 32)),
+    "U2": (lambda: NormSum(nn.ConvTranspose3d(32, 16, 3, stride=2, padding=1, output_padding=1),
+                           16, 4, keepdim=True), (8, 32, 16, 16, 16)),
 }
 
 
