@@ -133,7 +133,9 @@ class Fold:
         """The chain parameter from the model's tensors (get(path) -> tensor), contiguous, in their
         dtype: computed in float32 for 16-bit ones and rounded once. Differentiable (torch ops), so
         gradients reach the model's parameters through it. `channels`: the group_norm's or
-        convolution's channel count (for the 1 or 0 that stands for a missing base)."""
+        convolution's channel count (for the 1 or 0 that stands for a missing base). RuntimeError
+        where a factor has another shape than at recognition (a Parameter replaced: [1,1,1,1,C]
+        broadcasts along W, not the channels)."""
         first = get(self.paths()[0])
         dtype, device = first.dtype, first.device
         work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -147,7 +149,12 @@ class Fold:
                 if op == "mul_by" or self.role == "shift":
                     t = t * eps if op == "mul_by" else t + eps
                 continue
-            s = get(path).to(work).reshape(-1)
+            s = get(path)
+            seen = self.factors.get(path)
+            if seen is not None and s.shape != seen.shape:  # replaced since recognition
+                raise RuntimeError("'%s' has shape %s where fusejit recognized it per channel "
+                                   "with shape %s" % (path, list(s.shape), list(seen.shape)))
+            s = s.to(work).reshape(-1)
             if op == "div_std":  # a batch norm's running variance: times 1 / sqrt(var + eps)
                 op, s = "mul", torch.rsqrt(s + eps)
             if self.axis is not None:  # along the weight's output channels
@@ -311,6 +318,10 @@ def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
     was) into ctx.constants."""
     tracer = _Tracer()
     before = set(model.__dict__)
+    # Every module's attributes before tracing: a forward that assigns to them (self.calls += 1,
+    # self.feat = x) has an effect the fused chain would not have (and tracing ran it once).
+    modules = list(model.named_modules())
+    attrs = [dict(m.__dict__) for _, m in modules]
     try:
         tracer.record_stack_traces = True
     except Exception:
@@ -320,15 +331,46 @@ def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
     except Exception as e:  # anything the user's forward raises under tracing
         for name in set(model.__dict__) - before:
             del model.__dict__[name]
+        _restore_attributes(modules, attrs)
         raise Unsupported("fusejit cannot fuse model %s: torch.fx could not trace its forward (%s: "
                           "%s); fusejit recognizes forwards that torch.fx.symbolic_trace can "
                           "trace; %s" % (_class_name(model), type(e).__name__, e, GRAMMAR),
                           reason="torch.fx could not trace the forward")
+    assigned = _restore_attributes(modules, attrs)
+    if assigned:
+        raise Unsupported("fusejit cannot fuse model %s: its forward assigns to %s, which the "
+                          "fused chain would not do; fusejit fuses forwards that only compute "
+                          "their output (keep such state outside forward, or return it)"
+                          % (_class_name(model), " and ".join(assigned[:3])),
+                          reason="forward assigns to module attributes")
     for name in set(model.__dict__) - before:
         value = model.__dict__.pop(name)
         if ctx is not None and torch.is_tensor(value):
             ctx.constants[name] = value
     return graph
+
+
+_ABSENT = object()
+
+
+def _restore_attributes(modules, attrs) -> List[str]:
+    """Puts back every module attribute tracing assigned, added or removed (`attrs`: each of
+    `modules`' __dict__ before), but torch.fx's constants on the root (_tensor_constant<i>, which
+    _trace takes off itself); returns them as "attribute 'calls' of the model", in order."""
+    assigned = []
+    for (name, m), was in zip(modules, attrs):
+        now = m.__dict__
+        for k in [k for k in now if k not in was] + list(was):
+            if m is modules[0][1] and k not in was and k.startswith("_tensor_constant"):
+                continue
+            if now.get(k, _ABSENT) is not was.get(k, _ABSENT):
+                assigned.append("attribute '%s' of %s" % (k, "submodule '%s'" % name if name
+                                                           else "the model"))
+                if k in was:
+                    now[k] = was[k]
+                else:
+                    del now[k]
+    return assigned
 
 
 def in_mode(model: nn.Module, training: bool, fn):

@@ -9,7 +9,8 @@ instead of running the old chain (the drop-in: torch._fused_forward).
 
 Watched, for every module in the model (the model itself included): each attribute in its
 __dict__ whose name does not start with "_" (PyTorch's own bookkeeping) and whose value is
-plain -- None, bool, int, float, str, or a list or tuple of those -- but `training` (mode
+plain -- None, bool, int, float, str, a list or tuple of those, or a dict of them
+(`self.cfg["slope"]`) -- but `training` (mode
 changes have states of their own); and the identity of each of its submodules. Tensors are not
 watched here: the drop-in reads them on every call.
 """
@@ -20,12 +21,14 @@ _PLAIN = (type(None), bool, int, float, str)
 
 def _is_plain(v) -> bool:
     return isinstance(v, _PLAIN) or (
-        isinstance(v, (list, tuple)) and len(v) <= 64 and all(isinstance(e, _PLAIN) for e in v))
+        isinstance(v, (list, tuple)) and len(v) <= 64 and all(isinstance(e, _PLAIN) for e in v)) or (
+        isinstance(v, dict) and len(v) <= 64 and all(
+            isinstance(k, _PLAIN) and isinstance(e, _PLAIN) for k, e in v.items()))
 
 
 def _kept(v):
-    """v as kept for comparison: a list copied (the live one may be changed in place)."""
-    return list(v) if isinstance(v, list) else v
+    """v as kept for comparison: a list or dict copied (the live one may be changed in place)."""
+    return list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
 
 
 class ModuleWatch(object):

@@ -83,6 +83,7 @@ How a call runs:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -663,6 +664,28 @@ class _State(object):
 _CONSTANTS = {}  # type: Dict[tuple, torch.Tensor]
 
 
+def _normal_tensors(keep: bool):
+    """A context making tensors that outlive the call normal ones where `keep` and the call runs
+    under torch.inference_mode (inference tensors cannot be saved for the backward of a later
+    call outside it: a kept constant or folded parameter would break training after one
+    inference-mode call, as Lightning's validation makes); without gradients either way."""
+    if keep and torch.is_inference_mode_enabled():
+        return _InferenceOff()
+    return contextlib.nullcontext()
+
+
+class _InferenceOff(object):
+    def __enter__(self):
+        self.modes = (torch.inference_mode(False), torch.no_grad())
+        for m in self.modes:
+            m.__enter__()
+
+    def __exit__(self, *exc):
+        for m in reversed(self.modes):
+            m.__exit__(*exc)
+        return False
+
+
 def _norm_constants(st: _State, x: torch.Tensor, dtype) -> List[torch.Tensor]:
     """[weight 1, bias 0] for the chain's group_norm where the model has no weight and bias
     (st.norm_constants; [] where it has them), of `dtype` on x's device: the last two chain
@@ -675,9 +698,13 @@ def _norm_constants(st: _State, x: torch.Tensor, dtype) -> List[torch.Tensor]:
         key = (value, channels, dtype, x.device)
         t = _CONSTANTS.get(key)
         if t is None:
-            t = torch.full((channels,), value, dtype=dtype, device=x.device)
-            if not _is_compiling() and not (x.is_cuda and
-                                             torch.cuda.is_current_stream_capturing()):
+            keep = not _is_compiling() and not (x.is_cuda and
+                                                torch.cuda.is_current_stream_capturing())
+            # (kept ones made outside inference mode: an inference tensor cannot be saved for
+            # a later call's backward)
+            with _normal_tensors(keep):
+                t = torch.full((channels,), value, dtype=dtype, device=x.device)
+            if keep:
                 _CONSTANTS[key] = t
         out.append(t)
     return out
@@ -704,26 +731,31 @@ def _folded_params(st: _State, raw: List[torch.Tensor], x: torch.Tensor, dtype
     torch ops (~0.25 ms of host time a call), so where no gradient can flow through them (grad
     mode off, or no factor requiring grad) the result is kept in st.fold_cache and served while
     the model's tensors are the same objects at the same versions (an in-place change, an
-    optimizer step or .copy_, bumps Tensor._version; the cache holds the tensors, so another
-    tensor cannot take one's place at its address). Not kept inside graph capture or tracing,
+    optimizer step or .copy_, bumps Tensor._version; `p.data = t` changes the data pointer; the
+    cache holds the tensors, so another tensor cannot take one's place at its address). An
+    in-place change through .data (`p.data.mul_(2)`) bumps no version and is not seen: PyTorch
+    documents .data as hidden from autograd's tracking; `with torch.no_grad(): p.mul_(2)` is. Not kept inside graph capture or tracing,
     nor where a factor can change without a version bump (Fold.cacheable: a batch norm's running
     statistics do, but its num_batches_tracked, among the tensors read, counts each update)."""
     cacheable = st.folds_cacheable and (not _is_grad_enabled() or
                                         not any(p.requires_grad for p in raw))
     if cacheable:
-        versions = [p._version for p in raw]
+        # (and their data pointers: `p.data = other` changes no version)
+        versions = [(p._version, p.data_ptr()) for p in raw]
         c = st.fold_cache
         if c is not None and c[3] == (dtype, x.device) and c[1] == versions and \
                 all(a is b for a, b in zip(c[0], raw)):
             return c[2]
+    keep = cacheable and not _is_compiling() and not (
+        x.is_cuda and torch.cuda.is_current_stream_capturing())
     by_path = dict(zip(st.raw_paths, raw))
     params = []
-    for name in st.chain_names:
-        f = st.folds.get(name)
-        params.append(by_path[st.direct_paths[name]] if f is None else
-                      f.value(by_path.__getitem__, f.channels or int(x.shape[1])))
-    if cacheable and not _is_compiling() and not (x.is_cuda and
-                                                  torch.cuda.is_current_stream_capturing()):
+    with _normal_tensors(keep):
+        for name in st.chain_names:
+            f = st.folds.get(name)
+            params.append(by_path[st.direct_paths[name]] if f is None else
+                          f.value(by_path.__getitem__, f.channels or int(x.shape[1])))
+    if keep:
         st.fold_cache = (list(raw), versions, params, (dtype, x.device))
     return params
 

@@ -1202,9 +1202,11 @@ def test_folded_parameters_are_kept_while_the_model_tensors_are_unchanged(monkey
     model.gain = nn.Parameter(torch.tensor(0.8))
     assert call() == 3 * first  # a new Parameter
     assert call() == 3 * first
+    model.scale.data = model.scale.detach() * 2  # no version bump; a new data pointer
+    assert call() == 4 * first
     for shape in next(shapes), next(shapes):
         fast(torch.randn(*shape, requires_grad=True)).sum().backward()
-    assert len(computed) == 5 * first  # gradients: computed each call
+    assert len(computed) == 6 * first  # gradients: computed each call
     assert model.scale.grad is not None
 
 
@@ -1658,3 +1660,120 @@ def test_kernelbench_style_models_through_the_drop_in(monkeypatch, name, mode):
     _pretend_exact(monkeypatch)
     monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
     kb_style_models.check(fj, name, mode, "cpu")
+
+
+def _pretend_with_the_autograd_function(monkeypatch):
+    """_pretend_exact, but calls needing gradients through the drop-in's own autograd.Function
+    (_ChainFunction, as on the GPU: it saves its inputs for the backward)."""
+    real = fj._call_op
+    _pretend_exact(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", real)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)
+    monkeypatch.setattr(fj, "_CONSTANTS", {})
+
+
+@pytest.mark.parametrize("case", ["norm constants", "folded batch norm"])
+def test_a_call_under_inference_mode_leaves_training_working(monkeypatch, case):
+    """What the drop-in keeps between calls (group_norm's weight 1 and bias 0, process-wide;
+    folded parameters) is made of normal tensors even under torch.inference_mode (Lightning
+    validates under it before training): a later call's backward saves them."""
+    _pretend_with_the_autograd_function(monkeypatch)
+    torch.manual_seed(0)
+    if case == "norm constants":
+        model = nn.Sequential(nn.Conv3d(3, 8, 3), nn.InstanceNorm3d(8), nn.Tanh())
+    else:
+        model = nn.Sequential(nn.Conv3d(3, 8, 3), nn.BatchNorm3d(8)).eval().requires_grad_(False)
+    randomized(model)
+    fast = fj.fuse(copy.deepcopy(model), policy="fused")
+    x = torch.randn(2, 3, 6, 6, 6)
+    with torch.inference_mode():
+        assert torch.allclose(fast.eval()(x), model.eval()(x), atol=1e-5)
+    if case == "norm constants":
+        fast.train(), model.train()
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    for m, xi in zip((fast, model), xs):
+        (m(xi) * torch.linspace(-1, 1, 4 ** 3 * 16).reshape(2, 8, 4, 4, 4)).sum().backward()
+    assert torch.allclose(xs[0].grad, xs[1].grad, atol=1e-5)
+
+
+def test_a_forward_assigning_to_its_module_runs_the_original(monkeypatch):
+    """A forward that assigns to module attributes (a call counter, a feature kept for a loss)
+    has effects the fused chain would not have: the original runs, with the reason; tracing
+    leaves the attributes as they were."""
+    _pretend_exact(monkeypatch)
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, 8, 3)
+            self.calls, self.feat = 0, None
+
+        def forward(self, x):
+            self.calls += 1
+            x = self.conv(x)
+            self.feat = x
+            return torch.relu(x)
+
+    model = Counting()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = fj.fuse(model, policy="fused")
+        assert model.calls == 0 and model.feat is None  # (tracing ran forward once)
+        y = fast(torch.randn(2, 3, 6, 6, 6))
+    assert fast.calls == 1 and torch.equal(fast.feat.relu(), y)
+    msg = fast.__dict__["_fusejit"].unsupported
+    assert "assigns to attribute 'calls' of the model and attribute 'feat'" in msg, msg
+    assert any("assigns to" in str(w.message) for w in caught)
+    with pytest.raises(fj.Unsupported, match="assigns to"):
+        fj.fuse(Counting(), strict=True)
+
+
+def test_a_folded_factor_replaced_by_another_shape_runs_the_original(monkeypatch):
+    """A per-channel factor replaced by a tensor of the same size but another shape ([1,1,1,1,C]
+    broadcasts along W): the fold would apply it per channel; the original runs instead."""
+    _pretend_exact(monkeypatch)
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, 8, 3)
+            self.scale = nn.Parameter(torch.rand(8, 1, 1, 1) + 0.5)
+
+        def forward(self, x):
+            return torch.tanh(self.conv(x) * self.scale)
+
+    fast = fj.fuse(Scaled().eval(), policy="fused")
+    x = torch.randn(2, 3, 10, 10, 10)  # W = 8 = C
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast(x)
+        fast.scale = nn.Parameter(torch.rand(1, 1, 1, 1, 8) + 0.5)
+        got, want = fast(x), Scaled.forward(fast, x)
+    assert torch.equal(got, want)
+    assert any("has shape [1, 1, 1, 1, 8]" in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+
+
+def test_a_changed_dict_attribute_recognizes_forward_again(monkeypatch):
+    """Numbers read from a dict attribute (self.cfg["scale"]) are baked into the chain like
+    plain attributes: a change recognizes forward again."""
+    _pretend_exact(monkeypatch)
+
+    class Configured(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, 8, 3)
+            self.cfg = {"slope": 0.2, "scale": 2.0}
+
+        def forward(self, x):
+            return F.leaky_relu(self.conv(x), self.cfg["slope"]) * self.cfg["scale"]
+
+    fast = fj.fuse(Configured().eval(), policy="fused")
+    x = torch.randn(2, 3, 6, 6, 6)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast(x)
+        fast.cfg["scale"] = -1.0
+        got, want = fast(x), Configured.forward(fast, x)
+    assert torch.allclose(got, want, atol=1e-6)
+    assert "mul(by=-1)" in fast.__dict__["_fusejit"].tail
