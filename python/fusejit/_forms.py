@@ -32,6 +32,8 @@ def _s_softplus(input, beta=1.0, threshold=20.0): pass
 def _s_elu(input, alpha=1.0, inplace=False): pass
 def _s_elu_(input, alpha=1.0): pass
 def _s_clamp(input, min=None, max=None): pass
+def _s_clamp_min(input, min): pass
+def _s_clamp_max(input, max): pass
 def _s_mean(input, dim=None, keepdim=False, *, dtype=None, axis=None): pass
 def _s_sum(input, dim=None, keepdim=False, *, dtype=None): pass
 def _s_gn(input, num_groups, weight=None, bias=None, eps=1e-5): pass
@@ -125,6 +127,14 @@ def _b_elu(b, where, layer, ctx):
 
 def _b_clamp(b, where, layer, ctx):
     return _clamp_op(b["min"], b["max"], where, layer)
+
+
+def _b_clamp_min(b, where, layer, ctx):
+    return _clamp_op(b["min"], None, where, layer)
+
+
+def _b_clamp_max(b, where, layer, ctx):
+    return _clamp_op(None, b["max"], where, layer)
 
 
 def _clamp_op(lo, hi, where, layer):
@@ -303,6 +313,10 @@ _FUNCTION_FORMS = [
     (["torch.neg_", "torch.negative_"], _s_unary, _b_neg, True),
     (["torch.clamp", "torch.clip"], _s_clamp, _b_clamp, False),
     (["torch.clamp_", "torch.clip_"], _s_clamp, _b_clamp, True),
+    (["torch.clamp_min"], _s_clamp_min, _b_clamp_min, False),
+    (["torch.clamp_min_"], _s_clamp_min, _b_clamp_min, True),
+    (["torch.clamp_max"], _s_clamp_max, _b_clamp_max, False),
+    (["torch.clamp_max_"], _s_clamp_max, _b_clamp_max, True),
     (["F.hardtanh"], _s_hardtanh, _b_hardtanh, "inplace"),
     (["F.hardtanh_", "torch._C._nn.hardtanh_"], _s_hardtanh_, _b_hardtanh, True),
     (["F.relu6"], _s_unary_inplace, _b_relu6, "inplace"),
@@ -324,6 +338,8 @@ _METHOD_FORMS = {
     "tanh": (_s_unary, _b_plain("tanh"), False), "tanh_": (_s_unary, _b_plain("tanh"), True),
     "clamp": (_s_clamp, _b_clamp, False), "clip": (_s_clamp, _b_clamp, False),
     "clamp_": (_s_clamp, _b_clamp, True), "clip_": (_s_clamp, _b_clamp, True),
+    "clamp_min": (_s_clamp_min, _b_clamp_min, False), "clamp_min_": (_s_clamp_min, _b_clamp_min, True),
+    "clamp_max": (_s_clamp_max, _b_clamp_max, False), "clamp_max_": (_s_clamp_max, _b_clamp_max, True),
     "mean": (_s_mean, _b_mean, False), "sum": (_s_sum, _b_sum, False),
     "neg": (_s_unary, _b_neg, False), "neg_": (_s_unary, _b_neg, True),
     "negative": (_s_unary, _b_neg, False), "negative_": (_s_unary, _b_neg, True),

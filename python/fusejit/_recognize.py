@@ -82,6 +82,8 @@ assembles what it found (its folds, rest of forward and sub-chains).
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import operator
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -327,7 +329,9 @@ def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
     except Exception:
         pass
     try:
-        graph = tracer.trace(model)
+        defaults = _defaulted_arguments(model)
+        graph = tracer.trace(model, concrete_args=defaults or None)
+        _drop_specialized(graph, defaults)
     except Exception as e:  # anything the user's forward raises under tracing
         for name in set(model.__dict__) - before:
             del model.__dict__[name]
@@ -351,6 +355,43 @@ def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
 
 
 _ABSENT = object()
+
+
+def _defaulted_arguments(model: nn.Module) -> dict:
+    """forward's arguments after the first that have plain default values (None, bool, int,
+    float, str: `forward(self, x, scale=2.0)`), to trace with those values (calls giving them run
+    the original: the drop-in fuses calls with x alone); {} where forward has other arguments
+    (the trace then shows its inputs, and recognize refuses them)."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is p.empty or \
+                not isinstance(p.default, (type(None), bool, int, float, str)):
+            return {}
+        out[p.name] = p.default
+    return out
+
+
+def _drop_specialized(graph: torch.fx.Graph, defaults: dict) -> None:
+    """Takes the placeholders of the arguments traced with their defaults (torch.fx keeps them,
+    each with an assert that a call's value is the default) out of `graph`: the forward is then
+    one of x alone."""
+    if not defaults:
+        return
+    checks = (torch._assert, getattr(torch.fx._symbolic_trace, "_assert_is_none", None))
+    for n in [n for n in graph.nodes if n.op == "placeholder"][1:]:
+        for u in list(n.users):  # value == default -> assert, or assert_is_none(value)
+            for a in list(u.users):
+                if a.op == "call_function" and a.target in checks and not a.users:
+                    graph.erase_node(a)
+            if not u.users and u.op == "call_function" and (u.target is operator.eq or
+                                                             u.target in checks):
+                graph.erase_node(u)
+        if not n.users:
+            graph.erase_node(n)
 
 
 def _restore_attributes(modules, attrs) -> List[str]:

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kb_more_models
 import seed_models
 from random_nets import randomize
 
@@ -1168,10 +1169,15 @@ EXTRA = {
     "X_DoubleModel": (X_DoubleModel, ()),
 }
 MODELS.update(EXTRA)
+MODELS.update(kb_more_models.NEW_MODELS)
+MODELS.update(kb_more_models.MORE_MODELS)
 _kb_inputs_for = inputs_for  # (the KernelBench models' shapes)
 
 
 def inputs_for(name):
+    more = kb_more_models.new_inputs_for(name)
+    if more is not None:
+        return more
     if name == "X_ResidualInput":
         return [(B, COUT, S, S, S)]
     if name == "X_GroupedConvT":

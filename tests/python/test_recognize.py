@@ -287,6 +287,22 @@ class Fn(nn.Module):
         return self._fn(self, x)
 
 
+class WithDefaults(nn.Module):
+    """forward(self, x, scale=..., act=None, flag=True): traced with the defaults."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = conv()
+
+    def forward(self, x, scale=0.5, act=None, flag=True, name="y"):
+        x = self.conv(x) * scale
+        if act is not None:
+            x = act(x)
+        if flag and name == "y":
+            x = torch.clamp_min(x, -0.25).clamp_max(0.75)
+        return x
+
+
 def conv(cin=3, cout=8, k=3, **kw):
     return nn.Conv3d(cin, cout, k, **kw)
 
@@ -598,6 +614,10 @@ CASES = [
                 conv=nn.Conv3d(3, 5, 3, stride=(2, 1, 2), padding=(2, 0, 1), dilation=(1, 2, 1))),
      (2, 3, 7, 6, 5), ["conv3d(out=5,k=3,stride=[2,1,2],padding=[2,0,1],dilation=[1,2,1])",
                        "mean(dims=[1,2,3,4])"]),
+    ("forward-with-defaults", WithDefaults, (2, 3, 5, 5, 5),
+     ["conv3d(out=8,k=3)", "mul(by=0.5)", "clamp(min=-0.25)", "clamp(max=0.75)"]),
+    ("clamp_min-method-in-place", lambda: Fn(lambda s, x: torch.tanh(x).clamp_min_(0.1)),
+     (2, 4, 3, 3, 3), ["tanh", "clamp(min=0.1)"]),
     ("keepdim", lambda: Fn(lambda s, x: torch.mean(torch.relu(x), dim=[2, 3, 4], keepdim=True)),
      (2, 4, 3, 3, 3), ["relu", "mean(dims=[2,3,4])"]),
     ("keepdim-all-but-batch", lambda: Fn(lambda s, x: x.sigmoid().mean([-1, 1, 2, 3], True)),
@@ -844,6 +864,10 @@ REFUSALS = [
      ["layer 'act'", "nn.ReLU", "mean must be the last op"]),
     ("mean-23", lambda: Fn(lambda s, x: x.mean(dim=[2, 3])), ["mean", "[2, 3]", "[2,3,4]"]),
     ("mean-all", lambda: Fn(lambda s, x: x.mean()), [".mean()", "over all dimensions"]),
+    ("forward-without-default", lambda: type("TwoInputs", (nn.Module,), {
+        "forward": lambda self, x, y: x * y})(), ["takes 2 inputs"]),
+    ("forward-with-tensor-default", lambda: type("TensorDefault", (nn.Module,), {
+        "forward": lambda self, x, y=torch.ones(1): x * y})(), ["takes 2 inputs"]),
     ("sum-all", lambda: Fn(lambda s, x: torch.sum(x)), ["torch.sum", "sum over all dimensions"]),
     ("sum-channels", lambda: Fn(lambda s, x: x.sum(1)), ["sum", "[1]", "[2,3,4]"]),
     ("mean-batch", lambda: Fn(lambda s, x: x.mean(dim=0)), ["mean", "[0]"]),

@@ -377,6 +377,16 @@ def _pretend_exact(monkeypatch):
     monkeypatch.setattr(fj, "_backward", backward)
 
 
+def _pretend_with_the_autograd_function(monkeypatch):
+    """_pretend_exact, but calls needing gradients through the drop-in's own autograd.Function
+    (_ChainFunction, as on the GPU: it saves its inputs for the backward)."""
+    real = fj._call_op
+    _pretend_exact(monkeypatch)
+    monkeypatch.setattr(fj, "_call_op", real)
+    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)
+    monkeypatch.setattr(fj, "_CONSTANTS", {})
+
+
 class _Lambda(nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -1657,19 +1667,8 @@ def test_kernelbench_style_models_through_the_drop_in(monkeypatch, name, mode):
     kernels against fusejit's tolerance instead of the drop-in: on torch 2.11 a scale folded into
     a transposed convolution's weight got its gradient from the CPU's fp32 weight gradient, 10x
     less accurate than on torch 1.13 and than fusejit's kernels, which the GPU test checks.)"""
-    _pretend_exact(monkeypatch)
-    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)  # (its launch needs a GPU)
+    _pretend_with_the_autograd_function(monkeypatch)  # (the fast path's launch needs a GPU)
     kb_style_models.check(fj, name, mode, "cpu")
-
-
-def _pretend_with_the_autograd_function(monkeypatch):
-    """_pretend_exact, but calls needing gradients through the drop-in's own autograd.Function
-    (_ChainFunction, as on the GPU: it saves its inputs for the backward)."""
-    real = fj._call_op
-    _pretend_exact(monkeypatch)
-    monkeypatch.setattr(fj, "_call_op", real)
-    monkeypatch.setattr(fj, "_fast_call_ok", lambda *a, **k: False)
-    monkeypatch.setattr(fj, "_CONSTANTS", {})
 
 
 @pytest.mark.parametrize("case", ["norm constants", "folded batch norm"])
@@ -1777,3 +1776,33 @@ def test_a_changed_dict_attribute_recognizes_forward_again(monkeypatch):
         got, want = fast(x), Configured.forward(fast, x)
     assert torch.allclose(got, want, atol=1e-6)
     assert "mul(by=-1)" in fast.__dict__["_fusejit"].tail
+
+
+def test_a_forward_with_default_arguments_fuses_calls_that_leave_them(monkeypatch):
+    """forward(self, x, scale=2.0) is traced with its defaults: calls with x alone run fused,
+    calls giving the argument run the original (the chain has the default baked in)."""
+    _pretend_exact(monkeypatch)
+    ran = []
+    run = fj._run
+    monkeypatch.setattr(fj, "_run", lambda spec, x, params: ran.append(spec) or run(spec, x, params))
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, 8, 3)
+
+        def forward(self, x, scale=2.0, act=None):
+            x = self.conv(x) * scale
+            return x if act is None else act(x)
+
+    model = randomized(Scaled()).eval()
+    fast = fj.fuse(copy.deepcopy(model), policy="fused")
+    assert fast.__dict__["_fusejit"].unsupported is None
+    x = torch.randn(2, 3, 6, 6, 6)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.allclose(fast(x), model(x), rtol=1e-5, atol=1e-5) and len(ran) == 1
+        assert ran[0].endswith("conv3d(out=8,k=3) | mul(by=2)")
+        assert torch.allclose(fast(x, 3.0), model(x, 3.0), atol=1e-6)
+        assert torch.allclose(fast(x, act=torch.tanh), model(x, act=torch.tanh), atol=1e-6)
+    assert len(ran) == 1
