@@ -189,24 +189,32 @@ _FUSEJIT_DIR = os.path.dirname(os.path.abspath(__file__))  # (its own frames: fu
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)(?:\n(?!\s*File ")([^\n]*))?')
 
 
-def _location(node) -> str:
-    """' at file.py:12: x = x + y' from the node's recorded stack trace, where there is one."""
+def _user_frame(node) -> Optional[Tuple[str, str, str]]:
+    """(file, line, code) of the model's own source line that made `node`, from its recorded
+    stack trace; None where there is none."""
     try:
         st = getattr(node, "stack_trace", None) or ""
         frames = _FRAME_RE.findall(st)
         if not frames:
-            return ""
+            return None
         inner_first = any(f[0].startswith(_TORCH_DIR) and "symbolic_trace" in f[0] for f in frames)
         user = [f for f in frames
                 if not os.path.abspath(f[0]).startswith(_TORCH_DIR) and f[2].strip() != "<module>"
                 and os.path.dirname(os.path.abspath(f[0])) != _FUSEJIT_DIR]
         if not user:
-            return ""
+            return None
         f = user[0] if inner_first else user[-1]
-        code = f[3].strip()
-        return " at %s:%s%s" % (os.path.basename(f[0]), f[1], ": " + code if code else "")
-    except Exception:  # a message nicety only
+        return f[0], f[1], f[3].strip()
+    except Exception:  # (messages and a source check only)
+        return None
+
+
+def _location(node) -> str:
+    """' at file.py:12: x = x + y' from the node's recorded stack trace, where there is one."""
+    f = _user_frame(node)
+    if f is None:
         return ""
+    return " at %s:%s%s" % (os.path.basename(f[0]), f[1], ": " + f[2] if f[2] else "")
 
 
 def _describe(node, ctx: _Ctx) -> Tuple[str, str]:

@@ -81,6 +81,7 @@ assembles what it found (its folds, rest of forward and sub-chains).
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import operator
@@ -92,7 +93,7 @@ import torch.nn as nn
 
 from ._forms import _IN_PLACE_OPERATORS, _Tracer, _classify, _match_step, _module_op
 from ._grammar import (GRAMMAR, Unsupported, _Ctx, _Op, _check_hooks, _class_name, _describe,
-                       _is_node, _refuse, format_number)
+                       _is_node, _refuse, _user_frame, format_number)
 
 __all__ = ["Unsupported", "Recognized", "recognize", "format_number", "GRAMMAR"]
 
@@ -356,6 +357,40 @@ def _trace(model: nn.Module, ctx: Optional[_Ctx] = None) -> torch.fx.Graph:
 
 _ABSENT = object()
 
+# What torch.fx makes of `y += c` (its proxies have no in-place operators): the out-of-place op
+_AUGMENTED = {operator.add: ast.Add, operator.sub: ast.Sub, operator.mul: ast.Mult,
+              operator.truediv: ast.Div}
+
+
+def _check_augmented_assignments(model: nn.Module, nodes, order) -> None:
+    """Refuses a forward whose augmented assignment on a tensor (`y += c`, in place in PyTorch)
+    torch.fx traced out of place (`y + c`) where that differs: the old value is read later (an
+    alias, `feat = y; y += 1`), or it is the input or a model tensor (the original changes the
+    caller's). Found by the source line of each such node (its recorded stack trace)."""
+    for n in nodes:
+        if n.op != "call_function" or n.target not in _AUGMENTED or not n.args or \
+                not _is_node(n.args[0]):
+            continue
+        old = n.args[0]
+        later = [u for u in old.users if u is not n and order[u] > order[n]]
+        if not later and old.op not in ("placeholder", "get_attr"):
+            continue
+        frame = _user_frame(n)
+        try:
+            tree = ast.parse(frame[2]) if frame else None
+        except SyntaxError:
+            tree = None
+        if tree is None or not any(isinstance(a, ast.AugAssign) and
+                                   isinstance(a.op, _AUGMENTED[n.target]) for a in ast.walk(tree)):
+            continue
+        what = ("the forward's input" if old.op == "placeholder" else "a model tensor"
+                if old.op == "get_attr" else "a value that is read again after it (an alias)")
+        raise Unsupported("fusejit cannot fuse model %s: the augmented assignment of %s changes "
+                          "%s in place, which torch.fx traces as a new value; write it out of "
+                          "place (y = y + c) to fuse it; %s"
+                          % (_class_name(model), _describe(n, _Ctx(model))[0], what, GRAMMAR),
+                          reason="an in-place augmented assignment torch.fx does not trace")
+
 
 def _defaulted_arguments(model: nn.Module) -> dict:
     """forward's arguments after the first that have plain default values (None, bool, int,
@@ -469,6 +504,7 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
     graph = _trace(model, ctx)
     nodes = list(graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
+    _check_augmented_assignments(model, nodes, order)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     outputs = [n for n in nodes if n.op == "output"]
     if len(placeholders) != 1:

@@ -287,6 +287,40 @@ class Fn(nn.Module):
         return self._fn(self, x)
 
 
+class AugmentedAlias(nn.Module):
+    """y += c where y's old value is also returned: in place in PyTorch, not in the trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = conv()
+
+    def forward(self, x):
+        y = self.conv(x)
+        feat = y
+        y += 1.0
+        return torch.relu(y), feat
+
+
+class AugmentedInput(nn.Module):
+    def forward(self, x):
+        x *= 2.0  # changes the caller's tensor
+        return torch.relu(x)
+
+
+class AugmentedPlain(nn.Module):
+    """y += c on a value read nowhere else: the trace's y + c is the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = conv()
+
+    def forward(self, x):
+        y = self.conv(x)
+        y += 1.0
+        y *= 0.5
+        return torch.tanh(y)
+
+
 class WithDefaults(nn.Module):
     """forward(self, x, scale=..., act=None, flag=True): traced with the defaults."""
 
@@ -614,6 +648,8 @@ CASES = [
                 conv=nn.Conv3d(3, 5, 3, stride=(2, 1, 2), padding=(2, 0, 1), dilation=(1, 2, 1))),
      (2, 3, 7, 6, 5), ["conv3d(out=5,k=3,stride=[2,1,2],padding=[2,0,1],dilation=[1,2,1])",
                        "mean(dims=[1,2,3,4])"]),
+    ("augmented-assignment-without-alias", AugmentedPlain, (2, 3, 5, 5, 5),
+     ["conv3d(out=8,k=3)", "add(by=1)", "mul(by=0.5)", "tanh"]),
     ("forward-with-defaults", WithDefaults, (2, 3, 5, 5, 5),
      ["conv3d(out=8,k=3)", "mul(by=0.5)", "clamp(min=-0.25)", "clamp(max=0.75)"]),
     ("clamp_min-method-in-place", lambda: Fn(lambda s, x: torch.tanh(x).clamp_min_(0.1)),
@@ -864,6 +900,9 @@ REFUSALS = [
      ["layer 'act'", "nn.ReLU", "mean must be the last op"]),
     ("mean-23", lambda: Fn(lambda s, x: x.mean(dim=[2, 3])), ["mean", "[2, 3]", "[2,3,4]"]),
     ("mean-all", lambda: Fn(lambda s, x: x.mean()), [".mean()", "over all dimensions"]),
+    ("augmented-assignment-on-an-alias", AugmentedAlias,
+     ["y += 1.0", "changes a value that is read again after it (an alias)", "y = y + c"]),
+    ("augmented-assignment-on-the-input", AugmentedInput, ["x *= 2.0", "the forward's input"]),
     ("forward-without-default", lambda: type("TwoInputs", (nn.Module,), {
         "forward": lambda self, x, y: x * y})(), ["takes 2 inputs"]),
     ("forward-with-tensor-default", lambda: type("TensorDefault", (nn.Module,), {
