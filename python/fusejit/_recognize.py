@@ -680,7 +680,9 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
     or ops _worth_a_chain (their value's rank is known only at run time: the drop-in runs a
     chain whose value is not 5-D as its own code) -- and grown as far as the grammar goes, its
     nodes disjoint from the others'. A candidate that changes its start value
-    in place, or that _assemble refuses, is left to PyTorch."""
+    in place, whose start value the rest changes in place after it (the fused chain saves it
+    for its backward, where PyTorch's ops may save their outputs instead), or that _assemble
+    refuses, is left to PyTorch."""
     taken = set(consumed)
     subs = []
     for n in nodes:
@@ -699,6 +701,9 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
                 continue
             r = _assemble(g.found, model)
             mine = sorted(trial - taken, key=order.get)
+            if any(_in_place(u, model) and u.args and u.args[0] is v and
+                   order[u] > order[mine[-1]] for u in v.users if u not in trial):
+                continue  # (the fused chain saves its input for the backward: changed after)
             forward = _chain_code(model, mine, v, g.end)
         except Unsupported:
             continue

@@ -1806,3 +1806,31 @@ def test_a_forward_with_default_arguments_fuses_calls_that_leave_them(monkeypatc
         assert torch.allclose(fast(x, 3.0), model(x, 3.0), atol=1e-6)
         assert torch.allclose(fast(x, act=torch.tanh), model(x, act=torch.tanh), atol=1e-6)
     assert len(ran) == 1
+
+
+def test_a_chain_in_the_rest_whose_input_is_changed_after_it_is_left_to_pytorch(monkeypatch):
+    """A chain of its own in the rest (tanh | mul) saves its input for the backward; the rest
+    then changes that input in place (PyTorch's tanh saved its output instead): the ops stay
+    PyTorch's, and the backward runs as the original's."""
+    _pretend_with_the_autograd_function(monkeypatch)
+
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            z = F.max_pool3d(self.conv(x), 2)
+            w = torch.tanh(z) * 2.0
+            z.add_(1.0)
+            return w + z
+
+    torch.manual_seed(0)
+    model = Pooled()
+    fast = fj.fuse(copy.deepcopy(model), policy="fused")
+    assert not fast.__dict__["_fusejit"].sub_states
+    xs = [torch.randn(2, 3, 8, 8, 8).requires_grad_(True) for _ in range(2)]
+    xs[1].data.copy_(xs[0].data)
+    for m, x in zip((fast, model), xs):
+        m(x).sum().backward()
+    assert torch.allclose(xs[0].grad, xs[1].grad, rtol=1e-5, atol=1e-5)
