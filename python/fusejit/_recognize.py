@@ -91,7 +91,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from ._forms import _IN_PLACE_OPERATORS, _Tracer, _classify, _match_step, _module_op
+from ._forms import _IN_PLACE_OPERATORS, _Tracer, _match_step, _module_op
 from ._grammar import (GRAMMAR, Unsupported, _Ctx, _Op, _check_hooks, _class_name, _describe,
                        _is_node, _refuse, _user_frame, format_number)
 
@@ -691,9 +691,10 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
             continue
         v = n.args[0]
         try:
-            op = _classify(n, v, ctx)
-            if op is None:
+            step = _match_step(v, n, ctx)  # (any op of the grammar, x * 3 too)
+            if step is None:
                 continue
+            op = step.op
             trial = set(taken)
             g = _grow(v, trial, order, output, ctx, shared_start=True, first_node=n)
             if not g.found or g.start_mutated or (

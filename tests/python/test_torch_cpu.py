@@ -1576,7 +1576,8 @@ def test_a_changed_attribute_or_submodule_recognizes_forward_again(monkeypatch, 
 
 class _BiasThenActs(nn.Module):
     """A per-channel bias after the nonlinearity (the chain stops there), a group_norm chain
-    after it, and two ops on the Linear head's 2-D output."""
+    after it (starting with a multiply by a number), and two ops on the Linear head's 2-D
+    output."""
 
     def __init__(self):
         super().__init__()
@@ -1587,7 +1588,7 @@ class _BiasThenActs(nn.Module):
 
     def forward(self, x):
         x = torch.relu(self.conv(x)) + self.bias
-        x = torch.sigmoid(F.gelu(self.gn(x))).mean([2, 3, 4])
+        x = torch.sigmoid(F.gelu(self.gn(x * 0.5))).mean([2, 3, 4])
         return torch.tanh(torch.relu(self.fc(x)))
 
 
@@ -1609,7 +1610,8 @@ def test_ops_after_a_stop_run_as_a_chain_of_their_own(monkeypatch, mode):
     st = fast.__dict__["_fusejit"]
     assert st.tail == " | conv3d(out=8,k=3,padding=1) | relu", st.tail
     assert [s.tail for s in st.sub_states] == [
-        " | group_norm(groups=2,eps=1e-5) | gelu | sigmoid | mean(dims=[2,3,4])", " | relu | tanh"]
+        " | mul(by=0.5) | group_norm(groups=2,eps=1e-5) | gelu | sigmoid | mean(dims=[2,3,4])",
+        " | relu | tanh"]
     x = torch.randn(2, 3, 5, 6, 7)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (no fallback warns: the 2-D chain runs its own code)
