@@ -462,6 +462,20 @@ def in_mode(model: nn.Module, training: bool, fn):
             m.training = was
 
 
+def traced_code(model: nn.Module):
+    """(eval-mode, training-mode) Python code of forward's trace, None for a mode where it cannot
+    be traced (and for a bare torch.nn module: no trace). Equal codes: the same forward."""
+    if _Tracer().is_leaf_module(model, ""):
+        return None, None
+
+    def code():
+        try:
+            return _trace(model).python_code("self").src
+        except Unsupported:
+            return None
+    return in_mode(model, False, code), in_mode(model, True, code)
+
+
 def forward_reads_training(model: nn.Module) -> bool:
     """Whether forward's traced code differs between training and eval mode: code torch.fx runs
     while tracing reads self.training (F.dropout(x, p, self.training), `if self.training:`), so
@@ -469,15 +483,8 @@ def forward_reads_training(model: nn.Module) -> bool:
     nn.BatchNorm3d) read their mode when they run, so they do not count. True where forward can
     be traced in one mode only; False where it cannot be traced in either (recognize says
     why)."""
-    if _Tracer().is_leaf_module(model, ""):
-        return False
-
-    def code():
-        try:
-            return _trace(model).python_code("self").src
-        except Unsupported:
-            return None
-    return in_mode(model, False, code) != in_mode(model, True, code)
+    codes = traced_code(model)
+    return codes[0] != codes[1]
 
 
 def recognize(model: nn.Module, partial: bool = False, training_mode: bool = False) -> Recognized:

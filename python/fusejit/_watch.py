@@ -34,12 +34,17 @@ def _kept(v):
 class ModuleWatch(object):
     """The plain attributes and submodules of a model's modules at one moment (see above)."""
 
-    def __init__(self, model):
+    def __init__(self, model, ignore=frozenset()):
+        """`ignore`: (module name, attribute) pairs not watched (a change of theirs was seen
+        not to change the traced forward: a step counter forward does not read)."""
+        self.ignore = frozenset(ignore)
+        self.last = None  # (module name, attribute) of the change changed() found last
         self._entries = []
         for name, m in model.named_modules():
             d = m.__dict__
             keys = tuple(k for k, v in d.items()
-                         if not k.startswith("_") and k != "training" and _is_plain(v))
+                         if not k.startswith("_") and k != "training" and _is_plain(v) and
+                         (name, k) not in self.ignore)
             mods = m._modules
             self._entries.append((name, d, keys, tuple(_kept(d[k]) for k in keys), mods,
                                   tuple(mods.items())))
@@ -47,6 +52,7 @@ class ModuleWatch(object):
     def changed(self) -> Optional[str]:
         """None while every watched attribute and submodule is as it was; else what changed
         first, e.g. "attribute 'scaling_factor' of the model (2.0, now 3.0)"."""
+        self.last = None
         for name, d, keys, values, mods, items in self._entries:
             if tuple(map(d.get, keys)) == values and tuple(mods.items()) == items:
                 continue
@@ -54,6 +60,7 @@ class ModuleWatch(object):
             for k, v in zip(keys, values):
                 now = d.get(k)
                 if now != v and not (now is v):
+                    self.last = (name, k)
                     return "attribute '%s' of %s (%r, now %r)" % (k, where, v, now)
             for (k, m), (k2, m2) in zip(items, mods.items()):
                 if k != k2 or m is not m2:

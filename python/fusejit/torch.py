@@ -955,25 +955,56 @@ def _decide(self, st: _State, spec: str, x, params, needs=None, backward=None, r
             # norm's update of its running statistics does not bump their _version.)
             saved = [(b, b.clone()) for b in self.buffers()]
             try:
-                if mask is None:
-                    entry, disagreement = _measure_inference(self, st, spec, x, params)
-                elif st.folds or st.rest is not None:  # gradients of the model's own tensors
-                    entry, disagreement = _measure_training_autograd(self, st, spec, x, raw)
-                else:
-                    entry, disagreement = _measure_training(self, st, spec, x, params, needs,
-                                                            backward)
+                # (and the random number generators as they were: the timed forwards draw the
+                # masks of dropout in the rest many times; the call itself draws them once)
+                # (and under saved-tensor hooks of their own: the caller's, torch.utils.checkpoint's,
+                # would pack the timed graphs' tensors as the call's)
+                with torch.random.fork_rng(devices=[x.device.index] if x.is_cuda else []), \
+                        torch.autograd.graph.saved_tensors_hooks(_same, _same):
+                    entry, disagreement = _measure(self, st, spec, x, params, mask, needs,
+                                                   backward, raw)
             finally:
                 with torch.no_grad():
                     for b, value in saved:
                         if not torch.equal(b, value):
                             b.copy_(value)
-            store.put(material, entry["decision"], entry)
+            if not (disagreement and st.rest is not None):
+                # (a disagreement through the rest of forward is this model's, not the spec's)
+                store.put(material, entry["decision"], entry)
             if disagreement:
                 warnings.warn("fusejit: %s; running the original" % disagreement, FusejitWarning)
         decision = entry["decision"]
         st.decided[key] = decision
         st.last_decision = dict(entry, spec=spec)
         return decision
+
+
+def _same(t):
+    return t
+
+
+def _measure(self, st: _State, spec: str, x, params, mask, needs, backward, raw):
+    if mask is None:
+        return _measure_inference(self, st, spec, x, params)
+    if st.folds or st.rest is not None:  # gradients of the model's own tensors
+        return _measure_training_autograd(self, st, spec, x, raw)
+    return _measure_training(self, st, spec, x, params, needs, backward)
+
+
+class _Draws(object):
+    """The random number generators' state (CPU and x's CUDA device) at construction, to put
+    back before each of the two runs a measurement compares: both draw the same dropout masks
+    in the rest of forward."""
+
+    def __init__(self, x):
+        self.device = x.device.index if x.is_cuda else None
+        self.cpu = torch.get_rng_state()
+        self.cuda = None if self.device is None else torch.cuda.get_rng_state(self.device)
+
+    def reset(self):
+        torch.set_rng_state(self.cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.cuda, self.device)
 
 
 def _max_diff(got: torch.Tensor, want: torch.Tensor):
@@ -1016,8 +1047,10 @@ def _measure_inference(self, st: _State, spec: str, x, params):
     """(decision entry, why the two disagree or None): the fused forward (and the rest of
     forward after the chain, where there is one) against the original's."""
     fused = lambda: _model_output(self, st, x, _run(spec, x, params))  # noqa: E731
+    draws = _Draws(x)
     with torch.no_grad():
         y_fused = fused()
+        draws.reset()
         y_eager = st.original_forward(self, x)
         fused_ms = _median_ms(fused, 5)
         eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
@@ -1115,9 +1148,11 @@ def _measure_training_autograd(self, st: _State, spec: str, x, raw: List[torch.T
         return _model_output(self, st, xs, y)
 
     eager = lambda: st.original_forward(self, xs)  # noqa: E731
+    draws = _Draws(x)
     gen.manual_seed(0)
     y_fused, g_fused = step(fused)
     gen.manual_seed(0)
+    draws.reset()
     # (the reference in strict fp32, as _measure_training's: TF32's error in a weight gradient
     # summed with cancellation can exceed any useful bound; timed below with the caller's)
     with _strict_fp32():
@@ -1210,7 +1245,16 @@ def _mode_state(self, st: _State) -> _State:
 
 def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
-    if st.watch is not None and not _is_compiling():
+    if _is_compiling():
+        return _forward_with(self, st, args, kwargs)
+    if torch.jit.is_tracing():  # (torch.jit.trace, ONNX export: the tracer sees only PyTorch's ops)
+        return st.original_forward(self, *args, **kwargs)
+    if args and isinstance(args[0], torch.Tensor) and type(args[0]) is not torch.Tensor and \
+            not isinstance(args[0], nn.Parameter):
+        return _fallback(self, st, "the input is a %s, a tensor subclass: the original forward "
+                         "keeps its type and its __torch_function__" % type(args[0]).__name__,
+                         args, kwargs)
+    if st.watch is not None:
         changed = st.watch.changed()
         if changed is not None:
             st = _recognize_again(self, st, changed)
@@ -1222,9 +1266,15 @@ def _recognize_again(self, st: _State, changed: str) -> _State:
     chain its forward was recognized as. Warns once per change described (a value set on every
     call recognizes every call: slow, and the warning says why)."""
     cls = type(self)._fusejit_original
-    _attach(self, cls.forward, st.strict, st.policy, recognize_as=cls)
+    _attach(self, cls.forward, st.strict, st.policy, recognize_as=cls, ignore=st.watch.ignore)
     new = self.__dict__["_fusejit"]
     new.warned = st.warned
+    if st.watch.last is not None and _signature(new) == _signature(st):
+        # forward traces as before: the attribute is not read by it (a step counter); no
+        # longer watched, so that setting it on every call costs nothing
+        new.watch = ModuleWatch(self, st.watch.ignore | {st.watch.last})
+        new.decided = st.decided
+        return new
     key = "recognized again: " + changed
     if key not in st.warned:
         st.warned.add(key)
@@ -1232,6 +1282,19 @@ def _recognize_again(self, st: _State, changed: str) -> _State:
                       "(the chain had its old value)" % (type(self).__name__, changed),
                       FusejitWarning, stacklevel=4)
     return new
+
+
+def _signature(st: Optional[_State]):
+    """What a state runs, to compare two recognitions of one model: the traced code of forward,
+    its chains (ops, folds, where they stop) and those of its training and sub-chain states."""
+    if st is None:
+        return None
+    folds = tuple((k, f.role, tuple(tuple(step) for step in f.steps), f.axis, f.channels)
+                  for k, f in sorted(st.folds.items()))
+    return (getattr(st, "traced", None), st.tail, st.unsupported, st.rest_from, st.out_dims,
+            st.norm_constants, folds, st.sum_count is not None,
+            tuple(_signature(s) for s in getattr(st, "sub_states", [])),
+            _signature(st.training_state))
 
 
 def _sub_chain_forward(st: _State, module: nn.Module, y):
@@ -1270,7 +1333,12 @@ def _forward_with(self, st: _State, args, kwargs):
         x = args[0]
         # `raw`: the model parameters read (the chain's, or those its folded ones come from); the
         # fast paths hold while they are the tensors the call was checked with.
-        raw = [g(self) for g in st.getters]
+        try:
+            raw = [g(self) for g in st.getters]
+        except (KeyError, AttributeError):  # a parameter removed or renamed (pruning, ...)
+            raw = None
+        if raw is None or any(p is None for p in raw):  # (or set to None)
+            return _parameters_changed(self, st, args, kwargs)
         if _is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in raw)):
             if not self.training:
                 return _checked_forward(self, st, args, kwargs)
@@ -1297,6 +1365,27 @@ def _forward_with(self, st: _State, args, kwargs):
                 ptrs.insert(0, x.data_ptr())
                 return _model_output(self, st, x, _launch(ready.chain, x, ptrs))
     return _checked_forward(self, st, args, kwargs)
+
+
+def _parameters_changed(self, st: _State, args, kwargs):
+    """A call after a parameter the chain reads was removed, renamed or set to None (pruning,
+    weight_norm applied, `conv.bias = None`): the model's forward recognized again where `st` is
+    its own state; a sub-chain's own code otherwise."""
+    top = self.__dict__.get("_fusejit")
+    if top is not None and st in (top, top.training_state):
+        missing = next((path for path, g in zip(st.raw_paths, st.getters)
+                        if _get_or_none(g, self) is None), "?")
+        return _forward_with(self, _recognize_again(
+            self, top, "parameter '%s' of the model (removed, renamed or set to None)" % missing),
+            args, kwargs)
+    return st.original_forward(self, *args, **kwargs)
+
+
+def _get_or_none(getter, module):
+    try:
+        return getter(module)
+    except (KeyError, AttributeError):
+        return None
 
 
 def _fast_call_ok(st, x, params, param_ptrs, ptrs=None) -> bool:
@@ -1469,7 +1558,8 @@ def _plain_copy(model: nn.Module, cls: type) -> nn.Module:
 
 
 def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
-            recognize_as=None) -> None:
+            recognize_as=None, ignore=frozenset()) -> None:
+    """Recognizes model's forward into its fusejit state (`ignore`: ModuleWatch's)."""
     subject = model
     if recognize_as is not None:  # trace the original class's forward, not the fused one
         subject = _plain_copy(model, recognize_as)
@@ -1477,13 +1567,15 @@ def _attach(model: nn.Module, original_forward, strict: bool, policy: str,
     # Each mode is traced in that mode: a forward whose traced code reads self.training
     # (F.dropout(x, p, self.training)) has a graph per mode (st.mode_traced: the training state
     # serves calls of the module in training mode).
-    differs = rec.forward_reads_training(subject)
+    codes = rec.traced_code(subject)
+    differs = codes[0] != codes[1]
     st = rec.in_mode(subject, False, lambda: _State(subject, original_forward, strict, policy))
     if (st.mode_modules and not strict) or differs:
         st.training_state = rec.in_mode(subject, True, lambda: _State(
             subject, original_forward, strict, policy, training_mode=not strict))
         st.mode_traced = differs
-    st.watch = ModuleWatch(model)
+    st.watch = ModuleWatch(model, ignore)
+    st.traced = codes
     model.__dict__["_fusejit"] = st
 
 
@@ -1497,6 +1589,12 @@ def _reduce_fused(self, protocol):
     strict, policy = (st.strict, st.policy) if st is not None else (False, "auto")
     made_by = "fused" if type(self).__dict__.get("_fusejit_made_by_fused") else "fuse"
     return (_refuse, (_plain_copy(self, original), strict, policy, made_by))
+
+
+def _scriptable(self):
+    """What torch.jit.script compiles for a fused module: the original class's module, sharing
+    its parameters, buffers and submodules (TorchScript runs PyTorch's ops, not fusejit's)."""
+    return _plain_copy(self, type(self)._fusejit_original)
 
 
 def _refuse(plain: nn.Module, strict: bool, policy: str, made_by: str) -> nn.Module:
@@ -1523,6 +1621,7 @@ def _fused_class(cls: type) -> type:
             "__qualname__": getattr(cls, "__qualname__", cls.__name__),
             "__doc__": cls.__doc__,
             "__reduce_ex__": _reduce_fused,
+            "__prepare_scriptable__": _scriptable,
             "_fusejit_original": cls,
         })
         _fused_classes[cls] = sub
@@ -1551,6 +1650,7 @@ def fused(cls: type, *, strict: bool = False, policy: str = "auto") -> type:
     arguments give the same class (so an unpickled instance is an instance of it)."""
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError("fused() takes an nn.Module subclass, not %r" % (cls,))
+    cls = getattr(cls, "_fusejit_original", cls)  # (fused(fused(M)) is fused(M))
     if policy not in POLICIES:
         raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
     key = (cls, bool(strict), policy)
@@ -1578,6 +1678,7 @@ def _make_fused(cls: type, strict: bool, policy: str) -> type:
         "__qualname__": getattr(cls, "__qualname__", cls.__name__),
         "__doc__": cls.__doc__,
         "__reduce_ex__": _reduce_fused,
+        "__prepare_scriptable__": _scriptable,
         "_fusejit_original": cls,
         "_fusejit_made_by_fused": True,
     })

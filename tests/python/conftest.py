@@ -8,3 +8,5 @@ for _path in (os.path.join(_HERE, "..", "..", "python"), _HERE):
     _path = os.path.normpath(_path)
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+from gpu_pretend import gpu, gpu_nosaved  # noqa: E402,F401  (the usage tests' fixtures)
