@@ -91,7 +91,9 @@ import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.fx
 import torch.nn as nn
+import torch.utils.checkpoint
 from torch.autograd.function import once_differentiable
 
 from . import _chain, _lib, _policy
@@ -777,6 +779,10 @@ def _named_params(self, st: _State, x: torch.Tensor, dtype, raw=None
     return list(zip(_chain_names(st), _chain_params(st, [p for _, p in raw], x, dtype)))
 
 
+# torch.utils.checkpoint's way to end a recomputation early (non-reentrant): not a failure
+_CHECKPOINT_STOP = getattr(torch.utils.checkpoint, "_StopRecomputationError", ())
+
+
 def _model_output(module, st: _State, x: torch.Tensor, y: torch.Tensor):
     """The chain's output y as the original forward returns it: times the count of the values
     summed where the model's mean is a sum (st.sum_count), viewed with the kept size-1
@@ -803,7 +809,7 @@ def _model_output(module, st: _State, x: torch.Tensor, y: torch.Tensor):
         st.rest_ran = True
         return y
     except Exception as e:
-        if _is_compiling():
+        if _is_compiling() or isinstance(e, _CHECKPOINT_STOP):
             raise
         with torch.no_grad():
             for b, value in saved or []:
@@ -1247,7 +1253,8 @@ def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
     if _is_compiling():
         return _forward_with(self, st, args, kwargs)
-    if torch.jit.is_tracing():  # (torch.jit.trace, ONNX export: the tracer sees only PyTorch's ops)
+    if torch.jit.is_tracing() or any(isinstance(a, torch.fx.Proxy) for a in args):
+        # (torch.jit.trace, ONNX export, torch.fx.symbolic_trace: tracers see PyTorch's ops only)
         return st.original_forward(self, *args, **kwargs)
     if args and isinstance(args[0], torch.Tensor) and type(args[0]) is not torch.Tensor and \
             not isinstance(args[0], nn.Parameter):
