@@ -1250,6 +1250,9 @@ def _mode_state(self, st: _State) -> _State:
 
 
 def _fused_forward(self, *args, **kwargs):
+    if isinstance(args, torch.fx.Proxy):  # (torch.fx traces forward(*args) with args a Proxy)
+        raise TypeError("torch.fx cannot trace the forward of fused module %s (its arguments are "
+                        "*args): trace the original model instead" % type(self).__name__)
     st = self.__dict__["_fusejit"]
     if _is_compiling():
         return _forward_with(self, st, args, kwargs)

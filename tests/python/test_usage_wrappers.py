@@ -349,7 +349,11 @@ def test_fx_trace_of_fused(gpu, cls):
     orig, fast = pair(cls)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        gm = torch.fx.symbolic_trace(fast)
+        try:
+            gm = torch.fx.symbolic_trace(fast)
+        except TypeError as e:  # (torch 2.x: forward(*args) traces args as one Proxy)
+            assert "trace the original model instead" in str(e), e
+            pytest.xfail("clear error: %s" % str(e)[:100])
     print(cls.__name__, fusejit_warnings(caught))
     with torch.no_grad():
         close(gm.eval()(x_of()), orig.eval()(x_of()))
