@@ -863,10 +863,16 @@ def _why_not(x, params) -> Optional[str]:
     """Why fusejit cannot run this call (None when it can)."""
     if not x.is_cuda:
         return "the input is on %s, not a CUDA device" % x.device
+    return _why_not_layout(x, params)
+
+
+def _why_not_layout(x, params) -> Optional[str]:
+    """_why_not but for the device: the rank, dtypes, layouts and alignments of x and params."""
     if x.dim() != 5:
         return "the input has %d dimensions; fusejit takes 5-D NCDHW input" % x.dim()
     if x.dtype not in _DTYPES:
-        return "the input dtype %s is not one fusejit has (float32, bfloat16, float16)" % x.dtype
+        return "the input dtype %s is not one fusejit has (%s)" % (
+            x.dtype, ", ".join(str(d).replace("torch.", "") for d in _DTYPES))
     if not x.is_contiguous():
         return "the input is not contiguous (fusejit would have to copy it)"
     if x.data_ptr() % 16:
