@@ -1717,6 +1717,10 @@ def explain(model: nn.Module, x: torch.Tensor) -> str:
     if st.chainless:
         text = "no chain at the start of forward\n"
     else:
+        reason = _why_not_layout(x, []) if isinstance(x, torch.Tensor) else \
+            "the input is a %s, not a tensor" % type(x).__name__
+        if reason is not None:  # (a call with this input runs the original)
+            return "not fused for this input: " + reason
         try:
             spec = _spec(st, x)
             text = _compiled_chain(spec, x.device.index if x.is_cuda else 0).explain()

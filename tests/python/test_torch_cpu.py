@@ -1836,3 +1836,14 @@ def test_a_chain_in_the_rest_whose_input_is_changed_after_it_is_left_to_pytorch(
     for m, x in zip((fast, model), xs):
         m(x).sum().backward()
     assert torch.allclose(xs[0].grad, xs[1].grad, rtol=1e-5, atol=1e-5)
+
+
+def test_explain_says_when_an_input_runs_the_original():
+    """explain() for an input the call would not fuse (an integer dtype, a non-contiguous view)
+    says so and why, instead of showing a plan or a KeyError."""
+    fast = fj.fuse(nn.Sequential(nn.Conv3d(3, 8, 3), nn.ReLU()))
+    text = fj.explain(fast, torch.zeros(2, 3, 5, 5, 5, dtype=torch.long))
+    assert text.startswith("not fused for this input") and "torch.int64" in text, text
+    assert "float64" in text
+    text = fj.explain(fast, torch.zeros(2, 3, 5, 5, 5).transpose(2, 4))
+    assert "not contiguous" in text, text
