@@ -17,6 +17,16 @@ import torch.utils.checkpoint as cp
 
 import fusejit.torch as fj
 from gpu_pretend import fusejit_warnings
+from usage_models import ConvDrop
+
+
+class ConvRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
 
 
 def conv_relu_gn():
@@ -29,17 +39,6 @@ X = torch.randn(2, 3, 8, 8, 8, generator=torch.Generator().manual_seed(1))
 
 # 1. policy="auto" (the default) times a training call whose rest has dropout by running the
 # model's forward many times and comparing outputs that drew different masks.
-class ConvDrop(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv3d(3, 8, 3)
-        self.drop = nn.Dropout(0.2)
-        self.gn = nn.GroupNorm(2, 8)
-
-    def forward(self, x):
-        return self.gn(self.drop(torch.relu(self.conv(x))))
-
-
 def test_dropout_training_auto_policy_same_seed_same_output(gpu):
     """Original: from the same seed, the same masks and outputs. Drop-in: the first call's
     measurement draws ~14 extra masks (global RNG), so its output and every later one differ;
@@ -155,14 +154,7 @@ def test_checkpoint_non_reentrant_first_call(gpu):
 def test_fused_of_a_fused_class(gpu):
     """Drop-in: RecursionError on the first call (fused(type(fj.fuse(m))) alike); fuse() of a
     fused module handles it (_fusejit_original)."""
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv3d(3, 8, 3)
-
-        def forward(self, x):
-            return torch.relu(self.conv(x))
-    m = fj.fused(fj.fused(M))().eval()
+    m = fj.fused(fj.fused(ConvRelu))().eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.no_grad():
@@ -174,15 +166,8 @@ def test_jit_script(gpu):
     """Drop-in: torch.jit.frontend.NotSupportedError: Compiled functions can't take variable
     number of arguments (forward is _fused_forward(*args, **kwargs)); nn.Module's
     __prepare_scriptable__ could hand TorchScript the original module."""
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv3d(3, 8, 3)
-
-        def forward(self, x):
-            return torch.relu(self.conv(x))
     torch.manual_seed(0)
-    orig = M().eval()
+    orig = ConvRelu().eval()
     torch.jit.script(orig)
     s = torch.jit.script(fj.fuse(copy.deepcopy(orig)))
     with torch.no_grad():
