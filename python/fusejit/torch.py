@@ -1262,7 +1262,7 @@ def _fused_forward(self, *args, **kwargs):
     st = self.__dict__["_fusejit"]
     if _is_compiling():
         return _forward_with(self, st, args, kwargs)
-    if torch.jit.is_tracing() or any(isinstance(a, torch.fx.Proxy) for a in args):
+    if torch.jit.is_tracing() or (args and isinstance(args[0], torch.fx.Proxy)):
         # (torch.jit.trace, ONNX export, torch.fx.symbolic_trace: tracers see PyTorch's ops only)
         return st.original_forward(self, *args, **kwargs)
     if args and isinstance(args[0], torch.Tensor) and type(args[0]) is not torch.Tensor and \
