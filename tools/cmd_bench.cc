@@ -191,14 +191,9 @@ int BenchCommand(const std::vector<std::string>& args, std::ostream& out, std::o
       *target = *n;
     }
   }
-  CompileOptions options;
-  absl::StatusOr<std::string> strategy_flag = StrategyFromFlags(*parsed);
-  if (!strategy_flag.ok()) return UsageError(err, spec, strategy_flag.status().message());
-  options.strategy = *strategy_flag;
-  options.tune_config = parsed->Get("config").value_or("");
-  absl::StatusOr<Precision> precision_flag = PrecisionFromFlags(*parsed);
-  if (!precision_flag.ok()) return UsageError(err, spec, precision_flag.status().message());
-  options.precision = *precision_flag;
+  absl::StatusOr<CompileOptions> flag_options = CompileOptionsFromFlags(*parsed);
+  if (!flag_options.ok()) return UsageError(err, spec, flag_options.status().message());
+  CompileOptions options = *flag_options;
   const std::string precision = parsed->Get("precision").value_or("fp32");  // for the report
   absl::StatusOr<TensorFiles> files = ParseTensorFlags(*parsed, *chain);
   if (!files.ok()) return UsageError(err, spec, files.status().message());

@@ -50,17 +50,12 @@ int ExplainCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<Chain> chain = ParseChain(parsed->positional[0]);
   if (!chain.ok()) return UsageError(err, spec, chain.status().message());
 
-  CompileOptions options;
   absl::StatusOr<std::string> arch_flag = ArchFromFlags(*parsed);
   if (!arch_flag.ok()) return UsageError(err, spec, arch_flag.status().message());
   const std::string arch = *arch_flag;
-  absl::StatusOr<std::string> strategy = StrategyFromFlags(*parsed);
-  if (!strategy.ok()) return UsageError(err, spec, strategy.status().message());
-  options.strategy = *strategy;
-  options.tune_config = parsed->Get("config").value_or("");
-  absl::StatusOr<Precision> precision = PrecisionFromFlags(*parsed);
-  if (!precision.ok()) return UsageError(err, spec, precision.status().message());
-  options.precision = *precision;
+  absl::StatusOr<CompileOptions> flag_options = CompileOptionsFromFlags(*parsed);
+  if (!flag_options.ok()) return UsageError(err, spec, flag_options.status().message());
+  CompileOptions options = *flag_options;
   if (absl::Status s = CheckPlannable(*chain, arch, options.strategy); !s.ok()) {
     return UsageError(err, spec, s.message());
   }

@@ -151,6 +151,18 @@ absl::StatusOr<Precision> PrecisionFromFlags(const ParsedArgs& parsed) {
       absl::StrCat("--precision ", precision, ": expected fp32 or tf32"));
 }
 
+absl::StatusOr<CompileOptions> CompileOptionsFromFlags(const ParsedArgs& parsed) {
+  CompileOptions options;
+  absl::StatusOr<std::string> strategy = StrategyFromFlags(parsed);
+  if (!strategy.ok()) return strategy.status();
+  options.strategy = *strategy;
+  options.tune_config = parsed.Get("config").value_or("");
+  absl::StatusOr<Precision> precision = PrecisionFromFlags(parsed);
+  if (!precision.ok()) return precision.status();
+  options.precision = *precision;
+  return options;
+}
+
 absl::Status CheckPlannable(const Chain& chain, const std::string& arch,
                             const std::string& strategy) {
   if (absl::Status s = runtime::CheckDTypeCompiles(chain.dtype); !s.ok()) return s;

@@ -65,6 +65,9 @@ absl::StatusOr<std::string> StrategyFromFlags(const ParsedArgs& parsed);
 // The value of --precision: kFp32 when absent (TF32 is opt-in); an error naming the value and the
 // choices otherwise.
 absl::StatusOr<Precision> PrecisionFromFlags(const ParsedArgs& parsed);
+// The options --strategy, --config and --precision give (the three above; a flag the command's
+// spec lacks counts as absent). Errors are usage errors, naming the flag.
+absl::StatusOr<CompileOptions> CompileOptionsFromFlags(const ParsedArgs& parsed);
 
 // OK when the chain can be planned: its dtype has plans and, when both are given, `strategy`
 // applies to it on `arch`. Errors are input errors (exit 2), so a command refuses what it cannot
