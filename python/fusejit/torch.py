@@ -553,6 +553,14 @@ def _decision_key(spec: str, device: int) -> dict:
 
 # ---- the fused module --------------------------------------------------------------------------
 
+def _check_options(strict, policy) -> None:
+    """fuse()'s and fused()'s options: ValueError / TypeError naming the one that is wrong."""
+    if policy not in POLICIES:
+        raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
+    if not isinstance(strict, bool):
+        raise TypeError("strict=%r: write True or False" % (strict,))
+
+
 class _State(object):
     """What a fused module keeps besides its (shared) parameters."""
 
@@ -560,8 +568,7 @@ class _State(object):
                  training_mode: bool = False, recognized=None):
         """The state of `model` (recognized here), or with `recognized` given, of that chain (a
         sub-chain of a partially fused forward: original_forward(module, y) is its own code)."""
-        if policy not in POLICIES:
-            raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
+        _check_options(strict, policy)
         self.original_forward = original_forward
         self.strict = strict
         self.policy = policy
@@ -1650,7 +1657,11 @@ def fuse(model: nn.Module, *, strict: bool = False, policy: str = "auto") -> nn.
     original); `model` itself is left unchanged. strict=True raises Unsupported at once for a
     module outside the grammar (naming the layer and what the grammar accepts)."""
     if not isinstance(model, nn.Module):
+        if isinstance(model, type) and issubclass(model, nn.Module):
+            raise TypeError("fuse() takes a model (fuse(%s(...))); for the class write "
+                            "fused(%s)" % (model.__name__, model.__name__))
         raise TypeError("fuse() takes an nn.Module, not %s" % type(model).__name__)
+    _check_options(strict, policy)
     cls = getattr(type(model), "_fusejit_original", type(model))
     new = _plain_copy(model, _fused_class(cls))
     _attach(new, cls.forward, strict, policy, recognize_as=cls)
@@ -1665,10 +1676,12 @@ def fused(cls: type, *, strict: bool = False, policy: str = "auto") -> type:
     `ModelNew = fusejit.torch.fused(Model)` is the drop-in replacement of `Model`. The same
     arguments give the same class (so an unpickled instance is an instance of it)."""
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise TypeError("fused() takes an nn.Module subclass, not %r" % (cls,))
+        if isinstance(cls, nn.Module):
+            raise TypeError("fused() takes a class (ModelNew = fused(%s)); for an instance "
+                            "write fuse(model)" % type(cls).__name__)
+        raise TypeError("fused() takes an nn.Module subclass, not %s" % type(cls).__name__)
     cls = getattr(cls, "_fusejit_original", cls)  # (fused(fused(M)) is fused(M))
-    if policy not in POLICIES:
-        raise ValueError("policy=%r: write one of %s" % (policy, ", ".join(POLICIES)))
+    _check_options(strict, policy)
     key = (cls, bool(strict), policy)
     made = _fused_factories.get(key)
     if made is None:
