@@ -95,9 +95,10 @@ def run_view(m, layout, grad, seed=0):
 def test_non_contiguous_inputs(gpu, cls, layout, grad):
     orig, fast = pair(cls)
     mode = "train" if grad else "eval"
-    orig_m, fast_m = getattr(orig, mode)(), getattr(fast, mode)()
+    getattr(orig, mode)()
+    getattr(fast, mode)()
     shape, view = LAYOUTS[layout]
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         # first a contiguous call (fast paths armed), then the layout twice, then contiguous
         for i in range(4):
@@ -115,9 +116,9 @@ def test_non_contiguous_inputs(gpu, cls, layout, grad):
 
 @pytest.mark.parametrize("cls", MODELS)
 def test_channels_last_model(gpu, cls):
+    """the model converted to channels_last_3d (weights non-contiguous in NCDHW terms)."""
     if cls is ConvScale:
         pytest.skip("a 4-D parameter: PyTorch refuses .to(channels_last_3d) (probe artifact)")
-    """the model converted to channels_last_3d (weights non-contiguous in NCDHW terms)."""
     orig, fast = pair(cls)
     orig = orig.to(memory_format=torch.channels_last_3d)
     fast = fast.to(memory_format=torch.channels_last_3d)
