@@ -523,7 +523,9 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
     output = outputs[0]
     consumed = {placeholders[0], output}
     g = _grow(placeholders[0], consumed, order, output, ctx, partial)
-    found, cur, stop, x_mutated = g.found, g.end, g.stop, g.start_mutated
+    # (the rest may not read an input the chain changed in place: eager reads the changed one)
+    found, cur, stop = g.found, g.end, g.stop
+    x_mutated = g.start_mutated or g.start_written
     if g.returns_more:
         stop = Unsupported("fusejit cannot fuse model %s: forward returns %r, not the chain's "
                            "single tensor; %s"
@@ -559,6 +561,16 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
                                                for n in sub.recognized.dropout_modules])
         r = _assemble(found, model)
         subs = _sub_chains(model, nodes, consumed, order, output, ctx)
+        if x_mutated and any(n not in consumed for n in placeholders[0].users):
+            # (the rest reads the input after the chain changed it in place: say so, not
+            # where the chain stops, which is not why the model cannot be fused)
+            writer = next(op for op in found if op.mutates_input)
+            stop = Unsupported("fusejit cannot fuse model %s: %s changes the input in place and "
+                               "the rest of forward reads the input after it (eager reads the "
+                               "changed values; the fused chain leaves the input unchanged); %s"
+                               % (_class_name(model), writer.where, GRAMMAR), writer.layer,
+                               reason="the chain changes the input in place, which the rest "
+                                      "of forward reads")
         r.rest, r.rest_from = _rest_of_forward(model, nodes, cur, consumed, ctx, stop,
                                                None if x_mutated else placeholders[0], subs)
         r.sub_chains = [sub for _, _, _, sub in subs]
@@ -579,6 +591,10 @@ class _Growth:
     stop: Optional[Unsupported]  # why it ends there (None: it reaches the output)
     start_mutated: bool    # an in-place op of the chain changed its start value
     returns_more: bool = False  # it reaches the output, which returns more than its value
+    # an in-place op of the chain wrote the start value's storage, its result discarded or not
+    # (`y = self.act(x)` with inplace=True: y is x, changed): eager's later readers of the start
+    # value see the change, the fused chain's do not
+    start_written: bool = False
 
 
 def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
@@ -590,9 +606,12 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
     residual). first_node: the node to take first (else start's first user in graph order)."""
     cur = start
     found: List[_Op] = []
-    steps = []  # per op of `found`: (the value before it, its nodes, mutated_start before it)
+    steps = []  # per op of `found`: (the value before it, its nodes, mutated_start and written
+    #              before it)
     prev_where = "the input"
     mutated_start = False
+    aliased = True  # cur is the start value's storage (in-place ops so far)
+    written = False  # an in-place op wrote it
     while True:
         users = sorted((u for u in cur.users if u not in consumed or u is output), key=order.get)
         if not users:
@@ -602,7 +621,8 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
         if first is output:
             more = len(users) > 1 or tuple(output.args) != (cur,) or bool(output.kwargs)
             return _without_unfusable_means(
-                _Growth(found, cur, None, mutated_start, returns_more=more), steps, consumed)
+                _Growth(found, cur, None, mutated_start, returns_more=more, start_written=written),
+                steps, consumed)
         try:
             step = _match_step(cur, first, ctx)
             if step is None:
@@ -622,9 +642,14 @@ def _grow(start, consumed: set, order, output, ctx: _Ctx, shared_start: bool,
                                "a straight chain where each value feeds only the next op"
                             % (prev_where, a), layer)
         except Unsupported as e:
-            return _without_unfusable_means(_Growth(found, cur, e, mutated_start), steps,
-                                            consumed)
-        steps.append((cur, step.nodes, mutated_start))
+            return _without_unfusable_means(
+                _Growth(found, cur, e, mutated_start, start_written=written), steps, consumed)
+        steps.append((cur, step.nodes, mutated_start, written))
+        if aliased and step.op.mutates_input:
+            written = True
+        # (the skipped ops, x.contiguous(), an eval-mode dropout, nn.Identity, return their
+        # input itself: still the start's storage; x.clone() too, counted so to be safe)
+        aliased = aliased and (step.op.mutates_input or step.op.kind in ("skip", "dropout"))
         consumed.update(step.nodes)
         if mutated:  # the chain goes on with the mutated value
             mutated_start = mutated_start or cur is start
@@ -645,10 +670,10 @@ def _without_unfusable_means(g: _Growth, steps, consumed: set) -> _Growth:
         _combine_means([op for op in g.found[first:] if op.kind == "mean"])
         return g
     except Unsupported as e:
-        for _, nodes, _ in steps[first:]:
+        for _, nodes, _, _ in steps[first:]:
             consumed.difference_update(nodes)
-        cur, _, mutated_start = steps[first]
-        return _Growth(g.found[:first], cur, e, mutated_start)
+        cur, _, mutated_start, written = steps[first]
+        return _Growth(g.found[:first], cur, e, mutated_start, start_written=written)
 
 
 def _check_order(found: List[_Op], op: _Op) -> None:
@@ -686,10 +711,11 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
     value the rest computes (or the model's input: a residual block's shortcut) -- a convolution,
     or ops _worth_a_chain (their value's rank is known only at run time: the drop-in runs a
     chain whose value is not 5-D as its own code) -- and grown as far as the grammar goes, its
-    nodes disjoint from the others'. A candidate that changes its start value
-    in place, whose start value the rest changes in place after it (the fused chain saves it
-    for its backward, where PyTorch's ops may save their outputs instead), or that _assemble
-    refuses, is left to PyTorch."""
+    nodes disjoint from the others'. A candidate that changes its start value in place with
+    the result discarded, or that changes it where the rest reads it too (eager's readers see
+    the change, the fused chain's would not), whose start value the rest changes in place after
+    it (the fused chain saves it for its backward, where PyTorch's ops may save their outputs
+    instead), or that _assemble refuses, is left to PyTorch."""
     taken = set(consumed)
     subs = []
     for n in nodes:
@@ -709,6 +735,9 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
                 continue
             r = _assemble(g.found, model)
             mine = sorted(trial - taken, key=order.get)
+            if g.start_written and any(u not in trial for u in v.users):
+                continue  # (it changes its start value in place, which others read: eager's
+                #            readers see the change, the fused chain's would not)
             if any(_in_place(u, model) and u.args and u.args[0] is v and
                    order[u] > order[mine[-1]] for u in v.users if u not in trial):
                 continue  # (the fused chain saves its input for the backward: changed after)

@@ -1,0 +1,116 @@
+"""Survey B (a new user's convolution variants, dtypes, normalizations and tails): each model
+compared with its fused twin under the pretend GPU, outputs and gradients."""
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fusejit.torch as fj
+from gpu_pretend import CALLS, fusejit_warnings
+from usage_models import close, grads, make, same_grads, tensors, x_of
+
+
+def run(m, x, grad, mode):
+    getattr(m, mode)()
+    xi = x.detach().clone().requires_grad_(grad) if x.is_floating_point() else x.clone()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.set_grad_enabled(grad):
+                y = m(xi)
+                if grad:
+                    sum(t.float().square().sum() for t in tensors(y)).backward()
+            return (y, xi.grad if grad else None, grads(m)), None, fusejit_warnings(caught)
+        except Exception as e:
+            return None, e, fusejit_warnings(caught)
+
+
+def check(cls, x, grad=False, mode="eval", tol=1e-4, args=(), seed=0, dtype=None, fmt=None,
+          calls=1):
+    """orig vs fuse(deepcopy(orig)); returns (fast, fusejit warnings)."""
+    orig = make(cls, seed, *args)
+    if dtype is not None:
+        orig.to(dtype)
+    if fmt is not None:
+        orig = orig.to(memory_format=fmt)
+    fast = fj.fuse(copy.deepcopy(orig))
+    ours = []
+    for _ in range(calls):
+        orig.zero_grad(); fast.zero_grad()
+        ra, ea, _ = run(orig, x, grad, mode)
+        rb, eb, w = run(fast, x, grad, mode)
+        ours += w
+        assert (ea is None) == (eb is None), (repr(ea)[:300], repr(eb)[:300])
+        if ea is not None:
+            assert type(ea) is type(eb), (repr(ea)[:300], repr(eb)[:300])
+            continue
+        (ya, ga, pa), (yb, gb, pb) = ra, rb
+        close(yb, ya, tol)
+        if grad:
+            close(gb, ga, tol)
+            same_grads(pb, pa, tol)
+        # the model state (buffers) unchanged alike
+        for (n, a), (_, b) in zip(orig.named_buffers(), fast.named_buffers()):
+            assert a.shape == b.shape and a.dtype == b.dtype, n
+            assert torch.allclose(a.double(), b.double(), rtol=1e-4, atol=1e-5), n
+    return fast, ours
+
+
+# ---- in-place first ops ------------------------------------------------------------------------
+
+class PreActResidual(nn.Module):
+    """a pre-activation residual block with an in-place activation first: eager's `+ x` reads
+    the activated input (the activation changed x)."""
+    def __init__(self):
+        super().__init__()
+        self.act = nn.LeakyReLU(0.1, inplace=True)
+        self.gn = nn.GroupNorm(1, 3)
+        self.conv = nn.Conv3d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        out = self.conv(self.gn(self.act(x)))
+        return out + x
+
+
+class PoolConvLeakyInplaceResidual(nn.Module):
+    """a chain in the rest (leaky_relu | group_norm) starting with an in-place activation of a
+    value the rest reads again (`+ y`: eager adds the activated y)"""
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool3d(2)
+        self.conv = nn.Conv3d(3, 3, 3, padding=1)
+        self.gn = nn.GroupNorm(1, 3)
+
+    def forward(self, x):
+        y = self.conv(self.pool(x))
+        a = self.gn(F.leaky_relu(y, 0.2, inplace=True))
+        return a + y
+
+
+def _params_grad_step(m, x):
+    """a training step where x needs no gradient (the usual one): output, parameter grads"""
+    m.train(); m.zero_grad()
+    y = m(x)
+    y.square().sum().backward()
+    return y.detach(), grads(m)
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("cls", [PreActResidual, PoolConvLeakyInplaceResidual])
+def test_inplace_first_op_input_read_by_rest(gpu, mode, cls):
+    orig = make(cls)
+    fast = fj.fuse(copy.deepcopy(orig))
+    for seed in (1, 2):
+        if mode == "eval":
+            orig.eval(); fast.eval()
+            with torch.no_grad():
+                ya, yb = orig(x_of(seed=seed)), fast(x_of(seed=seed))
+            close(yb, ya)
+        else:
+            (ya, ga), (yb, gb) = (_params_grad_step(orig, x_of(seed=seed)),
+                                  _params_grad_step(fast, x_of(seed=seed)))
+            close(yb, ya)
+            same_grads(gb, ga)
