@@ -233,6 +233,10 @@ class Recognized:
     # there. None: the chain is the whole forward.
     rest: Any = dataclasses.field(default=None, repr=False, compare=False)
     rest_from: Optional[str] = None
+    # An in-place op of the chain writes its input (x, or a sub-chain's start value): the
+    # chain's own code (the original forward, which the drop-in's policy times) changes it; the
+    # fused chain does not. The drop-in's measurements give that code a copy.
+    writes_input: bool = False
     # Further chains found in the rest, each starting with a convolution (a second conv block
     # after a pooling, the convolutions of a residual block): in the rest they run as
     # SubChain.run(module, y), the chain's own code until the drop-in sets its fused call.
@@ -560,6 +564,7 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
                               dropout_modules=[n for _, _, _, sub in subs
                                                for n in sub.recognized.dropout_modules])
         r = _assemble(found, model)
+        r.writes_input = g.start_written
         subs = _sub_chains(model, nodes, consumed, order, output, ctx)
         if x_mutated and any(n not in consumed for n in placeholders[0].users):
             # (the rest reads the input after the chain changed it in place: say so, not
@@ -578,7 +583,9 @@ def recognize(model: nn.Module, partial: bool = False, training_mode: bool = Fal
             r.running_norms += sub.recognized.running_norms
             r.dropout_modules += sub.recognized.dropout_modules
         return r
-    return _assemble(found, model)
+    r = _assemble(found, model)
+    r.writes_input = g.start_written
+    return r
 
 
 _PRODUCERS = ("conv3d", "conv_transpose3d")
@@ -734,6 +741,7 @@ def _sub_chains(model: nn.Module, nodes, consumed, order, output, ctx: _Ctx) -> 
                     op.kind not in _PRODUCERS and not _worth_a_chain(g.found)):
                 continue
             r = _assemble(g.found, model)
+            r.writes_input = g.start_written
             mine = sorted(trial - taken, key=order.get)
             if g.start_written and any(u not in trial for u in v.users):
                 continue  # (it changes its start value in place, which others read: eager's

@@ -598,6 +598,9 @@ class _State(object):
         # training state serves every call of the module in training mode
         self.mode_traced = False
         self.norm_is_instance = False  # Recognized.norm_is_instance: autocast keeps it in D
+        # Recognized.writes_input: the chain's own code changes its input in place (the
+        # measurements run it on a copy)
+        self.writes_input = False
         self.folds = {}  # Recognized.folds: chain parameters computed from the model's
         self.direct_paths = {}  # chain name -> model path of the parameters not folded
         self.fold_cache = None  # _folded_params: (raw tensors, their versions, params, key)
@@ -635,6 +638,7 @@ class _State(object):
         self.running_norms = r.running_norms
         self.mode_modules = r.running_norms + r.dropout_modules  # (see training_state)
         self.norm_is_instance = r.norm_is_instance
+        self.writes_input = r.writes_input
         self.param_paths = sorted(r.param_paths.items(), key=lambda kv: _param_order(kv[0]))
         self.folds = r.folds
         self.folds_cacheable = all(f.cacheable for f in r.folds.values())
@@ -1062,6 +1066,15 @@ def _max_diff_all(got, want):
     return err, agree
 
 
+def _eager_input(st: _State, x: torch.Tensor) -> torch.Tensor:
+    """x as a measurement gives it to the original forward: a copy where that code changes its
+    input in place (st.writes_input: `nn.LeakyReLU(inplace=True)` first), which would otherwise
+    change the caller's tensor on every timed run -- the one the fused call then reads -- or,
+    where it needs gradients, fail on the measurement's leaf (clone() is differentiable: the
+    gradients reach x as before)."""
+    return x.clone() if st.writes_input else x
+
+
 def _measure_inference(self, st: _State, spec: str, x, params):
     """(decision entry, why the two disagree or None): the fused forward (and the rest of
     forward after the chain, where there is one) against the original's."""
@@ -1070,9 +1083,10 @@ def _measure_inference(self, st: _State, spec: str, x, params):
     with torch.no_grad():
         y_fused = fused()
         draws.reset()
-        y_eager = st.original_forward(self, x)
+        y_eager = st.original_forward(self, _eager_input(st, x))
         fused_ms = _median_ms(fused, 5)
-        eager_ms = _median_ms(lambda: st.original_forward(self, x), 5)
+        xe = _eager_input(st, x)  # (one copy for every timed run: its values do not matter)
+        eager_ms = _median_ms(lambda: st.original_forward(self, xe), 5)
     err, agree = _max_diff_all(y_fused, y_eager)
     decision = "fused" if agree and fused_ms <= eager_ms else "eager"
     entry = {"pass": "inference", "fused_ms": fused_ms, "eager_ms": eager_ms,
@@ -1108,7 +1122,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
 
     def eager_step():
         with torch.enable_grad():
-            y = st.original_forward(self, xs)
+            y = st.original_forward(self, _eager_input(st, xs))
             return y, torch.autograd.grad(y, wrt, g.view(y.shape))
 
     gx, gps = fused_step()
@@ -1118,7 +1132,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
     # chain's gradients are checked against the chain's in float32 instead (_float32_gradients).
     if x.dtype in (torch.bfloat16, torch.float16):
         with torch.no_grad():
-            y_eager = st.original_forward(self, xs)
+            y_eager = st.original_forward(self, _eager_input(st, xs))
         eager_grads = _float32_gradients(spec, x, params, g, needs)
     else:
         with _strict_fp32():
@@ -1166,7 +1180,7 @@ def _measure_training_autograd(self, st: _State, spec: str, x, raw: List[torch.T
         y = _call_op(spec, xs, _chain_params(st, raw, xs, xs.dtype))
         return _model_output(self, st, xs, y)
 
-    eager = lambda: st.original_forward(self, xs)  # noqa: E731
+    eager = lambda: st.original_forward(self, _eager_input(st, xs))  # noqa: E731
     draws = _Draws(x)
     gen.manual_seed(0)
     y_fused, g_fused = step(fused)
