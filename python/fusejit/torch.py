@@ -1312,6 +1312,10 @@ def _recognize_again(self, st: _State, changed: str) -> _State:
         new.watch = ModuleWatch(self, st.watch.ignore | {st.watch.last})
         new.decided = st.decided
         return new
+    if st.unsupported is not None:
+        # (nothing was fused, so no chain had the old value: a lazy module's first call
+        # materialized its weights, in_channels with them; a fix the user made)
+        return new
     key = "recognized again: " + changed
     if key not in st.warned:
         st.warned.add(key)
