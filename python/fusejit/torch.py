@@ -1110,15 +1110,23 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
     gen = torch.Generator(device=x.device)
     gen.manual_seed(0)
     g = torch.randn(y_fused.shape, generator=gen, device=x.device, dtype=x.dtype)
+    # g is the upstream gradient of the model's output; where the model sums (st.sum_count), its
+    # output is the chain's mean times the count, so the chain's upstream gradient is g times it
+    gc = g
+    if st.sum_count is not None:
+        count = st.sum_counts.get(x.shape)
+        if count is None:
+            count = st.sum_counts[x.shape] = st.sum_count(x.shape)
+        gc = g * count
 
     pair = _training_pair(spec, x.device.index)  # what a training call runs, where it can
 
     def fused_step():
         if pair is not None:
             _, saved = _launch_training(pair[0], x, params)
-            return _launch_backward(pair[1], x, params, g, saved)
+            return _launch_backward(pair[1], x, params, gc, saved)
         _run(spec, x, params)
-        return _launch_backward(backward, x, params, g)
+        return _launch_backward(backward, x, params, gc)
 
     def eager_step():
         with torch.enable_grad():
@@ -1133,7 +1141,7 @@ def _measure_training(self, st: _State, spec: str, x, params, needs, backward):
     if x.dtype in (torch.bfloat16, torch.float16):
         with torch.no_grad():
             y_eager = st.original_forward(self, _eager_input(st, xs))
-        eager_grads = _float32_gradients(spec, x, params, g, needs)
+        eager_grads = _float32_gradients(spec, x, params, gc, needs)
     else:
         with _strict_fp32():
             y_eager, eager_grads = eager_step()

@@ -205,3 +205,34 @@ def test_lazy_conv_first_calls(gpu, grad):
     assert not [w for w in ours if "again" in w], ours
     assert len(ours) <= 1, ours
     assert fj.explain(fast, x_of()).startswith("chain:")
+
+
+# ---- sums in training --------------------------------------------------------------------------
+
+class ConvTTanhSumKeep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(3, 8, 2, stride=2)
+
+    def forward(self, x):
+        return torch.tanh(self.conv(x)).sum((-1, -2, -3), keepdim=True)
+
+
+class ConvGNSum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3)
+        self.gn = nn.GroupNorm(4, 8)
+
+    def forward(self, x):
+        return F.silu(self.gn(self.conv(x))).sum(dim=[1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("cls", [ConvTTanhSumKeep, ConvGNSum])
+def test_sum_training_step_check(gpu, cls):
+    """a training call of a model ending in a sum: the auto policy's check compares the fused
+    backward of the chain's mean with PyTorch's of the sum -- the same upstream gradient must
+    reach both (the chain's times the count), or every such model 'differs' and runs eager."""
+    fast, ours = check(cls, x_of(), grad=True, mode="train", calls=2)
+    assert not ours, ours
+    assert CALLS["backward"] > 0  # the fused backward ran
