@@ -1033,11 +1033,21 @@ class _Draws(object):
 def _max_diff(got: torch.Tensor, want: torch.Tensor):
     """(max abs difference, whether it is within the auto policy's sanity bound: 1e-2 of want's
     largest magnitude + 1e-3, loose enough for TF32 in the original; for bfloat16 2^-4 of it,
-    16 of its rounding units, since the original rounds to bf16 after every op)."""
+    16 of its rounding units, since the original rounds to bf16 after every op). Non-finite
+    values agree where both have them (a NaN in both, the same infinity): an input with a NaN
+    or an inf gives them to both, and the decision taken on it holds for every later call."""
     if got.shape != want.shape:
         return float("inf"), False
-    err = float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
-    scale = float(want.double().abs().max()) if want.numel() else 0.0
+    if not got.numel():
+        return 0.0, True
+    g, w = got.double(), want.double()
+    both = (torch.isnan(g) & torch.isnan(w)) | (torch.isinf(w) & (g == w))
+    # (elsewhere a non-finite value in one of them makes the difference NaN or inf: disagree)
+    err = float(torch.where(both, torch.zeros_like(g), (g - w).abs()).max())
+    finite = w[torch.isfinite(w)]
+    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    if err != err:  # NaN: a NaN in one of them only
+        return float("inf"), False
     rel = 2.0 ** -4 if want.dtype == torch.bfloat16 else 1e-2
     return err, err <= rel * scale + 1e-3
 

@@ -236,3 +236,29 @@ def test_sum_training_step_check(gpu, cls):
     fast, ours = check(cls, x_of(), grad=True, mode="train", calls=2)
     assert not ours, ours
     assert CALLS["backward"] > 0  # the fused backward ran
+
+
+# ---- a first call with NaN or inf in its input -------------------------------------------------
+
+@pytest.mark.parametrize("cls", [ConvGNSum, ConvBNReLUInplacePool])
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_first_input(gpu, cls, grad, bad):
+    """The auto policy decides on the first call of each shape; where that call's input has a
+    NaN or an inf (a corrupt volume, a diverging step), the fused and the original results have
+    the same non-finite values. They agree: the decision (stored for every later call and other
+    processes) must not become "eager" with a warning that they differ "by 0"."""
+    orig = make(cls)
+    fast = fj.fuse(copy.deepcopy(orig))
+    x = x_of()
+    x[0, 0, 0, 0, 0] = bad
+    orig.train(grad); fast.train(grad)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.set_grad_enabled(grad):
+            ya, yb = orig(x.clone()), fast(x.clone())
+    assert torch.equal(ya.isnan(), yb.isnan())
+    assert not fusejit_warnings(caught), fusejit_warnings(caught)
+    decided = fast.__dict__["_fusejit"]
+    decided = (decided.training_state or decided) if grad else decided
+    assert set(decided.decided.values()) == {"fused"}, decided.decided
