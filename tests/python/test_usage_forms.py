@@ -1,4 +1,4 @@
-"""Survey B (a new user's convolution variants, dtypes, normalizations and tails): each model
+"""The thirty-eighth session's survey (a new user's convolution variants, dtypes, normalizations and tails): each model
 compared with its fused twin under the pretend GPU, outputs and gradients."""
 import copy
 import warnings
